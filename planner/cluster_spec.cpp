@@ -1,0 +1,297 @@
+#include "planner/cluster_spec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/graph/dijkstra_shortest_paths.hpp>
+#include <boost/property_map/function_property_map.hpp>
+#include <limits>
+
+#include "planner/errors.h"
+
+namespace moe {
+
+const char* dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::kFp32: return "fp32";
+    case Dtype::kTf32: return "tf32";
+    case Dtype::kBf16: return "bf16";
+    case Dtype::kFp16: return "fp16";
+    case Dtype::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+double dtype_bytes(Dtype d) {
+  switch (d) {
+    case Dtype::kFp32:
+    case Dtype::kTf32: return 4.0;
+    case Dtype::kBf16:
+    case Dtype::kFp16: return 2.0;
+    case Dtype::kFp8: return 1.0;
+  }
+  return 0.0;
+}
+
+FlopsPerSec GpuSpec::peak_for(Dtype d) const {
+  auto it = peak.find(d);
+  if (it == peak.end()) {
+    throw ConfigError(fmt::format("GPU {} has no {} peak in the cluster file", model, dtype_name(d)));
+  }
+  return it->second;
+}
+
+BytesPerSec pcie_lane_bandwidth(int generation) {
+  // Transfer rate in GT/s by generation; one transfer carries one bit per lane.
+  static constexpr double kGigaTransfers[] = {0, 2.5, 5, 8, 16, 32, 64};
+  if (generation < 1 || generation > 6) {
+    throw ConfigError(fmt::format("PCIe generation {} is not one of 1-6", generation));
+  }
+  // Gen1/2 use 8b/10b encoding, Gen3+ 128b/130b.
+  const double efficiency = generation <= 2 ? 0.8 : 128.0 / 130.0;
+  return BytesPerSec(kGigaTransfers[generation] * kGiga * efficiency / 8.0);
+}
+
+BytesPerSec NodeSpec::pcie_bandwidth() const {
+  return pcie_lane_bandwidth(pcie_generation) * static_cast<double>(pcie_lanes);
+}
+
+int NodeSpec::switch_of_gpu(int gpu) const {
+  for (size_t s = 0; s < pcie_switches.size(); ++s) {
+    const auto& g = pcie_switches[s].gpus;
+    if (std::find(g.begin(), g.end(), gpu) != g.end()) return static_cast<int>(s);
+  }
+  return -1;
+}
+
+int NodeSpec::cpu_of_gpu(int gpu) const {
+  const int s = switch_of_gpu(gpu);
+  return s < 0 ? -1 : pcie_switches[s].cpu;
+}
+
+int NodeSpec::nic_of_gpu(int gpu) const {
+  for (size_t n = 0; n < nics.size(); ++n) {
+    const auto& g = nics[n].gpus;
+    if (std::find(g.begin(), g.end(), gpu) != g.end()) return static_cast<int>(n);
+  }
+  return -1;
+}
+
+BytesPerSec ClusterSpec::node_network_bandwidth() const {
+  BytesPerSec sum;
+  for (const Nic& n : node.nics) sum += n.bandwidth;
+  return sum;
+}
+
+BytesPerSec ClusterSpec::gpu_network_bandwidth() const {
+  BytesPerSec best;
+  for (const Nic& n : node.nics) {
+    if (n.gpus.empty()) continue;
+    best = std::max(best, n.bandwidth / static_cast<double>(n.gpus.size()));
+  }
+  return best;
+}
+
+namespace {
+void require(bool ok, const std::string& field, const std::string& problem) {
+  if (!ok) throw ConfigError(fmt::format("{}: {}", field, problem));
+}
+}  // namespace
+
+void validate(const ClusterSpec& c) {
+  const NodeSpec& n = c.node;
+  require(c.num_nodes > 0, "nodes", "must be positive");
+  require(n.num_gpus > 0, "node/gpus", "must be positive");
+  require(n.gpu.hbm_capacity > Bytes(0), "node/gpu/hbm_GB", "must be positive");
+  require(n.gpu.hbm_bandwidth > BytesPerSec(0), "node/gpu/hbm_bandwidth_GBps", "must be positive");
+  require(n.gpu.peak.count(Dtype::kBf16) == 1, "node/gpu/peak_TFLOPS/bf16", "is required");
+  for (const auto& [d, f] : n.gpu.peak) {
+    require(f > FlopsPerSec(0), fmt::format("node/gpu/peak_TFLOPS/{}", dtype_name(d)),
+            "must be positive");
+  }
+  if (n.fabric == Fabric::kNvSwitch) {
+    require(n.nvlink_bandwidth > BytesPerSec(0), "node/intra_node/bandwidth_GBps",
+            "must be positive for an NVSwitch fabric");
+  }
+  require(!n.cpus.empty(), "node/cpus", "a node needs at least one CPU socket");
+  require(!n.pcie_switches.empty(), "node/pcie/switches", "a node needs at least one PCIe switch");
+  for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
+    const PcieSwitch& sw = n.pcie_switches[s];
+    require(sw.cpu >= 0 && sw.cpu < static_cast<int>(n.cpus.size()),
+            fmt::format("node/pcie/switches/{}/cpu", s),
+            fmt::format("CPU {} does not exist (node has {})", sw.cpu, n.cpus.size()));
+    for (int g : sw.gpus) {
+      require(g >= 0 && g < n.num_gpus, fmt::format("node/pcie/switches/{}/gpus", s),
+              fmt::format("GPU {} does not exist (node has {})", g, n.num_gpus));
+    }
+  }
+  for (int g = 0; g < n.num_gpus; ++g) {
+    int owners = 0;
+    for (const PcieSwitch& sw : n.pcie_switches) owners += std::count(sw.gpus.begin(), sw.gpus.end(), g);
+    require(owners == 1, "node/pcie/switches",
+            fmt::format("GPU {} sits under {} switches (needs exactly one)", g, owners));
+  }
+  for (size_t i = 0; i < n.cpus.size(); ++i) {
+    require(n.cpus[i].cores > 0, fmt::format("node/cpus/{}/cores", i), "must be positive");
+  }
+  for (size_t k = 0; k < n.nics.size(); ++k) {
+    const Nic& nic = n.nics[k];
+    require(nic.bandwidth > BytesPerSec(0), fmt::format("node/nics/{}/bandwidth_Gbps", k),
+            "must be positive");
+    require(!nic.gpus.empty(), fmt::format("node/nics/{}/gpus", k), "a NIC must serve a GPU");
+    for (int g : nic.gpus) {
+      require(g >= 0 && g < n.num_gpus, fmt::format("node/nics/{}/gpus", k),
+              fmt::format("GPU {} does not exist (node has {})", g, n.num_gpus));
+    }
+    require(nic.pcie_switch < static_cast<int>(n.pcie_switches.size()),
+            fmt::format("node/nics/{}/pcie_switch", k),
+            fmt::format("switch {} does not exist (node has {})", nic.pcie_switch,
+                        n.pcie_switches.size()));
+  }
+  if (c.num_nodes > 1) {
+    require(!n.nics.empty(), "node/nics", "a multi-node cluster needs NICs");
+    for (int g = 0; g < n.num_gpus; ++g) {
+      require(n.nic_of_gpu(g) >= 0, "node/nics",
+              fmt::format("GPU {} is served by no NIC in a multi-node cluster", g));
+    }
+  }
+}
+
+const char* device_kind_name(DeviceKind k) {
+  switch (k) {
+    case DeviceKind::kGpu: return "gpu";
+    case DeviceKind::kNvSwitch: return "nvswitch";
+    case DeviceKind::kPcieSwitch: return "pcie-switch";
+    case DeviceKind::kCpu: return "cpu";
+    case DeviceKind::kNic: return "nic";
+    case DeviceKind::kNetwork: return "network";
+  }
+  return "?";
+}
+
+const char* link_kind_name(LinkKind k) {
+  switch (k) {
+    case LinkKind::kNvLink: return "nvlink";
+    case LinkKind::kPcie: return "pcie";
+    case LinkKind::kCpuInterconnect: return "cpu-interconnect";
+    case LinkKind::kNetwork: return "network";
+  }
+  return "?";
+}
+
+ClusterGraph::Vertex ClusterGraph::add_device(DeviceKind kind, int node, int index) {
+  return boost::add_vertex(Device{kind, node, index}, graph_);
+}
+
+void ClusterGraph::add_link(Vertex a, Vertex b, LinkKind kind, BytesPerSec bw) {
+  const int id = static_cast<int>(boost::num_edges(graph_));
+  boost::add_edge(a, b, Link{kind, bw, id}, graph_);
+}
+
+ClusterGraph::ClusterGraph(const ClusterSpec& spec) : num_gpus_per_node_(spec.node.num_gpus) {
+  const NodeSpec& n = spec.node;
+  const Vertex network = spec.num_nodes > 1 ? add_device(DeviceKind::kNetwork, -1, 0) : Vertex{};
+  const BytesPerSec pcie = n.pcie_bandwidth();
+  cpu_vertices_.resize(spec.num_nodes);
+  for (int node = 0; node < spec.num_nodes; ++node) {
+    std::vector<Vertex> gpus;
+    for (int g = 0; g < n.num_gpus; ++g) {
+      gpus.push_back(add_device(DeviceKind::kGpu, node, g));
+      gpu_vertices_.push_back(gpus.back());
+    }
+    auto& cpus = cpu_vertices_[node];
+    for (size_t c = 0; c < n.cpus.size(); ++c) {
+      cpus.push_back(add_device(DeviceKind::kCpu, node, static_cast<int>(c)));
+    }
+    // Sockets are fully connected by their interconnect.
+    for (size_t a = 0; a < cpus.size(); ++a) {
+      for (size_t b = a + 1; b < cpus.size(); ++b) {
+        add_link(cpus[a], cpus[b], LinkKind::kCpuInterconnect, n.cpu_interconnect);
+      }
+    }
+    std::vector<Vertex> switches;
+    for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
+      const PcieSwitch& sw = n.pcie_switches[s];
+      switches.push_back(add_device(DeviceKind::kPcieSwitch, node, static_cast<int>(s)));
+      // One x16 uplink to the root complex, shared by every GPU under the switch.
+      add_link(switches.back(), cpus[sw.cpu], LinkKind::kPcie, pcie);
+      for (int g : sw.gpus) add_link(gpus[g], switches.back(), LinkKind::kPcie, pcie);
+    }
+    if (n.fabric == Fabric::kNvSwitch) {
+      const Vertex nvswitch = add_device(DeviceKind::kNvSwitch, node, 0);
+      for (Vertex g : gpus) add_link(g, nvswitch, LinkKind::kNvLink, n.nvlink_bandwidth);
+    }
+    for (size_t k = 0; k < n.nics.size(); ++k) {
+      const Nic& nic = n.nics[k];
+      const Vertex v = add_device(DeviceKind::kNic, node, static_cast<int>(k));
+      const int sw = nic.pcie_switch >= 0 ? nic.pcie_switch : n.switch_of_gpu(nic.gpus.front());
+      add_link(v, switches[sw], LinkKind::kPcie, pcie);
+      // GPUDirect RDMA: the GPUs a NIC serves reach it through their switch; the direct edge
+      // keeps their traffic on their own NIC rather than the nearest one.
+      for (int g : nic.gpus) add_link(gpus[g], v, LinkKind::kPcie, std::min(pcie, nic.bandwidth));
+      if (spec.num_nodes > 1) add_link(v, network, LinkKind::kNetwork, nic.bandwidth);
+    }
+  }
+}
+
+std::vector<Link> ClusterGraph::path_between(Vertex from, Vertex to) const {
+  if (from == to) return {};
+  const size_t nv = boost::num_vertices(graph_);
+  std::vector<Vertex> pred(nv);
+  std::vector<double> dist(nv, std::numeric_limits<double>::infinity());
+  // Fewest hops first; a tie goes to the wider links (the epsilon term stays below one hop).
+  auto weight = boost::make_function_property_map<Graph::edge_descriptor, double>(
+      [this](Graph::edge_descriptor e) { return 1.0 + 1e-3 * kGiga / graph_[e].bandwidth.value(); });
+  boost::dijkstra_shortest_paths(
+      graph_, from,
+      boost::predecessor_map(boost::make_iterator_property_map(pred.begin(),
+                                                               boost::get(boost::vertex_index, graph_)))
+          .distance_map(boost::make_iterator_property_map(dist.begin(),
+                                                          boost::get(boost::vertex_index, graph_)))
+          .weight_map(weight));
+  if (dist[to] == std::numeric_limits<double>::infinity()) {
+    throw ConfigError("no path between the two devices in the cluster graph");
+  }
+  std::vector<Link> path;
+  for (Vertex v = to; v != from; v = pred[v]) {
+    const Vertex u = pred[v];
+    // Among parallel edges take the widest.
+    const Link* best = nullptr;
+    auto [it, end] = boost::out_edges(u, graph_);
+    for (; it != end; ++it) {
+      if (boost::target(*it, graph_) != v) continue;
+      const Link& l = graph_[*it];
+      if (best == nullptr || l.bandwidth > best->bandwidth) best = &l;
+    }
+    path.push_back(*best);
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::vector<Link> ClusterGraph::gpu_path(int from_gpu, int to_gpu) const {
+  return path_between(gpu_vertices_.at(from_gpu), gpu_vertices_.at(to_gpu));
+}
+
+std::vector<Link> ClusterGraph::host_path(int gpu) const {
+  const Device& d = graph_[gpu_vertices_.at(gpu)];
+  // Host memory of the socket the GPU's switch hangs off: the shortest path finds that socket.
+  Vertex best_cpu = cpu_vertices_.at(d.node).front();
+  size_t best_len = std::numeric_limits<size_t>::max();
+  for (Vertex cpu : cpu_vertices_.at(d.node)) {
+    const size_t len = path_between(gpu_vertices_[gpu], cpu).size();
+    if (len < best_len) {
+      best_len = len;
+      best_cpu = cpu;
+    }
+  }
+  return path_between(gpu_vertices_[gpu], best_cpu);
+}
+
+BytesPerSec ClusterGraph::bottleneck(const std::vector<Link>& path) {
+  BytesPerSec bw(std::numeric_limits<double>::infinity());
+  for (const Link& l : path) bw = std::min(bw, l.bandwidth);
+  return bw;
+}
+
+}  // namespace moe

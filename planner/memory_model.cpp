@@ -1,0 +1,185 @@
+#include "planner/memory_model.h"
+
+#include <algorithm>
+
+#include "planner/model_stats.h"
+
+namespace moe {
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
+                                    double bytes_per_element) {
+  memfine::LayerShape s;
+  s.bytes_per_element = bytes_per_element;
+  s.micro_batch = *p.mbs;
+  s.seq_len = seq_len;
+  s.hidden = m.hidden_size;
+  s.heads = m.attention.num_heads;
+  s.head_dim = m.attention.qk_head_dim();
+  s.kv_heads = m.attention.num_kv_heads;
+  s.experts = m.num_routed_experts;
+  s.expert_ffn = m.is_moe() ? m.expert_ffn_size : m.dense_ffn_size;
+  s.tp = *p.tp;
+  s.cp = *p.cp;
+  return s;
+}
+
+double balanced_received_tokens(const ModelSpec& m, int64_t seq_len) {
+  return static_cast<double>(seq_len) * static_cast<double>(std::max<int64_t>(m.top_k, 1));
+}
+
+double worst_received_tokens(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len) {
+  if (!m.is_moe()) return static_cast<double>(seq_len);
+  // Every rank of the EP group sends each token to as many of this GPU's experts as top-k allows.
+  const int64_t local_experts = m.num_routed_experts / *p.ep;
+  return static_cast<double>(*p.ep) * static_cast<double>(seq_len) *
+         static_cast<double>(std::min(m.top_k, local_experts));
+}
+
+namespace {
+
+// Activation of one layer under the recompute mode, per MemFine Table 2. Dense layers use the
+// same rows with g_d in place of g_e, s tokens in place of s'', and no router.
+Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m,
+                       double received_tokens, int64_t chunks, Recompute recompute) {
+  if (!moe_layer) {
+    s.experts = 0;
+    s.expert_ffn = m.dense_ffn_size;
+    received_tokens = static_cast<double>(s.seq_len);
+    chunks = 1;
+  }
+  Bytes seq = memfine::sequence_activation(s);
+  Bytes per_token = memfine::activation_per_received_token(s);
+  if (recompute == Recompute::kSelective) {
+    // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
+    const double tc = static_cast<double>(s.tp * s.cp);
+    seq -= Bytes(2.0 * s.bytes_per_element * s.micro_batch * s.seq_len * s.hidden / tc);
+    per_token -= Bytes(s.bytes_per_element * s.micro_batch * s.expert_ffn / tc);
+  }
+  return seq + per_token * memfine::tokens_per_chunk(received_tokens, chunks);
+}
+
+struct StageParams {
+  double dense = 0;   // sharded over DP
+  double expert = 0;  // sharded over expert-DP
+};
+
+StageParams stage_params(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
+  const ModelParams all = count_params(m);
+  const double tp = static_cast<double>(*p.tp);
+  const double expert_shards = static_cast<double>(*p.ep * *p.etp);
+  StageParams out;
+  const int64_t first = first_layer_of_stage(m, *p.pp, stage);
+  const int64_t count = layers_in_stage(m, *p.pp, stage);
+  for (int64_t i = first; i < first + count; ++i) {
+    const LayerParams& l = all.layers[i];
+    // Norms and the router are replicated across TP; projections and FFNs are split.
+    out.dense += l.norms + l.router + (l.attention + l.shared_experts + l.dense_ffn) / tp;
+    out.expert += l.routed_experts / expert_shards;
+  }
+  if (stage == 0) out.dense += all.embedding / tp;
+  if (stage == *p.pp - 1) {
+    // A tied head still needs the embedding on the last stage when pp > 1.
+    const double head = all.output_head > 0 ? all.output_head : (*p.pp > 1 ? all.embedding : 0.0);
+    out.dense += head / tp + all.final_norm;
+  }
+  return out;
+}
+
+Bytes sharded_static(double params, int64_t shards, int zero, const memfine::StaticBytesPerParam& b) {
+  const double d = static_cast<double>(shards);
+  const double opt = 4.0 * b.optimizer_states;
+  double per = 0;
+  switch (zero) {
+    case 0: per = b.param + b.grad + opt; break;
+    case 1: per = b.param + b.grad + opt / d; break;
+    case 2: per = b.param + (b.grad + opt) / d; break;
+    default: per = (b.param + b.grad + opt) / d; break;
+  }
+  return Bytes(params * per);
+}
+
+}  // namespace
+
+MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r) {
+  MemoryReport report;
+  report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element);
+  report.received_tokens = r.received_tokens.value_or(balanced_received_tokens(m, r.seq_len));
+  report.fits = true;
+  const bool full = r.recompute == Recompute::kFull;
+  for (int64_t stage = 0; stage < *p.pp; ++stage) {
+    StageMemory s;
+    s.stage = stage;
+    s.first_layer = first_layer_of_stage(m, *p.pp, stage);
+    s.num_layers = layers_in_stage(m, *p.pp, stage);
+    for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i) s.num_moe_layers += m.moe_layer[i];
+    const StageParams params = stage_params(m, p, stage);
+    s.params_per_gpu = params.dense + params.expert;
+    s.expert_params_per_gpu = params.expert;
+    s.m_g = memfine::stored_microbatches(*p.pp, *p.vpp, stage, full);
+    const double schedule_mg = memfine::stored_microbatches(*p.pp, *p.vpp, stage, false);
+    const int64_t layers_per_chunk = (s.num_layers + *p.vpp - 1) / *p.vpp;
+
+    if (r.static_override) {
+      s.static_bytes = *r.static_override;
+    } else {
+      s.static_bytes = sharded_static(params.dense, *p.dp, r.zero_stage, r.static_bytes) +
+                       sharded_static(params.expert, p.expert_dp(), r.zero_stage, r.static_bytes);
+      if (full) s.checkpoint_bytes = memfine::recompute_checkpoints(report.moe_shape, schedule_mg, layers_per_chunk);
+    }
+
+    // Activation at c chunks: full recompute holds one layer (the largest); otherwise m_g
+    // chunk-micro-batches of l/v layers each.
+    auto activation_at = [&](int64_t chunks) {
+      Bytes largest, sum;
+      for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i) {
+        const Bytes a = layer_activation(report.moe_shape, m.moe_layer[i], m, report.received_tokens,
+                                         chunks, r.recompute);
+        largest = std::max(largest, a);
+        sum += a;
+      }
+      if (full) return largest;
+      return sum * (s.m_g / static_cast<double>(*p.vpp));
+    };
+
+    // MACT, eq. (8)-(9), on the stage's MoE layer shape with its m_g and layer count folded in.
+    const Bytes fixed = s.static_bytes + s.checkpoint_bytes;
+    const double per_token_weight = full ? 1.0 : s.m_g * static_cast<double>(s.num_moe_layers) /
+                                                      static_cast<double>(*p.vpp);
+    if (s.num_moe_layers > 0 && per_token_weight > 0) {
+      // Room left after everything but the received-token term, over what one token costs.
+      const Bytes base = activation_at(1) - memfine::activation_per_received_token(report.moe_shape) *
+                                                memfine::tokens_per_chunk(report.received_tokens, 1) *
+                                                per_token_weight;
+      const Bytes room = r.gpu_capacity * r.alpha - fixed - base;
+      s.max_received_tokens =
+          room / (memfine::activation_per_received_token(report.moe_shape) * per_token_weight);
+      s.mact_chunks = memfine::select_bin(
+          memfine::chunks_needed(report.received_tokens, s.max_received_tokens), r.chunk_bins);
+    } else {
+      s.mact_chunks = 1;
+    }
+    s.chunks = r.chunks.value_or(s.mact_chunks > 0 ? s.mact_chunks : r.chunk_bins.back());
+    s.activation_bytes = activation_at(s.chunks);
+    s.total_bytes = s.static_bytes + s.checkpoint_bytes + s.activation_bytes;
+    s.fits = memfine::fits(s.static_bytes + s.checkpoint_bytes, s.activation_bytes, r.gpu_capacity, r.alpha);
+    report.fits = report.fits && s.fits;
+    report.stages.push_back(s);
+  }
+  // The job needs the largest bin any stage needs; 0 when some stage fits in no bin.
+  for (const StageMemory& s : report.stages) {
+    if (s.mact_chunks == 0) return report.mact_chunks = 0, report;
+    report.mact_chunks = std::max(report.mact_chunks, s.mact_chunks);
+  }
+  return report;
+}
+
+}  // namespace moe

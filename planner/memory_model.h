@@ -1,0 +1,84 @@
+// Per-GPU memory of every pipeline stage for a model, a layout and a routing load.
+//
+// Static memory is MemFine eq. (1) over the weights a stage's GPU holds: its layers' attention,
+// norms, router, shared experts and dense FFNs sharded by TP, its routed experts by EP x ETP,
+// the embedding on the first stage and the head on the last (vocab-parallel over TP), with
+// optimizer states (and, for higher ZeRO stages, gradients and weights) sharded over the data-
+// parallel group (DP for dense weights, expert-DP for experts). Activation memory is MemFine
+// eq. (2) per layer with FCDA chunking; the pipeline schedule sets how many micro-batch chunks
+// are in flight (m_g). MACT (eq. 8-9) gives the chunk count per stage.
+//
+// Recompute modes: none; selective = Megatron's --recompute-modules moe_act layernorm (the
+// norm inputs and one of the two g_e-wide expert activations are recomputed); full = MemFine's
+// m_g = 1 (one layer's activations at a time) plus the layer inputs it checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "planner/memfine.h"
+#include "planner/model_spec.h"
+#include "planner/parallel.h"
+#include "planner/units.h"
+
+namespace moe {
+
+enum class Recompute { kNone, kSelective, kFull };
+const char* recompute_name(Recompute r);
+
+struct MemoryRequest {
+  int64_t seq_len = 4096;
+  Recompute recompute = Recompute::kNone;
+  double bytes_per_element = 2;  // D_t of activations
+  memfine::StaticBytesPerParam static_bytes;
+  int zero_stage = 1;  // 0: replicated; 1: optimizer sharded (distributed optimizer); 2; 3
+  // s'': tokens one GPU's MoE layer receives; unset means balanced routing (s x top-k).
+  std::optional<double> received_tokens;
+  // FCDA chunks; unset means MACT picks per stage from `chunk_bins`.
+  std::optional<int64_t> chunks;
+  std::vector<int64_t> chunk_bins = {1, 2, 4, 8};
+  // MemFine Table 4 reports measured static memory: it replaces the computed static memory
+  // and the checkpoint term (the measurement holds whatever is not eq. 2).
+  std::optional<Bytes> static_override;
+  Bytes gpu_capacity;
+  double alpha = 1.0;  // eq. (3)
+};
+
+struct StageMemory {
+  int64_t stage = 0;
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  int64_t num_moe_layers = 0;
+  double params_per_gpu = 0;
+  double expert_params_per_gpu = 0;
+  Bytes static_bytes;
+  Bytes activation_bytes;  // eq. (2) at the chosen chunk count, times layers held
+  Bytes checkpoint_bytes;  // full recompute's stored layer inputs
+  Bytes total_bytes;
+  bool fits = false;
+  double m_g = 0;
+  double max_received_tokens = 0;  // eq. (8)
+  int64_t mact_chunks = 0;         // eq. (9) then the bin; 0: no bin fits
+  int64_t chunks = 1;              // the chunk count used for activation_bytes
+};
+
+struct MemoryReport {
+  std::vector<StageMemory> stages;
+  double received_tokens = 0;
+  memfine::LayerShape moe_shape;
+  int64_t mact_chunks = 0;  // the largest over stages: what the job needs; 0 if none fits
+  bool fits = false;
+};
+
+// The MemFine layer shape of a model's MoE layers under a layout.
+memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
+                                    double bytes_per_element);
+// Balanced (s x top-k) and worst case (all EP ranks' tokens on one GPU's experts) s''.
+double balanced_received_tokens(const ModelSpec& m, int64_t seq_len);
+double worst_received_tokens(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len);
+
+// The layout must be resolved and checked.
+MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r);
+
+}  // namespace moe

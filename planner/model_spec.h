@@ -1,0 +1,76 @@
+// ModelSpec: the architecture of a (MoE) transformer, built once by a loader.
+//
+// One struct covers dense models (no routed experts), classic MoE (Mixtral), fine-grained MoE
+// with shared experts (DeepSeek, Qwen) and multi-head latent attention (DeepSeek-V2/V3). Nothing
+// downstream reads JSON: the loaders in planner/io fill this in and call validate().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+enum class AttentionKind { kMultiHead, kLatent };  // MHA/GQA/MQA, or MLA (DeepSeek-V2/V3)
+enum class AttentionBias { kNone, kQkv, kAll };     // Qwen2: qkv only; Phi-3.5-MoE: all four
+
+struct AttentionSpec {
+  AttentionKind kind = AttentionKind::kMultiHead;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // GQA groups; equals num_heads for MHA
+  int64_t head_dim = 0;      // per-head width of q, k and v for MHA/GQA
+  AttentionBias bias = AttentionBias::kNone;
+  // MLA only (DeepSeek-V2 eq. 9-11): low-rank q and kv projections.
+  int64_t q_lora_rank = 0;  // 0 means q is projected directly from the hidden state
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  // Width of one query/key head (the h_d of MemFine Table 2) and of one value head.
+  int64_t qk_head_dim() const {
+    return kind == AttentionKind::kLatent ? qk_nope_head_dim + qk_rope_head_dim : head_dim;
+  }
+  int64_t value_head_dim() const {
+    return kind == AttentionKind::kLatent ? v_head_dim : head_dim;
+  }
+};
+
+struct ModelSpec {
+  std::string name;
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  AttentionSpec attention;
+  int64_t dense_ffn_size = 0;       // FFN width of dense layers
+  int64_t num_routed_experts = 0;   // 0: a dense model
+  int64_t num_shared_experts = 0;   // DeepSeek style: each of expert_ffn_size
+  int64_t expert_ffn_size = 0;
+  int64_t shared_expert_ffn_size = 0;  // Qwen2-MoE style: one shared FFN of this width (0: none)
+  bool shared_expert_gate = false;     // Qwen2-MoE scales the shared expert by a sigmoid gate
+  int64_t top_k = 0;
+  int64_t vocab_size = 0;
+  bool gated_ffn = true;  // SwiGLU (three matrices) or a plain two-matrix FFN
+  bool tied_embeddings = false;
+  int64_t mtp_layers = 0;  // DeepSeek-V3 multi-token-prediction modules
+  // moe_layer[i]: layer i carries routed experts; otherwise it has a dense FFN.
+  std::vector<bool> moe_layer;
+
+  bool is_moe() const { return num_routed_experts > 0; }
+  int64_t num_moe_layers() const;
+  int64_t num_dense_layers() const { return num_layers - num_moe_layers(); }
+  // FFN width that a routed token sees in total (shared part included), for compute.
+  int64_t shared_ffn_total() const {
+    return num_shared_experts * expert_ffn_size + shared_expert_ffn_size;
+  }
+
+  // Builds moe_layer from the usual knobs: the first `first_dense` layers are dense, then every
+  // `freq`-th layer (counted from layer 0, as HF DeepSeek does) is MoE.
+  static std::vector<bool> layer_map(int64_t num_layers, int64_t first_dense, int64_t freq,
+                                     bool has_experts);
+};
+
+// Throws ConfigError naming the first inconsistent field (heads not divisible by KV heads, a
+// top-k above the expert count, a layer map of the wrong length, ...).
+void validate(const ModelSpec& m);
+
+}  // namespace moe

@@ -1,0 +1,64 @@
+// Parameter counts and FLOPs per token of a ModelSpec.
+//
+// Counts follow the weights a checkpoint holds: attention projections (MHA/GQA, or MLA with its
+// low-rank norms), RMSNorm vectors, router, shared and routed experts, embeddings and output
+// head. "Active" parameters are those one token touches: every non-expert weight plus top_k
+// routed experts. FLOPs: 2 per multiply-accumulate of the active matrices (embedding lookup
+// excluded, output head included) plus attention's score and value products, which grow with
+// sequence length (halved by the causal mask); training is 3x forward (the 6N rule).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/model_spec.h"
+#include "planner/units.h"
+
+namespace moe {
+
+// Weights of one transformer layer, by part.
+struct LayerParams {
+  double attention = 0;       // projections, biases and the latent norms of MLA
+  double norms = 0;           // the two RMSNorm vectors
+  double router = 0;          // gate matrix (and the shared-expert gate of Qwen2-MoE)
+  double shared_experts = 0;  // always-active experts
+  double routed_experts = 0;  // all routed experts of the layer
+  double dense_ffn = 0;       // a dense layer's FFN
+  double one_routed_expert = 0;
+
+  double total() const {
+    return attention + norms + router + shared_experts + routed_experts + dense_ffn;
+  }
+};
+
+struct ModelParams {
+  std::vector<LayerParams> layers;  // one per decoder layer
+  double embedding = 0;
+  double output_head = 0;  // 0 when tied to the embedding
+  double final_norm = 0;
+  double mtp = 0;  // multi-token-prediction modules, reported apart from the main model
+
+  double total() const;   // main model, MTP excluded
+  double active(const ModelSpec& m) const;  // per token, main model
+  double attention() const;
+  double routed_experts() const;
+};
+
+// Weight count of one FFN of the given width (3 matrices gated, 2 plain).
+double ffn_params(const ModelSpec& m, int64_t width);
+double attention_params(const ModelSpec& m);
+LayerParams layer_params(const ModelSpec& m, bool moe_layer);
+ModelParams count_params(const ModelSpec& m);
+
+struct TokenFlops {
+  Flops forward_matmul;     // 2 x active matrix weights
+  Flops forward_attention;  // scores and values, causal
+  Flops forward() const { return forward_matmul + forward_attention; }
+  Flops training() const { return forward() * 3.0; }  // forward + 2x for backward
+};
+
+// FLOPs per token for a sequence of seq_len tokens (attention's term is per token, averaged
+// over the causal triangle).
+TokenFlops flops_per_token(const ModelSpec& m, int64_t seq_len);
+
+}  // namespace moe
