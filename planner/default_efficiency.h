@@ -1,0 +1,19 @@
+// Efficiency curves used when no calibration file is given.
+//
+// Each is a documented default, not a measurement of the user's cluster: run `moeplan
+// calibrate` (calibration issue) to replace them. Shapes follow MoNTA Fig. 13 (near zero at tiny
+// volumes where latency dominates, a plateau at hundreds of MiB); plateaus come from
+// nccl-tests doc/PERFORMANCE.md (inter-node all-to-all ~46-49 GB/s on a 50 GB/s NIC; NVLink
+// ring all-gather ~360-370 GB/s busbw of 450 GB/s) and from the D2D copy measured on the lent
+// H100 (~3.0 TB/s counting read + write, i.e. 1.5 TB/s of copied bytes against 3.35 TB/s HBM).
+#pragma once
+
+#include "planner/efficiency_curve.h"
+
+namespace moe::defaults {
+
+EfficiencyCurve alltoall_inter_node();  // r1, plateau 0.92
+EfficiencyCurve allgather_intra_node();  // r2, plateau 0.80
+EfficiencyCurve d2d_copy();              // r3, plateau 0.45
+
+}  // namespace moe::defaults

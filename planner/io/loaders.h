@@ -1,0 +1,39 @@
+// Loaders: the only place that turns files into ModelSpec, ClusterSpec, efficiency curves and
+// routing popularity. Each throws InputError(file, JSON pointer, problem) on bad input,
+// including cross-field checks (validate()) reported against the file.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "planner/cluster_spec.h"
+#include "planner/efficiency_curve.h"
+#include "planner/model_spec.h"
+
+namespace moe::io {
+
+// Our model format ("format": "moeplan-model/1") or a HuggingFace config.json, told apart by
+// the presence of "model_type".
+ModelSpec load_model(const std::string& path);
+ModelSpec model_from_json(const nlohmann::json& j, const std::string& source);
+// The HF model_type values we read.
+const std::vector<std::string>& supported_hf_model_types();
+
+ClusterSpec load_cluster(const std::string& path);
+ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source);
+
+// A calibration file's curves by name ("alltoall_inter", "allgather_intra", "d2d_copy", ...).
+struct Calibration {
+  std::map<std::string, EfficiencyCurve> curves;
+  nlohmann::json provenance;
+};
+Calibration load_calibration(const std::string& path);
+Calibration calibration_from_json(const nlohmann::json& j, const std::string& source);
+
+// Per-layer, per-expert token counts (or proportions); rows are normalised to proportions.
+std::vector<std::vector<double>> load_popularity(const std::string& path);
+std::vector<std::vector<double>> popularity_from_json(const nlohmann::json& j, const std::string& source);
+
+}  // namespace moe::io

@@ -1,0 +1,193 @@
+// moeplan memory: per-stage static, activation and total memory, and MemFine's chunk choice.
+#include <fmt/format.h>
+
+#include <map>
+
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/memory_model.h"
+#include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
+#include "tools/moeplan/table.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct MemoryOptions {
+  std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto", dtype = "bf16";
+  int64_t seq_len = 4096;
+  std::optional<double> received_tokens;
+  std::optional<double> static_override_gb;
+  double alpha = 1.0;
+  int zero = 1;
+  bool json = false, explain = false;
+};
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s == "full") return Recompute::kFull;
+  throw InputError("--recompute", "", fmt::format("'{}' is not one of none, selective, full", s));
+}
+
+nlohmann::json stage_json(const StageMemory& s) {
+  return {{"stage", s.stage},
+          {"first_layer", s.first_layer},
+          {"layers", s.num_layers},
+          {"moe_layers", s.num_moe_layers},
+          {"params_per_gpu", s.params_per_gpu},
+          {"expert_params_per_gpu", s.expert_params_per_gpu},
+          {"static_bytes", s.static_bytes.value()},
+          {"checkpoint_bytes", s.checkpoint_bytes.value()},
+          {"activation_bytes", s.activation_bytes.value()},
+          {"total_bytes", s.total_bytes.value()},
+          {"fits", s.fits},
+          {"m_g", s.m_g},
+          {"max_received_tokens", s.max_received_tokens},
+          {"mact_chunks", s.mact_chunks},
+          {"chunks", s.chunks}};
+}
+
+void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m) {
+  const memfine::LayerShape& s = r.moe_shape;
+  fmt::print("\nHow these numbers arise (MemFine, 000_540cfe3acc6ce862):\n");
+  fmt::print("  layer shape: D_t={} b={} s={} h={} a={} h_d={} k_a={} e_n={} g_e={} t={} c={}\n",
+             s.bytes_per_element, s.micro_batch, s.seq_len, s.hidden, s.heads, s.head_dim, s.kv_heads,
+             s.experts, s.expert_ffn, s.tp, s.cp);
+  fmt::print("  eq. (2) sequence term  D_t b s (5h + a h_d + 2 k_a h_d + e_n)/(tc) = {} per layer\n",
+             as_gb(memfine::sequence_activation(s).value()));
+  fmt::print("  eq. (2) per received token  D_t b (2h + 2 g_e)/(tc) = {:.0f} bytes\n",
+             memfine::activation_per_received_token(s).value());
+  fmt::print("  received tokens s'' = {:.0f} ({})\n", r.received_tokens,
+             req.received_tokens ? "given" : "balanced: s x top-k");
+  fmt::print("  FCDA: each of c chunks holds ceil(s''/c) tokens; m_g = vp + p - 2 r_pp - 1 (1 under full recompute)\n");
+  fmt::print("  static: eq. (1), {} bytes per parameter (param {} + grad {} + 4 x {} optimizer states), "
+             "ZeRO-{} sharding{}\n",
+             req.static_bytes.per_param(), req.static_bytes.param, req.static_bytes.grad,
+             req.static_bytes.optimizer_states, req.zero_stage,
+             req.static_override ? "; overridden by --static-override" : "");
+  fmt::print("  eq. (8) s'_max = (alpha M_GPU - M_sta - m_g x sequence term) / (m_g x per-token term); "
+             "eq. (9) c = ceil(s''/s'_max), then the smallest bin >= c\n");
+  fmt::print("  model: {}, {} layers\n", m.name, m.num_layers);
+}
+
+void run_memory(const MemoryOptions& o) {
+  const ModelSpec m = io::load_model(o.model);
+  const ClusterSpec c = io::load_cluster(o.cluster);
+  const ParallelConfig p = layout_for(o.parallel, m);
+  warn_world_size(p, c);
+
+  MemoryRequest req;
+  req.seq_len = o.seq_len;
+  req.recompute = parse_recompute(o.recompute);
+  req.bytes_per_element = dtype_bytes(parse_dtype(o.dtype, "--dtype"));
+  req.zero_stage = o.zero;
+  req.gpu_capacity = c.node.gpu.hbm_capacity;
+  req.alpha = o.alpha;
+  if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
+  if (o.received_tokens) {
+    req.received_tokens = *o.received_tokens;
+  } else if (o.skew == "worst") {
+    req.received_tokens = worst_received_tokens(m, p, o.seq_len);
+  } else if (o.skew != "balanced") {
+    throw InputError("--skew", "", fmt::format("'{}' is not one of balanced, worst", o.skew));
+  }
+  if (o.chunks != "auto") {
+    try {
+      const int64_t n = std::stoll(o.chunks);
+      if (n <= 0) throw std::invalid_argument("not positive");
+      req.chunks = n;
+    } catch (const std::exception&) {
+      throw InputError("--chunks", "", fmt::format("'{}' is not a positive integer or auto", o.chunks));
+    }
+  }
+  const MemoryReport r = estimate_memory(m, p, req);
+
+  // The chunk sweep: what each bin would give on every stage.
+  std::map<int64_t, MemoryReport> sweep;
+  for (int64_t bin : req.chunk_bins) {
+    MemoryRequest at = req;
+    at.chunks = bin;
+    sweep.emplace(bin, estimate_memory(m, p, at));
+  }
+
+  if (o.json) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageMemory& s : r.stages) stages.push_back(stage_json(s));
+    nlohmann::json chunk_sweep = nlohmann::json::array();
+    for (const auto& [bin, rep] : sweep) {
+      nlohmann::json per_stage = nlohmann::json::array();
+      for (const StageMemory& s : rep.stages) {
+        per_stage.push_back({{"activation_bytes", s.activation_bytes.value()}, {"total_bytes", s.total_bytes.value()}, {"fits", s.fits}});
+      }
+      chunk_sweep.push_back({{"chunks", bin}, {"stages", per_stage}});
+    }
+    print_json({{"model", m.name},
+                {"cluster", c.name},
+                {"parallel", p.to_string()},
+                {"recompute", recompute_name(req.recompute)},
+                {"seq_len", o.seq_len},
+                {"received_tokens", r.received_tokens},
+                {"gpu_capacity_bytes", req.gpu_capacity.value()},
+                {"alpha", req.alpha},
+                {"stages", stages},
+                {"mact_chunks", r.mact_chunks},
+                {"fits", r.fits},
+                {"chunk_sweep", chunk_sweep}});
+    return;
+  }
+  fmt::print("{} on {} ({} per GPU, alpha {}), layout {}, recompute {}, seq {}, received tokens s'' = {:.0f}\n\n",
+             m.name, c.name, as_gb(req.gpu_capacity.value()), req.alpha, p.to_string(),
+             recompute_name(req.recompute), o.seq_len, r.received_tokens);
+  Table t({"stage", "layers", "MoE", "params/GPU", "static", "checkpoints", "activation", "total", "fits",
+           "s'_max", "MACT c", "chunks"});
+  for (const StageMemory& s : r.stages) {
+    t.add({std::to_string(s.stage), fmt::format("{}-{}", s.first_layer, s.first_layer + s.num_layers - 1),
+           std::to_string(s.num_moe_layers), as_billions(s.params_per_gpu), as_gb(s.static_bytes.value()),
+           as_gb(s.checkpoint_bytes.value()), as_gb(s.activation_bytes.value()),
+           as_gb(s.total_bytes.value()), s.fits ? "yes" : "NO", fmt::format("{:.0f}", s.max_received_tokens),
+           s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none", std::to_string(s.chunks)});
+  }
+  fmt::print("{}\n", t.render());
+  Table sw({"chunks", "activation (stage 0)", "total (stage 0)", "all stages fit"});
+  for (const auto& [bin, rep] : sweep) {
+    const StageMemory& s0 = rep.stages.front();
+    sw.add({std::to_string(bin), as_gb(s0.activation_bytes.value()), as_gb(s0.total_bytes.value()),
+            rep.fits ? "yes" : "no"});
+  }
+  fmt::print("FCDA chunk sweep:\n{}\n", sw.render());
+  if (r.mact_chunks > 0) {
+    fmt::print("MACT picks c = {} (bins 1,2,4,8)\n", r.mact_chunks);
+  } else {
+    fmt::print("MACT: no bin up to {} chunks fits; the static memory or the sequence term alone is too large\n",
+               req.chunk_bins.back());
+  }
+  if (o.explain) explain(r, req, m);
+}
+
+}  // namespace
+
+void add_memory(CLI::App& app) {
+  auto o = std::make_shared<MemoryOptions>();
+  CLI::App* cmd = app.add_subcommand("memory", "Per-stage static/activation memory, fit check and MemFine chunk tuning");
+  cmd->add_option("--model", o->model, "model file")->required();
+  cmd->add_option("--cluster", o->cluster, "cluster file (GPU memory capacity)")->required();
+  cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1");
+  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--recompute", o->recompute, "none | selective | full");
+  cmd->add_option("--received-tokens", o->received_tokens, "tokens one GPU's MoE layer receives (s'')")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--skew", o->skew, "balanced | worst, when --received-tokens is not given");
+  cmd->add_option("--chunks", o->chunks, "FCDA chunk count, or auto for MACT");
+  cmd->add_option("--static-override", o->static_override_gb, "measured static memory in GB (MemFine Table 4)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory (MemFine eq. 3)")->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 (1 = Megatron distributed optimizer)")->check(CLI::Range(0, 3));
+  cmd->add_option("--dtype", o->dtype, "activation precision: bf16, fp16, fp32, fp8");
+  cmd->add_flag("--json", o->json, "print one JSON document (bytes)");
+  cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");
+  cmd->callback([o] { run_memory(*o); });
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,26 @@
+// The moeplan subcommands. Each add_* registers its options on the app and runs through the
+// shared error handling in main.cpp; libraries throw, only main() turns errors into exit codes.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace moe::cli {
+
+void add_info(CLI::App& app);
+void add_topo(CLI::App& app);
+void add_memory(CLI::App& app);
+void add_a2a(CLI::App& app);
+void add_comm(CLI::App& app);
+void add_affinity(CLI::App& app);
+
+// Writes a JSON document to standard output (for --json).
+void print_json(const nlohmann::json& j);
+
+// Exit codes (documented in README): 0 ok, 1 bad input or impossible request, 2 bad command
+// line, 3 nothing fits (planner).
+constexpr int kExitInput = 1;
+constexpr int kExitUsage = 2;
+
+}  // namespace moe::cli

@@ -1,0 +1,35 @@
+#include "tools/moeplan/common.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "planner/errors.h"
+
+namespace moe::cli {
+
+ParallelConfig layout_for(const std::string& text, const ModelSpec& m) {
+  try {
+    ParallelConfig p = resolve(parse_parallel(text));
+    check(p, m);
+    return p;
+  } catch (const ConfigError& e) {
+    throw InputError("--parallel", "", e.what());
+  }
+}
+
+void warn_world_size(const ParallelConfig& p, const ClusterSpec& c) {
+  if (p.world() != c.num_gpus()) {
+    fmt::print(stderr, "warning: layout {} spans {} GPUs; cluster {} has {} (per-GPU numbers still hold)\n",
+               p.to_string(), p.world(), c.name, c.num_gpus());
+  }
+}
+
+Dtype parse_dtype(const std::string& text, const std::string& option) {
+  for (Dtype d : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8}) {
+    if (text == dtype_name(d)) return d;
+  }
+  throw InputError(option, "", fmt::format("'{}' is not one of fp32, tf32, bf16, fp16, fp8", text));
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,19 @@
+// Helpers the subcommands share: parsing option values that name a mode, and turning a
+// --parallel string into a checked layout for a model.
+#pragma once
+
+#include <string>
+
+#include "planner/cluster_spec.h"
+#include "planner/model_spec.h"
+#include "planner/parallel.h"
+
+namespace moe::cli {
+
+// Parses, resolves and checks a layout against the model; errors name the --parallel option.
+ParallelConfig layout_for(const std::string& text, const ModelSpec& m);
+// Prints a warning when a layout spans a different number of GPUs than the cluster has.
+void warn_world_size(const ParallelConfig& p, const ClusterSpec& c);
+Dtype parse_dtype(const std::string& text, const std::string& option);
+
+}  // namespace moe::cli
