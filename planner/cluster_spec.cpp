@@ -188,7 +188,7 @@ void ClusterGraph::add_link(Vertex a, Vertex b, LinkKind kind, BytesPerSec bw) {
   boost::add_edge(a, b, Link{kind, bw, id}, graph_);
 }
 
-ClusterGraph::ClusterGraph(const ClusterSpec& spec) : num_gpus_per_node_(spec.node.num_gpus) {
+ClusterGraph::ClusterGraph(const ClusterSpec& spec) {
   const NodeSpec& n = spec.node;
   const Vertex network = spec.num_nodes > 1 ? add_device(DeviceKind::kNetwork, -1, 0) : Vertex{};
   const BytesPerSec pcie = n.pcie_bandwidth();
@@ -239,9 +239,14 @@ std::vector<Link> ClusterGraph::path_between(Vertex from, Vertex to) const {
   const size_t nv = boost::num_vertices(graph_);
   std::vector<Vertex> pred(nv);
   std::vector<double> dist(nv, std::numeric_limits<double>::infinity());
-  // Fewest hops first; a tie goes to the wider links (the epsilon term stays below one hop).
+  // Fewest hops first; a tie goes to the wider links (the epsilon term stays below one hop). A
+  // network hop costs as much as a whole intra-node detour, so traffic between two GPUs of one
+  // node never leaves it through the NICs.
   auto weight = boost::make_function_property_map<Graph::edge_descriptor, double>(
-      [this](Graph::edge_descriptor e) { return 1.0 + 1e-3 * kGiga / graph_[e].bandwidth.value(); });
+      [this](Graph::edge_descriptor e) {
+        const Link& l = graph_[e];
+        return (l.kind == LinkKind::kNetwork ? 8.0 : 1.0) + 1e-3 * kGiga / l.bandwidth.value();
+      });
   boost::dijkstra_shortest_paths(
       graph_, from,
       boost::predecessor_map(boost::make_iterator_property_map(pred.begin(),

@@ -139,7 +139,6 @@ class ClusterGraph {
   Graph graph_;
   std::vector<Vertex> gpu_vertices_;
   std::vector<std::vector<Vertex>> cpu_vertices_;  // [node][socket]
-  int num_gpus_per_node_ = 0;
 };
 
 }  // namespace moe

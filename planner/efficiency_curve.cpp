@@ -35,7 +35,10 @@ EfficiencyCurve EfficiencyCurve::constant(double efficiency) {
 }
 
 double EfficiencyCurve::at(double size) const {
-  if (size <= points_.front().size) return points_.front().efficiency;
+  // Below the smallest point a transfer is taken as latency-bound: its time stays that of the
+  // smallest point, so efficiency falls in proportion to size. Holding efficiency flat instead
+  // would predict ever smaller chunks to be free.
+  if (size < points_.front().size) return points_.front().efficiency * size / points_.front().size;
   if (size >= points_.back().size) return points_.back().efficiency;
   const auto hi = std::upper_bound(points_.begin(), points_.end(), size,
                                    [](double s, const Point& p) { return s < p.size; });

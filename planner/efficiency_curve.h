@@ -2,10 +2,10 @@
 //
 // Collectives, copies and GEMMs reach their peak only at large sizes; below that a fixed
 // latency dominates (MoNTA Fig. 13: near zero at tiny volumes, ~0.75 at hundreds of MiB). A
-// curve is a list of (size, efficiency) points, interpolated linearly in log(size) and held flat
-// beyond its ends; a constant is the one-point curve. The reference rate the efficiency is
-// relative to travels with the curve when the file gives one, since an efficiency means nothing
-// without it.
+// curve is a list of (size, efficiency) points, interpolated linearly in log(size), held flat
+// above the largest point and latency-bound (constant time) below the smallest; a constant is
+// the one-point curve. The reference rate the efficiency is relative to travels with the curve
+// when the file gives one, since an efficiency means nothing without it.
 #pragma once
 
 #include <optional>

@@ -88,6 +88,8 @@ ParallelConfig parse_parallel(const std::string& text, const std::string& option
 }
 
 ParallelConfig resolve(ParallelConfig p) {
+  // With no expert sizes given, an unset dp is 1 rather than derived.
+  if (!p.dp && !p.ep && !p.edp) p.dp = 1;
   for (auto* v : {&p.tp, &p.pp, &p.cp, &p.etp, &p.vpp, &p.mbs, &p.ep}) {
     if (!*v) *v = 1;
   }

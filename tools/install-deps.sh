@@ -5,6 +5,7 @@ packages=(
   build-essential cmake ninja-build
   libboost-graph-dev nlohmann-json3-dev libcli11-dev libfmt-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -23,6 +23,12 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
     const size_t colon = what.rfind(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
     throw InputError(source, "", fmt::format("malformed JSON at line {}: {}", line, what));
+  } catch (const nlohmann::json::exception& e) {
+    // out_of_range for numbers no double can hold, e.g. 1e999.
+    std::string what = e.what();
+    const size_t bracket = what.find("] ");
+    if (bracket != std::string::npos) what = what.substr(bracket + 2);
+    throw InputError(source, "", fmt::format("malformed JSON: {}", what));
   }
 }
 

@@ -1,0 +1,159 @@
+// Runs the moeplan binary as a user would: exit codes, one-line errors, JSON output, and the
+// issue's acceptance numbers.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_paths.h"
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // standard output
+  std::string err;  // standard error
+};
+
+Result run(const std::string& args) {
+  // ctest runs tests in parallel: each call gets its own file.
+  static int calls = 0;
+  const std::string err_file =
+      ::testing::TempDir() + "moeplan_cli_stderr_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt";
+  const std::string cmd = std::string("cd ") + MOEPLAN_SOURCE_DIR + " && " + MOEPLAN_BIN + " " + args + " 2>" + err_file;
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (FILE* f = fopen(err_file.c_str(), "r")) {
+    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.err.append(buf.data(), n);
+    fclose(f);
+  }
+  std::remove(err_file.c_str());
+  return r;
+}
+
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+void expect_one_line_error(const Result& r, const std::string& needle, int code = 1) {
+  EXPECT_EQ(r.code, code) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+constexpr const char* kMemFine =
+    "memory --model models/memfine-model-1.json --cluster topologies/memfine-32x64gb.json "
+    "--parallel tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1 --recompute full --received-tokens 596797 --static-override 43.0";
+
+}  // namespace
+
+TEST(Cli, HelpListsEverySubcommand) {
+  const Result r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* sub : {"info", "topo", "memory", "a2a", "comm", "affinity"}) {
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+  }
+}
+
+TEST(Cli, InfoOnHuggingFaceMixtral) {
+  const Result r = run("info --model models/hf/mixtral-8x7b.config.json --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["total_params"].get<double>() / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(j["active_params"].get<double>() / 1e9, 12.9, 0.05);
+  const Result text = run("info --model models/hf/mixtral-8x7b.config.json");
+  EXPECT_NE(text.out.find("46.70 B"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("12.88 B"), std::string::npos) << text.out;
+}
+
+TEST(Cli, MemFineAcceptance) {
+  // 22.9 / 11.9 / 3.65 GB activation for 1 / 2 / 8 chunks; MACT picks 2.
+  for (auto [chunks, gb] : {std::pair{"1", 22.9}, {"2", 11.9}, {"8", 3.65}}) {
+    const Result r = run(std::string(kMemFine) + " --chunks " + chunks + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_NEAR(j["stages"][0]["activation_bytes"].get<double>() / 1e9, gb, 0.005);
+    EXPECT_EQ(j["mact_chunks"].get<int>(), 2);
+    EXPECT_EQ(j["stages"][0]["fits"].get<bool>(), std::string(chunks) != "1");
+    for (const char* key : {"static_bytes", "activation_bytes", "total_bytes", "fits"}) {
+      EXPECT_TRUE(j["stages"][0].contains(key)) << key;
+    }
+  }
+  const Result text = run(std::string(kMemFine) + " --chunks 2");
+  EXPECT_NE(text.out.find("11.90 GB"), std::string::npos);
+  EXPECT_NE(text.out.find("MACT picks c = 2"), std::string::npos);
+  // The layout needs 128 GPUs; the cluster has 32: a warning, not a failure.
+  EXPECT_NE(text.err.find("warning: layout"), std::string::npos);
+}
+
+TEST(Cli, MontaTable8Acceptance) {
+  const Result r = run(
+      "a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --tp 8 --ep 2 "
+      "--curves calibrate/data/monta-table8-curves.json --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["baseline_s"].get<double>() * 1e3, 6.909, 0.001);
+  EXPECT_NEAR(j["o1_s"].get<double>() * 1e3, 2.455, 0.002);
+  EXPECT_EQ(j["o2"]["chunks"].get<int>(), 4);
+  EXPECT_NEAR(j["o2"]["time_s"].get<double>() * 1e3, 2.117, 0.001);
+  EXPECT_EQ(j["o3"]["chunks"].get<int>(), 4);
+  EXPECT_NEAR(j["o3"]["time_s"].get<double>() * 1e3, 1.967, 0.001);
+  EXPECT_NEAR(j["o2"]["per_chunk"]["alltoall_s"].get<double>() * 1e3, 0.3747, 0.0001);
+  EXPECT_EQ(j["choice"].get<std::string>(), "O3");
+}
+
+TEST(Cli, CommAndAffinityProduceJson) {
+  const Result comm = run(
+      "comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tp=8,ep=8,dp=1 --json");
+  ASSERT_EQ(comm.code, 0) << comm.err;
+  const auto c = nlohmann::json::parse(comm.out);
+  EXPECT_DOUBLE_EQ(c["sp_over_tp_attention"].get<double>(), 0.3125);
+  EXPECT_DOUBLE_EQ(c["ep_over_tp_ffn"].get<double>(), 0.25);
+  EXPECT_EQ(c["dispatcher"].get<std::string>(), "alltoall");
+  EXPECT_DOUBLE_EQ(c["sar_activation"]["units_full"].get<double>(), 54.25);
+  EXPECT_DOUBLE_EQ(c["sar_activation"]["units_remat"].get<double>(), 18.5);
+
+  const Result aff = run(
+      "affinity --model models/aptmoe-moe-s-8.json --cluster topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.5 --json");
+  ASSERT_EQ(aff.code, 0) << aff.err;
+  const auto a = nlohmann::json::parse(aff.out);
+  EXPECT_NEAR(a["G"].get<double>(), 0.5, 1e-6);
+  EXPECT_EQ(a["experts"].size(), 8u);
+  EXPECT_LE(a["final_r"].get<double>(), 1.0 + 1e-12);
+}
+
+TEST(Cli, TopoSummarises) {
+  const Result r = run("topo --cluster topologies/aptmoe-4x-a800-40gb-c1g2.json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU 0 -> host memory"), std::string::npos);
+  EXPECT_NE(r.out.find("A800-PCIe-40GB"), std::string::npos);
+}
+
+TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
+  const std::string d = std::string(MOEPLAN_TEST_DATA) + "/";
+  expect_one_line_error(run("info --model " + d + "malformed.json"), "malformed JSON at line 4");
+  expect_one_line_error(run("info --model " + d + "model-missing-hidden.json"), "/hidden_size: missing required field");
+  expect_one_line_error(run("info --model " + d + "hf-unknown-type.json"), "is not supported");
+  expect_one_line_error(run("topo --cluster " + d + "cluster-nic-missing-gpu.json"),
+                        "/node/nics/1/gpus: GPU 9 does not exist (node has 8)");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tp=3"),
+                        "--parallel: tp=3: 32 attention heads are not divisible by tp");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tp=1,ep=8,dp=1"),
+                        "dp=1");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tq=2"),
+                        "tq: unknown size");
+  expect_one_line_error(run("a2a --cluster topologies/h100-sxm-8.json --bytes lots"), "--bytes");
+  expect_one_line_error(run("affinity --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --G 2"),
+                        "outside [1/E, 1]");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json"), "--cluster is required", 2);
+  expect_one_line_error(run("frobnicate"), "", 2);
+}

@@ -1,0 +1,127 @@
+#include "planner/memory_model.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "planner/parallel.h"
+#include "test_models.h"
+
+namespace moe {
+
+namespace {
+ParallelConfig layout(const std::string& text, const ModelSpec& m) {
+  ParallelConfig p = resolve(parse_parallel(text));
+  check(p, m);
+  return p;
+}
+
+MemoryRequest request(Recompute r = Recompute::kNone) {
+  MemoryRequest q;
+  q.recompute = r;
+  q.gpu_capacity = gigabytes(80);
+  return q;
+}
+
+Bytes max_static(const MemoryReport& r) {
+  Bytes worst;
+  for (const auto& s : r.stages) worst = std::max(worst, s.static_bytes);
+  return worst;
+}
+}  // namespace
+
+TEST(MemoryModel, MoreChunksNeverRaisePeakActivation) {
+  const ModelSpec m = testing_models::memfine_model(16);
+  const ParallelConfig p = layout("tp=1,pp=4,ep=32", m);
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    for (double tokens : {4096.0 * 8, 300000.0, 596797.0, 1e6}) {
+      MemoryRequest q = request(r);
+      q.received_tokens = tokens;
+      std::vector<Bytes> last(4, Bytes(1e30));
+      for (int64_t c = 1; c <= 64; ++c) {
+        q.chunks = c;
+        const MemoryReport rep = estimate_memory(m, p, q);
+        for (size_t s = 0; s < rep.stages.size(); ++s) {
+          EXPECT_LE(rep.stages[s].activation_bytes, last[s]) << "stage " << s << ", chunks " << c;
+          last[s] = rep.stages[s].activation_bytes;
+        }
+      }
+    }
+  }
+}
+
+TEST(MemoryModel, LargerTpOrPpNeverRaisesStaticMemory) {
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  Bytes last_tp(1e30);
+  for (int tp : {1, 2, 4, 8}) {
+    const Bytes s = max_static(estimate_memory(m, layout(fmt::format("tp={},pp=2,ep=8,dp=8", tp), m), request()));
+    EXPECT_LE(s, last_tp) << "tp " << tp;
+    last_tp = s;
+  }
+  Bytes last_pp(1e30);
+  for (int pp : {1, 2, 4, 8, 16, 32}) {
+    const Bytes s = max_static(estimate_memory(m, layout(fmt::format("tp=2,pp={},ep=8,dp=4", pp), m), request()));
+    EXPECT_LE(s, last_pp) << "pp " << pp;
+    last_pp = s;
+  }
+}
+
+TEST(MemoryModel, StaticMemoryIsEighteenBytesPerParameterWithoutSharding) {
+  // Megatron's theoretical memory: 18 bytes per parameter with no distributed optimizer.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  MemoryRequest q = request();
+  q.zero_stage = 0;
+  const MemoryReport r = estimate_memory(m, layout("tp=1,pp=1,ep=1", m), q);
+  EXPECT_NEAR(r.stages[0].static_bytes.value(), 18.0 * r.stages[0].params_per_gpu, 1.0);
+  EXPECT_NEAR(r.stages[0].params_per_gpu, 46.70e9, 0.01e9);
+}
+
+TEST(MemoryModel, DistributedOptimizerShardsOnlyOptimizerStates) {
+  // With ZeRO-1 over d ranks: 6 + 12/d bytes per parameter (Megatron theoretical_memory_usage).
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  MemoryRequest q = request();
+  q.zero_stage = 1;
+  const MemoryReport r = estimate_memory(m, layout("tp=1,pp=1,ep=1,dp=4", m), q);
+  EXPECT_NEAR(r.stages[0].static_bytes.value(), (6.0 + 12.0 / 4) * r.stages[0].params_per_gpu, 1.0);
+}
+
+TEST(MemoryModel, PipelineScheduleSetsStoredMicrobatches) {
+  // MemFine's m_g = v p + p - 2 r - 1 counts in-flight chunk-micro-batches of (interleaved)
+  // 1F1B; full recompute keeps one layer's activations at a time (m_g = 1).
+  EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 1, 0, false), 7);
+  EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 1, 3, false), 1);
+  EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 2, 0, false), 11);
+  EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 2, 0, true), 1);
+}
+
+TEST(MemoryModel, FullRecomputeAddsCheckpointsUnlessStaticIsMeasured) {
+  const ModelSpec m = testing_models::memfine_model(16);
+  const ParallelConfig p = layout("tp=1,pp=4,ep=32", m);
+  MemoryRequest q = request(Recompute::kFull);
+  const MemoryReport computed = estimate_memory(m, p, q);
+  // Stage 0: m_g = 7 chunk-micro-batches x 4 layers x D_t b s h = 28 x 58.7 MB.
+  EXPECT_NEAR(computed.stages[0].checkpoint_bytes.value(), 28.0 * 2 * 4096 * 7168, 1.0);
+  q.static_override = gigabytes(43.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, p, q).stages[0].checkpoint_bytes.value(), 0.0);
+}
+
+TEST(MemoryModel, WorstCaseReceivedTokens) {
+  const ModelSpec m = testing_models::memfine_model(16);
+  // 32 EP ranks, 8 local experts, top-8: every rank sends each of 4096 tokens 8 times here.
+  EXPECT_DOUBLE_EQ(worst_received_tokens(m, layout("tp=1,pp=4,ep=32", m), 4096), 32.0 * 4096 * 8);
+  EXPECT_DOUBLE_EQ(balanced_received_tokens(m, 4096), 4096.0 * 8);
+}
+
+TEST(MemoryModel, DenseModelsHaveNoExpertMemory) {
+  ModelSpec m = testing_models::mixtral_8x7b();
+  m.num_routed_experts = 0;
+  m.top_k = 0;
+  m.dense_ffn_size = 14336;
+  m.moe_layer = ModelSpec::layer_map(32, 0, 1, false);
+  const MemoryReport r = estimate_memory(m, layout("tp=2,pp=2", m), request());
+  for (const auto& s : r.stages) {
+    EXPECT_EQ(s.expert_params_per_gpu, 0.0);
+    EXPECT_EQ(s.num_moe_layers, 0);
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,103 @@
+// Published parameter counts, read from the shipped model files and HuggingFace configs.
+#include <gtest/gtest.h>
+
+#include "planner/io/loaders.h"
+#include "planner/model_stats.h"
+#include "test_paths.h"
+
+namespace moe {
+
+namespace {
+ModelSpec model(const std::string& rel) { return io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/" + rel); }
+constexpr double kB = 1e9;
+}  // namespace
+
+TEST(ModelStatsGolden, Mixtral8x7B) {
+  // Published: 46.7 B total, 12.9 B active.
+  for (const char* file : {"mixtral-8x7b.json", "hf/mixtral-8x7b.config.json"}) {
+    const ModelSpec m = model(file);
+    const ModelParams p = count_params(m);
+    EXPECT_NEAR(p.total() / kB, 46.7, 0.05) << file;
+    EXPECT_NEAR(p.active(m) / kB, 12.9, 0.05) << file;
+  }
+}
+
+TEST(ModelStatsGolden, DeepSeekV3) {
+  // Published: 671 B main model (+14 B MTP, reported apart), 37 B activated.
+  for (const char* file : {"deepseek-v3.json", "hf/deepseek-v3.config.json"}) {
+    const ModelSpec m = model(file);
+    const ModelParams p = count_params(m);
+    EXPECT_NEAR(p.total() / kB, 671, 0.5) << file;
+    EXPECT_NEAR(p.active(m) / kB, 37, 0.6) << file;
+    EXPECT_NEAR(p.mtp / kB, 14, 0.6) << file;
+  }
+}
+
+TEST(ModelStatsGolden, OtherPublishedCounts) {
+  struct Case {
+    const char* file;
+    double total, active, tol;
+  };
+  // Model cards: Qwen1.5-MoE-A2.7B 14.3/2.7, Qwen3-30B-A3B 30.5/3.3, OLMoE-1B-7B 6.9/1.3,
+  // Phi-3.5-MoE 41.9/6.6, DeepSeekMoE-16B 16.4/2.8, Llama-2-7B 6.74 dense.
+  for (const Case& c : {Case{"hf/qwen1.5-moe-a2.7b.config.json", 14.3, 2.7, 0.06},
+                        Case{"hf/qwen3-30b-a3b.config.json", 30.5, 3.3, 0.06},
+                        Case{"hf/olmoe-1b-7b.config.json", 6.9, 1.3, 0.03},
+                        Case{"phi-3.5-moe.json", 41.9, 6.6, 0.06},
+                        Case{"hf/phi-3.5-moe.config.json", 41.9, 6.6, 0.06},
+                        Case{"deepseekmoe-16b.json", 16.4, 2.8, 0.05},
+                        Case{"llama-2-7b.json", 6.74, 6.74, 0.01},
+                        Case{"hf/llama-2-7b.config.json", 6.74, 6.74, 0.01}}) {
+    const ModelSpec m = model(c.file);
+    const ModelParams p = count_params(m);
+    EXPECT_NEAR(p.total() / kB, c.total, c.tol) << c.file;
+    EXPECT_NEAR(p.active(m) / kB, c.active, c.tol) << c.file;
+  }
+}
+
+TEST(ModelStatsGolden, AptMoeTableI) {
+  // Transformer blocks only (attention 4 d^2 + experts 2 d h each, 64 layers), as Table I counts.
+  struct Case {
+    const char* file;
+    double computed;
+  };
+  for (const Case& c : {Case{"aptmoe-moe-s-8.json", 4.56}, Case{"aptmoe-moe-s-16.json", 8.86},
+                        Case{"aptmoe-moe-s-64.json", 34.63}, Case{"aptmoe-moe-m-8.json", 18.25},
+                        Case{"aptmoe-moe-m-16.json", 35.43}, Case{"aptmoe-moe-l-8.json", 64.42}}) {
+    const ModelSpec m = model(c.file);
+    const ModelParams p = count_params(m);
+    double blocks = 0;
+    for (const LayerParams& l : p.layers) blocks += l.attention + l.routed_experts;
+    EXPECT_NEAR(blocks / kB, c.computed, 0.01) << c.file;
+  }
+  // MoE-L-8: the paper prints 61.2 B, 5 % below what its own dimensions give.
+  const ModelParams l8 = count_params(model("aptmoe-moe-l-8.json"));
+  double blocks = 0;
+  for (const LayerParams& l : l8.layers) blocks += l.attention + l.routed_experts;
+  EXPECT_NEAR(61.2 / (blocks / kB), 0.95, 0.01);
+}
+
+TEST(ModelStats, FlopsPerTokenFollowSixN) {
+  const ModelSpec m = model("llama-2-7b.json");
+  const TokenFlops f = flops_per_token(m, 4096);
+  const ModelParams p = count_params(m);
+  // Matmul FLOPs: 2 x (weights - embedding lookup - norms).
+  double norms = p.final_norm;
+  for (const LayerParams& l : p.layers) norms += l.norms;
+  EXPECT_NEAR(f.forward_matmul.value(), 2.0 * (p.total() - p.embedding - norms), 1.0);
+  // Causal attention: a (d_qk + d_v) s per token per layer = 32 x 256 x 4096 x 32 layers.
+  EXPECT_DOUBLE_EQ(f.forward_attention.value(), 32.0 * 256 * 4096 * 32);
+  EXPECT_DOUBLE_EQ(f.training().value(), 3 * f.forward().value());
+}
+
+TEST(ModelStats, MoeFlopsCountOnlyActiveExperts) {
+  const ModelSpec m = model("mixtral-8x7b.json");
+  const ModelParams p = count_params(m);
+  const TokenFlops f = flops_per_token(m, 1);
+  // Active matmul weights are the active parameters minus the embedding and norms.
+  double norms = p.final_norm;
+  for (const LayerParams& l : p.layers) norms += l.norms;
+  EXPECT_NEAR(f.forward_matmul.value(), 2.0 * (p.active(m) - p.embedding - norms), 1.0);
+}
+
+}  // namespace moe
