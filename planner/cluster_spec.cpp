@@ -13,11 +13,16 @@ namespace moe {
 
 const char* dtype_name(Dtype d) {
   switch (d) {
-    case Dtype::kFp32: return "fp32";
-    case Dtype::kTf32: return "tf32";
-    case Dtype::kBf16: return "bf16";
-    case Dtype::kFp16: return "fp16";
-    case Dtype::kFp8: return "fp8";
+    case Dtype::kFp32:
+      return "fp32";
+    case Dtype::kTf32:
+      return "tf32";
+    case Dtype::kBf16:
+      return "bf16";
+    case Dtype::kFp16:
+      return "fp16";
+    case Dtype::kFp8:
+      return "fp8";
   }
   return "?";
 }
@@ -25,10 +30,13 @@ const char* dtype_name(Dtype d) {
 double dtype_bytes(Dtype d) {
   switch (d) {
     case Dtype::kFp32:
-    case Dtype::kTf32: return 4.0;
+    case Dtype::kTf32:
+      return 4.0;
     case Dtype::kBf16:
-    case Dtype::kFp16: return 2.0;
-    case Dtype::kFp8: return 1.0;
+    case Dtype::kFp16:
+      return 2.0;
+    case Dtype::kFp8:
+      return 1.0;
   }
   return 0.0;
 }
@@ -36,7 +44,8 @@ double dtype_bytes(Dtype d) {
 FlopsPerSec GpuSpec::peak_for(Dtype d) const {
   auto it = peak.find(d);
   if (it == peak.end()) {
-    throw ConfigError(fmt::format("GPU {} has no {} peak in the cluster file", model, dtype_name(d)));
+    throw ConfigError(
+        fmt::format("GPU {} has no {} peak in the cluster file", model, dtype_name(d)));
   }
   return it->second;
 }
@@ -92,89 +101,96 @@ BytesPerSec ClusterSpec::gpu_network_bandwidth() const {
   return best;
 }
 
-namespace {
-void require(bool ok, const std::string& field, const std::string& problem) {
-  if (!ok) throw ConfigError(fmt::format("{}: {}", field, problem));
-}
-}  // namespace
-
 void validate(const ClusterSpec& c) {
   const NodeSpec& n = c.node;
-  require(c.num_nodes > 0, "nodes", "must be positive");
-  require(n.num_gpus > 0, "node/gpus", "must be positive");
-  require(n.gpu.hbm_capacity > Bytes(0), "node/gpu/hbm_GB", "must be positive");
-  require(n.gpu.hbm_bandwidth > BytesPerSec(0), "node/gpu/hbm_bandwidth_GBps", "must be positive");
-  require(n.gpu.peak.count(Dtype::kBf16) == 1, "node/gpu/peak_TFLOPS/bf16", "is required");
+  require_field(c.num_nodes > 0, "nodes", "must be positive");
+  require_field(n.num_gpus > 0, "node/gpus", "must be positive");
+  require_field(n.gpu.hbm_capacity > Bytes(0), "node/gpu/hbm_GB", "must be positive");
+  require_field(n.gpu.hbm_bandwidth > BytesPerSec(0), "node/gpu/hbm_bandwidth_GBps",
+                "must be positive");
+  require_field(n.gpu.peak.count(Dtype::kBf16) == 1, "node/gpu/peak_TFLOPS/bf16", "is required");
   for (const auto& [d, f] : n.gpu.peak) {
-    require(f > FlopsPerSec(0), fmt::format("node/gpu/peak_TFLOPS/{}", dtype_name(d)),
-            "must be positive");
+    require_field(f > FlopsPerSec(0), fmt::format("node/gpu/peak_TFLOPS/{}", dtype_name(d)),
+                  "must be positive");
   }
   if (n.fabric == Fabric::kNvSwitch) {
-    require(n.nvlink_bandwidth > BytesPerSec(0), "node/intra_node/bandwidth_GBps",
-            "must be positive for an NVSwitch fabric");
+    require_field(n.nvlink_bandwidth > BytesPerSec(0), "node/intra_node/bandwidth_GBps",
+                  "must be positive for an NVSwitch fabric");
   }
-  require(!n.cpus.empty(), "node/cpus", "a node needs at least one CPU socket");
-  require(!n.pcie_switches.empty(), "node/pcie/switches", "a node needs at least one PCIe switch");
+  require_field(!n.cpus.empty(), "node/cpus", "a node needs at least one CPU socket");
+  require_field(!n.pcie_switches.empty(), "node/pcie/switches",
+                "a node needs at least one PCIe switch");
   for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
     const PcieSwitch& sw = n.pcie_switches[s];
-    require(sw.cpu >= 0 && sw.cpu < static_cast<int>(n.cpus.size()),
-            fmt::format("node/pcie/switches/{}/cpu", s),
-            fmt::format("CPU {} does not exist (node has {})", sw.cpu, n.cpus.size()));
+    require_field(sw.cpu >= 0 && sw.cpu < static_cast<int>(n.cpus.size()),
+                  fmt::format("node/pcie/switches/{}/cpu", s),
+                  fmt::format("CPU {} does not exist (node has {})", sw.cpu, n.cpus.size()));
     for (int g : sw.gpus) {
-      require(g >= 0 && g < n.num_gpus, fmt::format("node/pcie/switches/{}/gpus", s),
-              fmt::format("GPU {} does not exist (node has {})", g, n.num_gpus));
+      require_field(g >= 0 && g < n.num_gpus, fmt::format("node/pcie/switches/{}/gpus", s),
+                    fmt::format("GPU {} does not exist (node has {})", g, n.num_gpus));
     }
   }
   for (int g = 0; g < n.num_gpus; ++g) {
     int owners = 0;
-    for (const PcieSwitch& sw : n.pcie_switches) owners += std::count(sw.gpus.begin(), sw.gpus.end(), g);
-    require(owners == 1, "node/pcie/switches",
-            fmt::format("GPU {} sits under {} switches (needs exactly one)", g, owners));
+    for (const PcieSwitch& sw : n.pcie_switches)
+      owners += std::count(sw.gpus.begin(), sw.gpus.end(), g);
+    require_field(owners == 1, "node/pcie/switches",
+                  fmt::format("GPU {} sits under {} switches (needs exactly one)", g, owners));
   }
   for (size_t i = 0; i < n.cpus.size(); ++i) {
-    require(n.cpus[i].cores > 0, fmt::format("node/cpus/{}/cores", i), "must be positive");
+    require_field(n.cpus[i].cores > 0, fmt::format("node/cpus/{}/cores", i), "must be positive");
   }
   for (size_t k = 0; k < n.nics.size(); ++k) {
     const Nic& nic = n.nics[k];
-    require(nic.bandwidth > BytesPerSec(0), fmt::format("node/nics/{}/bandwidth_Gbps", k),
-            "must be positive");
-    require(!nic.gpus.empty(), fmt::format("node/nics/{}/gpus", k), "a NIC must serve a GPU");
+    require_field(nic.bandwidth > BytesPerSec(0), fmt::format("node/nics/{}/bandwidth_Gbps", k),
+                  "must be positive");
+    require_field(!nic.gpus.empty(), fmt::format("node/nics/{}/gpus", k), "a NIC must serve a GPU");
     for (int g : nic.gpus) {
-      require(g >= 0 && g < n.num_gpus, fmt::format("node/nics/{}/gpus", k),
-              fmt::format("GPU {} does not exist (node has {})", g, n.num_gpus));
+      require_field(g >= 0 && g < n.num_gpus, fmt::format("node/nics/{}/gpus", k),
+                    fmt::format("GPU {} does not exist (node has {})", g, n.num_gpus));
     }
-    require(nic.pcie_switch < static_cast<int>(n.pcie_switches.size()),
-            fmt::format("node/nics/{}/pcie_switch", k),
-            fmt::format("switch {} does not exist (node has {})", nic.pcie_switch,
-                        n.pcie_switches.size()));
+    require_field(nic.pcie_switch < static_cast<int>(n.pcie_switches.size()),
+                  fmt::format("node/nics/{}/pcie_switch", k),
+                  fmt::format("switch {} does not exist (node has {})", nic.pcie_switch,
+                              n.pcie_switches.size()));
   }
   if (c.num_nodes > 1) {
-    require(!n.nics.empty(), "node/nics", "a multi-node cluster needs NICs");
+    require_field(!n.nics.empty(), "node/nics", "a multi-node cluster needs NICs");
     for (int g = 0; g < n.num_gpus; ++g) {
-      require(n.nic_of_gpu(g) >= 0, "node/nics",
-              fmt::format("GPU {} is served by no NIC in a multi-node cluster", g));
+      require_field(n.nic_of_gpu(g) >= 0, "node/nics",
+                    fmt::format("GPU {} is served by no NIC in a multi-node cluster", g));
     }
   }
 }
 
 const char* device_kind_name(DeviceKind k) {
   switch (k) {
-    case DeviceKind::kGpu: return "gpu";
-    case DeviceKind::kNvSwitch: return "nvswitch";
-    case DeviceKind::kPcieSwitch: return "pcie-switch";
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kNic: return "nic";
-    case DeviceKind::kNetwork: return "network";
+    case DeviceKind::kGpu:
+      return "gpu";
+    case DeviceKind::kNvSwitch:
+      return "nvswitch";
+    case DeviceKind::kPcieSwitch:
+      return "pcie-switch";
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kNic:
+      return "nic";
+    case DeviceKind::kNetwork:
+      return "network";
   }
   return "?";
 }
 
 const char* link_kind_name(LinkKind k) {
   switch (k) {
-    case LinkKind::kNvLink: return "nvlink";
-    case LinkKind::kPcie: return "pcie";
-    case LinkKind::kCpuInterconnect: return "cpu-interconnect";
-    case LinkKind::kNetwork: return "network";
+    case LinkKind::kNvLink:
+      return "nvlink";
+    case LinkKind::kPcie:
+      return "pcie";
+    case LinkKind::kCpuInterconnect:
+      return "cpu-interconnect";
+    case LinkKind::kNetwork:
+      return "network";
   }
   return "?";
 }
@@ -249,8 +265,8 @@ std::vector<Link> ClusterGraph::path_between(Vertex from, Vertex to) const {
       });
   boost::dijkstra_shortest_paths(
       graph_, from,
-      boost::predecessor_map(boost::make_iterator_property_map(pred.begin(),
-                                                               boost::get(boost::vertex_index, graph_)))
+      boost::predecessor_map(
+          boost::make_iterator_property_map(pred.begin(), boost::get(boost::vertex_index, graph_)))
           .distance_map(boost::make_iterator_property_map(dist.begin(),
                                                           boost::get(boost::vertex_index, graph_)))
           .weight_map(weight));

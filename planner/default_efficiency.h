@@ -12,7 +12,7 @@
 
 namespace moe::defaults {
 
-EfficiencyCurve alltoall_inter_node();  // r1, plateau 0.92
+EfficiencyCurve alltoall_inter_node();   // r1, plateau 0.92
 EfficiencyCurve allgather_intra_node();  // r2, plateau 0.80
 EfficiencyCurve d2d_copy();              // r3, plateau 0.45
 

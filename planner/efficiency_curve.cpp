@@ -16,10 +16,11 @@ EfficiencyCurve::EfficiencyCurve(std::vector<Point> points, std::optional<BytesP
             [](const Point& a, const Point& b) { return a.size < b.size; });
   for (size_t i = 0; i < points_.size(); ++i) {
     const Point& p = points_[i];
-    if (!(p.size > 0)) throw ConfigError(fmt::format("efficiency curve: size {} must be positive", p.size));
+    if (!(p.size > 0))
+      throw ConfigError(fmt::format("efficiency curve: size {} must be positive", p.size));
     if (!(p.efficiency > 0 && p.efficiency <= 1.5)) {
-      throw ConfigError(fmt::format("efficiency curve: efficiency {} at size {} is outside (0, 1.5]",
-                                    p.efficiency, p.size));
+      throw ConfigError(fmt::format(
+          "efficiency curve: efficiency {} at size {} is outside (0, 1.5]", p.efficiency, p.size));
     }
     if (i > 0 && points_[i - 1].size == p.size) {
       throw ConfigError(fmt::format("efficiency curve: size {} appears twice", p.size));
@@ -43,7 +44,8 @@ double EfficiencyCurve::at(double size) const {
   const auto hi = std::upper_bound(points_.begin(), points_.end(), size,
                                    [](double s, const Point& p) { return s < p.size; });
   const auto lo = hi - 1;
-  const double f = (std::log(size) - std::log(lo->size)) / (std::log(hi->size) - std::log(lo->size));
+  const double f =
+      (std::log(size) - std::log(lo->size)) / (std::log(hi->size) - std::log(lo->size));
   return lo->efficiency + f * (hi->efficiency - lo->efficiency);
 }
 

@@ -3,7 +3,9 @@
 namespace moe::megascale {
 
 namespace {
-double frac(int64_t n) { return static_cast<double>(n - 1) / static_cast<double>(n); }
+double frac(int64_t n) {
+  return static_cast<double>(n - 1) / static_cast<double>(n);
+}
 double bsh(int64_t b, int64_t s, int64_t h) {
   return static_cast<double>(b) * static_cast<double>(s) * static_cast<double>(h);
 }
@@ -30,7 +32,8 @@ const char* dispatcher_name(Dispatcher d) {
 }
 
 Dispatcher choose_dispatcher(int64_t top_k, int64_t n, double a2a_over_ag_efficiency) {
-  const double a2a_cost = static_cast<double>(top_k) / static_cast<double>(n) / a2a_over_ag_efficiency;
+  const double a2a_cost =
+      static_cast<double>(top_k) / static_cast<double>(n) / a2a_over_ag_efficiency;
   return a2a_cost <= 1.0 ? Dispatcher::kAllToAll : Dispatcher::kAllGather;
 }
 

@@ -47,8 +47,8 @@ double compute_comm_ratio(const RatioInputs& in);
 double compute_comm_ratio_approx(const RatioInputs& in);
 
 // App. A.2: activation of one MoE layer in units of b s h / n (f = h_ffn / h).
-double activation_units_full(int64_t n, int64_t top_k, double f, double m);     // 2n+2k+3kf+12+5/m
-double activation_units_remat(int64_t top_k, double f, double m);               // 2kf+4+2/m
+double activation_units_full(int64_t n, int64_t top_k, double f, double m);  // 2n+2k+3kf+12+5/m
+double activation_units_remat(int64_t top_k, double f, double m);            // 2kf+4+2/m
 Bytes activation_bytes(double units, int64_t b, int64_t s, int64_t h, int64_t n,
                        double bytes_per_element);
 

@@ -6,7 +6,9 @@
 namespace moe::memfine {
 
 namespace {
-double tc(const LayerShape& s) { return static_cast<double>(s.tp * s.cp); }
+double tc(const LayerShape& s) {
+  return static_cast<double>(s.tp * s.cp);
+}
 }  // namespace
 
 Bytes sequence_activation(const LayerShape& s) {
@@ -50,8 +52,8 @@ bool fits(Bytes static_bytes, Bytes activation_bytes, Bytes gpu_capacity, double
   return static_bytes + activation_bytes <= gpu_capacity * alpha;
 }
 
-double max_received_tokens(const LayerShape& s, double m_g, Bytes static_bytes,
-                           Bytes gpu_capacity, double alpha) {
+double max_received_tokens(const LayerShape& s, double m_g, Bytes static_bytes, Bytes gpu_capacity,
+                           double alpha) {
   const Bytes room = gpu_capacity * alpha - static_bytes - sequence_activation(s) * m_g;
   return room / (activation_per_received_token(s) * m_g);
 }

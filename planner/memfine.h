@@ -54,8 +54,8 @@ Bytes recompute_checkpoints(const LayerShape& s, double m_g, int64_t layers_per_
 
 // Eq. (1): parameters x (D_para + D_grad + 4 D_opt) with D_opt the number of fp32 states.
 struct StaticBytesPerParam {
-  double param = 2;           // D_t^para
-  double grad = 4;            // D_t^grad (fp32 main gradients)
+  double param = 2;             // D_t^para
+  double grad = 4;              // D_t^grad (fp32 main gradients)
   double optimizer_states = 3;  // Adam: master weights, momentum, variance, fp32 each
   double per_param() const { return param + grad + 4.0 * optimizer_states; }
 };
@@ -65,8 +65,8 @@ Bytes static_memory(double params, const StaticBytesPerParam& b);
 bool fits(Bytes static_bytes, Bytes activation_bytes, Bytes gpu_capacity, double alpha);
 
 // Eq. (8): the received tokens that still fit, s'_max (may be negative: nothing fits).
-double max_received_tokens(const LayerShape& s, double m_g, Bytes static_bytes,
-                           Bytes gpu_capacity, double alpha);
+double max_received_tokens(const LayerShape& s, double m_g, Bytes static_bytes, Bytes gpu_capacity,
+                           double alpha);
 // Eq. (9): c = ceil(s'' / s'_max); 0 when s'_max <= 0 (no chunk count fits).
 int64_t chunks_needed(double received_tokens, double max_tokens);
 // MACT's bin: the smallest bin not below c ("the large bin closest to c"). Returns 0 when c

@@ -8,9 +8,12 @@ namespace moe {
 
 const char* recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "?";
 }
@@ -94,15 +97,24 @@ StageParams stage_params(const ModelSpec& m, const ParallelConfig& p, int64_t st
   return out;
 }
 
-Bytes sharded_static(double params, int64_t shards, int zero, const memfine::StaticBytesPerParam& b) {
+Bytes sharded_static(double params, int64_t shards, int zero,
+                     const memfine::StaticBytesPerParam& b) {
   const double d = static_cast<double>(shards);
   const double opt = 4.0 * b.optimizer_states;
   double per = 0;
   switch (zero) {
-    case 0: per = b.param + b.grad + opt; break;
-    case 1: per = b.param + b.grad + opt / d; break;
-    case 2: per = b.param + (b.grad + opt) / d; break;
-    default: per = (b.param + b.grad + opt) / d; break;
+    case 0:
+      per = b.param + b.grad + opt;
+      break;
+    case 1:
+      per = b.param + b.grad + opt / d;
+      break;
+    case 2:
+      per = b.param + (b.grad + opt) / d;
+      break;
+    default:
+      per = (b.param + b.grad + opt) / d;
+      break;
   }
   return Bytes(params * per);
 }
@@ -120,7 +132,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const 
     s.stage = stage;
     s.first_layer = first_layer_of_stage(m, *p.pp, stage);
     s.num_layers = layers_in_stage(m, *p.pp, stage);
-    for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i) s.num_moe_layers += m.moe_layer[i];
+    for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
+      s.num_moe_layers += m.moe_layer[i];
     const StageParams params = stage_params(m, p, stage);
     s.params_per_gpu = params.dense + params.expert;
     s.expert_params_per_gpu = params.expert;
@@ -133,7 +146,9 @@ MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const 
     } else {
       s.static_bytes = sharded_static(params.dense, *p.dp, r.zero_stage, r.static_bytes) +
                        sharded_static(params.expert, p.expert_dp(), r.zero_stage, r.static_bytes);
-      if (full) s.checkpoint_bytes = memfine::recompute_checkpoints(report.moe_shape, schedule_mg, layers_per_chunk);
+      if (full)
+        s.checkpoint_bytes =
+            memfine::recompute_checkpoints(report.moe_shape, schedule_mg, layers_per_chunk);
     }
 
     // Activation at c chunks: full recompute holds one layer (the largest); otherwise m_g
@@ -141,8 +156,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const 
     auto activation_at = [&](int64_t chunks) {
       Bytes largest, sum;
       for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i) {
-        const Bytes a = layer_activation(report.moe_shape, m.moe_layer[i], m, report.received_tokens,
-                                         chunks, r.recompute);
+        const Bytes a = layer_activation(report.moe_shape, m.moe_layer[i], m,
+                                         report.received_tokens, chunks, r.recompute);
         largest = std::max(largest, a);
         sum += a;
       }
@@ -152,13 +167,14 @@ MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const 
 
     // MACT, eq. (8)-(9), on the stage's MoE layer shape with its m_g and layer count folded in.
     const Bytes fixed = s.static_bytes + s.checkpoint_bytes;
-    const double per_token_weight = full ? 1.0 : s.m_g * static_cast<double>(s.num_moe_layers) /
-                                                      static_cast<double>(*p.vpp);
+    const double per_token_weight =
+        full ? 1.0 : s.m_g * static_cast<double>(s.num_moe_layers) / static_cast<double>(*p.vpp);
     if (s.num_moe_layers > 0 && per_token_weight > 0) {
       // Room left after everything but the received-token term, over what one token costs.
-      const Bytes base = activation_at(1) - memfine::activation_per_received_token(report.moe_shape) *
-                                                memfine::tokens_per_chunk(report.received_tokens, 1) *
-                                                per_token_weight;
+      const Bytes base =
+          activation_at(1) - memfine::activation_per_received_token(report.moe_shape) *
+                                 memfine::tokens_per_chunk(report.received_tokens, 1) *
+                                 per_token_weight;
       const Bytes room = r.gpu_capacity * r.alpha - fixed - base;
       s.max_received_tokens =
           room / (memfine::activation_per_received_token(report.moe_shape) * per_token_weight);
@@ -170,7 +186,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const 
     s.chunks = r.chunks.value_or(s.mact_chunks > 0 ? s.mact_chunks : r.chunk_bins.back());
     s.activation_bytes = activation_at(s.chunks);
     s.total_bytes = s.static_bytes + s.checkpoint_bytes + s.activation_bytes;
-    s.fits = memfine::fits(s.static_bytes + s.checkpoint_bytes, s.activation_bytes, r.gpu_capacity, r.alpha);
+    s.fits = memfine::fits(s.static_bytes + s.checkpoint_bytes, s.activation_bytes, r.gpu_capacity,
+                           r.alpha);
     report.fits = report.fits && s.fits;
     report.stages.push_back(s);
   }

@@ -20,47 +20,41 @@ std::vector<bool> ModelSpec::layer_map(int64_t num_layers, int64_t first_dense, 
   return map;
 }
 
-namespace {
-void require(bool ok, const std::string& field, const std::string& problem) {
-  if (!ok) throw ConfigError(fmt::format("{}: {}", field, problem));
-}
-}  // namespace
-
 void validate(const ModelSpec& m) {
-  require(m.num_layers > 0, "num_layers", "must be positive");
-  require(m.hidden_size > 0, "hidden_size", "must be positive");
-  require(m.vocab_size > 0, "vocab_size", "must be positive");
+  require_field(m.num_layers > 0, "num_layers", "must be positive");
+  require_field(m.hidden_size > 0, "hidden_size", "must be positive");
+  require_field(m.vocab_size > 0, "vocab_size", "must be positive");
   const AttentionSpec& a = m.attention;
-  require(a.num_heads > 0, "num_attention_heads", "must be positive");
-  require(a.num_kv_heads > 0, "num_key_value_heads", "must be positive");
-  require(a.num_heads % a.num_kv_heads == 0, "num_key_value_heads",
-          fmt::format("{} query heads are not a multiple of {} KV heads", a.num_heads,
-                      a.num_kv_heads));
+  require_field(a.num_heads > 0, "num_attention_heads", "must be positive");
+  require_field(a.num_kv_heads > 0, "num_key_value_heads", "must be positive");
+  require_field(
+      a.num_heads % a.num_kv_heads == 0, "num_key_value_heads",
+      fmt::format("{} query heads are not a multiple of {} KV heads", a.num_heads, a.num_kv_heads));
   if (a.kind == AttentionKind::kLatent) {
-    require(a.kv_lora_rank > 0, "kv_lora_rank", "must be positive for latent attention");
-    require(a.qk_nope_head_dim > 0, "qk_nope_head_dim", "must be positive");
-    require(a.qk_rope_head_dim > 0, "qk_rope_head_dim", "must be positive");
-    require(a.v_head_dim > 0, "v_head_dim", "must be positive");
-    require(a.q_lora_rank >= 0, "q_lora_rank", "must not be negative");
+    require_field(a.kv_lora_rank > 0, "kv_lora_rank", "must be positive for latent attention");
+    require_field(a.qk_nope_head_dim > 0, "qk_nope_head_dim", "must be positive");
+    require_field(a.qk_rope_head_dim > 0, "qk_rope_head_dim", "must be positive");
+    require_field(a.v_head_dim > 0, "v_head_dim", "must be positive");
+    require_field(a.q_lora_rank >= 0, "q_lora_rank", "must not be negative");
   } else {
-    require(a.head_dim > 0, "head_dim", "must be positive");
+    require_field(a.head_dim > 0, "head_dim", "must be positive");
   }
-  require(static_cast<int64_t>(m.moe_layer.size()) == m.num_layers, "moe_layer",
-          fmt::format("has {} entries for {} layers", m.moe_layer.size(), m.num_layers));
-  require(m.num_routed_experts >= 0, "num_routed_experts", "must not be negative");
-  require(m.num_shared_experts >= 0, "num_shared_experts", "must not be negative");
-  require(m.mtp_layers >= 0, "mtp_layers", "must not be negative");
+  require_field(static_cast<int64_t>(m.moe_layer.size()) == m.num_layers, "moe_layer",
+                fmt::format("has {} entries for {} layers", m.moe_layer.size(), m.num_layers));
+  require_field(m.num_routed_experts >= 0, "num_routed_experts", "must not be negative");
+  require_field(m.num_shared_experts >= 0, "num_shared_experts", "must not be negative");
+  require_field(m.mtp_layers >= 0, "mtp_layers", "must not be negative");
   if (m.is_moe()) {
-    require(m.expert_ffn_size > 0, "expert_ffn_size", "must be positive in an MoE model");
-    require(m.top_k > 0, "top_k", "must be positive in an MoE model");
-    require(m.top_k <= m.num_routed_experts, "top_k",
-            fmt::format("{} exceeds the {} routed experts", m.top_k, m.num_routed_experts));
-    require(m.num_moe_layers() > 0, "moe_layer", "no layer carries experts");
+    require_field(m.expert_ffn_size > 0, "expert_ffn_size", "must be positive in an MoE model");
+    require_field(m.top_k > 0, "top_k", "must be positive in an MoE model");
+    require_field(m.top_k <= m.num_routed_experts, "top_k",
+                  fmt::format("{} exceeds the {} routed experts", m.top_k, m.num_routed_experts));
+    require_field(m.num_moe_layers() > 0, "moe_layer", "no layer carries experts");
   } else {
-    require(m.num_moe_layers() == 0, "moe_layer", "MoE layers in a model without experts");
+    require_field(m.num_moe_layers() == 0, "moe_layer", "MoE layers in a model without experts");
   }
-  require(m.num_dense_layers() == 0 || m.dense_ffn_size > 0, "dense_ffn_size",
-          "must be positive when the model has dense layers");
+  require_field(m.num_dense_layers() == 0 || m.dense_ffn_size > 0, "dense_ffn_size",
+                "must be positive when the model has dense layers");
 }
 
 }  // namespace moe

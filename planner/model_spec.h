@@ -12,7 +12,7 @@
 namespace moe {
 
 enum class AttentionKind { kMultiHead, kLatent };  // MHA/GQA/MQA, or MLA (DeepSeek-V2/V3)
-enum class AttentionBias { kNone, kQkv, kAll };     // Qwen2: qkv only; Phi-3.5-MoE: all four
+enum class AttentionBias { kNone, kQkv, kAll };    // Qwen2: qkv only; Phi-3.5-MoE: all four
 
 struct AttentionSpec {
   AttentionKind kind = AttentionKind::kMultiHead;
@@ -31,9 +31,7 @@ struct AttentionSpec {
   int64_t qk_head_dim() const {
     return kind == AttentionKind::kLatent ? qk_nope_head_dim + qk_rope_head_dim : head_dim;
   }
-  int64_t value_head_dim() const {
-    return kind == AttentionKind::kLatent ? v_head_dim : head_dim;
-  }
+  int64_t value_head_dim() const { return kind == AttentionKind::kLatent ? v_head_dim : head_dim; }
 };
 
 struct ModelSpec {
@@ -41,9 +39,9 @@ struct ModelSpec {
   int64_t num_layers = 0;
   int64_t hidden_size = 0;
   AttentionSpec attention;
-  int64_t dense_ffn_size = 0;       // FFN width of dense layers
-  int64_t num_routed_experts = 0;   // 0: a dense model
-  int64_t num_shared_experts = 0;   // DeepSeek style: each of expert_ffn_size
+  int64_t dense_ffn_size = 0;      // FFN width of dense layers
+  int64_t num_routed_experts = 0;  // 0: a dense model
+  int64_t num_shared_experts = 0;  // DeepSeek style: each of expert_ffn_size
   int64_t expert_ffn_size = 0;
   int64_t shared_expert_ffn_size = 0;  // Qwen2-MoE style: one shared FFN of this width (0: none)
   bool shared_expert_gate = false;     // Qwen2-MoE scales the shared expert by a sigmoid gate

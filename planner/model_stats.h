@@ -38,7 +38,7 @@ struct ModelParams {
   double final_norm = 0;
   double mtp = 0;  // multi-token-prediction modules, reported apart from the main model
 
-  double total() const;   // main model, MTP excluded
+  double total() const;                     // main model, MTP excluded
   double active(const ModelSpec& m) const;  // per token, main model
   double attention() const;
   double routed_experts() const;

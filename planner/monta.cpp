@@ -4,13 +4,16 @@
 
 namespace moe::monta {
 
-Bytes alltoall_volume(int64_t micro_batch, int64_t seq_len, int64_t hidden, double bytes_per_element) {
+Bytes alltoall_volume(int64_t micro_batch, int64_t seq_len, int64_t hidden,
+                      double bytes_per_element) {
   return Bytes(static_cast<double>(micro_batch) * static_cast<double>(seq_len) *
                static_cast<double>(hidden) * bytes_per_element);
 }
 
 namespace {
-double frac(int64_t n) { return static_cast<double>(n - 1) / static_cast<double>(n); }
+double frac(int64_t n) {
+  return static_cast<double>(n - 1) / static_cast<double>(n);
+}
 }  // namespace
 
 Seconds baseline_time(const Problem& p) {
@@ -56,7 +59,8 @@ ChunkChoice at_chunks(const Problem& p, Pipelining kind, int64_t chunks) {
   ChunkChoice out;
   out.chunks = chunks;
   out.per_chunk = chunk_costs(p, chunks);
-  out.time = kind == Pipelining::kO2 ? o2_time(out.per_chunk, chunks) : o3_time(out.per_chunk, chunks);
+  out.time =
+      kind == Pipelining::kO2 ? o2_time(out.per_chunk, chunks) : o3_time(out.per_chunk, chunks);
   return out;
 }
 
@@ -74,10 +78,14 @@ ChunkChoice best_chunking(const Problem& p, Pipelining kind) {
 
 const char* strategy_name(Strategy s) {
   switch (s) {
-    case Strategy::kBaseline: return "baseline";
-    case Strategy::kO1: return "O1";
-    case Strategy::kO2: return "O2";
-    case Strategy::kO3: return "O3";
+    case Strategy::kBaseline:
+      return "baseline";
+    case Strategy::kO1:
+      return "O1";
+    case Strategy::kO2:
+      return "O2";
+    case Strategy::kO3:
+      return "O3";
   }
   return "?";
 }
@@ -109,21 +117,34 @@ Bytes weight_bytes(double params, int64_t model_parallel, int64_t d, Zero zero) 
   const double dp = static_cast<double>(d);
   double per_param = 0;
   switch (zero) {
-    case Zero::kNone: per_param = 16.0; break;
-    case Zero::kStage1: per_param = 4.0 + 12.0 / dp; break;
-    case Zero::kStage2: per_param = 2.0 + 14.0 / dp; break;
-    case Zero::kStage3: per_param = 16.0 / dp; break;
+    case Zero::kNone:
+      per_param = 16.0;
+      break;
+    case Zero::kStage1:
+      per_param = 4.0 + 12.0 / dp;
+      break;
+    case Zero::kStage2:
+      per_param = 2.0 + 14.0 / dp;
+      break;
+    case Zero::kStage3:
+      per_param = 16.0 / dp;
+      break;
   }
   return Bytes(params * per_param / mp);
 }
 
 const char* activation_config_name(ActivationConfig c) {
   switch (c) {
-    case ActivationConfig::kNoParallelism: return "none";
-    case ActivationConfig::kTpEp: return "pp+tp+ep";
-    case ActivationConfig::kTpEpSp: return "pp+tp+ep+sp";
-    case ActivationConfig::kTpEpSpSelective: return "pp+tp+ep+sp+selective";
-    case ActivationConfig::kTpEpSpFull: return "pp+tp+ep+sp+full";
+    case ActivationConfig::kNoParallelism:
+      return "none";
+    case ActivationConfig::kTpEp:
+      return "pp+tp+ep";
+    case ActivationConfig::kTpEpSp:
+      return "pp+tp+ep+sp";
+    case ActivationConfig::kTpEpSpSelective:
+      return "pp+tp+ep+sp+selective";
+    case ActivationConfig::kTpEpSpFull:
+      return "pp+tp+ep+sp+full";
   }
   return "?";
 }
@@ -136,11 +157,21 @@ Bytes activation_bytes(ActivationConfig c, int64_t b, int64_t s, int64_t h, int6
   const double scores = 5.0 * a * static_cast<double>(s) / static_cast<double>(h);
   double factor = 0;
   switch (c) {
-    case ActivationConfig::kNoParallelism: factor = 13 + 21 * k + scores; break;
-    case ActivationConfig::kTpEp: factor = 5 + 5 * k + (8 + 16 * k) / t + scores / t; break;
-    case ActivationConfig::kTpEpSp: factor = (13 + 21 * k) / t + scores / t; break;
-    case ActivationConfig::kTpEpSpSelective: factor = (13 + 21 * k) / t; break;
-    case ActivationConfig::kTpEpSpFull: factor = 2 / t; break;
+    case ActivationConfig::kNoParallelism:
+      factor = 13 + 21 * k + scores;
+      break;
+    case ActivationConfig::kTpEp:
+      factor = 5 + 5 * k + (8 + 16 * k) / t + scores / t;
+      break;
+    case ActivationConfig::kTpEpSp:
+      factor = (13 + 21 * k) / t + scores / t;
+      break;
+    case ActivationConfig::kTpEpSpSelective:
+      factor = (13 + 21 * k) / t;
+      break;
+    case ActivationConfig::kTpEpSpFull:
+      factor = 2 / t;
+      break;
   }
   return Bytes(bshl * factor);
 }

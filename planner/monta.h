@@ -24,10 +24,11 @@
 namespace moe::monta {
 
 // Eq. (3): I = b s h BPE.
-Bytes alltoall_volume(int64_t micro_batch, int64_t seq_len, int64_t hidden, double bytes_per_element);
+Bytes alltoall_volume(int64_t micro_batch, int64_t seq_len, int64_t hidden,
+                      double bytes_per_element);
 
 struct Links {
-  BytesPerSec inter_alltoall;  // B1
+  BytesPerSec inter_alltoall;   // B1
   BytesPerSec intra_allgather;  // B2
   BytesPerSec d2d_copy;         // B3
 };
@@ -39,7 +40,7 @@ struct Curves {
 };
 
 struct Problem {
-  Bytes volume;  // I
+  Bytes volume;    // I
   int64_t tp = 1;  // t
   int64_t ep = 1;  // e
   Links links;
@@ -107,7 +108,7 @@ Bytes weight_bytes(double params, int64_t model_parallel, int64_t data_parallel,
 //   +full:       2 b s h l / t
 enum class ActivationConfig { kNoParallelism, kTpEp, kTpEpSp, kTpEpSpSelective, kTpEpSpFull };
 const char* activation_config_name(ActivationConfig c);
-Bytes activation_bytes(ActivationConfig c, int64_t b, int64_t s, int64_t h, int64_t a, int64_t layers,
-                       int64_t top_k, int64_t tp);
+Bytes activation_bytes(ActivationConfig c, int64_t b, int64_t s, int64_t h, int64_t a,
+                       int64_t layers, int64_t top_k, int64_t tp);
 
 }  // namespace moe::monta

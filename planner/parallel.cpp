@@ -34,7 +34,9 @@ int64_t ParallelConfig::world() const {
   return get(tp, "tp") * get(cp, "cp") * get(dp, "dp") * get(pp, "pp");
 }
 
-int64_t ParallelConfig::expert_dp() const { return get(edp, "edp"); }
+int64_t ParallelConfig::expert_dp() const {
+  return get(edp, "edp");
+}
 
 bool ParallelConfig::complete() const {
   return tp && pp && ep && etp && edp && dp && cp && vpp && mbs;
@@ -56,7 +58,8 @@ ParallelConfig parse_parallel(const std::string& text, const std::string& option
   size_t pos = 0;
   while (pos <= text.size()) {
     const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? text.size() + 1 : comma + 1;
     if (item.empty()) {
       if (text.empty()) break;
@@ -112,8 +115,8 @@ ParallelConfig resolve(ParallelConfig p) {
         *p.dp, folded, expert));
   }
   if (p.edp && *p.edp != folded / expert) {
-    throw ConfigError(fmt::format("edp={} contradicts tp*cp*dp/(etp*ep) = {}", *p.edp,
-                                  folded / expert));
+    throw ConfigError(
+        fmt::format("edp={} contradicts tp*cp*dp/(etp*ep) = {}", *p.edp, folded / expert));
   }
   p.edp = folded / expert;
   return p;
@@ -127,7 +130,7 @@ void require(bool ok, const std::string& message) {
 
 void check(const ParallelConfig& p, const ModelSpec& m) {
   require(p.complete(), "parallel layout is incomplete: " + p.to_string());
-  const int64_t tp = *p.tp, pp = *p.pp, ep = *p.ep, etp = *p.etp, cp = *p.cp, vpp = *p.vpp;
+  const int64_t tp = *p.tp, pp = *p.pp, ep = *p.ep, etp = *p.etp, vpp = *p.vpp;
   const AttentionSpec& a = m.attention;
   require(a.num_heads % tp == 0,
           fmt::format("tp={}: {} attention heads are not divisible by tp", tp, a.num_heads));
@@ -136,17 +139,17 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
   if (m.is_moe()) {
     require(m.num_routed_experts % ep == 0,
             fmt::format("ep={}: {} experts are not divisible by ep", ep, m.num_routed_experts));
-    require(m.expert_ffn_size % etp == 0,
-            fmt::format("etp={}: expert FFN width {} is not divisible by etp", etp,
-                        m.expert_ffn_size));
+    require(
+        m.expert_ffn_size % etp == 0,
+        fmt::format("etp={}: expert FFN width {} is not divisible by etp", etp, m.expert_ffn_size));
   } else {
-    require(ep == 1 && etp == 1, fmt::format("ep={}, etp={}: a dense model has no experts", ep, etp));
+    require(ep == 1 && etp == 1,
+            fmt::format("ep={}, etp={}: a dense model has no experts", ep, etp));
   }
   require(m.num_layers >= pp * vpp,
           fmt::format("pp={}, vpp={}: {} layers cannot fill {} pipeline chunks", pp, vpp,
                       m.num_layers, pp * vpp));
   require(vpp == 1 || pp > 1, fmt::format("vpp={} needs pp > 1", vpp));
-  require(cp == 1 || (m.attention.num_heads > 0), "cp needs attention heads");
   if (p.gbs) {
     const int64_t per_step = *p.mbs * *p.dp;
     require(*p.gbs % per_step == 0,

@@ -18,9 +18,9 @@ namespace moe {
 struct ParallelConfig {
   std::optional<int64_t> tp, pp, ep, etp, edp, dp, cp, vpp, mbs, gbs;
 
-  int64_t world() const;  // tp*cp*dp*pp; needs them all set
+  int64_t world() const;      // tp*cp*dp*pp; needs them all set
   int64_t expert_dp() const;  // edp; needs tp, cp, dp, etp, ep
-  bool complete() const;  // every size but gbs is set
+  bool complete() const;      // every size but gbs is set
   std::string to_string() const;
 };
 

@@ -25,8 +25,12 @@ class Quantity {
     value_ -= o.value_;
     return *this;
   }
-  friend constexpr Quantity operator+(Quantity a, Quantity b) { return Quantity(a.value_ + b.value_); }
-  friend constexpr Quantity operator-(Quantity a, Quantity b) { return Quantity(a.value_ - b.value_); }
+  friend constexpr Quantity operator+(Quantity a, Quantity b) {
+    return Quantity(a.value_ + b.value_);
+  }
+  friend constexpr Quantity operator-(Quantity a, Quantity b) {
+    return Quantity(a.value_ - b.value_);
+  }
   friend constexpr Quantity operator*(Quantity a, double k) { return Quantity(a.value_ * k); }
   friend constexpr Quantity operator*(double k, Quantity a) { return Quantity(a.value_ * k); }
   friend constexpr Quantity operator/(Quantity a, double k) { return Quantity(a.value_ / k); }
@@ -50,12 +54,24 @@ using Flops = Quantity<FlopsTag>;
 using BytesPerSec = Quantity<BytesPerSecTag>;
 using FlopsPerSec = Quantity<FlopsPerSecTag>;
 
-constexpr Seconds operator/(Bytes b, BytesPerSec r) { return Seconds(b.value() / r.value()); }
-constexpr Seconds operator/(Flops f, FlopsPerSec r) { return Seconds(f.value() / r.value()); }
-constexpr BytesPerSec operator/(Bytes b, Seconds t) { return BytesPerSec(b.value() / t.value()); }
-constexpr FlopsPerSec operator/(Flops f, Seconds t) { return FlopsPerSec(f.value() / t.value()); }
-constexpr Bytes operator*(BytesPerSec r, Seconds t) { return Bytes(r.value() * t.value()); }
-constexpr Flops operator*(FlopsPerSec r, Seconds t) { return Flops(r.value() * t.value()); }
+constexpr Seconds operator/(Bytes b, BytesPerSec r) {
+  return Seconds(b.value() / r.value());
+}
+constexpr Seconds operator/(Flops f, FlopsPerSec r) {
+  return Seconds(f.value() / r.value());
+}
+constexpr BytesPerSec operator/(Bytes b, Seconds t) {
+  return BytesPerSec(b.value() / t.value());
+}
+constexpr FlopsPerSec operator/(Flops f, Seconds t) {
+  return FlopsPerSec(f.value() / t.value());
+}
+constexpr Bytes operator*(BytesPerSec r, Seconds t) {
+  return Bytes(r.value() * t.value());
+}
+constexpr Flops operator*(FlopsPerSec r, Seconds t) {
+  return Flops(r.value() * t.value());
+}
 
 // Decimal prefixes (1 GB = 1e9 bytes), as GPU and network datasheets use them.
 constexpr double kKilo = 1e3;
@@ -65,11 +81,23 @@ constexpr double kTera = 1e12;
 // Binary prefix (1 MiB = 2^20 bytes), as MoNTA's communication volumes use it.
 constexpr double kMebi = 1024.0 * 1024.0;
 
-constexpr Bytes gigabytes(double gb) { return Bytes(gb * kGiga); }
-constexpr Bytes mebibytes(double mib) { return Bytes(mib * kMebi); }
-constexpr BytesPerSec gigabytes_per_sec(double gbps) { return BytesPerSec(gbps * kGiga); }
-constexpr BytesPerSec gigabits_per_sec(double gbit) { return BytesPerSec(gbit * kGiga / 8.0); }
-constexpr FlopsPerSec teraflops_per_sec(double tf) { return FlopsPerSec(tf * kTera); }
-constexpr Seconds milliseconds(double ms) { return Seconds(ms * 1e-3); }
+constexpr Bytes gigabytes(double gb) {
+  return Bytes(gb * kGiga);
+}
+constexpr Bytes mebibytes(double mib) {
+  return Bytes(mib * kMebi);
+}
+constexpr BytesPerSec gigabytes_per_sec(double gbps) {
+  return BytesPerSec(gbps * kGiga);
+}
+constexpr BytesPerSec gigabits_per_sec(double gbit) {
+  return BytesPerSec(gbit * kGiga / 8.0);
+}
+constexpr FlopsPerSec teraflops_per_sec(double tf) {
+  return FlopsPerSec(tf * kTera);
+}
+constexpr Seconds milliseconds(double ms) {
+  return Seconds(ms * 1e-3);
+}
 
 }  // namespace moe

@@ -16,7 +16,8 @@ constexpr const char* kPopularityFormat = "moeplan-popularity/1";
 Calibration calibration_from_json(const nlohmann::json& j, const std::string& source) {
   ObjectReader r(j, source, "");
   const std::string format = r.string("format");
-  if (format != kCalibrationFormat) r.fail("format", fmt::format("'{}' is not {}", format, kCalibrationFormat));
+  if (format != kCalibrationFormat)
+    r.fail("format", fmt::format("'{}' is not {}", format, kCalibrationFormat));
   Calibration cal;
   cal.provenance = r.has("provenance") ? r.raw("provenance") : nlohmann::json::object();
   r.ignore("provenance");
@@ -25,8 +26,10 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& so
   for (auto it = curves.begin(); it != curves.end(); ++it) {
     ObjectReader c(it.value(), source, r.pointer("curves") + "/" + it.key());
     std::optional<BytesPerSec> reference;
-    if (c.has("reference_bandwidth")) reference = c.rate_string("reference_bandwidth");
-    else c.ignore("reference_bandwidth");
+    if (c.has("reference_bandwidth"))
+      reference = c.rate_string("reference_bandwidth");
+    else
+      c.ignore("reference_bandwidth");
     c.ignore("unit");
     c.ignore("note");
     std::vector<EfficiencyCurve::Point> points;
@@ -49,20 +52,25 @@ Calibration load_calibration(const std::string& path) {
   return calibration_from_json(read_json_file(path), path);
 }
 
-std::vector<std::vector<double>> popularity_from_json(const nlohmann::json& j, const std::string& source) {
+std::vector<std::vector<double>> popularity_from_json(const nlohmann::json& j,
+                                                      const std::string& source) {
   ObjectReader r(j, source, "");
   const std::string format = r.string("format");
-  if (format != kPopularityFormat) r.fail("format", fmt::format("'{}' is not {}", format, kPopularityFormat));
+  if (format != kPopularityFormat)
+    r.fail("format", fmt::format("'{}' is not {}", format, kPopularityFormat));
   const nlohmann::json& layers = r.raw("layers");
-  if (!layers.is_array() || layers.empty()) r.fail("layers", "expected a non-empty array of per-expert counts");
+  if (!layers.is_array() || layers.empty())
+    r.fail("layers", "expected a non-empty array of per-expert counts");
   std::vector<std::vector<double>> out;
   size_t experts = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
     const std::string where = fmt::format("/layers/{}", l);
-    if (!layers[l].is_array() || layers[l].empty()) throw InputError(source, where, "expected a non-empty array");
+    if (!layers[l].is_array() || layers[l].empty())
+      throw InputError(source, where, "expected a non-empty array");
     if (l == 0) experts = layers[l].size();
     if (layers[l].size() != experts) {
-      throw InputError(source, where, fmt::format("has {} experts, layer 0 has {}", layers[l].size(), experts));
+      throw InputError(source, where,
+                       fmt::format("has {} experts, layer 0 has {}", layers[l].size(), experts));
     }
     std::vector<double> row;
     double total = 0;

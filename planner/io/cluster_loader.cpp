@@ -21,8 +21,10 @@ GpuSpec read_gpu(ObjectReader g) {
   gpu.model = g.string("model");
   ObjectReader peaks = g.object("peak_TFLOPS");
   for (Dtype d : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8}) {
-    if (peaks.has(dtype_name(d))) gpu.peak[d] = teraflops_per_sec(positive_number(peaks, dtype_name(d)));
-    else peaks.ignore(dtype_name(d));
+    if (peaks.has(dtype_name(d)))
+      gpu.peak[d] = teraflops_per_sec(positive_number(peaks, dtype_name(d)));
+    else
+      peaks.ignore(dtype_name(d));
   }
   peaks.finish();
   if (gpu.peak.count(Dtype::kBf16) == 0) g.fail("peak_TFLOPS", "needs a bf16 entry");
@@ -100,7 +102,8 @@ NodeSpec read_node(ObjectReader n) {
 ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source) {
   ObjectReader r(j, source, "");
   const std::string format = r.string("format");
-  if (format != kClusterFormat) r.fail("format", fmt::format("'{}' is not {}", format, kClusterFormat));
+  if (format != kClusterFormat)
+    r.fail("format", fmt::format("'{}' is not {}", format, kClusterFormat));
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
@@ -121,6 +124,8 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
   return c;
 }
 
-ClusterSpec load_cluster(const std::string& path) { return cluster_from_json(read_json_file(path), path); }
+ClusterSpec load_cluster(const std::string& path) {
+  return cluster_from_json(read_json_file(path), path);
+}
 
 }  // namespace moe::io

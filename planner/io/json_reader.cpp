@@ -18,7 +18,8 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
   } catch (const nlohmann::json::parse_error& e) {
     // nlohmann reports a byte offset; turn it into a line number a person can find.
     const size_t byte = std::min<size_t>(e.byte, text.size());
-    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + byte, '\n'));
+    const size_t line =
+        1 + static_cast<size_t>(std::count(text.begin(), text.begin() + byte, '\n'));
     std::string what = e.what();
     const size_t colon = what.rfind(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
@@ -42,14 +43,19 @@ nlohmann::json read_json_file(const std::string& path) {
 }
 
 namespace {
-std::string type_name(const nlohmann::json& v) { return v.type_name(); }
+std::string type_name(const nlohmann::json& v) {
+  return v.type_name();
+}
 // JSON pointer escaping (RFC 6901).
 std::string escape(const std::string& key) {
   std::string out;
   for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -63,10 +69,13 @@ ObjectReader::ObjectReader(const nlohmann::json& value, std::string file, std::s
   }
 }
 
-std::string ObjectReader::pointer(const std::string& key) const { return pointer_ + "/" + escape(key); }
+std::string ObjectReader::pointer(const std::string& key) const {
+  return pointer_ + "/" + escape(key);
+}
 
 void ObjectReader::fail(const std::string& key, const std::string& problem) const {
-  throw InputError(file_, key.empty() ? (pointer_.empty() ? "/" : pointer_) : pointer(key), problem);
+  throw InputError(file_, key.empty() ? (pointer_.empty() ? "/" : pointer_) : pointer(key),
+                   problem);
 }
 
 bool ObjectReader::has(const std::string& key) const {
@@ -79,14 +88,17 @@ const nlohmann::json& ObjectReader::get(const std::string& key) {
   return value_.at(key);
 }
 
-const nlohmann::json& ObjectReader::raw(const std::string& key) { return get(key); }
+const nlohmann::json& ObjectReader::raw(const std::string& key) {
+  return get(key);
+}
 
 int64_t ObjectReader::integer(const std::string& key) {
   const nlohmann::json& v = get(key);
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15)
+      return static_cast<int64_t>(d);
   }
   fail(key, fmt::format("expected an integer, got {}", v.dump()));
 }
@@ -175,7 +187,8 @@ std::vector<ObjectReader> ObjectReader::object_array(const std::string& key) {
   const nlohmann::json& v = get(key);
   if (!v.is_array()) fail(key, fmt::format("expected an array, got {}", type_name(v)));
   std::vector<ObjectReader> out;
-  for (size_t i = 0; i < v.size(); ++i) out.emplace_back(v[i], file_, pointer(key) + fmt::format("/{}", i));
+  for (size_t i = 0; i < v.size(); ++i)
+    out.emplace_back(v[i], file_, pointer(key) + fmt::format("/{}", i));
   return out;
 }
 
@@ -188,7 +201,9 @@ BytesPerSec ObjectReader::rate_string(const std::string& key) {
   }
 }
 
-void ObjectReader::ignore(const std::string& key) { used_.insert(key); }
+void ObjectReader::ignore(const std::string& key) {
+  used_.insert(key);
+}
 
 void ObjectReader::ignore_rest() {
   for (auto it = value_.begin(); it != value_.end(); ++it) used_.insert(it.key());

@@ -34,6 +34,7 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& so
 
 // Per-layer, per-expert token counts (or proportions); rows are normalised to proportions.
 std::vector<std::vector<double>> load_popularity(const std::string& path);
-std::vector<std::vector<double>> popularity_from_json(const nlohmann::json& j, const std::string& source);
+std::vector<std::vector<double>> popularity_from_json(const nlohmann::json& j,
+                                                      const std::string& source);
 
 }  // namespace moe::io

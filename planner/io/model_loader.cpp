@@ -83,15 +83,17 @@ ModelSpec from_ours(ObjectReader& r) {
 
 // --- HuggingFace config.json --------------------------------------------------------------
 
-const std::vector<std::string> kHfTypes = {"deepseek",   "deepseek_v2", "deepseek_v3", "mixtral",
-                                           "phimoe",     "qwen2_moe",   "qwen3_moe",   "olmoe",
-                                           "llama",      "qwen2",       "mistral"};
+const std::vector<std::string> kHfTypes = {"deepseek", "deepseek_v2", "deepseek_v3", "mixtral",
+                                           "phimoe",   "qwen2_moe",   "qwen3_moe",   "olmoe",
+                                           "llama",    "qwen2",       "mistral"};
 
 void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.kind = AttentionKind::kMultiHead;
   m.attention.num_heads = positive(r, "num_attention_heads");
-  m.attention.num_kv_heads = r.optional_integer("num_key_value_heads").value_or(m.attention.num_heads);
-  m.attention.head_dim = r.optional_integer("head_dim").value_or(m.hidden_size / m.attention.num_heads);
+  m.attention.num_kv_heads =
+      r.optional_integer("num_key_value_heads").value_or(m.attention.num_heads);
+  m.attention.head_dim =
+      r.optional_integer("head_dim").value_or(m.hidden_size / m.attention.num_heads);
   m.attention.bias = bias;
 }
 
@@ -119,9 +121,11 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type) {
   } else if (type == "qwen2" || type == "qwen2_moe") {
     hf_attention_mha(r, m, AttentionBias::kQkv);  // Qwen2 always biases q, k, v
   } else if (type == "phimoe") {
-    hf_attention_mha(r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
+    hf_attention_mha(
+        r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
   } else {
-    hf_attention_mha(r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
+    hf_attention_mha(
+        r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
   }
 
   if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3") {
@@ -178,7 +182,9 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type) {
 
 }  // namespace
 
-const std::vector<std::string>& supported_hf_model_types() { return kHfTypes; }
+const std::vector<std::string>& supported_hf_model_types() {
+  return kHfTypes;
+}
 
 ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
   ObjectReader r(j, source, "");
@@ -202,6 +208,8 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
   return m;
 }
 
-ModelSpec load_model(const std::string& path) { return model_from_json(read_json_file(path), path); }
+ModelSpec load_model(const std::string& path) {
+  return model_from_json(read_json_file(path), path);
+}
 
 }  // namespace moe::io

@@ -22,9 +22,10 @@ struct Result {
 Result run(const std::string& args) {
   // ctest runs tests in parallel: each call gets its own file.
   static int calls = 0;
-  const std::string err_file =
-      ::testing::TempDir() + "moeplan_cli_stderr_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt";
-  const std::string cmd = std::string("cd ") + MOEPLAN_SOURCE_DIR + " && " + MOEPLAN_BIN + " " + args + " 2>" + err_file;
+  const std::string err_file = ::testing::TempDir() + "moeplan_cli_stderr_" +
+                               std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt";
+  const std::string cmd = std::string("cd ") + MOEPLAN_SOURCE_DIR + " && " + MOEPLAN_BIN + " " +
+                          args + " 2>" + err_file;
   Result r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -41,7 +42,9 @@ Result run(const std::string& args) {
   return r;
 }
 
-size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+size_t lines(const std::string& s) {
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
 
 void expect_one_line_error(const Result& r, const std::string& needle, int code = 1) {
   EXPECT_EQ(r.code, code) << r.err;
@@ -52,7 +55,8 @@ void expect_one_line_error(const Result& r, const std::string& needle, int code 
 
 constexpr const char* kMemFine =
     "memory --model models/memfine-model-1.json --cluster topologies/memfine-32x64gb.json "
-    "--parallel tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1 --recompute full --received-tokens 596797 --static-override 43.0";
+    "--parallel tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1 --recompute full --received-tokens 596797 "
+    "--static-override 43.0";
 
 }  // namespace
 
@@ -96,9 +100,9 @@ TEST(Cli, MemFineAcceptance) {
 }
 
 TEST(Cli, MontaTable8Acceptance) {
-  const Result r = run(
-      "a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --tp 8 --ep 2 "
-      "--curves calibrate/data/monta-table8-curves.json --json");
+  const Result r =
+      run("a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --tp 8 --ep 2 "
+          "--curves calibrate/data/monta-table8-curves.json --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_NEAR(j["baseline_s"].get<double>() * 1e3, 6.909, 0.001);
@@ -112,8 +116,9 @@ TEST(Cli, MontaTable8Acceptance) {
 }
 
 TEST(Cli, CommAndAffinityProduceJson) {
-  const Result comm = run(
-      "comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tp=8,ep=8,dp=1 --json");
+  const Result comm =
+      run("comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
+          "tp=8,ep=8,dp=1 --json");
   ASSERT_EQ(comm.code, 0) << comm.err;
   const auto c = nlohmann::json::parse(comm.out);
   EXPECT_DOUBLE_EQ(c["sp_over_tp_attention"].get<double>(), 0.3125);
@@ -122,8 +127,9 @@ TEST(Cli, CommAndAffinityProduceJson) {
   EXPECT_DOUBLE_EQ(c["sar_activation"]["units_full"].get<double>(), 54.25);
   EXPECT_DOUBLE_EQ(c["sar_activation"]["units_remat"].get<double>(), 18.5);
 
-  const Result aff = run(
-      "affinity --model models/aptmoe-moe-s-8.json --cluster topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.5 --json");
+  const Result aff =
+      run("affinity --model models/aptmoe-moe-s-8.json --cluster "
+          "topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.5 --json");
   ASSERT_EQ(aff.code, 0) << aff.err;
   const auto a = nlohmann::json::parse(aff.out);
   EXPECT_NEAR(a["G"].get<double>(), 0.5, 1e-6);
@@ -141,19 +147,36 @@ TEST(Cli, TopoSummarises) {
 TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
   const std::string d = std::string(MOEPLAN_TEST_DATA) + "/";
   expect_one_line_error(run("info --model " + d + "malformed.json"), "malformed JSON at line 4");
-  expect_one_line_error(run("info --model " + d + "model-missing-hidden.json"), "/hidden_size: missing required field");
+  expect_one_line_error(run("info --model " + d + "model-missing-hidden.json"),
+                        "/hidden_size: missing required field");
   expect_one_line_error(run("info --model " + d + "hf-unknown-type.json"), "is not supported");
   expect_one_line_error(run("topo --cluster " + d + "cluster-nic-missing-gpu.json"),
                         "/node/nics/1/gpus: GPU 9 does not exist (node has 8)");
-  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tp=3"),
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --parallel tp=3"),
                         "--parallel: tp=3: 32 attention heads are not divisible by tp");
-  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tp=1,ep=8,dp=1"),
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --parallel tp=1,ep=8,dp=1"),
                         "dp=1");
-  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel tq=2"),
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --parallel tq=2"),
                         "tq: unknown size");
   expect_one_line_error(run("a2a --cluster topologies/h100-sxm-8.json --bytes lots"), "--bytes");
-  expect_one_line_error(run("affinity --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --G 2"),
-                        "outside [1/E, 1]");
+  expect_one_line_error(
+      run("affinity --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --G 2"),
+      "outside [1/E, 1]");
   expect_one_line_error(run("memory --model models/mixtral-8x7b.json"), "--cluster is required", 2);
   expect_one_line_error(run("frobnicate"), "", 2);
+}
+
+TEST(Cli, DevicesListsGpusOrSaysThereAreNone) {
+  const Result r = run("devices --json");
+  if (r.code == 0) {
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_GE(j["devices"].size(), 1u);
+    EXPECT_FALSE(j["driver"].get<std::string>().empty());
+  } else {
+    // No GPU here (CI): one line, exit 1, never a crash.
+    expect_one_line_error(r, "GPU");
+  }
 }

@@ -11,7 +11,9 @@
 namespace moe::io {
 
 namespace {
-std::string data(const std::string& name) { return std::string(MOEPLAN_TEST_DATA) + "/" + name; }
+std::string data(const std::string& name) {
+  return std::string(MOEPLAN_TEST_DATA) + "/" + name;
+}
 
 // The message of the InputError a call throws, or "" if it throws none.
 template <typename F>
@@ -47,73 +49,108 @@ TEST(Loaders, MalformedJsonNamesTheLine) {
   const std::string e = error_of([] { load_model(data("malformed.json")); });
   EXPECT_NE(e.find("malformed.json"), std::string::npos) << e;
   EXPECT_NE(e.find("malformed JSON at line 4"), std::string::npos) << e;
-  EXPECT_NE(error_of([] { load_model(data("empty.json")); }).find("malformed JSON at line 1"), std::string::npos);
-  EXPECT_NE(error_of([] { load_model(data("no-such-file.json")); }).find("cannot open file"), std::string::npos);
+  EXPECT_NE(error_of([] { load_model(data("empty.json")); }).find("malformed JSON at line 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_model(data("no-such-file.json")); }).find("cannot open file"),
+            std::string::npos);
 }
 
 TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
-  EXPECT_NE(error_of([] { load_model(data("model-missing-hidden.json")); }).find("/hidden_size: missing required field"),
+  EXPECT_NE(error_of([] {
+              load_model(data("model-missing-hidden.json"));
+            }).find("/hidden_size: missing required field"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_model(data("model-unknown-key.json")); }).find("/num_layerz: unknown field"),
+  EXPECT_NE(error_of([] {
+              load_model(data("model-unknown-key.json"));
+            }).find("/num_layerz: unknown field"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_model(data("model-negative-layers.json")); }).find("/num_layers: must be positive"),
+  EXPECT_NE(error_of([] {
+              load_model(data("model-negative-layers.json"));
+            }).find("/num_layers: must be positive"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_model(data("model-bad-kv-heads.json")); }).find("not a multiple of 5 KV heads"),
+  EXPECT_NE(error_of([] {
+              load_model(data("model-bad-kv-heads.json"));
+            }).find("not a multiple of 5 KV heads"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_model(data("model-topk-too-large.json")); }).find("top_k: 9 exceeds the 8"),
+  EXPECT_NE(error_of([] {
+              load_model(data("model-topk-too-large.json"));
+            }).find("top_k: 9 exceeds the 8"),
             std::string::npos);
 }
 
 TEST(Loaders, HuggingFaceErrors) {
   const std::string e = error_of([] { load_model(data("hf-unknown-type.json")); });
-  EXPECT_NE(e.find("/model_type: 'gpt_oss' is not supported (supported: deepseek"), std::string::npos) << e;
+  EXPECT_NE(e.find("/model_type: 'gpt_oss' is not supported (supported: deepseek"),
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("mixtral"), std::string::npos);
-  EXPECT_NE(error_of([] { load_model(data("hf-missing-experts.json")); }).find("/num_local_experts: missing required field"),
+  EXPECT_NE(error_of([] {
+              load_model(data("hf-missing-experts.json"));
+            }).find("/num_local_experts: missing required field"),
             std::string::npos);
 }
 
 TEST(Loaders, HuggingFaceLayerMaps) {
-  const ModelSpec v3 = load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v3.config.json");
+  const ModelSpec v3 =
+      load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v3.config.json");
   EXPECT_EQ(v3.num_dense_layers(), 3);  // first_k_dense_replace
   EXPECT_FALSE(v3.moe_layer[2]);
   EXPECT_TRUE(v3.moe_layer[3]);
   EXPECT_EQ(v3.attention.kind, AttentionKind::kLatent);
   EXPECT_EQ(v3.mtp_layers, 1);
-  const ModelSpec lite = load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v2-lite.config.json");
+  const ModelSpec lite =
+      load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v2-lite.config.json");
   EXPECT_EQ(lite.attention.q_lora_rank, 0);  // null in the config
-  const ModelSpec dense = load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/llama-2-7b.config.json");
+  const ModelSpec dense =
+      load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/llama-2-7b.config.json");
   EXPECT_FALSE(dense.is_moe());
   EXPECT_EQ(dense.num_moe_layers(), 0);
 }
 
 TEST(Loaders, ClusterErrorsNameTheJsonPointer) {
   const std::string nic = error_of([] { load_cluster(data("cluster-nic-missing-gpu.json")); });
-  EXPECT_NE(nic.find("cluster-nic-missing-gpu.json: /node/nics/1/gpus: GPU 9 does not exist (node has 8)"),
-            std::string::npos)
+  EXPECT_NE(
+      nic.find(
+          "cluster-nic-missing-gpu.json: /node/nics/1/gpus: GPU 9 does not exist (node has 8)"),
+      std::string::npos)
       << nic;
-  EXPECT_NE(error_of([] { load_cluster(data("cluster-switch-missing-cpu.json")); })
-                .find("/node/pcie/switches/0/cpu: CPU 5 does not exist (node has 2)"),
+  EXPECT_NE(error_of([] {
+              load_cluster(data("cluster-switch-missing-cpu.json"));
+            }).find("/node/pcie/switches/0/cpu: CPU 5 does not exist (node has 2)"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_cluster(data("cluster-negative-hbm.json")); }).find("/node/gpu/hbm_GB: must be positive"),
+  EXPECT_NE(error_of([] {
+              load_cluster(data("cluster-negative-hbm.json"));
+            }).find("/node/gpu/hbm_GB: must be positive"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_cluster(data("cluster-misspelt-key.json")); }).find("/node/gpu/hbm_gb: unknown field"),
+  EXPECT_NE(error_of([] {
+              load_cluster(data("cluster-misspelt-key.json"));
+            }).find("/node/gpu/hbm_gb: unknown field"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_cluster(data("cluster-gpu-without-nic.json")); }).find("GPU 7 is served by no NIC"),
+  EXPECT_NE(error_of([] {
+              load_cluster(data("cluster-gpu-without-nic.json"));
+            }).find("GPU 7 is served by no NIC"),
             std::string::npos);
 }
 
 TEST(Loaders, CalibrationCurves) {
-  const Calibration cal = load_calibration(std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/monta-table8-curves.json");
+  const Calibration cal = load_calibration(std::string(MOEPLAN_SOURCE_DIR) +
+                                           "/calibrate/data/monta-table8-curves.json");
   ASSERT_EQ(cal.curves.count("alltoall_inter"), 1u);
   const EfficiencyCurve& aa = cal.curves.at("alltoall_inter");
   EXPECT_DOUBLE_EQ(aa.at(Bytes(8.0 * kMebi)), 0.427);
   ASSERT_TRUE(aa.reference().has_value());
   EXPECT_DOUBLE_EQ(aa.reference()->value(), 25000 * kMebi);
-  EXPECT_NE(error_of([] { load_calibration(data("curves-bad-efficiency.json")); }).find("/curves/alltoall_inter/points"),
+  EXPECT_NE(error_of([] {
+              load_calibration(data("curves-bad-efficiency.json"));
+            }).find("/curves/alltoall_inter/points"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_calibration(data("curves-bad-unit.json")); }).find("unit 'furlongs'"), std::string::npos);
+  EXPECT_NE(
+      error_of([] { load_calibration(data("curves-bad-unit.json")); }).find("unit 'furlongs'"),
+      std::string::npos);
   // Found by the fuzzer: a number no double holds is an input error, not a crash.
-  EXPECT_NE(error_of([] { load_calibration(data("curves-number-overflow.json")); }).find("malformed JSON: number overflow"),
+  EXPECT_NE(error_of([] {
+              load_calibration(data("curves-number-overflow.json"));
+            }).find("malformed JSON: number overflow"),
             std::string::npos);
 }
 
@@ -123,7 +160,9 @@ TEST(Loaders, Popularity) {
   double sum = 0;
   for (double x : p[0]) sum += x;
   EXPECT_NEAR(sum, 1.0, 1e-12);
-  EXPECT_NE(error_of([] { load_popularity(data("popularity-ragged.json")); }).find("/layers/1: has 3 experts"),
+  EXPECT_NE(error_of([] {
+              load_popularity(data("popularity-ragged.json"));
+            }).find("/layers/1: has 3 experts"),
             std::string::npos);
 }
 

@@ -11,7 +11,8 @@ TEST(AptMoe, PopularityMetricBounds) {
   EXPECT_DOUBLE_EQ(popularity_metric({std::vector<double>(8, 0.125)}), 0.125);
   EXPECT_DOUBLE_EQ(popularity_metric({{1, 0, 0, 0, 0, 0, 0, 0}}), 1.0);
   // The mean over layers.
-  EXPECT_DOUBLE_EQ(popularity_metric({std::vector<double>(8, 0.125), {1, 0, 0, 0, 0, 0, 0, 0}}), 0.5625);
+  EXPECT_DOUBLE_EQ(popularity_metric({std::vector<double>(8, 0.125), {1, 0, 0, 0, 0, 0, 0, 0}}),
+                   0.5625);
 }
 
 TEST(AptMoe, ProportionsHitTheTargetG) {
@@ -48,9 +49,11 @@ TEST(AptMoe, ExpertCostIsFlopsOverRate) {
 }
 
 TEST(AptMoe, LoadsPopularExpertsFirstAndStopsAtROne) {
-  const Allocation a = allocate(costs({100, 5000, 20, 800, 3000, 10, 50, 1}), Fixed{Seconds(1e-3), Seconds(1e-5)});
+  const Allocation a =
+      allocate(costs({100, 5000, 20, 800, 3000, 10, 50, 1}), Fixed{Seconds(1e-3), Seconds(1e-5)});
   // Sorted by decreasing tokens.
-  for (size_t i = 1; i < a.experts.size(); ++i) EXPECT_GE(a.experts[i - 1].tokens, a.experts[i].tokens);
+  for (size_t i = 1; i < a.experts.size(); ++i)
+    EXPECT_GE(a.experts[i - 1].tokens, a.experts[i].tokens);
   // GPU experts form a prefix of that order.
   bool seen_cpu = false;
   for (bool gpu : a.on_gpu) {
@@ -72,7 +75,9 @@ TEST(AptMoe, NothingLoadsWhenCpuWorkIsAlreadyHidden) {
 
 TEST(AptMoe, SkewLoadsFewerExperts) {
   // The same tokens concentrated on fewer experts need fewer loads to bring R under 1.
-  auto loaded = [](const Allocation& a) { return std::count(a.on_gpu.begin(), a.on_gpu.end(), true); };
+  auto loaded = [](const Allocation& a) {
+    return std::count(a.on_gpu.begin(), a.on_gpu.end(), true);
+  };
   const Fixed fixed{Seconds(1e-3), Seconds(0)};
   const Allocation flat = allocate(costs({1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}), fixed);
   const Allocation skewed = allocate(costs({7000, 200, 200, 200, 100, 100, 100, 100}), fixed);

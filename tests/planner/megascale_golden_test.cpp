@@ -8,7 +8,8 @@ namespace moe::megascale {
 
 TEST(MegaScaleGolden, SpOverTpAttentionIsAboutOneFourth) {
   // Eq. (2) / eq. (1) = (2 + 2/m)/n = 0.3125 for n = 8, m = 4.
-  EXPECT_DOUBLE_EQ(sp_attention_volume(1, 8192, 4096, 8, 4) / tp_attention_volume(1, 8192, 4096, 8), 0.3125);
+  EXPECT_DOUBLE_EQ(sp_attention_volume(1, 8192, 4096, 8, 4) / tp_attention_volume(1, 8192, 4096, 8),
+                   0.3125);
 }
 
 TEST(MegaScaleGolden, EpOverTpFfn) {
@@ -66,7 +67,8 @@ TEST(MegaScaleGolden, CompressionHalvesTheBytes) {
   // Sec. 5: BF16 gradients over all-to-all move half of an FP32 reduce-scatter.
   EXPECT_DOUBLE_EQ(dp_gradient_bytes(1e9, 4, true) / dp_gradient_bytes(1e9, 4, false), 0.5);
   // FP8 TP all-to-all in place of the BF16 reduce-scatter: half again.
-  EXPECT_DOUBLE_EQ(tp_reduce_scatter_bytes(1e6, 8, true) / tp_reduce_scatter_bytes(1e6, 8, false), 0.5);
+  EXPECT_DOUBLE_EQ(tp_reduce_scatter_bytes(1e6, 8, true) / tp_reduce_scatter_bytes(1e6, 8, false),
+                   0.5);
 }
 
 }  // namespace moe::megascale

@@ -53,13 +53,15 @@ TEST(MemoryModel, LargerTpOrPpNeverRaisesStaticMemory) {
   const ModelSpec m = testing_models::mixtral_8x7b();
   Bytes last_tp(1e30);
   for (int tp : {1, 2, 4, 8}) {
-    const Bytes s = max_static(estimate_memory(m, layout(fmt::format("tp={},pp=2,ep=8,dp=8", tp), m), request()));
+    const Bytes s = max_static(
+        estimate_memory(m, layout(fmt::format("tp={},pp=2,ep=8,dp=8", tp), m), request()));
     EXPECT_LE(s, last_tp) << "tp " << tp;
     last_tp = s;
   }
   Bytes last_pp(1e30);
   for (int pp : {1, 2, 4, 8, 16, 32}) {
-    const Bytes s = max_static(estimate_memory(m, layout(fmt::format("tp=2,pp={},ep=8,dp=4", pp), m), request()));
+    const Bytes s = max_static(
+        estimate_memory(m, layout(fmt::format("tp=2,pp={},ep=8,dp=4", pp), m), request()));
     EXPECT_LE(s, last_pp) << "pp " << pp;
     last_pp = s;
   }

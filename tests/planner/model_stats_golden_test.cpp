@@ -8,7 +8,9 @@
 namespace moe {
 
 namespace {
-ModelSpec model(const std::string& rel) { return io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/" + rel); }
+ModelSpec model(const std::string& rel) {
+  return io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/" + rel);
+}
 constexpr double kB = 1e9;
 }  // namespace
 
@@ -40,14 +42,14 @@ TEST(ModelStatsGolden, OtherPublishedCounts) {
   };
   // Model cards: Qwen1.5-MoE-A2.7B 14.3/2.7, Qwen3-30B-A3B 30.5/3.3, OLMoE-1B-7B 6.9/1.3,
   // Phi-3.5-MoE 41.9/6.6, DeepSeekMoE-16B 16.4/2.8, Llama-2-7B 6.74 dense.
-  for (const Case& c : {Case{"hf/qwen1.5-moe-a2.7b.config.json", 14.3, 2.7, 0.06},
-                        Case{"hf/qwen3-30b-a3b.config.json", 30.5, 3.3, 0.06},
-                        Case{"hf/olmoe-1b-7b.config.json", 6.9, 1.3, 0.03},
-                        Case{"phi-3.5-moe.json", 41.9, 6.6, 0.06},
-                        Case{"hf/phi-3.5-moe.config.json", 41.9, 6.6, 0.06},
-                        Case{"deepseekmoe-16b.json", 16.4, 2.8, 0.05},
-                        Case{"llama-2-7b.json", 6.74, 6.74, 0.01},
-                        Case{"hf/llama-2-7b.config.json", 6.74, 6.74, 0.01}}) {
+  for (const Case& c :
+       {Case{"hf/qwen1.5-moe-a2.7b.config.json", 14.3, 2.7, 0.06},
+        Case{"hf/qwen3-30b-a3b.config.json", 30.5, 3.3, 0.06},
+        Case{"hf/olmoe-1b-7b.config.json", 6.9, 1.3, 0.03},
+        Case{"phi-3.5-moe.json", 41.9, 6.6, 0.06},
+        Case{"hf/phi-3.5-moe.config.json", 41.9, 6.6, 0.06},
+        Case{"deepseekmoe-16b.json", 16.4, 2.8, 0.05}, Case{"llama-2-7b.json", 6.74, 6.74, 0.01},
+        Case{"hf/llama-2-7b.config.json", 6.74, 6.74, 0.01}}) {
     const ModelSpec m = model(c.file);
     const ModelParams p = count_params(m);
     EXPECT_NEAR(p.total() / kB, c.total, c.tol) << c.file;

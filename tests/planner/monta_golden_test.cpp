@@ -15,14 +15,18 @@ Problem table8() {
   p.volume = mebibytes(256);
   p.tp = 8;
   p.ep = 2;
-  p.links = {BytesPerSec(25000 * kMiBps), BytesPerSec(200000 * kMiBps), BytesPerSec(1600000 * kMiBps)};
+  p.links = {BytesPerSec(25000 * kMiBps), BytesPerSec(200000 * kMiBps),
+             BytesPerSec(1600000 * kMiBps)};
   // The efficiencies Table 8 reads off Fig. 13.
-  p.curves.alltoall = EfficiencyCurve({{8 * kMebi, 0.427}, {32 * kMebi, 0.633}, {256 * kMebi, 0.741}});
+  p.curves.alltoall =
+      EfficiencyCurve({{8 * kMebi, 0.427}, {32 * kMebi, 0.633}, {256 * kMebi, 0.741}});
   p.curves.allgather = EfficiencyCurve({{64 * kMebi, 0.726}, {256 * kMebi, 0.776}});
   p.curves.d2d = EfficiencyCurve({{64 * kMebi, 0.8}});
   return p;
 }
-double ms(Seconds s) { return s.value() * 1e3; }
+double ms(Seconds s) {
+  return s.value() * 1e3;
+}
 }  // namespace
 
 TEST(MonTaGolden, Eq3Volume) {
@@ -95,14 +99,17 @@ TEST(MonTaGolden, PaperEq14To16DoNotFollowFromTable8) {
 }
 
 TEST(MonTaGolden, StrategySelect) {
-  EXPECT_EQ(select_strategy(Seconds(2.455e-3), Seconds(2.117e-3), Seconds(1.967e-3)), Strategy::kO3);
+  EXPECT_EQ(select_strategy(Seconds(2.455e-3), Seconds(2.117e-3), Seconds(1.967e-3)),
+            Strategy::kO3);
   EXPECT_EQ(select_strategy(Seconds(1e-3), Seconds(2e-3), Seconds(3e-3)), Strategy::kO1);
-  EXPECT_EQ(select_strategy(Seconds(1e-3), Seconds(1e-3), Seconds(1e-3)), Strategy::kO1);  // ties: simpler
+  EXPECT_EQ(select_strategy(Seconds(1e-3), Seconds(1e-3), Seconds(1e-3)),
+            Strategy::kO1);  // ties: simpler
 }
 
 TEST(MonTaProperty, TimesArePositiveAndO3NeverExceedsO2WithEqualEfficiencies) {
   Problem p = table8();
-  p.curves = {EfficiencyCurve::constant(0.7), EfficiencyCurve::constant(0.7), EfficiencyCurve::constant(0.7)};
+  p.curves = {EfficiencyCurve::constant(0.7), EfficiencyCurve::constant(0.7),
+              EfficiencyCurve::constant(0.7)};
   for (double mib : {1.0, 16.0, 256.0, 4096.0}) {
     for (int64_t t : {2, 4, 8}) {
       for (int64_t e : {2, 4, 16}) {
@@ -114,7 +121,8 @@ TEST(MonTaProperty, TimesArePositiveAndO3NeverExceedsO2WithEqualEfficiencies) {
         for (int64_t n = 1; n <= 32; ++n) {
           const ChunkCosts c = chunk_costs(p, n);
           EXPECT_GT(o2_time(c, n).value(), 0);
-          EXPECT_LE(o3_time(c, n).value(), o2_time(c, n).value() * (1 + 1e-12)) << mib << " MiB t=" << t << " e=" << e << " N=" << n;
+          EXPECT_LE(o3_time(c, n).value(), o2_time(c, n).value() * (1 + 1e-12))
+              << mib << " MiB t=" << t << " e=" << e << " N=" << n;
         }
       }
     }
@@ -135,10 +143,12 @@ TEST(MonTaTable4, ActivationConfigurationsOrder) {
   const double bshl = 1.0 * s * h;
   EXPECT_DOUBLE_EQ(activation_bytes(ActivationConfig::kNoParallelism, b, s, h, a, l, k, t).value(),
                    bshl * (13 + 42 + 5.0 * a * s / h));
-  EXPECT_DOUBLE_EQ(activation_bytes(ActivationConfig::kTpEpSpFull, b, s, h, a, l, k, t).value(), 2 * bshl / t);
+  EXPECT_DOUBLE_EQ(activation_bytes(ActivationConfig::kTpEpSpFull, b, s, h, a, l, k, t).value(),
+                   2 * bshl / t);
   double last = 1e300;
-  for (auto c : {ActivationConfig::kNoParallelism, ActivationConfig::kTpEp, ActivationConfig::kTpEpSp,
-                 ActivationConfig::kTpEpSpSelective, ActivationConfig::kTpEpSpFull}) {
+  for (auto c :
+       {ActivationConfig::kNoParallelism, ActivationConfig::kTpEp, ActivationConfig::kTpEpSp,
+        ActivationConfig::kTpEpSpSelective, ActivationConfig::kTpEpSpFull}) {
     const double v = activation_bytes(c, b, s, h, a, l, k, t).value();
     EXPECT_LT(v, last) << activation_config_name(c);
     last = v;

@@ -51,9 +51,9 @@ TEST(Parallel, RejectsAFoldingThatCannotHold) {
 TEST(Parallel, ChecksDivisibilityAgainstTheModel) {
   const ModelSpec m = testing_models::mixtral_8x7b();  // 32 heads, 8 KV heads, 8 experts, 32 layers
   EXPECT_NO_THROW(check(resolve(parse_parallel("tp=8,ep=8,dp=1")), m));
-  EXPECT_THROW(check(resolve(parse_parallel("tp=16")), m), ConfigError);       // 8 KV heads
+  EXPECT_THROW(check(resolve(parse_parallel("tp=16")), m), ConfigError);           // 8 KV heads
   EXPECT_THROW(check(resolve(parse_parallel("tp=1,ep=3,dp=3")), m), ConfigError);  // 8 experts
-  EXPECT_THROW(check(resolve(parse_parallel("pp=64")), m), ConfigError);       // 32 layers
+  EXPECT_THROW(check(resolve(parse_parallel("pp=64")), m), ConfigError);           // 32 layers
   EXPECT_THROW(check(resolve(parse_parallel("pp=2,vpp=32")), m), ConfigError);
   EXPECT_THROW(check(resolve(parse_parallel("dp=4,mbs=1,gbs=10")), m), ConfigError);
 }

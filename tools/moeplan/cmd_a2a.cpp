@@ -48,10 +48,14 @@ nlohmann::json chunk_json(const monta::ChunkChoice& c) {
   return {{"chunks", c.chunks},
           {"time_s", c.time.value()},
           {"per_chunk",
-           {{"alltoall_s", c.per_chunk.alltoall.value()}, {"allgather_s", c.per_chunk.allgather.value()},
-            {"d2d_s", c.per_chunk.d2d.value()}, {"alltoall_bytes", c.per_chunk.alltoall_bytes.value()},
-            {"allgather_bytes", c.per_chunk.allgather_bytes.value()}, {"r1", c.per_chunk.r1},
-            {"r2", c.per_chunk.r2}, {"r3", c.per_chunk.r3}}}};
+           {{"alltoall_s", c.per_chunk.alltoall.value()},
+            {"allgather_s", c.per_chunk.allgather.value()},
+            {"d2d_s", c.per_chunk.d2d.value()},
+            {"alltoall_bytes", c.per_chunk.alltoall_bytes.value()},
+            {"allgather_bytes", c.per_chunk.allgather_bytes.value()},
+            {"r1", c.per_chunk.r1},
+            {"r2", c.per_chunk.r2},
+            {"r3", c.per_chunk.r3}}}};
 }
 
 void run_a2a(const A2aOptions& o) {
@@ -72,7 +76,8 @@ void run_a2a(const A2aOptions& o) {
   // fabric; B3: HBM. A curve that names its reference bandwidth overrides the cluster's.
   const NodeSpec& n = c.node;
   const BytesPerSec intra = n.fabric == Fabric::kNvSwitch ? n.nvlink_bandwidth : n.pcie_bandwidth();
-  p.links.inter_alltoall = p.curves.alltoall.reference_or(c.num_nodes > 1 ? c.gpu_network_bandwidth() : intra);
+  p.links.inter_alltoall =
+      p.curves.alltoall.reference_or(c.num_nodes > 1 ? c.gpu_network_bandwidth() : intra);
   p.links.intra_allgather = p.curves.allgather.reference_or(intra);
   p.links.d2d_copy = p.curves.d2d.reference_or(n.gpu.hbm_bandwidth);
 
@@ -94,9 +99,10 @@ void run_a2a(const A2aOptions& o) {
     nlohmann::json j = {{"volume_bytes", p.volume.value()},
                         {"tp", p.tp},
                         {"ep", p.ep},
-                        {"bandwidth_Bps", {{"b1_alltoall", p.links.inter_alltoall.value()},
-                                           {"b2_allgather", p.links.intra_allgather.value()},
-                                           {"b3_d2d", p.links.d2d_copy.value()}}},
+                        {"bandwidth_Bps",
+                         {{"b1_alltoall", p.links.inter_alltoall.value()},
+                          {"b2_allgather", p.links.intra_allgather.value()},
+                          {"b3_d2d", p.links.d2d_copy.value()}}},
                         {"baseline_s", base.value()},
                         {"o1_s", o1.value()},
                         {"o2", chunk_json(o2)},
@@ -107,38 +113,51 @@ void run_a2a(const A2aOptions& o) {
     print_json(j);
     return;
   }
-  fmt::print("AllToAll of {:.1f} MiB, tp={} ep={} on {}\n", p.volume.value() / kMebi, p.tp, p.ep, c.name);
+  fmt::print("AllToAll of {:.1f} MiB, tp={} ep={} on {}\n", p.volume.value() / kMebi, p.tp, p.ep,
+             c.name);
   fmt::print("B1 (inter-node all-to-all) {}, B2 (intra-node all-gather) {}, B3 (D2D) {}\n\n",
              as_gbps(p.links.inter_alltoall.value()), as_gbps(p.links.intra_allgather.value()),
              as_gbps(p.links.d2d_copy.value()));
   Table t({"strategy", "chunks", "time", "vs baseline", "per chunk AA / AG / D2D"});
   auto ratio = [&](Seconds s) { return fmt::format("{:.3f}", s / base); };
   auto per_chunk = [](const monta::ChunkChoice& x) {
-    return fmt::format("{} / {} / {}", as_ms(x.per_chunk.alltoall.value()), as_ms(x.per_chunk.allgather.value()),
-                       as_ms(x.per_chunk.d2d.value()));
+    return fmt::format("{} / {} / {}", as_ms(x.per_chunk.alltoall.value()),
+                       as_ms(x.per_chunk.allgather.value()), as_ms(x.per_chunk.d2d.value()));
   };
   t.add({"baseline", "1", as_ms(base.value()), "1.000", ""});
   t.add({"O1", "1", as_ms(o1.value()), ratio(o1), ""});
-  t.add({"O2 (best N)", std::to_string(o2.chunks), as_ms(o2.time.value()), ratio(o2.time), per_chunk(o2)});
-  t.add({"O3 (best N)", std::to_string(o3.chunks), as_ms(o3.time.value()), ratio(o3.time), per_chunk(o3)});
+  t.add({"O2 (best N)", std::to_string(o2.chunks), as_ms(o2.time.value()), ratio(o2.time),
+         per_chunk(o2)});
+  t.add({"O3 (best N)", std::to_string(o3.chunks), as_ms(o3.time.value()), ratio(o3.time),
+         per_chunk(o3)});
   if (o2n) {
-    t.add({"O2", std::to_string(*o.chunks), as_ms(o2n->time.value()), ratio(o2n->time), per_chunk(*o2n)});
-    t.add({"O3", std::to_string(*o.chunks), as_ms(o3n->time.value()), ratio(o3n->time), per_chunk(*o3n)});
+    t.add({"O2", std::to_string(*o.chunks), as_ms(o2n->time.value()), ratio(o2n->time),
+           per_chunk(*o2n)});
+    t.add({"O3", std::to_string(*o.chunks), as_ms(o3n->time.value()), ratio(o3n->time),
+           per_chunk(*o3n)});
   }
   fmt::print("{}\n", t.render());
   fmt::print("choice (Algorithm 3): {}\n", monta::strategy_name(choice));
   fmt::print("O3 limit as N grows, eq. (13) form: T_O3/T_base -> {:.3f}\n", o3_limit);
   if (o.explain) {
     fmt::print("\nHow these numbers arise (MoNTA, 003_4e1468090f85ebf1):\n");
-    fmt::print("  baseline: I (e-1)/e / (B1 r1(I)), r1({:.1f} MiB) = {:.3f}\n", p.volume.value() / kMebi, r1);
-    fmt::print("  O1, eq. (11): I/t (e-1)/e / (B1 r1(I/t)) + I (t-1)/t / (B2 r2(I)); r1 = {:.3f}, r2 = {:.3f}\n",
-               p.curves.alltoall.at(p.volume / static_cast<double>(p.tp)), r2);
-    fmt::print("  per chunk, eq. (8)-(10): AA_j = I/(Nt) (e-1)/e / (B1 r1), AG_j = I/N (t-1)/t / (B2 r2), "
-               "D2D_j = I/N / (B3 r3)\n");
-    fmt::print("  O2 (Alg. 1): AA_j < AG_j + D2D_j ? AA_j + (AG_j + D2D_j) N : AA_j N + AG_j + D2D_j\n");
+    fmt::print("  baseline: I (e-1)/e / (B1 r1(I)), r1({:.1f} MiB) = {:.3f}\n",
+               p.volume.value() / kMebi, r1);
+    fmt::print(
+        "  O1, eq. (11): I/t (e-1)/e / (B1 r1(I/t)) + I (t-1)/t / (B2 r2(I)); r1 = {:.3f}, r2 = "
+        "{:.3f}\n",
+        p.curves.alltoall.at(p.volume / static_cast<double>(p.tp)), r2);
+    fmt::print(
+        "  per chunk, eq. (8)-(10): AA_j = I/(Nt) (e-1)/e / (B1 r1), AG_j = I/N (t-1)/t / (B2 r2), "
+        "D2D_j = I/N / (B3 r3)\n");
+    fmt::print(
+        "  O2 (Alg. 1): AA_j < AG_j + D2D_j ? AA_j + (AG_j + D2D_j) N : AA_j N + AG_j + D2D_j\n");
     fmt::print("  O3 (Alg. 2): AA_j < AG_j ? AA_j + AG_j N + D2D_j : AA_j N + AG_j + D2D_j\n");
-    fmt::print("  N searched from 1 while chunks stay >= {:.1f} MiB (I_minimal), best (N, T) kept\n", o.min_chunk_mib);
-    fmt::print("  curves: {}\n", o.curves.empty() ? "built-in defaults (planner/default_efficiency.h)" : o.curves);
+    fmt::print(
+        "  N searched from 1 while chunks stay >= {:.1f} MiB (I_minimal), best (N, T) kept\n",
+        o.min_chunk_mib);
+    fmt::print("  curves: {}\n",
+               o.curves.empty() ? "built-in defaults (planner/default_efficiency.h)" : o.curves);
   }
 }
 
@@ -146,14 +165,20 @@ void run_a2a(const A2aOptions& o) {
 
 void add_a2a(CLI::App& app) {
   auto o = std::make_shared<A2aOptions>();
-  CLI::App* cmd = app.add_subcommand("a2a", "MoNTA AllToAll strategies: baseline, O1, O2, O3 with the best chunk count");
+  CLI::App* cmd = app.add_subcommand(
+      "a2a", "MoNTA AllToAll strategies: baseline, O1, O2, O3 with the best chunk count");
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--bytes", o->bytes, "AllToAll volume I = b s h BPE: bytes, or with a unit (\"256 MiB\")")->required();
+  cmd->add_option("--bytes", o->bytes,
+                  "AllToAll volume I = b s h BPE: bytes, or with a unit (\"256 MiB\")")
+      ->required();
   cmd->add_option("--tp", o->tp, "tensor-parallel size t")->check(CLI::PositiveNumber);
   cmd->add_option("--ep", o->ep, "expert-parallel size e")->check(CLI::PositiveNumber);
-  cmd->add_option("--curves", o->curves, "calibration file with alltoall_inter, allgather_intra, d2d_copy curves");
-  cmd->add_option("--chunks", o->chunks, "also evaluate O2/O3 at this chunk count")->check(CLI::PositiveNumber);
-  cmd->add_option("--min-chunk", o->min_chunk_mib, "I_minimal in MiB: smallest chunk the search tries")
+  cmd->add_option("--curves", o->curves,
+                  "calibration file with alltoall_inter, allgather_intra, d2d_copy curves");
+  cmd->add_option("--chunks", o->chunks, "also evaluate O2/O3 at this chunk count")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--min-chunk", o->min_chunk_mib,
+                  "I_minimal in MiB: smallest chunk the search tries")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "print one JSON document (seconds, bytes)");
   cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");

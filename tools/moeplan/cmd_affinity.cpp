@@ -27,18 +27,22 @@ void run_affinity(const AffinityOptions& o) {
   const ClusterSpec c = io::load_cluster(o.cluster);
   if (!m.is_moe()) throw InputError(o.model, "", "affinity needs a model with routed experts");
   if (o.gpu < 0 || o.gpu >= c.num_gpus()) {
-    throw InputError("--gpu", "", fmt::format("GPU {} does not exist (cluster has {})", o.gpu, c.num_gpus()));
+    throw InputError("--gpu", "",
+                     fmt::format("GPU {} does not exist (cluster has {})", o.gpu, c.num_gpus()));
   }
   std::vector<double> proportions;
   double g_metric = 0;
   if (!o.popularity.empty()) {
     const auto pop = io::load_popularity(o.popularity);
     if (o.layer < 0 || o.layer >= static_cast<int64_t>(pop.size())) {
-      throw InputError("--layer", "", fmt::format("layer {} is not in {} ({} layers)", o.layer, o.popularity, pop.size()));
+      throw InputError(
+          "--layer", "",
+          fmt::format("layer {} is not in {} ({} layers)", o.layer, o.popularity, pop.size()));
     }
     if (static_cast<int64_t>(pop[o.layer].size()) != m.num_routed_experts) {
-      throw InputError(o.popularity, fmt::format("/layers/{}", o.layer),
-                       fmt::format("has {} experts, model has {}", pop[o.layer].size(), m.num_routed_experts));
+      throw InputError(
+          o.popularity, fmt::format("/layers/{}", o.layer),
+          fmt::format("has {} experts, model has {}", pop[o.layer].size(), m.num_routed_experts));
     }
     proportions = pop[o.layer];
     g_metric = aptmoe::popularity_metric(pop);
@@ -74,53 +78,80 @@ void run_affinity(const AffinityOptions& o) {
   const LayerParams lp = layer_params(m, true);
   std::vector<aptmoe::ExpertCost> experts;
   for (size_t e = 0; e < proportions.size(); ++e) {
-    experts.push_back(aptmoe::expert_cost(static_cast<int>(e), proportions[e] * o.tokens * static_cast<double>(m.top_k),
+    experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
+                                          proportions[e] * o.tokens * static_cast<double>(m.top_k),
                                           lp.one_routed_expert, bytes, rates, pass));
   }
-  aptmoe::Fixed fixed{Bytes(lp.attention * bytes) / rates.pcie, Bytes(lp.router * bytes) / rates.pcie};
+  aptmoe::Fixed fixed{Bytes(lp.attention * bytes) / rates.pcie,
+                      Bytes(lp.router * bytes) / rates.pcie};
   const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
 
   if (o.json) {
     nlohmann::json ex = nlohmann::json::array();
     for (size_t i = 0; i < a.experts.size(); ++i) {
       const auto& e = a.experts[i];
-      ex.push_back({{"expert", e.expert}, {"tokens", e.tokens}, {"device", a.on_gpu[i] ? "gpu" : "cpu"},
-                    {"cpu_s", e.cpu.value()}, {"gpu_s", e.gpu.value()}, {"load_s", e.load.value()}});
+      ex.push_back({{"expert", e.expert},
+                    {"tokens", e.tokens},
+                    {"device", a.on_gpu[i] ? "gpu" : "cpu"},
+                    {"cpu_s", e.cpu.value()},
+                    {"gpu_s", e.gpu.value()},
+                    {"load_s", e.load.value()}});
     }
-    print_json({{"model", m.name}, {"pass", o.pass}, {"G", g_metric}, {"experts", ex}, {"r_trace", a.r_trace},
-                {"final_r", a.final_r}, {"cpu_time_s", a.cpu_time.value()}, {"load_time_s", a.load_time.value()},
-                {"rates", {{"cpu_flops", rates.cpu.value()}, {"gpu_flops", rates.gpu.value()}, {"pcie_Bps", rates.pcie.value()}}}});
+    print_json({{"model", m.name},
+                {"pass", o.pass},
+                {"G", g_metric},
+                {"experts", ex},
+                {"r_trace", a.r_trace},
+                {"final_r", a.final_r},
+                {"cpu_time_s", a.cpu_time.value()},
+                {"load_time_s", a.load_time.value()},
+                {"rates",
+                 {{"cpu_flops", rates.cpu.value()},
+                  {"gpu_flops", rates.gpu.value()},
+                  {"pcie_Bps", rates.pcie.value()}}}});
     return;
   }
-  fmt::print("{}: {} pass, G = {:.4f}, {:.0f} tokens x top-{}, GPU {} ({:.1f} TFLOP/s), CPU share {:.0f} GFLOP/s "
-             "({} GPU(s) per socket), PCIe {}\n\n",
-             m.name, o.pass, g_metric, o.tokens, m.top_k, o.gpu, rates.gpu.value() / 1e12, rates.cpu.value() / 1e9,
-             sharing, as_gbps(rates.pcie.value()));
+  fmt::print(
+      "{}: {} pass, G = {:.4f}, {:.0f} tokens x top-{}, GPU {} ({:.1f} TFLOP/s), CPU share {:.0f} "
+      "GFLOP/s "
+      "({} GPU(s) per socket), PCIe {}\n\n",
+      m.name, o.pass, g_metric, o.tokens, m.top_k, o.gpu, rates.gpu.value() / 1e12,
+      rates.cpu.value() / 1e9, sharing, as_gbps(rates.pcie.value()));
   Table t({"rank", "expert", "tokens", "CPU time", "GPU time", "load time", "runs on", "R after"});
   for (size_t i = 0; i < a.experts.size(); ++i) {
     const auto& e = a.experts[i];
-    const std::string r_after = i + 1 < a.r_trace.size() ? fmt::format("{:.3f}", a.r_trace[i + 1]) : "";
-    t.add({std::to_string(i), std::to_string(e.expert), fmt::format("{:.0f}", e.tokens), as_ms(e.cpu.value()),
-           as_ms(e.gpu.value()), as_ms(e.load.value()), a.on_gpu[i] ? "GPU" : "CPU", r_after});
+    const std::string r_after =
+        i + 1 < a.r_trace.size() ? fmt::format("{:.3f}", a.r_trace[i + 1]) : "";
+    t.add({std::to_string(i), std::to_string(e.expert), fmt::format("{:.0f}", e.tokens),
+           as_ms(e.cpu.value()), as_ms(e.gpu.value()), as_ms(e.load.value()),
+           a.on_gpu[i] ? "GPU" : "CPU", r_after});
   }
   fmt::print("{}\n", t.render());
-  fmt::print("R before loading {:.3f}; final R {:.3f} (loading stops at R <= 1, APTMoE eq. 1)\n", a.r_trace.front(), a.final_r);
-  fmt::print("CPU work left {} vs loading {} (MHA {} + gate {} + experts)\n", as_ms(a.cpu_time.value()),
-             as_ms(a.load_time.value()), as_ms(fixed.load_mha.value()), as_ms(fixed.load_gate.value()));
+  fmt::print("R before loading {:.3f}; final R {:.3f} (loading stops at R <= 1, APTMoE eq. 1)\n",
+             a.r_trace.front(), a.final_r);
+  fmt::print("CPU work left {} vs loading {} (MHA {} + gate {} + experts)\n",
+             as_ms(a.cpu_time.value()), as_ms(a.load_time.value()), as_ms(fixed.load_mha.value()),
+             as_ms(fixed.load_gate.value()));
 }
 
 }  // namespace
 
 void add_affinity(CLI::App& app) {
   auto o = std::make_shared<AffinityOptions>();
-  CLI::App* cmd = app.add_subcommand("affinity", "APTMoE CPU/GPU allocation of one MoE layer's experts (eq. 1, R = 1)");
+  CLI::App* cmd = app.add_subcommand(
+      "affinity", "APTMoE CPU/GPU allocation of one MoE layer's experts (eq. 1, R = 1)");
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--popularity", o->popularity, "per-layer, per-expert token counts (moeplan-popularity/1)");
-  cmd->add_option("--G", o->g, "target popularity metric G (eq. 2); builds a Zipf-shaped popularity");
+  cmd->add_option("--popularity", o->popularity,
+                  "per-layer, per-expert token counts (moeplan-popularity/1)");
+  cmd->add_option("--G", o->g,
+                  "target popularity metric G (eq. 2); builds a Zipf-shaped popularity");
   cmd->add_option("--layer", o->layer, "layer of the popularity file");
-  cmd->add_option("--tokens", o->tokens, "tokens entering the layer over the micro-batches considered")->check(CLI::PositiveNumber);
-  cmd->add_option("--pass", o->pass, "forward (predicted popularity) or backward (actual, 2x compute)");
+  cmd->add_option("--tokens", o->tokens,
+                  "tokens entering the layer over the micro-batches considered")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pass", o->pass,
+                  "forward (predicted popularity) or backward (actual, 2x compute)");
   cmd->add_option("--dtype", o->dtype, "weights and compute precision (APTMoE fine-tunes in fp32)");
   cmd->add_option("--gpu", o->gpu, "global GPU index whose PCIe path and CPU socket are used");
   cmd->add_flag("--json", o->json, "print one JSON document (seconds)");

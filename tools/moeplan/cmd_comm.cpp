@@ -28,7 +28,8 @@ void run_comm(const CommOptions& o) {
   const int64_t b = *p.mbs, s = o.seq_len, h = m.hidden_size;
   const int64_t n_attn = *p.tp;  // TP, or Ulysses SP over the same GPUs
   const int64_t n_ffn = m.is_moe() ? *p.ep : *p.tp;
-  const double m_ratio = static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);
+  const double m_ratio =
+      static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);
   const int64_t k = std::max<int64_t>(m.top_k, 1);
 
   const double tp_attn = megascale::tp_attention_volume(b, s, h, n_attn) * bpe;
@@ -40,10 +41,12 @@ void run_comm(const CommOptions& o) {
   // The EP group crosses nodes when it is wider than a node's GPUs (groups are laid out TP
   // innermost, then EP, as Megatron-Core orders them).
   const bool ep_inter_node = *p.etp * n_ffn > c.node.num_gpus;
-  const BytesPerSec intra = c.node.fabric == Fabric::kNvSwitch ? c.node.nvlink_bandwidth : c.node.pcie_bandwidth();
+  const BytesPerSec intra =
+      c.node.fabric == Fabric::kNvSwitch ? c.node.nvlink_bandwidth : c.node.pcie_bandwidth();
   const BytesPerSec ep_bw = ep_inter_node ? c.gpu_network_bandwidth() : intra;
   const int64_t ffn_hidden = m.is_moe() ? m.expert_ffn_size : m.dense_ffn_size;
-  megascale::RatioInputs ri{ffn_hidden, ep_bw, c.node.gpu.peak_for(dtype == Dtype::kFp32 ? Dtype::kTf32 : dtype),
+  megascale::RatioInputs ri{ffn_hidden, ep_bw,
+                            c.node.gpu.peak_for(dtype == Dtype::kFp32 ? Dtype::kTf32 : dtype),
                             std::max<int64_t>(n_ffn, 2), bpe};
   const double r = megascale::compute_comm_ratio(ri);
   const double r_approx = megascale::compute_comm_ratio_approx(ri);
@@ -62,7 +65,8 @@ void run_comm(const CommOptions& o) {
   const double eq10 = megascale::hierarchical_sync_latency_ratio(n_attn, d, intra_over_inter);
 
   const ModelParams mp = count_params(m);
-  const double dense_grads = (mp.total() - mp.routed_experts()) / static_cast<double>(*p.tp * *p.pp);
+  const double dense_grads =
+      (mp.total() - mp.routed_experts()) / static_cast<double>(*p.tp * *p.pp);
   const Bytes dp_fp32 = megascale::dp_gradient_bytes(dense_grads, d, false);
   const Bytes dp_bf16 = megascale::dp_gradient_bytes(dense_grads, d, true);
   const double act_elements = static_cast<double>(b * s * h);
@@ -73,7 +77,10 @@ void run_comm(const CommOptions& o) {
     print_json({{"model", m.name},
                 {"parallel", p.to_string()},
                 {"per_layer_bytes",
-                 {{"tp_attention", tp_attn}, {"sp_attention", sp_attn}, {"ep_ffn", ep_ffn}, {"tp_ffn", tp_ffn}}},
+                 {{"tp_attention", tp_attn},
+                  {"sp_attention", sp_attn},
+                  {"ep_ffn", ep_ffn},
+                  {"tp_ffn", tp_ffn}}},
                 {"sp_over_tp_attention", tp_attn > 0 ? sp_attn / tp_attn : 0.0},
                 {"ep_over_tp_ffn", tp_ffn > 0 ? ep_ffn / tp_ffn : 0.0},
                 {"dispatcher", megascale::dispatcher_name(dispatcher)},
@@ -81,17 +88,22 @@ void run_comm(const CommOptions& o) {
                 {"r", r},
                 {"r_approx", r_approx},
                 {"sar_activation",
-                 {{"units_full", units_full}, {"units_remat", units_remat}, {"bytes_full", act_full.value()},
+                 {{"units_full", units_full},
+                  {"units_remat", units_remat},
+                  {"bytes_full", act_full.value()},
                   {"bytes_remat", act_remat.value()}}},
                 {"attention_sync",
-                 {{"tp_inter_node_bytes", tp_sync.inter_node * bpe}, {"sp_inter_node_bytes", sp_sync.inter_node * bpe},
-                  {"sp_intra_node_bytes", sp_sync.intra_node * bpe}, {"eq10_inter_over_intra", eq10}}},
-                {"dp_gradient_bytes", {{"fp32_reduce_scatter", dp_fp32.value()}, {"bf16_alltoall", dp_bf16.value()}}},
+                 {{"tp_inter_node_bytes", tp_sync.inter_node * bpe},
+                  {"sp_inter_node_bytes", sp_sync.inter_node * bpe},
+                  {"sp_intra_node_bytes", sp_sync.intra_node * bpe},
+                  {"eq10_inter_over_intra", eq10}}},
+                {"dp_gradient_bytes",
+                 {{"fp32_reduce_scatter", dp_fp32.value()}, {"bf16_alltoall", dp_bf16.value()}}},
                 {"tp_reduce_scatter_bytes", {{"bf16", rs_bf16.value()}, {"fp8", rs_fp8.value()}}}});
     return;
   }
-  fmt::print("{} on {}, layout {}, seq {}, {} (bytes per GPU per layer, forward)\n\n", m.name, c.name,
-             p.to_string(), s, dtype_name(dtype));
+  fmt::print("{} on {}, layout {}, seq {}, {} (bytes per GPU per layer, forward)\n\n", m.name,
+             c.name, p.to_string(), s, dtype_name(dtype));
   Table t({"operation", "volume", "equation"});
   t.add({fmt::format("attention, TP n={}", n_attn), as_gb(tp_attn), "MegaScale eq. (1)"});
   t.add({fmt::format("attention, SP n={} m={:.0f}", n_attn, m_ratio), as_gb(sp_attn),
@@ -100,21 +112,31 @@ void run_comm(const CommOptions& o) {
          fmt::format("eq. (3), {:.4f} of TP", tp_ffn > 0 ? ep_ffn / tp_ffn : 0.0)});
   t.add({fmt::format("FFN, TP n={}", n_ffn), as_gb(tp_ffn), "eq. (4)"});
   fmt::print("{}\n", t.render());
-  fmt::print("dispatcher: {} (all-to-all while k/n <= {:.2f}, MegaScale Fig. 7)\n", megascale::dispatcher_name(dispatcher),
-             megascale::kAllToAllOverAllGatherEfficiency);
-  fmt::print("R = comp/comm for the expert FFN over {} ({}): {:.2f} (eq. 8), {:.2f} without n/(n-1) (eq. 9)\n",
-             ep_inter_node ? "the NICs" : "the intra-node fabric", as_gbps(ep_bw.value()), r, r_approx);
-  fmt::print("activation per MoE layer (App. A.2): {:.2f} bsh/n = {} stored, {:.2f} bsh/n = {} with selective rematerialization\n",
-             units_full, as_gb(act_full.value()), units_remat, as_gb(act_remat.value()));
-  fmt::print("attention weight sync per layer (App. A.1): TP {} inter-node; SP {} inter-node + {} intra-node; eq. (10) ratio {:.2f}\n",
-             as_gb(tp_sync.inter_node * bpe), as_gb(sp_sync.inter_node * bpe), as_gb(sp_sync.intra_node * bpe), eq10);
-  fmt::print("DP gradient sync per GPU: {} FP32 reduce-scatter, {} with BF16 compression\n", as_gb(dp_fp32.value()),
-             as_gb(dp_bf16.value()));
-  fmt::print("TP reduce-scatter per layer: {} BF16, {} as FP8 all-to-all\n", as_gb(rs_bf16.value()), as_gb(rs_fp8.value()));
+  fmt::print("dispatcher: {} (all-to-all while k/n <= {:.2f}, MegaScale Fig. 7)\n",
+             megascale::dispatcher_name(dispatcher), megascale::kAllToAllOverAllGatherEfficiency);
+  fmt::print(
+      "R = comp/comm for the expert FFN over {} ({}): {:.2f} (eq. 8), {:.2f} without n/(n-1) (eq. "
+      "9)\n",
+      ep_inter_node ? "the NICs" : "the intra-node fabric", as_gbps(ep_bw.value()), r, r_approx);
+  fmt::print(
+      "activation per MoE layer (App. A.2): {:.2f} bsh/n = {} stored, {:.2f} bsh/n = {} with "
+      "selective rematerialization\n",
+      units_full, as_gb(act_full.value()), units_remat, as_gb(act_remat.value()));
+  fmt::print(
+      "attention weight sync per layer (App. A.1): TP {} inter-node; SP {} inter-node + {} "
+      "intra-node; eq. (10) ratio {:.2f}\n",
+      as_gb(tp_sync.inter_node * bpe), as_gb(sp_sync.inter_node * bpe),
+      as_gb(sp_sync.intra_node * bpe), eq10);
+  fmt::print("DP gradient sync per GPU: {} FP32 reduce-scatter, {} with BF16 compression\n",
+             as_gb(dp_fp32.value()), as_gb(dp_bf16.value()));
+  fmt::print("TP reduce-scatter per layer: {} BF16, {} as FP8 all-to-all\n", as_gb(rs_bf16.value()),
+             as_gb(rs_fp8.value()));
   if (o.explain) {
-    fmt::print("\nInputs: b={} s={} h={} n_attn={} n_ffn={} k={} m={} h_ffn={} d={} bytes/element={}\n", b, s, h,
-               n_attn, n_ffn, k, m_ratio, ffn_hidden, d, bpe);
-    fmt::print("R, eq. (8): 3/2 h_ffn bandwidth/peak n/(n-1) with peak {:.0f} TFLOP/s\n", ri.peak.value() / 1e12);
+    fmt::print(
+        "\nInputs: b={} s={} h={} n_attn={} n_ffn={} k={} m={} h_ffn={} d={} bytes/element={}\n", b,
+        s, h, n_attn, n_ffn, k, m_ratio, ffn_hidden, d, bpe);
+    fmt::print("R, eq. (8): 3/2 h_ffn bandwidth/peak n/(n-1) with peak {:.0f} TFLOP/s\n",
+               ri.peak.value() / 1e12);
   }
 }
 
@@ -122,7 +144,8 @@ void run_comm(const CommOptions& o) {
 
 void add_comm(CLI::App& app) {
   auto o = std::make_shared<CommOptions>();
-  CLI::App* cmd = app.add_subcommand("comm", "MegaScale-MoE volumes (TP/SP attention, TP/EP FFN), dispatcher, R, SAR");
+  CLI::App* cmd = app.add_subcommand(
+      "comm", "MegaScale-MoE volumes (TP/SP attention, TP/EP FFN), dispatcher, R, SAR");
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=8,ep=8,dp=4");

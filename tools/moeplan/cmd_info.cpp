@@ -17,9 +17,13 @@ struct InfoOptions {
 };
 
 nlohmann::json layer_json(const LayerParams& l) {
-  return {{"attention", l.attention}, {"norms", l.norms},          {"router", l.router},
-          {"shared_experts", l.shared_experts}, {"routed_experts", l.routed_experts},
-          {"dense_ffn", l.dense_ffn}, {"total", l.total()}};
+  return {{"attention", l.attention},
+          {"norms", l.norms},
+          {"router", l.router},
+          {"shared_experts", l.shared_experts},
+          {"routed_experts", l.routed_experts},
+          {"dense_ffn", l.dense_ffn},
+          {"total", l.total()}};
 }
 
 void run_info(const InfoOptions& o) {
@@ -41,20 +45,28 @@ void run_info(const InfoOptions& o) {
                 {"active_params", p.active(m)},
                 {"mtp_params", p.mtp},
                 {"breakdown",
-                 {{"embedding", p.embedding}, {"output_head", p.output_head}, {"attention", p.attention()},
-                  {"router", router}, {"shared_experts", shared}, {"routed_experts", p.routed_experts()},
-                  {"dense_ffn", dense}, {"norms", norms + p.final_norm}}},
+                 {{"embedding", p.embedding},
+                  {"output_head", p.output_head},
+                  {"attention", p.attention()},
+                  {"router", router},
+                  {"shared_experts", shared},
+                  {"routed_experts", p.routed_experts()},
+                  {"dense_ffn", dense},
+                  {"norms", norms + p.final_norm}}},
                 {"layers", layers},
                 {"seq_len", o.seq_len},
                 {"flops_per_token",
-                 {{"forward", f.forward().value()}, {"forward_matmul", f.forward_matmul.value()},
-                  {"forward_attention", f.forward_attention.value()}, {"training", f.training().value()}}}});
+                 {{"forward", f.forward().value()},
+                  {"forward_matmul", f.forward_matmul.value()},
+                  {"forward_attention", f.forward_attention.value()},
+                  {"training", f.training().value()}}}});
     return;
   }
   fmt::print("{}: {} layers ({} MoE, {} dense), hidden {}, {} routed experts top-{}, {} shared\n",
              m.name, m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
              m.num_routed_experts, m.top_k, m.num_shared_experts);
-  fmt::print("total parameters   {}\nactive per token   {}\n", as_billions(p.total()), as_billions(p.active(m)));
+  fmt::print("total parameters   {}\nactive per token   {}\n", as_billions(p.total()),
+             as_billions(p.active(m)));
   if (p.mtp > 0) fmt::print("MTP modules        {} (not in the total)\n", as_billions(p.mtp));
   fmt::print("\n");
   Table t({"part", "parameters", "share"});
@@ -70,23 +82,29 @@ void run_info(const InfoOptions& o) {
   row("dense FFN", dense);
   row("norms", norms + p.final_norm);
   fmt::print("{}\n", t.render());
-  fmt::print("FLOPs per token at seq {}: forward {:.3f} GFLOP ({:.3f} matmul + {:.3f} attention), "
-             "training {:.3f} GFLOP\n",
-             o.seq_len, f.forward().value() / 1e9, f.forward_matmul.value() / 1e9,
-             f.forward_attention.value() / 1e9, f.training().value() / 1e9);
+  fmt::print(
+      "FLOPs per token at seq {}: forward {:.3f} GFLOP ({:.3f} matmul + {:.3f} attention), "
+      "training {:.3f} GFLOP\n",
+      o.seq_len, f.forward().value() / 1e9, f.forward_matmul.value() / 1e9,
+      f.forward_attention.value() / 1e9, f.training().value() / 1e9);
 }
 
 }  // namespace
 
 void add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
-  CLI::App* cmd = app.add_subcommand("info", "Parameter counts (total, active, per part) and FLOPs per token");
-  cmd->add_option("--model", o->model, "model file (moeplan JSON or HuggingFace config.json)")->required();
-  cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs")->check(CLI::PositiveNumber);
+  CLI::App* cmd =
+      app.add_subcommand("info", "Parameter counts (total, active, per part) and FLOPs per token");
+  cmd->add_option("--model", o->model, "model file (moeplan JSON or HuggingFace config.json)")
+      ->required();
+  cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "print one JSON document (SI units, plain counts)");
   cmd->callback([o] { run_info(*o); });
 }
 
-void print_json(const nlohmann::json& j) { fmt::print("{}\n", j.dump(2)); }
+void print_json(const nlohmann::json& j) {
+  fmt::print("{}\n", j.dump(2));
+}
 
 }  // namespace moe::cli

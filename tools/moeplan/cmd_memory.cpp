@@ -15,7 +15,8 @@ namespace moe::cli {
 namespace {
 
 struct MemoryOptions {
-  std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto", dtype = "bf16";
+  std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto",
+                                        dtype = "bf16";
   int64_t seq_len = 4096;
   std::optional<double> received_tokens;
   std::optional<double> static_override_gb;
@@ -53,22 +54,27 @@ void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m
   const memfine::LayerShape& s = r.moe_shape;
   fmt::print("\nHow these numbers arise (MemFine, 000_540cfe3acc6ce862):\n");
   fmt::print("  layer shape: D_t={} b={} s={} h={} a={} h_d={} k_a={} e_n={} g_e={} t={} c={}\n",
-             s.bytes_per_element, s.micro_batch, s.seq_len, s.hidden, s.heads, s.head_dim, s.kv_heads,
-             s.experts, s.expert_ffn, s.tp, s.cp);
-  fmt::print("  eq. (2) sequence term  D_t b s (5h + a h_d + 2 k_a h_d + e_n)/(tc) = {} per layer\n",
-             as_gb(memfine::sequence_activation(s).value()));
+             s.bytes_per_element, s.micro_batch, s.seq_len, s.hidden, s.heads, s.head_dim,
+             s.kv_heads, s.experts, s.expert_ffn, s.tp, s.cp);
+  fmt::print(
+      "  eq. (2) sequence term  D_t b s (5h + a h_d + 2 k_a h_d + e_n)/(tc) = {} per layer\n",
+      as_gb(memfine::sequence_activation(s).value()));
   fmt::print("  eq. (2) per received token  D_t b (2h + 2 g_e)/(tc) = {:.0f} bytes\n",
              memfine::activation_per_received_token(s).value());
   fmt::print("  received tokens s'' = {:.0f} ({})\n", r.received_tokens,
              req.received_tokens ? "given" : "balanced: s x top-k");
-  fmt::print("  FCDA: each of c chunks holds ceil(s''/c) tokens; m_g = vp + p - 2 r_pp - 1 (1 under full recompute)\n");
-  fmt::print("  static: eq. (1), {} bytes per parameter (param {} + grad {} + 4 x {} optimizer states), "
-             "ZeRO-{} sharding{}\n",
-             req.static_bytes.per_param(), req.static_bytes.param, req.static_bytes.grad,
-             req.static_bytes.optimizer_states, req.zero_stage,
-             req.static_override ? "; overridden by --static-override" : "");
-  fmt::print("  eq. (8) s'_max = (alpha M_GPU - M_sta - m_g x sequence term) / (m_g x per-token term); "
-             "eq. (9) c = ceil(s''/s'_max), then the smallest bin >= c\n");
+  fmt::print(
+      "  FCDA: each of c chunks holds ceil(s''/c) tokens; m_g = vp + p - 2 r_pp - 1 (1 under full "
+      "recompute)\n");
+  fmt::print(
+      "  static: eq. (1), {} bytes per parameter (param {} + grad {} + 4 x {} optimizer states), "
+      "ZeRO-{} sharding{}\n",
+      req.static_bytes.per_param(), req.static_bytes.param, req.static_bytes.grad,
+      req.static_bytes.optimizer_states, req.zero_stage,
+      req.static_override ? "; overridden by --static-override" : "");
+  fmt::print(
+      "  eq. (8) s'_max = (alpha M_GPU - M_sta - m_g x sequence term) / (m_g x per-token term); "
+      "eq. (9) c = ceil(s''/s'_max), then the smallest bin >= c\n");
   fmt::print("  model: {}, {} layers\n", m.name, m.num_layers);
 }
 
@@ -99,7 +105,8 @@ void run_memory(const MemoryOptions& o) {
       if (n <= 0) throw std::invalid_argument("not positive");
       req.chunks = n;
     } catch (const std::exception&) {
-      throw InputError("--chunks", "", fmt::format("'{}' is not a positive integer or auto", o.chunks));
+      throw InputError("--chunks", "",
+                       fmt::format("'{}' is not a positive integer or auto", o.chunks));
     }
   }
   const MemoryReport r = estimate_memory(m, p, req);
@@ -119,7 +126,9 @@ void run_memory(const MemoryOptions& o) {
     for (const auto& [bin, rep] : sweep) {
       nlohmann::json per_stage = nlohmann::json::array();
       for (const StageMemory& s : rep.stages) {
-        per_stage.push_back({{"activation_bytes", s.activation_bytes.value()}, {"total_bytes", s.total_bytes.value()}, {"fits", s.fits}});
+        per_stage.push_back({{"activation_bytes", s.activation_bytes.value()},
+                             {"total_bytes", s.total_bytes.value()},
+                             {"fits", s.fits}});
       }
       chunk_sweep.push_back({{"chunks", bin}, {"stages", per_stage}});
     }
@@ -137,16 +146,20 @@ void run_memory(const MemoryOptions& o) {
                 {"chunk_sweep", chunk_sweep}});
     return;
   }
-  fmt::print("{} on {} ({} per GPU, alpha {}), layout {}, recompute {}, seq {}, received tokens s'' = {:.0f}\n\n",
-             m.name, c.name, as_gb(req.gpu_capacity.value()), req.alpha, p.to_string(),
-             recompute_name(req.recompute), o.seq_len, r.received_tokens);
-  Table t({"stage", "layers", "MoE", "params/GPU", "static", "checkpoints", "activation", "total", "fits",
-           "s'_max", "MACT c", "chunks"});
+  fmt::print(
+      "{} on {} ({} per GPU, alpha {}), layout {}, recompute {}, seq {}, received tokens s'' = "
+      "{:.0f}\n\n",
+      m.name, c.name, as_gb(req.gpu_capacity.value()), req.alpha, p.to_string(),
+      recompute_name(req.recompute), o.seq_len, r.received_tokens);
+  Table t({"stage", "layers", "MoE", "params/GPU", "static", "checkpoints", "activation", "total",
+           "fits", "s'_max", "MACT c", "chunks"});
   for (const StageMemory& s : r.stages) {
-    t.add({std::to_string(s.stage), fmt::format("{}-{}", s.first_layer, s.first_layer + s.num_layers - 1),
-           std::to_string(s.num_moe_layers), as_billions(s.params_per_gpu), as_gb(s.static_bytes.value()),
-           as_gb(s.checkpoint_bytes.value()), as_gb(s.activation_bytes.value()),
-           as_gb(s.total_bytes.value()), s.fits ? "yes" : "NO", fmt::format("{:.0f}", s.max_received_tokens),
+    t.add({std::to_string(s.stage),
+           fmt::format("{}-{}", s.first_layer, s.first_layer + s.num_layers - 1),
+           std::to_string(s.num_moe_layers), as_billions(s.params_per_gpu),
+           as_gb(s.static_bytes.value()), as_gb(s.checkpoint_bytes.value()),
+           as_gb(s.activation_bytes.value()), as_gb(s.total_bytes.value()), s.fits ? "yes" : "NO",
+           fmt::format("{:.0f}", s.max_received_tokens),
            s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none", std::to_string(s.chunks)});
   }
   fmt::print("{}\n", t.render());
@@ -160,8 +173,10 @@ void run_memory(const MemoryOptions& o) {
   if (r.mact_chunks > 0) {
     fmt::print("MACT picks c = {} (bins 1,2,4,8)\n", r.mact_chunks);
   } else {
-    fmt::print("MACT: no bin up to {} chunks fits; the static memory or the sequence term alone is too large\n",
-               req.chunk_bins.back());
+    fmt::print(
+        "MACT: no bin up to {} chunks fits; the static memory or the sequence term alone is too "
+        "large\n",
+        req.chunk_bins.back());
   }
   if (o.explain) explain(r, req, m);
 }
@@ -170,20 +185,25 @@ void run_memory(const MemoryOptions& o) {
 
 void add_memory(CLI::App& app) {
   auto o = std::make_shared<MemoryOptions>();
-  CLI::App* cmd = app.add_subcommand("memory", "Per-stage static/activation memory, fit check and MemFine chunk tuning");
+  CLI::App* cmd = app.add_subcommand(
+      "memory", "Per-stage static/activation memory, fit check and MemFine chunk tuning");
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file (GPU memory capacity)")->required();
   cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1");
   cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
   cmd->add_option("--recompute", o->recompute, "none | selective | full");
-  cmd->add_option("--received-tokens", o->received_tokens, "tokens one GPU's MoE layer receives (s'')")
+  cmd->add_option("--received-tokens", o->received_tokens,
+                  "tokens one GPU's MoE layer receives (s'')")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--skew", o->skew, "balanced | worst, when --received-tokens is not given");
   cmd->add_option("--chunks", o->chunks, "FCDA chunk count, or auto for MACT");
-  cmd->add_option("--static-override", o->static_override_gb, "measured static memory in GB (MemFine Table 4)")
+  cmd->add_option("--static-override", o->static_override_gb,
+                  "measured static memory in GB (MemFine Table 4)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory (MemFine eq. 3)")->check(CLI::Range(0.01, 1.0));
-  cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 (1 = Megatron distributed optimizer)")->check(CLI::Range(0, 3));
+  cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory (MemFine eq. 3)")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 (1 = Megatron distributed optimizer)")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--dtype", o->dtype, "activation precision: bf16, fp16, fp32, fp8");
   cmd->add_flag("--json", o->json, "print one JSON document (bytes)");
   cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");

@@ -18,14 +18,16 @@ struct TopoOptions {
 std::string path_text(const std::vector<Link>& path) {
   if (path.empty()) return "(same device)";
   std::string out;
-  for (const Link& l : path) out += (out.empty() ? "" : " > ") + std::string(link_kind_name(l.kind));
+  for (const Link& l : path)
+    out += (out.empty() ? "" : " > ") + std::string(link_kind_name(l.kind));
   return fmt::format("{} hops: {}; bottleneck {}", path.size(), out,
                      as_gbps(ClusterGraph::bottleneck(path).value()));
 }
 
 nlohmann::json path_json(const std::vector<Link>& path) {
   nlohmann::json links = nlohmann::json::array();
-  for (const Link& l : path) links.push_back({{"kind", link_kind_name(l.kind)}, {"bandwidth_Bps", l.bandwidth.value()}});
+  for (const Link& l : path)
+    links.push_back({{"kind", link_kind_name(l.kind)}, {"bandwidth_Bps", l.bandwidth.value()}});
   return {{"links", links}, {"bottleneck_Bps", ClusterGraph::bottleneck(path).value()}};
 }
 
@@ -41,49 +43,60 @@ void run_topo(const TopoOptions& o) {
   if (o.json) {
     nlohmann::json peaks;
     for (const auto& [d, f] : n.gpu.peak) peaks[dtype_name(d)] = f.value();
-    nlohmann::json j = {{"name", c.name},
-                        {"nodes", c.num_nodes},
-                        {"gpus", c.num_gpus()},
-                        {"gpu", {{"model", n.gpu.model}, {"peak_flops", peaks},
-                                 {"hbm_bytes", n.gpu.hbm_capacity.value()},
-                                 {"hbm_bandwidth_Bps", n.gpu.hbm_bandwidth.value()}}},
-                        {"fabric", n.fabric == Fabric::kNvSwitch ? "nvswitch" : "pcie"},
-                        {"pcie_bandwidth_Bps", n.pcie_bandwidth().value()},
-                        {"node_network_bandwidth_Bps", c.node_network_bandwidth().value()},
-                        {"graph", {{"devices", g.num_devices()}, {"links", g.num_links()}}},
-                        {"paths", {{"gpu0_to_last_local", path_json(intra)}, {"gpu0_to_host", path_json(host)}}}};
+    nlohmann::json j = {
+        {"name", c.name},
+        {"nodes", c.num_nodes},
+        {"gpus", c.num_gpus()},
+        {"gpu",
+         {{"model", n.gpu.model},
+          {"peak_flops", peaks},
+          {"hbm_bytes", n.gpu.hbm_capacity.value()},
+          {"hbm_bandwidth_Bps", n.gpu.hbm_bandwidth.value()}}},
+        {"fabric", n.fabric == Fabric::kNvSwitch ? "nvswitch" : "pcie"},
+        {"pcie_bandwidth_Bps", n.pcie_bandwidth().value()},
+        {"node_network_bandwidth_Bps", c.node_network_bandwidth().value()},
+        {"graph", {{"devices", g.num_devices()}, {"links", g.num_links()}}},
+        {"paths", {{"gpu0_to_last_local", path_json(intra)}, {"gpu0_to_host", path_json(host)}}}};
     if (inter) j["paths"]["gpu0_to_next_node"] = path_json(*inter);
     print_json(j);
     return;
   }
-  fmt::print("{}: {} node(s) x {} {} = {} GPUs\n", c.name, c.num_nodes, n.num_gpus, n.gpu.model, c.num_gpus());
+  fmt::print("{}: {} node(s) x {} {} = {} GPUs\n", c.name, c.num_nodes, n.num_gpus, n.gpu.model,
+             c.num_gpus());
   if (!c.description.empty()) fmt::print("{}\n", c.description);
   fmt::print("\n");
   Table gpu({"GPU", "value"});
-  for (const auto& [d, f] : n.gpu.peak) gpu.add({fmt::format("peak {}", dtype_name(d)), fmt::format("{:.1f} TFLOP/s", f.value() / 1e12)});
+  for (const auto& [d, f] : n.gpu.peak)
+    gpu.add(
+        {fmt::format("peak {}", dtype_name(d)), fmt::format("{:.1f} TFLOP/s", f.value() / 1e12)});
   gpu.add({"HBM", as_gb(n.gpu.hbm_capacity.value())});
   gpu.add({"HBM bandwidth", as_gbps(n.gpu.hbm_bandwidth.value())});
   fmt::print("{}\n", gpu.render());
   Table node({"node", "value"});
   node.add({"intra-node fabric", n.fabric == Fabric::kNvSwitch
-                                     ? fmt::format("NVSwitch, {} per GPU per direction", as_gbps(n.nvlink_bandwidth.value()))
+                                     ? fmt::format("NVSwitch, {} per GPU per direction",
+                                                   as_gbps(n.nvlink_bandwidth.value()))
                                      : std::string("PCIe only")});
-  node.add({"PCIe", fmt::format("Gen{} x{}: {} per direction", n.pcie_generation, n.pcie_lanes, as_gbps(n.pcie_bandwidth().value()))});
+  node.add({"PCIe", fmt::format("Gen{} x{}: {} per direction", n.pcie_generation, n.pcie_lanes,
+                                as_gbps(n.pcie_bandwidth().value()))});
   for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
     std::string gpus;
     for (int x : n.pcie_switches[s].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(x);
-    node.add({fmt::format("PCIe switch {}", s), fmt::format("GPUs {} -> CPU {}", gpus, n.pcie_switches[s].cpu)});
+    node.add({fmt::format("PCIe switch {}", s),
+              fmt::format("GPUs {} -> CPU {}", gpus, n.pcie_switches[s].cpu)});
   }
   for (size_t i = 0; i < n.cpus.size(); ++i) {
     const CpuSocket& cpu = n.cpus[i];
-    node.add({fmt::format("CPU {}", i), fmt::format("{} cores, {:.0f} GFLOP/s, {} host memory at {}", cpu.cores,
-                                                     cpu.achievable_flops.value() / 1e9, as_gb(cpu.memory.value()),
-                                                     as_gbps(cpu.memory_bandwidth.value()))});
+    node.add({fmt::format("CPU {}", i),
+              fmt::format("{} cores, {:.0f} GFLOP/s, {} host memory at {}", cpu.cores,
+                          cpu.achievable_flops.value() / 1e9, as_gb(cpu.memory.value()),
+                          as_gbps(cpu.memory_bandwidth.value()))});
   }
   for (size_t k = 0; k < n.nics.size(); ++k) {
     std::string gpus;
     for (int x : n.nics[k].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(x);
-    node.add({fmt::format("NIC {}", k), fmt::format("{:.0f} Gb/s for GPUs {}", n.nics[k].bandwidth.value() * 8 / 1e9, gpus)});
+    node.add({fmt::format("NIC {}", k),
+              fmt::format("{:.0f} Gb/s for GPUs {}", n.nics[k].bandwidth.value() * 8 / 1e9, gpus)});
   }
   fmt::print("{}\n", node.render());
   fmt::print("graph: {} devices, {} links\n", g.num_devices(), g.num_links());
@@ -96,7 +109,8 @@ void run_topo(const TopoOptions& o) {
 
 void add_topo(CLI::App& app) {
   auto o = std::make_shared<TopoOptions>();
-  CLI::App* cmd = app.add_subcommand("topo", "Summary of a cluster file: GPUs, links, NICs, CPUs and sample paths");
+  CLI::App* cmd = app.add_subcommand(
+      "topo", "Summary of a cluster file: GPUs, links, NICs, CPUs and sample paths");
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_flag("--json", o->json, "print one JSON document (SI units)");
   cmd->callback([o] { run_topo(*o); });

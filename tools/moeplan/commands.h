@@ -14,6 +14,7 @@ void add_memory(CLI::App& app);
 void add_a2a(CLI::App& app);
 void add_comm(CLI::App& app);
 void add_affinity(CLI::App& app);
+void add_devices(CLI::App& app);
 
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);

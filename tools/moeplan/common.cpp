@@ -20,7 +20,8 @@ ParallelConfig layout_for(const std::string& text, const ModelSpec& m) {
 
 void warn_world_size(const ParallelConfig& p, const ClusterSpec& c) {
   if (p.world() != c.num_gpus()) {
-    fmt::print(stderr, "warning: layout {} spans {} GPUs; cluster {} has {} (per-GPU numbers still hold)\n",
+    fmt::print(stderr,
+               "warning: layout {} spans {} GPUs; cluster {} has {} (per-GPU numbers still hold)\n",
                p.to_string(), p.world(), c.name, c.num_gpus());
   }
 }

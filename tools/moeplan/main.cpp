@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "calibrate/device_info.h"
 #include "planner/errors.h"
 #include "tools/moeplan/commands.h"
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   moe::cli::add_a2a(app);
   moe::cli::add_comm(app);
   moe::cli::add_affinity(app);
+  moe::cli::add_devices(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -29,6 +31,9 @@ int main(int argc, char** argv) {
     std::cerr << fmt::format("error: {} (see moeplan --help)\n", e.what());
     return moe::cli::kExitUsage;
   } catch (const moe::InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return moe::cli::kExitInput;
+  } catch (const moe::calibrate::NoGpuError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return moe::cli::kExitInput;
   } catch (const moe::ConfigError& e) {

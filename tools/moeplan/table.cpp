@@ -9,7 +9,8 @@ namespace moe::cli {
 
 namespace {
 bool numeric(const std::string& s) {
-  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '+');
+  return !s.empty() &&
+         (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '+');
 }
 }  // namespace
 
@@ -17,7 +18,8 @@ std::string Table::render() const {
   std::vector<size_t> width(header_.size(), 0);
   for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
   for (const auto& row : rows_) {
-    for (size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c)
+      width[c] = std::max(width[c], row[c].size());
   }
   auto line = [&](const std::vector<std::string>& cells, bool head) {
     std::string out;
@@ -38,9 +40,17 @@ std::string Table::render() const {
   return out;
 }
 
-std::string as_billions(double count) { return fmt::format("{:.2f} B", count / 1e9); }
-std::string as_gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
-std::string as_ms(double seconds) { return fmt::format("{:.3f} ms", seconds * 1e3); }
-std::string as_gbps(double bps) { return fmt::format("{:.1f} GB/s", bps / 1e9); }
+std::string as_billions(double count) {
+  return fmt::format("{:.2f} B", count / 1e9);
+}
+std::string as_gb(double bytes) {
+  return fmt::format("{:.2f} GB", bytes / 1e9);
+}
+std::string as_ms(double seconds) {
+  return fmt::format("{:.3f} ms", seconds * 1e3);
+}
+std::string as_gbps(double bps) {
+  return fmt::format("{:.1f} GB/s", bps / 1e9);
+}
 
 }  // namespace moe::cli
