@@ -60,9 +60,13 @@ ExpertCost expert_cost(int expert, double tokens, double expert_params, double b
   ExpertCost c;
   c.expert = expert;
   c.tokens = tokens;
-  c.cpu = work / rates.cpu;
-  c.gpu = work / rates.gpu;
-  c.load = Bytes(expert_params * bytes_per_param) / rates.pcie;
+  const Bytes weights(expert_params * bytes_per_param);
+  auto eff = [](const EfficiencyCurve* curve, double size) {
+    return curve ? curve->at(size) : 1.0;
+  };
+  c.cpu = work / (rates.cpu * eff(rates.cpu_efficiency, work.value()));
+  c.gpu = work / (rates.gpu * eff(rates.gpu_efficiency, work.value()));
+  c.load = weights / (rates.pcie * eff(rates.pcie_efficiency, weights.value()));
   return c;
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "planner/efficiency_curve.h"
 #include "planner/units.h"
 
 namespace moe::aptmoe {
@@ -60,6 +61,11 @@ struct Rates {
   FlopsPerSec cpu;
   FlopsPerSec gpu;
   BytesPerSec pcie;
+  // Efficiency by work size (FLOPs) or transfer size (bytes) from a calibration file (the
+  // paper's profiler tables); unset means the rates are reached at every size.
+  const EfficiencyCurve* cpu_efficiency = nullptr;
+  const EfficiencyCurve* gpu_efficiency = nullptr;
+  const EfficiencyCurve* pcie_efficiency = nullptr;
 };
 ExpertCost expert_cost(int expert, double tokens, double expert_params, double bytes_per_param,
                        const Rates& rates, Pass pass);

@@ -180,3 +180,45 @@ TEST(Cli, DevicesListsGpusOrSaysThereAreNone) {
     expect_one_line_error(r, "GPU");
   }
 }
+
+TEST(Cli, CalibrationCurvesChangeTheAnswers) {
+  const std::string profile = std::string(MOEPLAN_TEST_DATA) + "/curves-expert-profile.json";
+  // MegaScale's dispatcher from measured efficiencies: 0.64 at Mixtral's volumes instead of 0.75.
+  const Result comm =
+      run("comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
+          "tp=8,ep=8,dp=1 --json "
+          "--curves " +
+          profile);
+  ASSERT_EQ(comm.code, 0) << comm.err;
+  const auto c = nlohmann::json::parse(comm.out);
+  EXPECT_NEAR(c["alltoall_over_allgather_efficiency"].get<double>(), 0.64, 0.02);
+  // APTMoE with a CPU profile that is slow on small experts loads at least as many experts.
+  const std::string base =
+      "affinity --model models/aptmoe-moe-s-8.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.3 "
+      "--tokens 2048 --json";
+  const Result plain = run(base);
+  const Result profiled = run(base + " --calibration " + profile);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(profiled.code, 0) << profiled.err;
+  auto gpu_count = [](const std::string& out) {
+    int n = 0;
+    for (const auto& e : nlohmann::json::parse(out)["experts"]) n += e["device"] == "gpu";
+    return n;
+  };
+  EXPECT_GT(nlohmann::json::parse(profiled.out)["r_trace"][0].get<double>(),
+            nlohmann::json::parse(plain.out)["r_trace"][0].get<double>());
+  EXPECT_GE(gpu_count(profiled.out), gpu_count(plain.out));
+}
+
+TEST(Cli, StaticMemoryFollowsPrecision) {
+  // Eq. (1) per parameter without sharding: bf16 weights 2 + 4 + 12 = 18 bytes; fp32 weights 20.
+  const std::string base =
+      "memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
+      "tp=1,ep=8 --zero 0 --json";
+  const auto bf16 = nlohmann::json::parse(run(base).out);
+  const auto fp32 = nlohmann::json::parse(run(base + " --weights fp32").out);
+  const double params = bf16["stages"][0]["params_per_gpu"].get<double>();
+  EXPECT_NEAR(bf16["stages"][0]["static_bytes"].get<double>(), 18 * params, 1.0);
+  EXPECT_NEAR(fp32["stages"][0]["static_bytes"].get<double>(), 20 * params, 1.0);
+}

@@ -14,7 +14,7 @@ namespace moe::cli {
 namespace {
 
 struct AffinityOptions {
-  std::string model, cluster, popularity, pass = "forward", dtype = "fp32";
+  std::string model, cluster, popularity, calibration, pass = "forward", dtype = "fp32";
   std::optional<double> g;
   int64_t layer = 0;
   double tokens = 65536;
@@ -74,6 +74,18 @@ void run_affinity(const AffinityOptions& o) {
   rates.gpu = c.node.gpu.peak_for(dtype == Dtype::kFp32 ? Dtype::kFp32 : dtype);
   rates.cpu = c.node.cpus[socket].achievable_flops / static_cast<double>(sharing);
   rates.pcie = ClusterGraph::bottleneck(graph.host_path(o.gpu));
+
+  // Profiler tables (APTMoE Sec. III-A) from a calibration file, when given.
+  std::optional<io::Calibration> cal;
+  if (!o.calibration.empty()) cal = io::load_calibration(o.calibration);
+  auto curve = [&](const char* name) -> const EfficiencyCurve* {
+    if (!cal) return nullptr;
+    auto it = cal->curves.find(name);
+    return it == cal->curves.end() ? nullptr : &it->second;
+  };
+  rates.cpu_efficiency = curve("cpu_expert_ffn");
+  rates.gpu_efficiency = curve("gemm_bf16");
+  rates.pcie_efficiency = curve("pcie_h2d");
 
   const LayerParams lp = layer_params(m, true);
   std::vector<aptmoe::ExpertCost> experts;
@@ -150,6 +162,8 @@ void add_affinity(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens,
                   "tokens entering the layer over the micro-batches considered")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--calibration", o->calibration,
+                  "calibration file: cpu_expert_ffn, gemm_bf16 and pcie_h2d efficiency curves");
   cmd->add_option("--pass", o->pass,
                   "forward (predicted popularity) or backward (actual, 2x compute)");
   cmd->add_option("--dtype", o->dtype, "weights and compute precision (APTMoE fine-tunes in fp32)");

@@ -1,6 +1,7 @@
 // moeplan comm: MegaScale-MoE communication volumes, dispatcher choice and compute/comm ratio.
 #include <fmt/format.h>
 
+#include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/megascale.h"
 #include "planner/model_stats.h"
@@ -13,7 +14,7 @@ namespace moe::cli {
 namespace {
 
 struct CommOptions {
-  std::string model, cluster, parallel, dtype = "bf16";
+  std::string model, cluster, parallel, curves, dtype = "bf16";
   int64_t seq_len = 4096;
   bool json = false, explain = false;
 };
@@ -36,7 +37,21 @@ void run_comm(const CommOptions& o) {
   const double sp_attn = megascale::sp_attention_volume(b, s, h, n_attn, m_ratio) * bpe;
   const double ep_ffn = megascale::ep_ffn_volume(b, s, h, n_ffn, k) * bpe;
   const double tp_ffn = megascale::tp_ffn_volume(b, s, h, n_ffn) * bpe;
-  const megascale::Dispatcher dispatcher = megascale::choose_dispatcher(k, n_ffn);
+  // Measured efficiencies at this volume choose the dispatcher when a calibration file has
+  // them (MegaScale Fig. 7); otherwise the figure's crossover ratio.
+  double a2a_over_ag = megascale::kAllToAllOverAllGatherEfficiency;
+  std::string ratio_source = "MegaScale Fig. 7";
+  if (!o.curves.empty()) {
+    const io::Calibration cal = io::load_calibration(o.curves);
+    const auto a2a = cal.curves.find("alltoall_intra");
+    const auto ag = cal.curves.find("allgather_intra");
+    if (a2a == cal.curves.end() || ag == cal.curves.end()) {
+      throw InputError(o.curves, "/curves", "needs alltoall_intra and allgather_intra curves");
+    }
+    a2a_over_ag = a2a->second.at(ep_ffn) / ag->second.at(tp_ffn);
+    ratio_source = o.curves;
+  }
+  const megascale::Dispatcher dispatcher = megascale::choose_dispatcher(k, n_ffn, a2a_over_ag);
 
   // The EP group crosses nodes when it is wider than a node's GPUs (groups are laid out TP
   // innermost, then EP, as Megatron-Core orders them).
@@ -84,6 +99,7 @@ void run_comm(const CommOptions& o) {
                 {"sp_over_tp_attention", tp_attn > 0 ? sp_attn / tp_attn : 0.0},
                 {"ep_over_tp_ffn", tp_ffn > 0 ? ep_ffn / tp_ffn : 0.0},
                 {"dispatcher", megascale::dispatcher_name(dispatcher)},
+                {"alltoall_over_allgather_efficiency", a2a_over_ag},
                 {"ep_crosses_nodes", ep_inter_node},
                 {"r", r},
                 {"r_approx", r_approx},
@@ -112,8 +128,8 @@ void run_comm(const CommOptions& o) {
          fmt::format("eq. (3), {:.4f} of TP", tp_ffn > 0 ? ep_ffn / tp_ffn : 0.0)});
   t.add({fmt::format("FFN, TP n={}", n_ffn), as_gb(tp_ffn), "eq. (4)"});
   fmt::print("{}\n", t.render());
-  fmt::print("dispatcher: {} (all-to-all while k/n <= {:.2f}, MegaScale Fig. 7)\n",
-             megascale::dispatcher_name(dispatcher), megascale::kAllToAllOverAllGatherEfficiency);
+  fmt::print("dispatcher: {} (all-to-all while k/n <= eff_a2a/eff_ag = {:.2f}, from {})\n",
+             megascale::dispatcher_name(dispatcher), a2a_over_ag, ratio_source);
   fmt::print(
       "R = comp/comm for the expert FFN over {} ({}): {:.2f} (eq. 8), {:.2f} without n/(n-1) (eq. "
       "9)\n",
@@ -151,6 +167,8 @@ void add_comm(CLI::App& app) {
   cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=8,ep=8,dp=4");
   cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
   cmd->add_option("--dtype", o->dtype, "communication precision: bf16, fp16, fp32, fp8");
+  cmd->add_option("--curves", o->curves,
+                  "calibration file with alltoall_intra and allgather_intra curves");
   cmd->add_flag("--json", o->json, "print one JSON document (bytes)");
   cmd->add_flag("--explain", o->explain, "show the inputs behind the numbers");
   cmd->callback([o] { run_comm(*o); });

@@ -15,8 +15,8 @@ namespace moe::cli {
 namespace {
 
 struct MemoryOptions {
-  std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto",
-                                        dtype = "bf16";
+  std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto";
+  std::string dtype = "bf16", weights = "bf16", grads = "fp32";
   int64_t seq_len = 4096;
   std::optional<double> received_tokens;
   std::optional<double> static_override_gb;
@@ -89,6 +89,9 @@ void run_memory(const MemoryOptions& o) {
   req.recompute = parse_recompute(o.recompute);
   req.bytes_per_element = dtype_bytes(parse_dtype(o.dtype, "--dtype"));
   req.zero_stage = o.zero;
+  // Eq. (1) for any precision: weight and gradient bytes per parameter; Adam states stay FP32.
+  req.static_bytes.param = dtype_bytes(parse_dtype(o.weights, "--weights"));
+  req.static_bytes.grad = dtype_bytes(parse_dtype(o.grads, "--grads"));
   req.gpu_capacity = c.node.gpu.hbm_capacity;
   req.alpha = o.alpha;
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
@@ -205,6 +208,9 @@ void add_memory(CLI::App& app) {
   cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 (1 = Megatron distributed optimizer)")
       ->check(CLI::Range(0, 3));
   cmd->add_option("--dtype", o->dtype, "activation precision: bf16, fp16, fp32, fp8");
+  cmd->add_option("--weights", o->weights,
+                  "weight precision for static memory (eq. 1): bf16, fp32, fp8");
+  cmd->add_option("--grads", o->grads, "gradient precision for static memory (eq. 1): fp32, bf16");
   cmd->add_flag("--json", o->json, "print one JSON document (bytes)");
   cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");
   cmd->callback([o] { run_memory(*o); });
