@@ -77,7 +77,11 @@ void run_comm(const CommOptions& o) {
   const auto tp_sync = megascale::tp_attention_sync(attn_params, n_attn, d);
   const auto sp_sync = megascale::sp_attention_sync(attn_params, n_attn, d);
   const double intra_over_inter = c.num_nodes > 1 ? intra / c.gpu_network_bandwidth() : 1.0;
-  const double eq10 = megascale::hierarchical_sync_latency_ratio(n_attn, d, intra_over_inter);
+  // Eq. (10) compares the inter- and intra-node steps; with n = 1 or d = 1 one of them is absent.
+  const std::optional<double> eq10 =
+      n_attn > 1 && d > 1
+          ? std::optional(megascale::hierarchical_sync_latency_ratio(n_attn, d, intra_over_inter))
+          : std::nullopt;
 
   const ModelParams mp = count_params(m);
   const double dense_grads =
@@ -89,33 +93,34 @@ void run_comm(const CommOptions& o) {
   const Bytes rs_fp8 = megascale::tp_reduce_scatter_bytes(act_elements, n_attn, true);
 
   if (o.json) {
-    print_json({{"model", m.name},
-                {"parallel", p.to_string()},
-                {"per_layer_bytes",
-                 {{"tp_attention", tp_attn},
-                  {"sp_attention", sp_attn},
-                  {"ep_ffn", ep_ffn},
-                  {"tp_ffn", tp_ffn}}},
-                {"sp_over_tp_attention", tp_attn > 0 ? sp_attn / tp_attn : 0.0},
-                {"ep_over_tp_ffn", tp_ffn > 0 ? ep_ffn / tp_ffn : 0.0},
-                {"dispatcher", megascale::dispatcher_name(dispatcher)},
-                {"alltoall_over_allgather_efficiency", a2a_over_ag},
-                {"ep_crosses_nodes", ep_inter_node},
-                {"r", r},
-                {"r_approx", r_approx},
-                {"sar_activation",
-                 {{"units_full", units_full},
-                  {"units_remat", units_remat},
-                  {"bytes_full", act_full.value()},
-                  {"bytes_remat", act_remat.value()}}},
-                {"attention_sync",
-                 {{"tp_inter_node_bytes", tp_sync.inter_node * bpe},
-                  {"sp_inter_node_bytes", sp_sync.inter_node * bpe},
-                  {"sp_intra_node_bytes", sp_sync.intra_node * bpe},
-                  {"eq10_inter_over_intra", eq10}}},
-                {"dp_gradient_bytes",
-                 {{"fp32_reduce_scatter", dp_fp32.value()}, {"bf16_alltoall", dp_bf16.value()}}},
-                {"tp_reduce_scatter_bytes", {{"bf16", rs_bf16.value()}, {"fp8", rs_fp8.value()}}}});
+    print_json(
+        {{"model", m.name},
+         {"parallel", p.to_string()},
+         {"per_layer_bytes",
+          {{"tp_attention", tp_attn},
+           {"sp_attention", sp_attn},
+           {"ep_ffn", ep_ffn},
+           {"tp_ffn", tp_ffn}}},
+         {"sp_over_tp_attention", tp_attn > 0 ? sp_attn / tp_attn : 0.0},
+         {"ep_over_tp_ffn", tp_ffn > 0 ? ep_ffn / tp_ffn : 0.0},
+         {"dispatcher", megascale::dispatcher_name(dispatcher)},
+         {"alltoall_over_allgather_efficiency", a2a_over_ag},
+         {"ep_crosses_nodes", ep_inter_node},
+         {"r", r},
+         {"r_approx", r_approx},
+         {"sar_activation",
+          {{"units_full", units_full},
+           {"units_remat", units_remat},
+           {"bytes_full", act_full.value()},
+           {"bytes_remat", act_remat.value()}}},
+         {"attention_sync",
+          {{"tp_inter_node_bytes", tp_sync.inter_node * bpe},
+           {"sp_inter_node_bytes", sp_sync.inter_node * bpe},
+           {"sp_intra_node_bytes", sp_sync.intra_node * bpe},
+           {"eq10_inter_over_intra", eq10 ? nlohmann::json(*eq10) : nlohmann::json(nullptr)}}},
+         {"dp_gradient_bytes",
+          {{"fp32_reduce_scatter", dp_fp32.value()}, {"bf16_alltoall", dp_bf16.value()}}},
+         {"tp_reduce_scatter_bytes", {{"bf16", rs_bf16.value()}, {"fp8", rs_fp8.value()}}}});
     return;
   }
   fmt::print("{} on {}, layout {}, seq {}, {} (bytes per GPU per layer, forward)\n\n", m.name,
@@ -140,9 +145,10 @@ void run_comm(const CommOptions& o) {
       units_full, as_gb(act_full.value()), units_remat, as_gb(act_remat.value()));
   fmt::print(
       "attention weight sync per layer (App. A.1): TP {} inter-node; SP {} inter-node + {} "
-      "intra-node; eq. (10) ratio {:.2f}\n",
+      "intra-node; eq. (10) ratio {}\n",
       as_gb(tp_sync.inter_node * bpe), as_gb(sp_sync.inter_node * bpe),
-      as_gb(sp_sync.intra_node * bpe), eq10);
+      as_gb(sp_sync.intra_node * bpe),
+      eq10 ? fmt::format("{:.2f}", *eq10) : std::string("n/a (needs n > 1 and d > 1)"));
   fmt::print("DP gradient sync per GPU: {} FP32 reduce-scatter, {} with BF16 compression\n",
              as_gb(dp_fp32.value()), as_gb(dp_bf16.value()));
   fmt::print("TP reduce-scatter per layer: {} BF16, {} as FP8 all-to-all\n", as_gb(rs_bf16.value()),
