@@ -78,10 +78,9 @@ void run_comm(const CommOptions& o) {
   const auto sp_sync = megascale::sp_attention_sync(attn_params, n_attn, d);
   const double intra_over_inter = c.num_nodes > 1 ? intra / c.gpu_network_bandwidth() : 1.0;
   // Eq. (10) compares the inter- and intra-node steps; with n = 1 or d = 1 one of them is absent.
-  const std::optional<double> eq10 =
-      n_attn > 1 && d > 1
-          ? std::optional(megascale::hierarchical_sync_latency_ratio(n_attn, d, intra_over_inter))
-          : std::nullopt;
+  const bool has_eq10 = n_attn > 1 && d > 1;
+  const double eq10 =
+      has_eq10 ? megascale::hierarchical_sync_latency_ratio(n_attn, d, intra_over_inter) : 0.0;
 
   const ModelParams mp = count_params(m);
   const double dense_grads =
@@ -117,7 +116,7 @@ void run_comm(const CommOptions& o) {
           {{"tp_inter_node_bytes", tp_sync.inter_node * bpe},
            {"sp_inter_node_bytes", sp_sync.inter_node * bpe},
            {"sp_intra_node_bytes", sp_sync.intra_node * bpe},
-           {"eq10_inter_over_intra", eq10 ? nlohmann::json(*eq10) : nlohmann::json(nullptr)}}},
+           {"eq10_inter_over_intra", has_eq10 ? nlohmann::json(eq10) : nlohmann::json(nullptr)}}},
          {"dp_gradient_bytes",
           {{"fp32_reduce_scatter", dp_fp32.value()}, {"bf16_alltoall", dp_bf16.value()}}},
          {"tp_reduce_scatter_bytes", {{"bf16", rs_bf16.value()}, {"fp8", rs_fp8.value()}}}});
@@ -148,7 +147,7 @@ void run_comm(const CommOptions& o) {
       "intra-node; eq. (10) ratio {}\n",
       as_gb(tp_sync.inter_node * bpe), as_gb(sp_sync.inter_node * bpe),
       as_gb(sp_sync.intra_node * bpe),
-      eq10 ? fmt::format("{:.2f}", *eq10) : std::string("n/a (needs n > 1 and d > 1)"));
+      has_eq10 ? fmt::format("{:.2f}", eq10) : std::string("n/a (needs n > 1 and d > 1)"));
   fmt::print("DP gradient sync per GPU: {} FP32 reduce-scatter, {} with BF16 compression\n",
              as_gb(dp_fp32.value()), as_gb(dp_bf16.value()));
   fmt::print("TP reduce-scatter per layer: {} BF16, {} as FP8 all-to-all\n", as_gb(rs_bf16.value()),
