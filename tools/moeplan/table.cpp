@@ -8,9 +8,10 @@
 namespace moe::cli {
 
 namespace {
+// A number with at most one unit word ("989.5 TFLOP/s", "46.70 B", "12 %") aligns right.
 bool numeric(const std::string& s) {
-  return !s.empty() &&
-         (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '+');
+  static const std::regex number(R"(^[-+]?[0-9][0-9.,e+-]*( [A-Za-z%/]+)?$)");
+  return std::regex_match(s, number);
 }
 }  // namespace
 
