@@ -27,4 +27,24 @@ EfficiencyCurve d2d_copy() {
       {{64.0 * 1024, 0.05}, {1 * kMiB, 0.25}, {16 * kMiB, 0.42}, {256 * kMiB, 0.45}});
 }
 
+EfficiencyCurve alltoall_intra_node() {
+  return EfficiencyCurve({{64.0 * 1024, 0.04},
+                          {1 * kMiB, 0.30},
+                          {8 * kMiB, 0.60},
+                          {64 * kMiB, 0.72},
+                          {512 * kMiB, 0.75}});
+}
+
+EfficiencyCurve allgather_inter_node() {
+  return EfficiencyCurve({{64.0 * 1024, 0.05},
+                          {1 * kMiB, 0.35},
+                          {8 * kMiB, 0.70},
+                          {64 * kMiB, 0.86},
+                          {512 * kMiB, 0.90}});
+}
+
+EfficiencyCurve gemm() {
+  return EfficiencyCurve({{1e8, 0.15}, {1e9, 0.40}, {1e10, 0.65}, {1e11, 0.76}, {1.1e12, 0.81}});
+}
+
 }  // namespace moe::defaults

@@ -37,6 +37,12 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Nothing in the searched space fits in GPU memory; the message names the closest candidate.
+class NoFitError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Throws ConfigError("field: problem") unless ok; validate() functions name fields this way.
 inline void require_field(bool ok, const std::string& field, const std::string& problem) {
   if (!ok) throw ConfigError(field + ": " + problem);

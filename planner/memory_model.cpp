@@ -75,9 +75,10 @@ struct StageParams {
   double expert = 0;  // sharded over expert-DP
 };
 
-StageParams stage_params(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
-  const ModelParams all = count_params(m);
+StageParams stage_params(const ModelSpec& m, const ModelParams& all, const ParallelConfig& p,
+                         int64_t stage, bool attention_replicated) {
   const double tp = static_cast<double>(*p.tp);
+  const double attn_shards = attention_replicated ? 1.0 : tp;
   const double expert_shards = static_cast<double>(*p.ep * *p.etp);
   StageParams out;
   const int64_t first = first_layer_of_stage(m, *p.pp, stage);
@@ -85,7 +86,8 @@ StageParams stage_params(const ModelSpec& m, const ParallelConfig& p, int64_t st
   for (int64_t i = first; i < first + count; ++i) {
     const LayerParams& l = all.layers[i];
     // Norms and the router are replicated across TP; projections and FFNs are split.
-    out.dense += l.norms + l.router + (l.attention + l.shared_experts + l.dense_ffn) / tp;
+    out.dense +=
+        l.norms + l.router + l.attention / attn_shards + (l.shared_experts + l.dense_ffn) / tp;
     out.expert += l.routed_experts / expert_shards;
   }
   if (stage == 0) out.dense += all.embedding / tp;
@@ -122,6 +124,11 @@ Bytes sharded_static(double params, int64_t shards, int zero,
 }  // namespace
 
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r) {
+  return estimate_memory(m, count_params(m), p, r);
+}
+
+MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const ParallelConfig& p,
+                             const MemoryRequest& r) {
   MemoryReport report;
   report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element);
   report.received_tokens = r.received_tokens.value_or(balanced_received_tokens(m, r.seq_len));
@@ -134,7 +141,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const 
     s.num_layers = layers_in_stage(m, *p.pp, stage);
     for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
       s.num_moe_layers += m.moe_layer[i];
-    const StageParams params = stage_params(m, p, stage);
+    const StageParams params = stage_params(m, all, p, stage, r.attention_replicated);
     s.params_per_gpu = params.dense + params.expert;
     s.expert_params_per_gpu = params.expert;
     s.m_g = memfine::stored_microbatches(*p.pp, *p.vpp, stage, full);

@@ -19,6 +19,7 @@
 
 #include "planner/memfine.h"
 #include "planner/model_spec.h"
+#include "planner/model_stats.h"
 #include "planner/parallel.h"
 #include "planner/units.h"
 
@@ -43,6 +44,8 @@ struct MemoryRequest {
   std::optional<Bytes> static_override;
   Bytes gpu_capacity;
   double alpha = 1.0;  // eq. (3)
+  // Ulysses SP (MegaScale-MoE) keeps whole attention weights on each rank of the TP slot.
+  bool attention_replicated = false;
 };
 
 struct StageMemory {
@@ -80,5 +83,8 @@ double worst_received_tokens(const ModelSpec& m, const ParallelConfig& p, int64_
 
 // The layout must be resolved and checked.
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r);
+// The same with the parameter counts computed once by the caller (the planner's hot path).
+MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& params, const ParallelConfig& p,
+                             const MemoryRequest& r);
 
 }  // namespace moe

@@ -15,6 +15,7 @@ void add_a2a(CLI::App& app);
 void add_comm(CLI::App& app);
 void add_affinity(CLI::App& app);
 void add_devices(CLI::App& app);
+void add_plan(CLI::App& app);
 
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);
@@ -23,5 +24,6 @@ void print_json(const nlohmann::json& j);
 // line, 3 nothing fits (planner).
 constexpr int kExitInput = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitNoFit = 3;
 
 }  // namespace moe::cli

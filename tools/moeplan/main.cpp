@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moeplan: plan Mixture-of-Experts training on a GPU cluster"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "moeplan 0.1.0");
+  moe::cli::add_plan(app);
   moe::cli::add_info(app);
   moe::cli::add_topo(app);
   moe::cli::add_memory(app);
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
   } catch (const moe::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return moe::cli::kExitInput;
+  } catch (const moe::NoFitError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return moe::cli::kExitNoFit;
   } catch (const moe::calibrate::NoGpuError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return moe::cli::kExitInput;

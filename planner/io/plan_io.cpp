@@ -1,0 +1,188 @@
+#include "planner/io/plan_io.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "planner/errors.h"
+#include "planner/io/json_reader.h"
+
+namespace moe::io {
+
+namespace {
+constexpr const char* kPlanFormat = "moeplan-plan/1";
+
+nlohmann::json parallel_json(const ParallelConfig& p) {
+  return {
+      {"tp", *p.tp}, {"pp", *p.pp}, {"ep", *p.ep},   {"etp", *p.etp}, {"edp", *p.edp},
+      {"dp", *p.dp}, {"cp", *p.cp}, {"vpp", *p.vpp}, {"mbs", *p.mbs}, {"gbs", p.gbs.value_or(0)}};
+}
+}  // namespace
+
+nlohmann::json deepspeed_config(const Plan& plan) {
+  const ParallelConfig& p = plan.choice.parallel;
+  const int64_t accumulation = p.gbs.value_or(*p.mbs * *p.dp) / (*p.mbs * *p.dp);
+  nlohmann::json j = {{"train_batch_size", p.gbs.value_or(*p.mbs * *p.dp)},
+                      {"train_micro_batch_size_per_gpu", *p.mbs},
+                      {"gradient_accumulation_steps", accumulation},
+                      {"zero_optimization", {{"stage", plan.choice.zero_stage}}},
+                      {"gradient_clipping", 1.0}};
+  if (plan.choice.precision == Precision::kBf16) j["bf16"] = {{"enabled", true}};
+  if (plan.choice.recompute == Recompute::kFull) {
+    j["activation_checkpointing"] = {{"partition_activations", *p.tp > 1},
+                                     {"contiguous_memory_optimization", false}};
+  }
+  return j;
+}
+
+nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterSpec& c) {
+  const PlanChoice& ch = plan.choice;
+  const PlanScore& s = plan.score;
+  const TimeBreakdown& t = s.time;
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageMemory& st : s.memory.stages) {
+    stages.push_back({{"stage", st.stage},
+                      {"first_layer", st.first_layer},
+                      {"layers", st.num_layers},
+                      {"static_bytes", st.static_bytes.value()},
+                      {"checkpoint_bytes", st.checkpoint_bytes.value()},
+                      {"activation_bytes", st.activation_bytes.value()},
+                      {"total_bytes", st.total_bytes.value()},
+                      {"fits", st.fits},
+                      {"mact_chunks", st.mact_chunks}});
+  }
+  return {{"format", kPlanFormat},
+          {"model", m.name},
+          {"cluster", c.name},
+          {"gpus", ch.parallel.world()},
+          {"parallel", parallel_json(ch.parallel)},
+          {"seq_len", ch.seq_len},
+          {"schedule", schedule_name(ch.schedule())},
+          {"switches",
+           {{"recompute", recompute_name(ch.recompute)},
+            {"attention", attention_mode_name(ch.attention)},
+            {"dispatcher", megascale::dispatcher_name(ch.dispatcher)},
+            {"alltoall_strategy", monta::strategy_name(ch.alltoall)},
+            {"alltoall_chunks", ch.alltoall_chunks},
+            {"mact", ch.mact},
+            {"fcda_chunks", ch.fcda_chunks},
+            {"dp_bf16_compression", ch.dp_bf16_compression},
+            {"overlap", ch.overlap},
+            {"zero_stage", ch.zero_stage},
+            {"precision", precision_name(ch.precision)}}},
+          {"predicted",
+           {{"iteration_s", t.iteration.value()},
+            {"tokens_per_s", s.tokens_per_second},
+            {"mfu", s.mfu},
+            {"tgs", s.tgs},
+            {"microbatches", t.microbatches},
+            {"breakdown_s",
+             {{"compute", t.compute.value()},
+              {"recompute", t.recompute.value()},
+              {"tp_comm", t.tp_comm.value()},
+              {"ep_comm", t.ep_comm.value()},
+              {"cp_comm", t.cp_comm.value()},
+              {"pp_comm", t.pp_comm.value()},
+              {"dp_comm", t.dp_comm.value()},
+              {"bubble", t.bubble.value()},
+              {"optimizer", t.optimizer.value()}}},
+            {"peak_bytes", s.peak_bytes.value()},
+            {"headroom_bytes", s.headroom.value()},
+            {"oom_received_tokens", s.oom_received_tokens},
+            {"stages", stages}}},
+          {"megatron_args", megatron_arguments(plan, m)},
+          {"deepspeed",
+           {{"config", deepspeed_config(plan)},
+            {"moe_layer_args", {{"ep_size", *ch.parallel.ep}, {"k", m.top_k}}}}}};
+}
+
+namespace {
+template <typename E>
+E enum_of(ObjectReader& r, const std::string& key,
+          std::initializer_list<std::pair<const char*, E>> names) {
+  const std::string v = r.string(key);
+  std::string known;
+  for (const auto& [name, value] : names) {
+    if (v == name) return value;
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  r.fail(key, fmt::format("'{}' is not one of {}", v, known));
+}
+}  // namespace
+
+PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& source) {
+  ObjectReader r(j, source, "");
+  const std::string format = r.string("format");
+  if (format != kPlanFormat) r.fail("format", fmt::format("'{}' is not {}", format, kPlanFormat));
+  PlanChoice c;
+  ObjectReader p = r.object("parallel");
+  for (const char* key : {"tp", "pp", "ep", "etp", "edp", "dp", "cp", "vpp", "mbs", "gbs"}) {
+    const int64_t v = positive(p, key);
+    ParallelConfig& q = c.parallel;
+    std::optional<int64_t>* slot = std::string(key) == "tp"    ? &q.tp
+                                   : std::string(key) == "pp"  ? &q.pp
+                                   : std::string(key) == "ep"  ? &q.ep
+                                   : std::string(key) == "etp" ? &q.etp
+                                   : std::string(key) == "edp" ? &q.edp
+                                   : std::string(key) == "dp"  ? &q.dp
+                                   : std::string(key) == "cp"  ? &q.cp
+                                   : std::string(key) == "vpp" ? &q.vpp
+                                   : std::string(key) == "mbs" ? &q.mbs
+                                                               : &q.gbs;
+    *slot = v;
+  }
+  p.finish();
+  c.seq_len = positive(r, "seq_len");
+  ObjectReader s = r.object("switches");
+  c.recompute = enum_of<Recompute>(s, "recompute",
+                                   {{"none", Recompute::kNone},
+                                    {"selective", Recompute::kSelective},
+                                    {"full", Recompute::kFull}});
+  c.attention = enum_of<AttentionMode>(
+      s, "attention", {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}});
+  c.dispatcher = enum_of<megascale::Dispatcher>(s, "dispatcher",
+                                                {{"alltoall", megascale::Dispatcher::kAllToAll},
+                                                 {"allgather", megascale::Dispatcher::kAllGather}});
+  c.alltoall = enum_of<monta::Strategy>(s, "alltoall_strategy",
+                                        {{"baseline", monta::Strategy::kBaseline},
+                                         {"O1", monta::Strategy::kO1},
+                                         {"O2", monta::Strategy::kO2},
+                                         {"O3", monta::Strategy::kO3}});
+  c.alltoall_chunks = positive(s, "alltoall_chunks");
+  c.mact = s.boolean_or("mact", false);
+  c.fcda_chunks = positive(s, "fcda_chunks");
+  c.dp_bf16_compression = s.boolean_or("dp_bf16_compression", false);
+  c.overlap = s.boolean_or("overlap", true);
+  c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));
+  c.precision =
+      enum_of<Precision>(s, "precision", {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}});
+  s.finish();
+  // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
+  for (const char* key :
+       {"model", "cluster", "gpus", "schedule", "predicted", "megatron_args", "deepspeed"})
+    r.ignore(key);
+  r.finish();
+  return c;
+}
+
+PlanChoice load_plan_choice(const std::string& path) {
+  return plan_choice_from_json(read_json_file(path), path);
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path, "", "cannot write file");
+    out << text;
+    out.flush();
+    if (!out) throw InputError(path, "", "write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(path, "", "cannot replace file");
+  }
+}
+
+}  // namespace moe::io

@@ -1,0 +1,27 @@
+// The Plan file (schema "moeplan-plan/1", README documents every key): what `plan --save`
+// writes and `simulate`, `execute` and `whatif` read. It holds the choices, the predicted
+// numbers with their breakdown, the Megatron-LM arguments and a DeepSpeed config.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "planner/cluster_spec.h"
+#include "planner/model_spec.h"
+#include "planner/plan.h"
+
+namespace moe::io {
+
+nlohmann::json plan_to_json(const Plan& p, const ModelSpec& m, const ClusterSpec& c);
+// DeepSpeed config: ZeRO stage, micro-batch and accumulation, precision. EP is an argument of
+// deepspeed.moe.layer.MoE (ep_size), not a config key, so it travels beside the config.
+nlohmann::json deepspeed_config(const Plan& p);
+// Reads the choices back (the predictions are recomputed by whoever needs them).
+PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& source);
+PlanChoice load_plan_choice(const std::string& path);
+
+// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a
+// file and an interrupted run leaves the previous one intact. Throws InputError on failure.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+}  // namespace moe::io

@@ -1,0 +1,99 @@
+#include "planner/plan.h"
+
+#include <fmt/format.h>
+
+namespace moe {
+
+const char* attention_mode_name(AttentionMode a) {
+  return a == AttentionMode::kTensor ? "tp" : "ulysses";
+}
+const char* schedule_name(Schedule s) {
+  return s == Schedule::kOneFOneB ? "1f1b" : "interleaved-1f1b";
+}
+const char* precision_name(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : "fp32";
+}
+
+std::string PlanChoice::describe() const {
+  std::string out = fmt::format("{} recompute={} attn={}", parallel.to_string(),
+                                recompute_name(recompute), attention_mode_name(attention));
+  if (parallel.ep.value_or(1) > 1)
+    out += fmt::format(" dispatch={}", megascale::dispatcher_name(dispatcher));
+  if (parallel.etp.value_or(1) > 1 && parallel.ep.value_or(1) > 1) {
+    out += fmt::format(" a2a={}", monta::strategy_name(alltoall));
+    if (alltoall == monta::Strategy::kO2 || alltoall == monta::Strategy::kO3)
+      out += fmt::format("x{}", alltoall_chunks);
+  }
+  if (mact) out += fmt::format(" mact={}", fcda_chunks);
+  if (dp_bf16_compression) out += " dp-bf16";
+  if (!overlap) out += " no-overlap";
+  return out;
+}
+
+std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m) {
+  const PlanChoice& c = plan.choice;
+  const ParallelConfig& p = c.parallel;
+  std::vector<std::string> a = {
+      fmt::format("--tensor-model-parallel-size {}", *p.tp),
+      fmt::format("--pipeline-model-parallel-size {}", *p.pp),
+      fmt::format("--context-parallel-size {}", *p.cp),
+      fmt::format("--micro-batch-size {}", *p.mbs),
+      fmt::format("--global-batch-size {}", p.gbs.value_or(*p.mbs * *p.dp)),
+      fmt::format("--seq-length {}", c.seq_len),
+      "--use-distributed-optimizer",
+      "--overlap-grad-reduce",
+      "--overlap-param-gather",
+  };
+  a.push_back(c.precision == Precision::kBf16 ? "--bf16" : "--fp32");
+  if (*p.tp > 1 && c.attention == AttentionMode::kTensor) a.push_back("--sequence-parallel");
+  if (*p.vpp > 1) {
+    a.push_back(
+        fmt::format("--num-layers-per-virtual-pipeline-stage {}", m.num_layers / (*p.pp * *p.vpp)));
+  }
+  if (c.recompute == Recompute::kFull) {
+    a.insert(a.end(), {"--recompute-granularity full", "--recompute-method uniform",
+                       "--recompute-num-layers 1"});
+  } else if (c.recompute == Recompute::kSelective) {
+    a.insert(a.end(),
+             {"--recompute-granularity selective", "--recompute-modules moe_act layernorm"});
+  }
+  if (m.is_moe()) {
+    a.push_back(fmt::format("--num-experts {}", m.num_routed_experts));
+    a.push_back(fmt::format("--moe-ffn-hidden-size {}", m.expert_ffn_size));
+    a.push_back(fmt::format("--moe-router-topk {}", m.top_k));
+    a.push_back(fmt::format("--expert-model-parallel-size {}", *p.ep));
+    a.push_back(fmt::format("--expert-tensor-parallel-size {}", *p.etp));
+    if (m.shared_ffn_total() > 0) {
+      a.push_back(fmt::format("--moe-shared-expert-intermediate-size {}", m.shared_ffn_total()));
+    }
+    if (m.num_dense_layers() > 0) {
+      std::string freq = "[";
+      for (size_t i = 0; i < m.moe_layer.size(); ++i)
+        freq += (i ? "," : "") + std::string(m.moe_layer[i] ? "1" : "0");
+      a.push_back(fmt::format("--moe-layer-freq {}]", freq));
+    }
+    a.push_back(
+        fmt::format("--moe-token-dispatcher-type {}",
+                    c.dispatcher == megascale::Dispatcher::kAllGather ? "allgather" : "alltoall"));
+    a.push_back("--moe-grouped-gemm");
+    a.push_back("--moe-permute-fusion");
+    if (c.overlap && *p.ep > 1) a.push_back("--overlap-moe-expert-parallel-comm");
+  }
+  if (c.overlap && *p.tp > 1 && c.attention == AttentionMode::kTensor)
+    a.push_back("--tp-comm-overlap");
+  const AttentionSpec& att = m.attention;
+  if (att.kind == AttentionKind::kLatent) {
+    a.push_back("--multi-latent-attention");
+    if (att.q_lora_rank > 0) a.push_back(fmt::format("--q-lora-rank {}", att.q_lora_rank));
+    a.push_back(fmt::format("--kv-lora-rank {}", att.kv_lora_rank));
+    a.push_back(fmt::format("--qk-head-dim {}", att.qk_nope_head_dim));
+    a.push_back(fmt::format("--qk-pos-emb-head-dim {}", att.qk_rope_head_dim));
+    a.push_back(fmt::format("--v-head-dim {}", att.v_head_dim));
+  } else if (att.num_kv_heads != att.num_heads) {
+    a.push_back("--group-query-attention");
+    a.push_back(fmt::format("--num-query-groups {}", att.num_kv_heads));
+  }
+  return a;
+}
+
+}  // namespace moe

@@ -1,0 +1,82 @@
+// Plan: the contract between the planner and everything that consumes a layout (simulator,
+// executor, what-if reports). It carries the choices (parallel sizes, schedule, per-technique
+// switches) and the predicted numbers with their breakdown, so a consumer can put the
+// prediction beside its own result. planner/io/plan_io.h writes and reads it (schema
+// "moeplan-plan/1", documented in README).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/megascale.h"
+#include "planner/memory_model.h"
+#include "planner/monta.h"
+#include "planner/parallel.h"
+#include "planner/units.h"
+
+namespace moe {
+
+enum class AttentionMode { kTensor, kUlysses };  // Megatron TP+SP, or MegaScale's Ulysses SP
+enum class Schedule { kOneFOneB, kInterleaved };
+enum class Precision { kBf16, kFp32 };  // BF16 mixed precision, or FP32 (APTMoE fine-tuning)
+const char* attention_mode_name(AttentionMode a);
+const char* schedule_name(Schedule s);
+const char* precision_name(Precision p);
+
+struct PlanChoice {
+  ParallelConfig parallel;  // complete, gbs included
+  Recompute recompute = Recompute::kNone;
+  AttentionMode attention = AttentionMode::kTensor;
+  megascale::Dispatcher dispatcher = megascale::Dispatcher::kAllToAll;
+  monta::Strategy alltoall = monta::Strategy::kBaseline;  // MoNTA, when etp > 1 spans nodes
+  int64_t alltoall_chunks = 1;
+  bool mact = false;        // MemFine chunking by MACT (else one chunk)
+  int64_t fcda_chunks = 1;  // the chunk count MACT settled on
+  bool dp_bf16_compression = false;
+  bool overlap = true;  // inter-operator overlap of communication with independent compute
+  int zero_stage = 1;
+  Precision precision = Precision::kBf16;
+  int64_t seq_len = 4096;
+
+  Schedule schedule() const {
+    return parallel.vpp.value_or(1) > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+  }
+  std::string describe() const;  // one line: "tp=8,pp=1,... recompute=selective attn=ulysses ..."
+};
+
+// Iteration time by kind; exposed communication only (what overlap did not hide).
+struct TimeBreakdown {
+  Seconds compute;    // forward + backward GEMMs, attention and memory-bound ops, all micro-batches
+  Seconds recompute;  // forward work redone in backward
+  Seconds tp_comm;    // TP all-gather/reduce-scatter or Ulysses all-to-all
+  Seconds ep_comm;    // dispatch and combine
+  Seconds cp_comm;    // ring attention K/V exchange
+  Seconds pp_comm;    // pipeline fill and drain sends
+  Seconds dp_comm;    // gradient reduce-scatter and parameter all-gather
+  Seconds bubble;     // pipeline bubble
+  Seconds optimizer;  // Adam step
+  Seconds iteration;
+  int64_t microbatches = 0;
+};
+
+struct PlanScore {
+  TimeBreakdown time;
+  MemoryReport memory;
+  double tokens_per_second = 0;
+  double mfu = 0;                  // model FLOPs over peak BF16 (FP32 for FP32 plans)
+  double tgs = 0;                  // MemFine eq. (10)
+  Bytes peak_bytes;                // largest stage total
+  Bytes headroom;                  // alpha x capacity - peak
+  double oom_received_tokens = 0;  // s'' at which the tightest stage runs out (eq. 8)
+};
+
+struct Plan {
+  PlanChoice choice;
+  PlanScore score;
+};
+
+// Megatron-LM / Megatron-Core arguments for a plan (names from megatron/training/arguments.py).
+std::vector<std::string> megatron_arguments(const Plan& p, const ModelSpec& m);
+
+}  // namespace moe

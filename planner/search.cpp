@@ -1,0 +1,324 @@
+#include "planner/search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "planner/errors.h"
+
+namespace moe {
+
+const char* objective_name(Objective o) {
+  switch (o) {
+    case Objective::kThroughput:
+      return "throughput";
+    case Objective::kMemory:
+      return "memory";
+    case Objective::kCost:
+      return "cost";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<int64_t> options(const std::optional<int64_t>& fixed, std::vector<int64_t> choices) {
+  if (fixed) return {*fixed};
+  return choices;
+}
+
+MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
+                             double alpha) {
+  const ModelSpec& m = *ctx.model;
+  MemoryRequest r;
+  r.seq_len = ctx.seq_len;
+  r.recompute = c.recompute;
+  r.zero_stage = c.zero_stage;
+  r.gpu_capacity = capacity;
+  r.alpha = alpha;
+  r.attention_replicated = c.attention == AttentionMode::kUlysses;
+  r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
+  if (c.precision == Precision::kFp32) {
+    // FP32 training keeps FP32 weights and gradients and Adam's two moments (no master copy).
+    r.static_bytes.param = 4;
+    r.static_bytes.grad = 4;
+    r.static_bytes.optimizer_states = 2;
+    r.bytes_per_element = 4;
+  }
+  if (!c.mact) r.chunks = 1;
+  return r;
+}
+
+struct Ranked {
+  double key = 0;
+  int64_t order = 0;
+  Plan plan;
+};
+
+double objective_key(const Plan& p, Objective o, int64_t gpus, int64_t tokens) {
+  switch (o) {
+    case Objective::kThroughput:
+      return p.score.time.iteration.value();
+    case Objective::kMemory:
+      return p.score.peak_bytes.value();
+    case Objective::kCost:
+      return p.score.time.iteration.value() * static_cast<double>(gpus) /
+             static_cast<double>(tokens);
+  }
+  return 0;
+}
+
+struct Layout {
+  ParallelConfig p;
+  int64_t order = 0;
+};
+
+}  // namespace
+
+PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha) {
+  const ModelSpec& m = *ctx.model;
+  PlanScore s;
+  s.memory = estimate_memory(m, ctx.params, c.parallel, memory_request(ctx, c, capacity, alpha));
+  PlanChoice timed = c;
+  if (c.mact) timed.fcda_chunks = std::max<int64_t>(s.memory.mact_chunks, 1);
+  s.time = estimate_time(ctx, timed);
+  const double world = static_cast<double>(c.parallel.world());
+  const double tokens = static_cast<double>(*c.parallel.gbs) * static_cast<double>(ctx.seq_len);
+  s.tokens_per_second = tokens / s.time.iteration.value();
+  const FlopsPerSec peak =
+      ctx.gpu.peak_for(c.precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
+  s.mfu = ctx.flops.training().value() * tokens / (s.time.iteration.value() * world * peak.value());
+  s.tgs = memfine::tokens_per_gpu_per_second(*c.parallel.gbs, ctx.seq_len, s.time.iteration,
+                                             c.parallel.world());
+  s.oom_received_tokens = 1e300;
+  for (const StageMemory& st : s.memory.stages) {
+    s.peak_bytes = std::max(s.peak_bytes, st.total_bytes);
+    if (st.num_moe_layers > 0)
+      s.oom_received_tokens = std::min(s.oom_received_tokens, st.max_received_tokens);
+  }
+  if (s.oom_received_tokens == 1e300) s.oom_received_tokens = 0;
+  s.headroom = capacity * alpha - s.peak_bytes;
+  return s;
+}
+
+SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& f = req.fixed;
+  const int64_t world = req.num_gpus;
+  const int64_t gpn = ctx.links.gpus_per_node;
+  const Bytes capacity = ctx.gpu.hbm_capacity;
+
+  // TP stays inside a node and divides the heads; powers of two as Megatron users run them.
+  std::vector<int64_t> tps, cps, mbss = {1, 2, 4, 8}, vpps = {1, 2, 4};
+  for (int64_t t = 1; t <= gpn; t *= 2) tps.push_back(t);
+  for (int64_t c = 1; c <= 16 && ctx.seq_len % (2 * c) == 0; c *= 2) cps.push_back(c);
+  std::vector<int64_t> eps = m.is_moe() ? divisors(m.num_routed_experts) : std::vector<int64_t>{1};
+
+  std::vector<Layout> layouts;
+  for (int64_t tp : options(f.tp, tps)) {
+    for (int64_t cp : options(f.cp, cps)) {
+      if (world % (tp * cp) != 0) continue;
+      for (int64_t pp : options(f.pp, divisors(world / (tp * cp)))) {
+        if (pp > m.num_layers) continue;
+        const int64_t dp = world / (tp * cp * pp);
+        if (f.dp && *f.dp != dp) continue;
+        for (int64_t ep : options(f.ep, eps)) {
+          for (int64_t etp :
+               options(f.etp, m.is_moe() ? std::vector<int64_t>{1, tp} : std::vector<int64_t>{1})) {
+            if ((tp * cp * dp) % (etp * ep) != 0) continue;
+            for (int64_t vpp : options(f.vpp, vpps)) {
+              if (vpp > 1 && pp == 1) continue;
+              for (int64_t mbs : options(f.mbs, mbss)) {
+                ParallelConfig p;
+                p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.etp = etp, p.vpp = vpp,
+                p.mbs = mbs;
+                p.edp = tp * cp * dp / (etp * ep);
+                p.gbs = req.global_batch;
+                if (f.edp && *f.edp != *p.edp) continue;
+                try {
+                  check(p, m);
+                } catch (const ConfigError&) {
+                  continue;
+                }
+                layouts.push_back({p, static_cast<int64_t>(layouts.size())});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (layouts.empty()) {
+    throw ConfigError(
+        fmt::format("no valid layout of {} GPUs for {} with the fixed sizes {} (heads, experts, "
+                    "layers or global batch {} do not divide)",
+                    world, m.name, f.to_string(), req.global_batch));
+  }
+
+  const std::vector<Recompute> recomputes =
+      req.recompute
+          ? std::vector<Recompute>{*req.recompute}
+          : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  const int threads = std::max(1, req.threads);
+  std::vector<std::vector<Ranked>> best(threads);
+  std::vector<SearchStats> stats(threads);
+  std::vector<std::optional<std::pair<double, NoFit>>> closest(threads);
+  std::atomic<int64_t> done{0};
+  std::mutex progress_mutex;
+  const int64_t tokens_per_iter = req.global_batch * ctx.seq_len;
+
+  auto worker = [&](int w) {
+    std::vector<Ranked>& top = best[w];
+    auto keep = [&](Ranked r) {
+      auto worse = [](const Ranked& a, const Ranked& b) {
+        return a.key < b.key || (a.key == b.key && a.order < b.order);
+      };
+      if (static_cast<int>(top.size()) == req.top_k && !worse(r, top.back())) return;
+      top.insert(std::upper_bound(top.begin(), top.end(), r, worse), std::move(r));
+      if (static_cast<int>(top.size()) > req.top_k) top.pop_back();
+    };
+    for (size_t li = w; li < layouts.size(); li += threads) {
+      const Layout& L = layouts[li];
+      const ParallelConfig& p = L.p;
+      ++stats[w].layouts;
+      std::optional<Ranked> layout_best;  // the ranking lists layouts, each with its best switches
+      // Memory lower bound: full recompute, MACT chunking, attention sharded.
+      PlanChoice lower;
+      lower.parallel = p;
+      lower.recompute = Recompute::kFull;
+      lower.mact = m.is_moe();
+      lower.precision = req.precision;
+      lower.seq_len = ctx.seq_len;
+      const MemoryReport floor =
+          estimate_memory(m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha));
+      if (!floor.fits) {
+        ++stats[w].pruned_by_memory;
+        // The closest miss, for the no-fit message: the layout whose tightest stage is least over.
+        const StageMemory* tight = &floor.stages.front();
+        for (const StageMemory& s : floor.stages) {
+          if (s.total_bytes > tight->total_bytes) tight = &s;
+        }
+        const double over = (tight->total_bytes - capacity * req.alpha).value();
+        if (!closest[w] || over < closest[w]->first) {
+          const bool static_bound =
+              tight->static_bytes + tight->checkpoint_bytes > capacity * req.alpha;
+          closest[w] = {over,
+                        NoFit{p.to_string(), tight->stage, tight->total_bytes, capacity * req.alpha,
+                              static_bound ? "static memory (weights, gradients, optimizer states)"
+                                           : "activations"}};
+        }
+      } else {
+        const int64_t tp = *p.tp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
+        const std::vector<AttentionMode> attns =
+            tp > 1 ? std::vector<AttentionMode>{AttentionMode::kTensor, AttentionMode::kUlysses}
+                   : std::vector<AttentionMode>{AttentionMode::kTensor};
+        std::vector<megascale::Dispatcher> dispatchers = {megascale::Dispatcher::kAllToAll};
+        if (ep > 1 && etp == 1) dispatchers.push_back(megascale::Dispatcher::kAllGather);
+        std::vector<std::pair<monta::Strategy, int64_t>> a2as = {{monta::Strategy::kBaseline, 1}};
+        if (ep > 1 && etp > 1) {
+          for (int64_t n : {2, 4, 8}) {
+            a2as.push_back({monta::Strategy::kO2, n});
+            a2as.push_back({monta::Strategy::kO3, n});
+          }
+          a2as.push_back({monta::Strategy::kO1, 1});
+        }
+        const std::vector<bool> compress =
+            dp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+        int64_t inner = 0;  // enumeration order inside the layout, for deterministic ties
+        for (Recompute rc : recomputes) {
+          for (AttentionMode at : attns) {
+            for (bool mact :
+                 m.is_moe() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              PlanChoice c;
+              c.parallel = p;
+              c.recompute = rc;
+              c.attention = at;
+              c.mact = mact;
+              c.precision = req.precision;
+              c.seq_len = ctx.seq_len;
+              // Memory depends only on the layout, recompute, attention mode and chunking.
+              const MemoryReport mem =
+                  estimate_memory(m, ctx.params, p, memory_request(ctx, c, capacity, req.alpha));
+              if (!mem.fits) continue;
+              c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
+              if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
+              for (megascale::Dispatcher d : dispatchers) {
+                for (const auto& [a2a, n] : a2as) {
+                  for (bool bf16 : compress) {
+                    for (bool overlap : {true, false}) {
+                      c.dispatcher = d;
+                      c.alltoall = a2a;
+                      c.alltoall_chunks = n;
+                      c.dp_bf16_compression = bf16;
+                      c.overlap = overlap;
+                      Plan plan;
+                      plan.choice = c;
+                      plan.score.memory = mem;
+                      plan.score.time = estimate_time(ctx, c);
+                      ++stats[w].evaluated;
+                      ++inner;
+                      const double key = plan.score.time.iteration.value();
+                      if (req.objective == Objective::kThroughput &&
+                          ((static_cast<int>(top.size()) == req.top_k && key >= top.back().key) ||
+                           (layout_best && key >= layout_best->key))) {
+                        continue;
+                      }
+                      plan.score = score_plan(ctx, c, capacity, req.alpha);
+                      Ranked r{objective_key(plan, req.objective, world, tokens_per_iter),
+                               L.order * 100000 + inner, std::move(plan)};
+                      if (!layout_best || r.key < layout_best->key) layout_best = std::move(r);
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+      if (layout_best) keep(std::move(*layout_best));
+      const int64_t finished = ++done;
+      if (req.progress && finished % 64 == 0) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        req.progress(static_cast<double>(finished) / static_cast<double>(layouts.size()));
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < threads; ++w) pool.emplace_back(worker, w);
+  worker(0);
+  for (auto& t : pool) t.join();
+
+  SearchResult out;
+  std::vector<Ranked> all;
+  for (int w = 0; w < threads; ++w) {
+    all.insert(all.end(), best[w].begin(), best[w].end());
+    out.stats.layouts += stats[w].layouts;
+    out.stats.pruned_by_memory += stats[w].pruned_by_memory;
+    out.stats.evaluated += stats[w].evaluated;
+    if (closest[w] && (!out.closest || closest[w]->second.needed < out.closest->needed))
+      out.closest = closest[w]->second;
+  }
+  std::sort(all.begin(), all.end(), [](const Ranked& a, const Ranked& b) {
+    return a.key < b.key || (a.key == b.key && a.order < b.order);
+  });
+  for (size_t i = 0; i < all.size() && static_cast<int>(i) < req.top_k; ++i)
+    out.ranked.push_back(std::move(all[i].plan));
+  if (!out.ranked.empty()) out.closest.reset();
+  out.stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace moe

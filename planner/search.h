@@ -1,0 +1,67 @@
+// The planner's search over the whole parallelism space.
+//
+// Outer loop: layouts (tp, cp, pp, vpp, ep, etp, mbs; dp and edp follow from the GPU count),
+// each checked against the model (heads, KV heads, experts, layers, batch). A memory lower
+// bound prunes a layout before any timing: if it does not fit with full recompute and the most
+// FCDA chunks, no inner choice can make it fit. Inner loop: recompute, attention as TP or
+// Ulysses SP, dispatcher, MoNTA AllToAll strategy, MemFine MACT chunking, BF16 DP gradient
+// compression, communication overlap. Any size fixed in `fixed` is kept as given. Layouts are
+// split over threads; ties in score break by enumeration order, so results are deterministic.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/plan.h"
+#include "planner/time_model.h"
+
+namespace moe {
+
+enum class Objective { kThroughput, kMemory, kCost };
+const char* objective_name(Objective o);
+
+struct SearchRequest {
+  int64_t num_gpus = 0;
+  int64_t global_batch = 0;
+  ParallelConfig fixed;                // any subset; unset sizes are searched
+  std::optional<Recompute> recompute;  // fixed, or searched
+  Objective objective = Objective::kThroughput;
+  Precision precision = Precision::kBf16;
+  int top_k = 5;
+  double alpha = 1.0;
+  int threads = 2;
+  // Called now and then with the share of layouts done (from one thread at a time).
+  std::function<void(double)> progress;
+};
+
+struct SearchStats {
+  int64_t layouts = 0;           // valid layouts considered
+  int64_t pruned_by_memory = 0;  // layouts cut by the memory lower bound
+  int64_t evaluated = 0;         // candidates timed
+  double seconds = 0;
+};
+
+struct NoFit {
+  std::string layout;  // the closest candidate
+  int64_t stage = 0;
+  Bytes needed;         // its tightest stage's total
+  Bytes capacity;       // alpha x HBM
+  std::string binding;  // what dominates: static memory or activations
+};
+
+struct SearchResult {
+  std::vector<Plan> ranked;  // best first, at most top_k
+  SearchStats stats;
+  std::optional<NoFit> closest;  // set when nothing fits
+};
+
+// Scores one fully specified choice (memory, time, MFU, TGS, headroom).
+PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha);
+
+SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req);
+
+}  // namespace moe

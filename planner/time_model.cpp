@@ -1,0 +1,351 @@
+#include "planner/time_model.h"
+
+#include <algorithm>
+
+#include "planner/parallel.h"
+
+namespace moe {
+
+namespace {
+
+constexpr double kActivationBytes = 2.0;  // BF16 activations on the wire and in HBM
+
+struct Pass {
+  Seconds compute, tp, ep, cp;  // communication before overlap
+};
+
+Seconds exposed(Seconds comm, Seconds compute, bool overlap) {
+  if (!overlap) return comm;
+  const Seconds hidden = std::min(comm, compute);
+  return comm - hidden + hidden * kOverlapResidual;
+}
+
+FlopsPerSec peak_of(const TimeContext& ctx, Precision p) {
+  return ctx.gpu.peak_for(p == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
+}
+
+}  // namespace
+
+TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
+                              const RoutingSkew& skew, int64_t seq_len) {
+  TimeContext ctx;
+  ctx.model = &m;
+  ctx.params = count_params(m);
+  ctx.gpu = c.node.gpu;
+  ctx.links = link_rates(c);
+  ctx.eff = eff;
+  ctx.skew = skew;
+  ctx.flops = flops_per_token(m, seq_len);
+  ctx.seq_len = seq_len;
+  return ctx;
+}
+
+Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
+  if (n <= 1) return Seconds(0);
+  const bool cross = ctx.links.crosses_nodes(span);
+  const EfficiencyCurve& curve = cross ? ctx.eff.allgather_inter : ctx.eff.allgather_intra;
+  const double steps = static_cast<double>(n - 1);
+  const Bytes per_step = total / static_cast<double>(n);
+  return per_step * steps / (ctx.links.bandwidth(span) * curve.at(per_step)) +
+         ctx.links.latency(span) * steps;
+}
+
+Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  if (n <= 1) return Seconds(0);
+  const int64_t span = n * stride;
+  const double nn = static_cast<double>(n);
+  if (!ctx.links.crosses_nodes(span)) {
+    return per_rank * ((nn - 1) / nn) / (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank)) +
+           ctx.links.intra_latency;
+  }
+  // Peers inside the node go over NVLink while the rest leave through the NIC, concurrently.
+  const double local =
+      static_cast<double>(std::clamp<int64_t>(ctx.links.gpus_per_node / stride, 1, n));
+  const Seconds intra =
+      per_rank * ((local - 1) / nn) / (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank));
+  const Seconds inter =
+      per_rank * ((nn - local) / nn) / (ctx.links.inter * ctx.eff.alltoall_inter.at(per_rank));
+  return std::max(intra, inter) + ctx.links.inter_latency;
+}
+
+namespace {
+
+// Forward costs of one layer for one micro-batch on one GPU.
+Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
+                   bool moe_layer) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  const int64_t t = *p.tp, cp = *p.cp, ep = *p.ep, etp = *p.etp;
+  const double b = static_cast<double>(*p.mbs);
+  const double s = static_cast<double>(ctx.seq_len);
+  const double h = static_cast<double>(m.hidden_size);
+  const double tokens = b * s / static_cast<double>(t * cp);  // this GPU's share
+  const FlopsPerSec peak = peak_of(ctx, c.precision);
+  auto gemm = [&](double flops, double per_call) {
+    return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(per_call, 1.0)));
+  };
+
+  Pass out;
+  // Attention: four projections, then the fused core at its own efficiency.
+  const double attn = 2.0 * lp.attention * tokens;
+  out.compute += gemm(attn, attn / 4.0);
+  const double core =
+      ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
+  out.compute += Flops(core) / (peak * ctx.eff.attention_core);
+  // Memory-bound bytes per token: two norms (8h), two residual adds (12h), FFN activations.
+  double bytes_per_token = 20.0 * h;
+  const double gated = m.gated_ffn ? 3.0 : 2.0;
+  if (moe_layer) {
+    const double k = static_cast<double>(m.top_k);
+    const double imbalance = ctx.skew.imbalance(m, ep);
+    const double chunks = static_cast<double>(std::max<int64_t>(c.fcda_chunks, 1));
+    const double routed = 2.0 * lp.one_routed_expert * k * tokens * imbalance;
+    const double local_experts = static_cast<double>(m.num_routed_experts / ep);
+    const double per_expert_call = routed / local_experts / gated / chunks;
+    out.compute += gemm(routed, per_expert_call);
+    if (lp.shared_experts > 0)
+      out.compute +=
+          gemm(2.0 * lp.shared_experts * tokens, 2.0 * lp.shared_experts * tokens / gated);
+    out.compute += gemm(2.0 * lp.router * tokens, 2.0 * lp.router * tokens);
+    // Permute + unpermute (8kh) and the expert activation (gated: 6 k g_e).
+    bytes_per_token += 8.0 * k * h * imbalance +
+                       2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * imbalance;
+    if (m.shared_ffn_total() > 0)
+      bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
+
+    // Dispatch and combine.
+    if (ep > 1 || etp > 1) {
+      const Bytes per_rank(tokens * k * h * kActivationBytes * imbalance);
+      if (etp > 1) {
+        // MoNTA: expert TP inside the node; the chosen AllToAll strategy for dispatch, again for
+        // combine.
+        monta::Problem prob;
+        prob.volume =
+            per_rank * static_cast<double>(t);  // tokens are replicated across the TP group
+        prob.tp = etp;
+        prob.ep = ep;
+        const int64_t span = ep * etp;
+        const bool cross = ctx.links.crosses_nodes(span);
+        prob.links = {ctx.links.bandwidth(span), ctx.links.intra, ctx.links.hbm};
+        prob.curves = {cross ? ctx.eff.alltoall_inter : ctx.eff.alltoall_intra,
+                       ctx.eff.allgather_intra, ctx.eff.d2d_copy};
+        Seconds one;
+        switch (c.alltoall) {
+          case monta::Strategy::kBaseline:
+            one = monta::baseline_time(prob);
+            break;
+          case monta::Strategy::kO1:
+            one = monta::o1_time(prob);
+            break;
+          case monta::Strategy::kO2:
+            one = monta::at_chunks(prob, monta::Pipelining::kO2, c.alltoall_chunks).time;
+            break;
+          case monta::Strategy::kO3:
+            one = monta::at_chunks(prob, monta::Pipelining::kO3, c.alltoall_chunks).time;
+            break;
+        }
+        out.ep += one * 2.0;
+      } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
+        // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
+        const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes);
+        out.ep += ring_time(ctx, total, ep, ep * etp) * 2.0;
+      } else {
+        out.ep += alltoall_time(ctx, per_rank, ep, etp) * 2.0;
+      }
+      // FCDA: every further chunk pays the collective latency again, dispatch and combine.
+      out.ep += ctx.links.latency(ep * etp) * (2.0 * (chunks - 1.0));
+    }
+  } else {
+    out.compute += gemm(2.0 * lp.dense_ffn * tokens, 2.0 * lp.dense_ffn * tokens / gated);
+    bytes_per_token += 2.0 * gated * static_cast<double>(m.dense_ffn_size);
+  }
+  out.compute +=
+      Bytes(bytes_per_token * kActivationBytes * tokens) / (ctx.links.hbm * ctx.eff.memory_bound);
+
+  // Tensor or sequence parallelism of attention (and of dense / shared FFNs under TP).
+  if (t > 1) {
+    const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
+    if (c.attention == AttentionMode::kTensor) {
+      const bool ffn_tp = !moe_layer || lp.shared_experts > 0;
+      out.tp += ring_time(ctx, sequence, t, t) * (ffn_tp ? 4.0 : 2.0);
+    } else {
+      const double ratio = static_cast<double>(m.attention.num_heads) /
+                           static_cast<double>(m.attention.num_kv_heads);
+      const double nn = static_cast<double>(t);
+      // Eq. (2) is what each rank sends; the all-to-all carries it as (n-1)/n of its buffer.
+      const Bytes sent(
+          megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
+          static_cast<double>(cp) * kActivationBytes);
+      out.tp += alltoall_time(ctx, sent * (nn / (nn - 1)), t, 1);
+    }
+  }
+  // Context parallelism: K and V of the local chunk travel around the ring.
+  if (cp > 1) {
+    const AttentionSpec& a = m.attention;
+    const double kv_width =
+        static_cast<double>(a.num_kv_heads * (a.qk_head_dim() + a.value_head_dim())) /
+        static_cast<double>(t);
+    const Bytes ring(b * s / static_cast<double>(cp) * kv_width * kActivationBytes *
+                     static_cast<double>(cp - 1));
+    const Seconds send = ring / ctx.links.bandwidth(t * cp) +
+                         ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
+    out.cp += std::max(Seconds(0), send - Flops(core) / (peak * ctx.eff.attention_core));
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+// Every dense layer costs the same, and so does every MoE layer: one pass of each per candidate.
+struct LayerKinds {
+  StageTimes dense, moe;
+};
+
+StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
+                     bool moe_layer) {
+  const Pass f = layer_forward(ctx, c, lp, moe_layer);
+  // Backward: twice the compute, the same communication again.
+  const Seconds comm_f =
+      exposed(f.tp, f.compute, c.overlap) + exposed(f.ep, f.compute, c.overlap) + f.cp;
+  const Seconds comm_b =
+      exposed(f.tp, f.compute * 2.0, c.overlap) + exposed(f.ep, f.compute * 2.0, c.overlap) + f.cp;
+  Seconds redo;
+  if (c.recompute == Recompute::kFull) redo = f.compute + comm_f;
+  // Selective (moe_act, layernorm) redoes element-wise work: ~5 % of a layer's forward.
+  if (c.recompute == Recompute::kSelective) redo = f.compute * 0.05;
+  StageTimes st;
+  st.forward = f.compute + comm_f;
+  st.backward = f.compute * 2.0 + comm_b + redo;
+  st.compute = f.compute * 3.0;
+  st.recompute = redo;
+  st.tp = f.tp * 2.0;
+  st.ep = f.ep * 2.0;
+  st.cp = f.cp * 2.0;
+  return st;
+}
+
+LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
+  const ModelSpec& m = *ctx.model;
+  LayerKinds k;
+  for (size_t i = 0; i < m.moe_layer.size(); ++i) {
+    if (m.moe_layer[i] && k.moe.forward.value() == 0)
+      k.moe = one_layer(ctx, c, ctx.params.layers[i], true);
+    if (!m.moe_layer[i] && k.dense.forward.value() == 0)
+      k.dense = one_layer(ctx, c, ctx.params.layers[i], false);
+  }
+  return k;
+}
+
+void add(StageTimes& to, const StageTimes& from, double times) {
+  to.forward += from.forward * times;
+  to.backward += from.backward * times;
+  to.compute += from.compute * times;
+  to.recompute += from.recompute * times;
+  to.tp += from.tp * times;
+  to.ep += from.ep * times;
+  to.cp += from.cp * times;
+}
+
+StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                      int64_t stage) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  const int64_t first = first_layer_of_stage(m, *p.pp, stage);
+  const int64_t count = layers_in_stage(m, *p.pp, stage);
+  int64_t moe = 0;
+  for (int64_t i = first; i < first + count; ++i) moe += m.moe_layer[i];
+  StageTimes st;
+  add(st, kinds.moe, static_cast<double>(moe));
+  add(st, kinds.dense, static_cast<double>(count - moe));
+  if (stage == *p.pp - 1) {
+    // Output head (vocab-parallel over TP) and its loss.
+    const double tokens =
+        static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
+    const double head =
+        2.0 * static_cast<double>(m.hidden_size) * static_cast<double>(m.vocab_size) * tokens;
+    const Seconds t = Flops(head) / (peak_of(ctx, c.precision) * ctx.eff.gemm.at(head));
+    st.forward += t;
+    st.backward += t * 2.0;
+    st.compute += t * 3.0;
+  }
+  return st;
+}
+
+}  // namespace
+
+StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
+  return stage_from(ctx, c, layer_kinds(ctx, c), stage);
+}
+
+TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  const int64_t pp = *p.pp, t = *p.tp, cp = *p.cp, dp = *p.dp, ep = *p.ep, etp = *p.etp,
+                edp = *p.edp;
+  TimeBreakdown out;
+  out.microbatches = *p.gbs / (*p.mbs * dp);
+  const double mb = static_cast<double>(out.microbatches);
+
+  const LayerKinds kinds = layer_kinds(ctx, c);
+  StageTimes slowest;
+  int64_t slowest_stage = 0;
+  for (int64_t s = 0; s < pp; ++s) {
+    const StageTimes st = stage_from(ctx, c, kinds, s);
+    if (st.forward + st.backward > slowest.forward + slowest.backward) {
+      slowest = st;
+      slowest_stage = s;
+    }
+  }
+  const Seconds per_mb = slowest.forward + slowest.backward;
+  // Split the steady state by what the slowest stage spends it on.
+  const Seconds exposed_comm = per_mb - slowest.compute - slowest.recompute;
+  const Seconds raw_comm = slowest.tp + slowest.ep + slowest.cp;
+  auto share = [&](Seconds part) {
+    return raw_comm.value() > 0 ? exposed_comm * (part / raw_comm) : Seconds(0);
+  };
+  out.compute = slowest.compute * mb;
+  out.recompute = slowest.recompute * mb;
+  out.tp_comm = share(slowest.tp) * mb;
+  out.ep_comm = share(slowest.ep) * mb;
+  out.cp_comm = share(slowest.cp) * mb;
+  out.bubble = per_mb * (static_cast<double>(pp - 1) / static_cast<double>(*p.vpp));
+
+  // Gradient reduce-scatter and parameter all-gather of the slowest stage's weights.
+  double dense = 0, expert = 0;
+  const int64_t first = first_layer_of_stage(m, pp, slowest_stage);
+  for (int64_t i = first; i < first + layers_in_stage(m, pp, slowest_stage); ++i) {
+    const LayerParams& l = ctx.params.layers[i];
+    dense += l.norms + l.router +
+             (l.attention + l.shared_experts + l.dense_ffn) / static_cast<double>(t);
+    expert += l.routed_experts / static_cast<double>(ep * etp);
+  }
+  const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
+  const double param_bytes = c.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const Seconds rs = ring_time(ctx, Bytes(dense * grad_bytes), dp, t * cp * dp) +
+                     ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);
+  const Seconds ag = ring_time(ctx, Bytes(dense * param_bytes), dp, t * cp * dp) +
+                     ring_time(ctx, Bytes(expert * param_bytes), edp, etp * ep * edp);
+  out.dp_comm =
+      std::max(Seconds(0), rs - slowest.backward) + std::max(Seconds(0), ag - slowest.forward);
+
+  // Adam reads and writes master weights, momentum and variance (24 B) and the weight (4 B) of
+  // the local shard.
+  const double shard = c.zero_stage >= 1 ? 1.0 : 0.0;
+  const double local = dense / (shard > 0 ? static_cast<double>(dp) : 1.0) +
+                       expert / (shard > 0 ? static_cast<double>(edp) : 1.0);
+  out.optimizer = Bytes(local * 28.0) / (ctx.links.hbm * ctx.eff.memory_bound);
+
+  if (pp > 1) {
+    const Bytes act(static_cast<double>(*p.mbs * ctx.seq_len) * static_cast<double>(m.hidden_size) *
+                    kActivationBytes / static_cast<double>(t * cp));
+    const int64_t stage_span = t * cp * dp * 2;  // neighbouring stages are a whole stage apart
+    out.pp_comm = (act / ctx.links.bandwidth(stage_span) + ctx.links.latency(stage_span)) *
+                  (2.0 * static_cast<double>(pp - 1));
+  }
+  out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
+  return out;
+}
+
+}  // namespace moe

@@ -1,0 +1,74 @@
+// Iteration time of a plan: compute from FLOPs over calibrated GEMM efficiency, communication
+// from each group's volume over the links it crosses, overlap as each technique allows, and
+// the pipeline bubble of the schedule.
+//
+// Per micro-batch and layer, on one GPU (b = micro-batch, s = sequence, t = TP or SP size,
+// c = CP, k = top-k; BF16 activations):
+//   attention projections  2 P_attn b s / (t c)        (TP splits heads; Ulysses splits tokens)
+//   core attention         a (d_qk + d_v) s x b s / (t c), causal, at `attention_core` of peak
+//   routed experts         2 P_expert k b s / (t c) x skew imbalance (the busiest EP rank)
+//   shared / dense FFN     2 P b s / (t c)
+//   memory-bound ops       bytes touched by norms, residuals, permutation, activation, at
+//                          `memory_bound` of HBM bandwidth
+//   TP (Megatron SP)       all-gather + reduce-scatter of b s h / c, per attention and per
+//                          dense/shared FFN (MegaScale eq. 1); Ulysses: eq. (2) as all-to-all
+//   EP                     dispatch + combine all-to-all of k b s h/(t c) (eq. 3), or
+//                          all-gather + reduce-scatter (eq. 4); MoNTA O1/O2/O3 when experts
+//                          are tensor-parallel (etp > 1) and EP crosses nodes
+//   CP                     ring K/V exchange, hidden behind core attention where it can be
+// Backward doubles compute and repeats the communication; full recompute adds a forward,
+// selective adds the memory-bound ops it recomputes. Without `overlap` (Megatron-LM's default)
+// TP and EP communication sit on the critical path; with it (MegaScale-MoE Sec. 4.1) a layer's
+// communication hides behind its independent compute, leaving max(0, comm - compute) plus
+// kOverlapResidual of comm exposed. 1F1B: (m + p - 1)(t_f + t_b); interleaved: (m + (p-1)/v).
+// DP gradient reduce-scatter and parameter all-gather overlap the last backward / first forward
+// (Megatron --overlap-grad-reduce --overlap-param-gather).
+#pragma once
+
+#include <cstdint>
+
+#include "planner/cluster_spec.h"
+#include "planner/efficiencies.h"
+#include "planner/link_rates.h"
+#include "planner/model_stats.h"
+#include "planner/plan.h"
+#include "planner/routing_skew.h"
+
+namespace moe {
+
+// MegaScale-MoE Fig. 12 shows a small exposed remainder even with overlap: the first chunk of
+// each overlapped pair cannot hide. We keep 10 % of the overlapped communication exposed.
+constexpr double kOverlapResidual = 0.10;
+
+// What stays fixed across candidates of one search: computed once.
+struct TimeContext {
+  const ModelSpec* model = nullptr;
+  ModelParams params;
+  GpuSpec gpu;
+  LinkRates links;
+  Efficiencies eff;
+  RoutingSkew skew;
+  TokenFlops flops;  // per token at the plan's sequence length
+  int64_t seq_len = 4096;
+};
+
+TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
+                              const RoutingSkew& skew, int64_t seq_len);
+
+// Per micro-batch times of one pipeline stage.
+struct StageTimes {
+  Seconds forward, backward;               // including exposed communication and recompute
+  Seconds compute, recompute, tp, ep, cp;  // forward + backward parts, per micro-batch
+};
+StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
+
+// The whole iteration; the choice's parallel layout must be complete with gbs set.
+TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
+
+// Ring all-gather or reduce-scatter of `total` bytes (the gathered size) over n ranks whose
+// group spans `span` consecutive ranks.
+Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
+// All-to-all where each rank scatters `per_rank` bytes over n ranks at stride `stride`.
+Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
+
+}  // namespace moe

@@ -1,0 +1,240 @@
+// moeplan plan: search the parallelism space for a model on a cluster and print the best plans
+// with the launch arguments a user can run.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
+#include "planner/search.h"
+#include "tools/moeplan/commands.h"
+#include "tools/moeplan/table.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct PlanOptions {
+  std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
+                                                     save;
+  std::string recompute, precision = "bf16";
+  int64_t global_batch = 0, seq_len = 4096;
+  std::optional<int64_t> gpus;
+  int top = 5, threads = 2;
+  double alpha = 1.0;
+  bool json = false, explain = false;
+};
+
+Objective parse_objective(const std::string& s) {
+  if (s == "throughput") return Objective::kThroughput;
+  if (s == "memory") return Objective::kMemory;
+  if (s == "cost") return Objective::kCost;
+  throw InputError("--objective", "",
+                   fmt::format("'{}' is not one of throughput, memory, cost", s));
+}
+
+std::string ms(Seconds s) {
+  return fmt::format("{:.1f} ms", s.value() * 1e3);
+}
+
+void explain_difference(const Plan& a, const Plan& b) {
+  const TimeBreakdown& x = a.score.time;
+  const TimeBreakdown& y = b.score.time;
+  fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", ms(x.iteration), ms(y.iteration));
+  fmt::print("  #1 {}\n  #2 {}\n", a.choice.describe(), b.choice.describe());
+  Table t({"term", "#1", "#2", "difference"});
+  auto row = [&](const char* name, Seconds u, Seconds v) {
+    if (std::abs((u - v).value()) < 1e-6 * x.iteration.value()) return;
+    t.add({name, ms(u), ms(v), ms(u - v)});
+  };
+  row("compute", x.compute, y.compute);
+  row("recompute", x.recompute, y.recompute);
+  row("TP/SP comm (exposed)", x.tp_comm, y.tp_comm);
+  row("EP comm (exposed)", x.ep_comm, y.ep_comm);
+  row("CP comm (exposed)", x.cp_comm, y.cp_comm);
+  row("PP comm", x.pp_comm, y.pp_comm);
+  row("DP comm (exposed)", x.dp_comm, y.dp_comm);
+  row("bubble", x.bubble, y.bubble);
+  row("optimizer", x.optimizer, y.optimizer);
+  fmt::print("{}", t.render());
+  fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
+             as_gb(b.score.peak_bytes.value()));
+}
+
+void run_plan(const PlanOptions& o) {
+  const ModelSpec m = io::load_model(o.model);
+  const ClusterSpec c = io::load_cluster(o.cluster);
+  std::map<std::string, EfficiencyCurve> curves;
+  if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
+  const RoutingSkew skew = parse_skew(o.skew, m);
+  const TimeContext ctx = make_time_context(m, c, efficiencies(curves), skew, o.seq_len);
+
+  SearchRequest req;
+  req.num_gpus = o.gpus.value_or(c.num_gpus());
+  if (req.num_gpus > c.num_gpus()) {
+    throw InputError(
+        "--gpus", "",
+        fmt::format("{} GPUs asked, cluster {} has {}", req.num_gpus, c.name, c.num_gpus()));
+  }
+  req.global_batch = o.global_batch;
+  req.fixed = parse_parallel(o.parallel);
+  if (req.fixed.gbs && *req.fixed.gbs != o.global_batch) {
+    throw InputError(
+        "--parallel", "gbs",
+        fmt::format("gbs={} contradicts --global-batch {}", *req.fixed.gbs, o.global_batch));
+  }
+  req.objective = parse_objective(o.objective);
+  req.top_k = o.top;
+  req.alpha = o.alpha;
+  req.threads = o.threads;
+  if (!o.recompute.empty()) {
+    if (o.recompute == "none")
+      req.recompute = Recompute::kNone;
+    else if (o.recompute == "selective")
+      req.recompute = Recompute::kSelective;
+    else if (o.recompute == "full")
+      req.recompute = Recompute::kFull;
+    else
+      throw InputError("--recompute", "",
+                       fmt::format("'{}' is not one of none, selective, full", o.recompute));
+  }
+  if (o.precision == "fp32")
+    req.precision = Precision::kFp32;
+  else if (o.precision != "bf16")
+    throw InputError("--precision", "", fmt::format("'{}' is not one of bf16, fp32", o.precision));
+  const bool tty = isatty(fileno(stderr)) != 0;
+  if (tty && !o.json) {
+    req.progress = [](double share) {
+      fmt::print(stderr, "\rsearching: {:3.0f} %", 100.0 * share);
+    };
+  }
+
+  SearchResult r;
+  try {
+    r = search_plans(ctx, req);
+  } catch (const ConfigError& e) {
+    throw InputError("--parallel", "", e.what());
+  }
+  if (tty && !o.json) fmt::print(stderr, "\r                 \r");
+  if (r.ranked.empty()) {
+    if (!r.closest) throw NoFitError("nothing fits and no candidate was scored");
+    const NoFit& n = *r.closest;
+    throw NoFitError(fmt::format(
+        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}); GPU has {:.1f} GB",
+        n.needed.value() / 1e9, n.stage, n.layout, n.binding, n.capacity.value() / 1e9));
+  }
+  const Plan& best = r.ranked.front();
+  if (!o.save.empty())
+    io::write_file_atomically(o.save, io::plan_to_json(best, m, c).dump(2) + "\n");
+
+  if (o.json) {
+    nlohmann::json plans = nlohmann::json::array();
+    for (const Plan& p : r.ranked) plans.push_back(io::plan_to_json(p, m, c));
+    print_json({{"model", m.name},
+                {"cluster", c.name},
+                {"gpus", req.num_gpus},
+                {"global_batch", o.global_batch},
+                {"seq_len", o.seq_len},
+                {"skew", skew.describe()},
+                {"objective", objective_name(req.objective)},
+                {"search",
+                 {{"layouts", r.stats.layouts},
+                  {"pruned_by_memory", r.stats.pruned_by_memory},
+                  {"evaluated", r.stats.evaluated},
+                  {"seconds", r.stats.seconds}}},
+                {"plans", plans}});
+    return;
+  }
+  fmt::print("{} on {} ({} GPUs), global batch {}, seq {}, skew {}, objective {}\n", m.name, c.name,
+             req.num_gpus, o.global_batch, o.seq_len, skew.describe(),
+             objective_name(req.objective));
+  fmt::print(
+      "searched {} layouts ({} cut by the memory bound), timed {} candidates in {:.2f} s\n\n",
+      r.stats.layouts, r.stats.pruned_by_memory, r.stats.evaluated, r.stats.seconds);
+  Table t(
+      {"#", "layout", "switches", "iteration", "tokens/s", "MFU", "TGS", "peak mem", "headroom"});
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    const Plan& p = r.ranked[i];
+    std::string sw = fmt::format("{} attn={}", recompute_name(p.choice.recompute),
+                                 attention_mode_name(p.choice.attention));
+    const std::string full = p.choice.describe();
+    const size_t space = full.find(' ');
+    if (space != std::string::npos) sw = full.substr(space + 1);
+    t.add({std::to_string(i + 1), p.choice.parallel.to_string(), sw, ms(p.score.time.iteration),
+           fmt::format("{:.0f}", p.score.tokens_per_second),
+           fmt::format("{:.1f} %", 100 * p.score.mfu), fmt::format("{:.0f}", p.score.tgs),
+           as_gb(p.score.peak_bytes.value()), as_gb(p.score.headroom.value())});
+  }
+  fmt::print("{}\n", t.render());
+  const TimeBreakdown& b = best.score.time;
+  fmt::print("Best plan, per iteration ({} micro-batches, {}):\n", b.microbatches,
+             schedule_name(best.choice.schedule()));
+  Table bt({"term", "time", "share"});
+  auto row = [&](const char* name, Seconds s) {
+    bt.add({name, ms(s), fmt::format("{:.1f} %", 100 * s.value() / b.iteration.value())});
+  };
+  row("compute", b.compute);
+  row("recompute", b.recompute);
+  row("TP/SP comm (exposed)", b.tp_comm);
+  row("EP comm (exposed)", b.ep_comm);
+  row("CP comm (exposed)", b.cp_comm);
+  row("PP comm", b.pp_comm);
+  row("DP comm (exposed)", b.dp_comm);
+  row("pipeline bubble", b.bubble);
+  row("optimizer step", b.optimizer);
+  fmt::print("{}\n", bt.render());
+  Table mt({"stage", "static", "checkpoints", "activation", "total", "MACT c"});
+  for (const StageMemory& s : best.score.memory.stages) {
+    mt.add({std::to_string(s.stage), as_gb(s.static_bytes.value()),
+            as_gb(s.checkpoint_bytes.value()), as_gb(s.activation_bytes.value()),
+            as_gb(s.total_bytes.value()), std::to_string(s.mact_chunks)});
+  }
+  fmt::print(
+      "Memory per GPU by stage (headroom {}; runs out at s'' = {:.0f} received tokens, {:.1f}x "
+      "balanced):\n{}\n",
+      as_gb(best.score.headroom.value()), best.score.oom_received_tokens,
+      m.is_moe() ? best.score.oom_received_tokens / (static_cast<double>(o.seq_len * m.top_k))
+                 : 0.0,
+      mt.render());
+  fmt::print("Megatron-LM arguments:\n");
+  for (const std::string& a : megatron_arguments(best, m)) fmt::print("  {} \\\n", a);
+  fmt::print("\nDeepSpeed config (MoE layers take ep_size={}):\n{}\n", *best.choice.parallel.ep,
+             io::deepspeed_config(best).dump(2));
+  if (!o.save.empty()) fmt::print("\nsaved the best plan to {}\n", o.save);
+  if (o.explain && r.ranked.size() > 1) explain_difference(r.ranked[0], r.ranked[1]);
+}
+
+}  // namespace
+
+void add_plan(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Search the parallelism space; print ranked plans and launch arguments");
+  cmd->add_option("--model", o->model, "model file")->required();
+  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
+  cmd->add_option("--global-batch", o->global_batch, "global batch size in sequences")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--parallel", o->parallel,
+                  "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it)");
+  cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
+  cmd->add_option("--skew", o->skew, "routing skew: balanced | capacity=F | G=x | worst");
+  cmd->add_option("--objective", o->objective, "throughput | memory | cost");
+  cmd->add_option("--recompute", o->recompute, "fix recompute: none | selective | full");
+  cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
+  cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--top", o->top, "plans to show")->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", o->threads, "search threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--save", o->save, "write the best plan (moeplan-plan/1) to this file");
+  cmd->add_flag("--json", o->json, "print the ranked plans as one JSON document");
+  cmd->add_flag("--explain", o->explain, "say why the best plan beats the runner-up");
+  cmd->callback([o] { run_plan(*o); });
+}
+
+}  // namespace moe::cli
