@@ -38,8 +38,8 @@ std::vector<int64_t> options(const std::optional<int64_t>& fixed, std::vector<in
   return choices;
 }
 
-MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
-                             double alpha) {
+MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
+                             std::optional<Bytes> static_override) {
   const ModelSpec& m = *ctx.model;
   MemoryRequest r;
   r.seq_len = ctx.seq_len;
@@ -50,13 +50,16 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.attention_replicated = c.attention == AttentionMode::kUlysses;
   r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
   if (c.precision == Precision::kFp32) {
-    // FP32 training keeps FP32 weights and gradients and Adam's two moments (no master copy).
+    // FP32 training: FP32 weights and gradients and three FP32 optimizer buffers, 20 bytes per
+    // parameter, as APTMoE Table I's memory column implies (111 GB for 4.5 B parameters with
+    // activations; 707 GB for 35.4 B).
     r.static_bytes.param = 4;
     r.static_bytes.grad = 4;
-    r.static_bytes.optimizer_states = 2;
+    r.static_bytes.optimizer_states = 3;
     r.bytes_per_element = 4;
   }
   if (!c.mact) r.chunks = 1;
+  r.static_override = static_override;
   return r;
 }
 
@@ -86,10 +89,11 @@ struct Layout {
 
 }  // namespace
 
-PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha) {
+PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
+                     std::optional<Bytes> static_override) {
   const ModelSpec& m = *ctx.model;
   PlanScore s;
-  s.memory = estimate_memory(m, ctx.params, c.parallel, memory_request(ctx, c, capacity, alpha));
+  s.memory = estimate_memory(m, ctx.params, c.parallel, memory_request(ctx, c, capacity, alpha, static_override));
   PlanChoice timed = c;
   if (c.mact) timed.fcda_chunks = std::max<int64_t>(s.memory.mact_chunks, 1);
   s.time = estimate_time(ctx, timed);
@@ -202,7 +206,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
       lower.precision = req.precision;
       lower.seq_len = ctx.seq_len;
       const MemoryReport floor =
-          estimate_memory(m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha));
+          estimate_memory(m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
       if (!floor.fits) {
         ++stats[w].pruned_by_memory;
         // The closest miss, for the no-fit message: the layout whose tightest stage is least over.
@@ -250,7 +254,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               c.seq_len = ctx.seq_len;
               // Memory depends only on the layout, recompute, attention mode and chunking.
               const MemoryReport mem =
-                  estimate_memory(m, ctx.params, p, memory_request(ctx, c, capacity, req.alpha));
+                  estimate_memory(m, ctx.params, p, memory_request(ctx, c, capacity, req.alpha, req.static_override));
               if (!mem.fits) continue;
               c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
@@ -275,7 +279,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
                            (layout_best && key >= layout_best->key))) {
                         continue;
                       }
-                      plan.score = score_plan(ctx, c, capacity, req.alpha);
+                      plan.score = score_plan(ctx, c, capacity, req.alpha, req.static_override);
                       Ranked r{objective_key(plan, req.objective, world, tokens_per_iter),
                                L.order * 100000 + inner, std::move(plan)};
                       if (!layout_best || r.key < layout_best->key) layout_best = std::move(r);

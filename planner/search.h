@@ -33,6 +33,8 @@ struct SearchRequest {
   Precision precision = Precision::kBf16;
   int top_k = 5;
   double alpha = 1.0;
+  // A measured static memory (MemFine Table 4 style) that replaces the computed one.
+  std::optional<Bytes> static_override;
   int threads = 2;
   // Called now and then with the share of layouts done (from one thread at a time).
   std::function<void(double)> progress;
@@ -60,7 +62,8 @@ struct SearchResult {
 };
 
 // Scores one fully specified choice (memory, time, MFU, TGS, headroom).
-PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha);
+PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
+                     std::optional<Bytes> static_override = {});
 
 SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req);
 

@@ -24,6 +24,7 @@ struct PlanOptions {
   std::optional<int64_t> gpus;
   int top = 5, threads = 2;
   double alpha = 1.0;
+  std::optional<double> static_override_gb;
   bool json = false, explain = false;
 };
 
@@ -89,6 +90,7 @@ void run_plan(const PlanOptions& o) {
   req.top_k = o.top;
   req.alpha = o.alpha;
   req.threads = o.threads;
+  if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (!o.recompute.empty()) {
     if (o.recompute == "none")
       req.recompute = Recompute::kNone;
@@ -229,6 +231,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
       ->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--static-override", o->static_override_gb, "measured static memory per GPU in GB (MemFine Table 4)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--top", o->top, "plans to show")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", o->threads, "search threads")->check(CLI::Range(1, 256));
   cmd->add_option("--save", o->save, "write the best plan (moeplan-plan/1) to this file");

@@ -1,0 +1,156 @@
+#include "planner/search.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
+#include "test_paths.h"
+
+namespace moe {
+
+namespace {
+std::string root(const std::string& rel) { return std::string(MOEPLAN_SOURCE_DIR) + "/" + rel; }
+
+struct Inputs {
+  ModelSpec model;
+  ClusterSpec cluster;
+  TimeContext ctx;
+  Inputs(const std::string& m, const std::string& c, int64_t seq = 4096, const RoutingSkew& skew = {})
+      : model(io::load_model(root("models/" + m))), cluster(io::load_cluster(root("topologies/" + c))) {
+    ctx = make_time_context(model, cluster, efficiencies(), skew, seq);
+  }
+};
+
+SearchRequest request(int64_t gpus, int64_t gbs, const std::string& fixed = "") {
+  SearchRequest r;
+  r.num_gpus = gpus;
+  r.global_batch = gbs;
+  r.fixed = parse_parallel(fixed);
+  return r;
+}
+}  // namespace
+
+TEST(Search, FullLayoutEvaluatesExactlyThatLayout) {
+  const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
+  const SearchResult r = search_plans(s.ctx, request(8, 64, "tp=1,pp=1,ep=8,etp=1,cp=1,vpp=1,mbs=1"));
+  EXPECT_EQ(r.stats.layouts, 1);
+  ASSERT_EQ(r.ranked.size(), 1u);
+  EXPECT_EQ(r.ranked[0].choice.parallel.to_string(), "tp=1,pp=1,ep=8,etp=1,edp=1,dp=8,cp=1,vpp=1,mbs=1,gbs=64");
+}
+
+TEST(Search, PartialLayoutKeepsTheFixedSizes) {
+  const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
+  const SearchResult r = search_plans(s.ctx, request(8, 64, "tp=2"));
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_GT(r.stats.layouts, 1);
+  for (const Plan& p : r.ranked) EXPECT_EQ(*p.choice.parallel.tp, 2);
+}
+
+TEST(Search, RankedBestFirstAndAllFit) {
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  const SearchResult r = search_plans(s.ctx, request(32, 64));
+  ASSERT_GE(r.ranked.size(), 2u);
+  for (size_t i = 1; i < r.ranked.size(); ++i) {
+    EXPECT_LE(r.ranked[i - 1].score.time.iteration, r.ranked[i].score.time.iteration);
+  }
+  for (const Plan& p : r.ranked) {
+    EXPECT_TRUE(p.score.memory.fits);
+    EXPECT_GE(p.score.headroom.value(), 0.0);
+    EXPECT_GT(p.score.mfu, 0.0);
+    EXPECT_LT(p.score.mfu, 1.0);
+    EXPECT_EQ(p.choice.parallel.world(), 32);
+  }
+  EXPECT_GT(r.stats.pruned_by_memory, 0);
+}
+
+TEST(Search, DeterministicAcrossThreadCounts) {
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  SearchRequest one = request(32, 64);
+  one.threads = 1;
+  SearchRequest two = request(32, 64);
+  two.threads = 2;
+  const SearchResult a = search_plans(s.ctx, one);
+  const SearchResult b = search_plans(s.ctx, two);
+  ASSERT_EQ(a.ranked.size(), b.ranked.size());
+  for (size_t i = 0; i < a.ranked.size(); ++i) {
+    EXPECT_EQ(a.ranked[i].choice.describe(), b.ranked[i].choice.describe());
+    EXPECT_EQ(a.ranked[i].score.time.iteration.value(), b.ranked[i].score.time.iteration.value());
+  }
+  EXPECT_EQ(a.stats.evaluated, b.stats.evaluated);
+}
+
+TEST(Search, NothingFitsNamesTheClosestCandidate) {
+  // Mixtral-8x7B needs 46.7 B x 18 bytes of weights and optimizer state: more than 8 x 80 GB.
+  const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  const SearchResult r = search_plans(s.ctx, request(8, 64));
+  EXPECT_TRUE(r.ranked.empty());
+  ASSERT_TRUE(r.closest.has_value());
+  EXPECT_GT(r.closest->needed, r.closest->capacity);
+  EXPECT_NE(r.closest->binding.find("static"), std::string::npos);
+}
+
+TEST(Search, ImpossibleFixedSizesAreAConfigError) {
+  const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  EXPECT_THROW(search_plans(s.ctx, request(8, 64, "tp=3")), ConfigError);
+}
+
+TEST(TimeModel, OneFOneBIterationIsMicrobatchesPlusStagesMinusOne) {
+  // (m + p - 1)(t_f + t_b) for the slowest stage, plus the terms outside the pipeline.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=8,pp=4,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=64"));
+  const TimeBreakdown t = estimate_time(s.ctx, c);
+  Seconds per_mb;
+  for (int64_t st = 0; st < 4; ++st) {
+    const StageTimes x = stage_times(s.ctx, c, st);
+    per_mb = std::max(per_mb, x.forward + x.backward);
+  }
+  const double m = static_cast<double>(t.microbatches);
+  EXPECT_EQ(t.microbatches, 64 / (1 * *c.parallel.dp));
+  EXPECT_NEAR((t.iteration - t.dp_comm - t.optimizer - t.pp_comm).value(), ((m + 4 - 1) * per_mb).value(), 1e-9);
+  // Interleaved with v = 2: (m + (p - 1)/v)(t_f + t_b).
+  c.parallel.vpp = 2;
+  const TimeBreakdown v = estimate_time(s.ctx, c);
+  EXPECT_NEAR((v.iteration - v.dp_comm - v.optimizer - v.pp_comm).value(), ((m + 3.0 / 2) * per_mb).value(), 1e-9);
+}
+
+TEST(TimeModel, OneFlowOnAFreeLinkIsLatencyPlusBytesOverBandwidth) {
+  // A two-rank ring moves half the gathered buffer: latency + (S/2) / (B x eff).
+  const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  const Bytes total(2e9);
+  const double eff = s.ctx.eff.allgather_intra.at(Bytes(1e9));
+  EXPECT_NEAR(ring_time(s.ctx, total, 2, 2).value(), (s.cluster.intra_node_latency + Bytes(1e9) / (gigabytes_per_sec(450) * eff)).value(), 1e-12);
+  EXPECT_EQ(ring_time(s.ctx, total, 1, 1).value(), 0.0);
+}
+
+TEST(PlanFile, RoundTripsTheChoices) {
+  const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
+  const SearchResult r = search_plans(s.ctx, request(8, 64));
+  ASSERT_FALSE(r.ranked.empty());
+  const Plan& best = r.ranked.front();
+  const nlohmann::json j = io::plan_to_json(best, s.model, s.cluster);
+  const PlanChoice back = io::plan_choice_from_json(j, "plan.json");
+  EXPECT_EQ(back.describe(), best.choice.describe());
+  EXPECT_EQ(j["format"], "moeplan-plan/1");
+  EXPECT_DOUBLE_EQ(j["predicted"]["iteration_s"].get<double>(), best.score.time.iteration.value());
+}
+
+TEST(PlanFile, MegatronArgumentsUseRealNames) {
+  const Inputs s("deepseek-v3.json", "megascale-h800-240.json");
+  Plan p;
+  p.choice.parallel = resolve(parse_parallel("tp=2,pp=8,ep=8,etp=1,cp=1,vpp=2,mbs=1,gbs=960"));
+  p.choice.recompute = Recompute::kFull;
+  const auto args = megatron_arguments(p, s.model);
+  auto has = [&](const std::string& a) { return std::find(args.begin(), args.end(), a) != args.end(); };
+  EXPECT_TRUE(has("--tensor-model-parallel-size 2"));
+  EXPECT_TRUE(has("--pipeline-model-parallel-size 8"));
+  EXPECT_TRUE(has("--expert-model-parallel-size 8"));
+  EXPECT_TRUE(has("--sequence-parallel"));
+  EXPECT_TRUE(has("--recompute-granularity full"));
+  EXPECT_TRUE(has("--multi-latent-attention"));
+  EXPECT_TRUE(has("--num-layers-per-virtual-pipeline-stage 3"));  // 61 layers / 16 chunks
+  EXPECT_TRUE(has("--moe-token-dispatcher-type alltoall"));
+}
+
+}  // namespace moe
