@@ -10,6 +10,7 @@
 #include <string>
 
 #include "planner/efficiency_curve.h"
+#include "planner/units.h"
 
 namespace moe {
 
@@ -24,6 +25,10 @@ struct Efficiencies {
   // Element-wise kernels reach ~70-80 % of HBM bandwidth; MegaScale-MoE Sec. 6.1 names them the
   // reason MFU falls on faster GPUs.
   double memory_bound = 0.7;
+  // Per chunk of a MoNTA O2/O3 pipeline (see monta::Problem::chunk_overhead). 150 us puts the
+  // 8K-sequence crossover where MoNTA Fig. 14 measured it (O1 best at <= 16K); calibrate it with
+  // the pipelined AllToAll on the user's cluster.
+  Seconds pipeline_chunk_overhead = Seconds(150e-6);
 };
 
 // Defaults: planner/default_efficiency.h; any named curve in `curves` replaces its default.

@@ -61,6 +61,7 @@ ChunkChoice at_chunks(const Problem& p, Pipelining kind, int64_t chunks) {
   out.per_chunk = chunk_costs(p, chunks);
   out.time =
       kind == Pipelining::kO2 ? o2_time(out.per_chunk, chunks) : o3_time(out.per_chunk, chunks);
+  if (chunks > 1) out.time += p.chunk_overhead * static_cast<double>(chunks);
   return out;
 }
 

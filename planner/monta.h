@@ -47,6 +47,10 @@ struct Problem {
   Curves curves;
   Bytes min_chunk = mebibytes(1);  // I_minimal
   int64_t max_chunks = 64;
+  // Fixed cost each pipelined chunk adds (stream events, kernel launches, hosts dispatching out
+  // of step): MoNTA's Discussion blames these for O2/O3 losing to O1 at 8K. Zero reproduces the
+  // theoretical Table 8; the planner sets Efficiencies::pipeline_chunk_overhead.
+  Seconds chunk_overhead;
 };
 
 struct ChunkCosts {

@@ -38,8 +38,8 @@ std::vector<int64_t> options(const std::optional<int64_t>& fixed, std::vector<in
   return choices;
 }
 
-MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
-                             std::optional<Bytes> static_override) {
+MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
+                             double alpha, std::optional<Bytes> static_override) {
   const ModelSpec& m = *ctx.model;
   MemoryRequest r;
   r.seq_len = ctx.seq_len;
@@ -93,7 +93,8 @@ PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity
                      std::optional<Bytes> static_override) {
   const ModelSpec& m = *ctx.model;
   PlanScore s;
-  s.memory = estimate_memory(m, ctx.params, c.parallel, memory_request(ctx, c, capacity, alpha, static_override));
+  s.memory = estimate_memory(m, ctx.params, c.parallel,
+                             memory_request(ctx, c, capacity, alpha, static_override));
   PlanChoice timed = c;
   if (c.mact) timed.fcda_chunks = std::max<int64_t>(s.memory.mact_chunks, 1);
   s.time = estimate_time(ctx, timed);
@@ -205,8 +206,8 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
       lower.mact = m.is_moe();
       lower.precision = req.precision;
       lower.seq_len = ctx.seq_len;
-      const MemoryReport floor =
-          estimate_memory(m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
+      const MemoryReport floor = estimate_memory(
+          m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
       if (!floor.fits) {
         ++stats[w].pruned_by_memory;
         // The closest miss, for the no-fit message: the layout whose tightest stage is least over.
@@ -232,11 +233,18 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
         if (ep > 1 && etp == 1) dispatchers.push_back(megascale::Dispatcher::kAllGather);
         std::vector<std::pair<monta::Strategy, int64_t>> a2as = {{monta::Strategy::kBaseline, 1}};
         if (ep > 1 && etp > 1) {
-          for (int64_t n : {2, 4, 8}) {
-            a2as.push_back({monta::Strategy::kO2, n});
-            a2as.push_back({monta::Strategy::kO3, n});
-          }
-          a2as.push_back({monta::Strategy::kO1, 1});
+          // MoNTA Algorithm 3 picks the strategy from the AllToAll alone, once per layout.
+          PlanChoice probe;
+          probe.parallel = p;
+          const monta::Problem prob = expert_alltoall_problem(ctx, probe);
+          const Seconds o1 = monta::o1_time(prob);
+          const monta::ChunkChoice o2 = monta::best_chunking(prob, monta::Pipelining::kO2);
+          const monta::ChunkChoice o3 = monta::best_chunking(prob, monta::Pipelining::kO3);
+          const monta::Strategy pick = monta::select_strategy(o1, o2.time, o3.time);
+          const int64_t n = pick == monta::Strategy::kO2   ? o2.chunks
+                            : pick == monta::Strategy::kO3 ? o3.chunks
+                                                           : 1;
+          a2as = {{pick, n}};
         }
         const std::vector<bool> compress =
             dp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
@@ -254,7 +262,8 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               c.seq_len = ctx.seq_len;
               // Memory depends only on the layout, recompute, attention mode and chunking.
               const MemoryReport mem =
-                  estimate_memory(m, ctx.params, p, memory_request(ctx, c, capacity, req.alpha, req.static_override));
+                  estimate_memory(m, ctx.params, p,
+                                  memory_request(ctx, c, capacity, req.alpha, req.static_override));
               if (!mem.fits) continue;
               c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking

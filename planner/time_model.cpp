@@ -68,6 +68,28 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
   return std::max(intra, inter) + ctx.links.inter_latency;
 }
 
+monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  const int64_t t = *p.tp, cp = *p.cp, ep = *p.ep, etp = *p.etp;
+  const double tokens = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(t * cp);
+  monta::Problem prob;
+  // Tokens are replicated across the TP group, so the AllToAll volume is I = k b s h BPE (eq. 3
+  // with the routed copies), and the busiest rank receives the skew's share more.
+  prob.volume =
+      Bytes(tokens * static_cast<double>(t) * static_cast<double>(std::max<int64_t>(m.top_k, 1)) *
+            static_cast<double>(m.hidden_size) * kActivationBytes * ctx.skew.imbalance(m, ep));
+  prob.tp = etp;
+  prob.ep = ep;
+  prob.chunk_overhead = ctx.eff.pipeline_chunk_overhead;
+  const int64_t span = ep * etp;
+  const bool cross = ctx.links.crosses_nodes(span);
+  prob.links = {ctx.links.bandwidth(span), ctx.links.intra, ctx.links.hbm};
+  prob.curves = {cross ? ctx.eff.alltoall_inter : ctx.eff.alltoall_intra, ctx.eff.allgather_intra,
+                 ctx.eff.d2d_copy};
+  return prob;
+}
+
 namespace {
 
 // Forward costs of one layer for one micro-batch on one GPU.
@@ -114,21 +136,17 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
       bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
 
     // Dispatch and combine.
-    if (ep > 1 || etp > 1) {
+    if (ep == 1 && etp > 1) {
+      // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
+      // outputs (MegaScale eq. 4).
+      const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
+      out.ep += ring_time(ctx, sequence, etp, etp) * 2.0;
+    } else if (ep > 1) {
       const Bytes per_rank(tokens * k * h * kActivationBytes * imbalance);
       if (etp > 1) {
         // MoNTA: expert TP inside the node; the chosen AllToAll strategy for dispatch, again for
         // combine.
-        monta::Problem prob;
-        prob.volume =
-            per_rank * static_cast<double>(t);  // tokens are replicated across the TP group
-        prob.tp = etp;
-        prob.ep = ep;
-        const int64_t span = ep * etp;
-        const bool cross = ctx.links.crosses_nodes(span);
-        prob.links = {ctx.links.bandwidth(span), ctx.links.intra, ctx.links.hbm};
-        prob.curves = {cross ? ctx.eff.alltoall_inter : ctx.eff.alltoall_intra,
-                       ctx.eff.allgather_intra, ctx.eff.d2d_copy};
+        const monta::Problem prob = expert_alltoall_problem(ctx, c);
         Seconds one;
         switch (c.alltoall) {
           case monta::Strategy::kBaseline:

@@ -65,6 +65,9 @@ StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stag
 // The whole iteration; the choice's parallel layout must be complete with gbs set.
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
 
+// MoNTA's AllToAll problem for a plan whose experts are tensor-parallel (etp > 1).
+monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);
+
 // Ring all-gather or reduce-scatter of `total` bytes (the gathered size) over n ranks whose
 // group spans `span` consecutive ranks.
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);

@@ -10,14 +10,18 @@
 namespace moe {
 
 namespace {
-std::string root(const std::string& rel) { return std::string(MOEPLAN_SOURCE_DIR) + "/" + rel; }
+std::string root(const std::string& rel) {
+  return std::string(MOEPLAN_SOURCE_DIR) + "/" + rel;
+}
 
 struct Inputs {
   ModelSpec model;
   ClusterSpec cluster;
   TimeContext ctx;
-  Inputs(const std::string& m, const std::string& c, int64_t seq = 4096, const RoutingSkew& skew = {})
-      : model(io::load_model(root("models/" + m))), cluster(io::load_cluster(root("topologies/" + c))) {
+  Inputs(const std::string& m, const std::string& c, int64_t seq = 4096,
+         const RoutingSkew& skew = {})
+      : model(io::load_model(root("models/" + m))),
+        cluster(io::load_cluster(root("topologies/" + c))) {
     ctx = make_time_context(model, cluster, efficiencies(), skew, seq);
   }
 };
@@ -33,10 +37,12 @@ SearchRequest request(int64_t gpus, int64_t gbs, const std::string& fixed = "") 
 
 TEST(Search, FullLayoutEvaluatesExactlyThatLayout) {
   const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
-  const SearchResult r = search_plans(s.ctx, request(8, 64, "tp=1,pp=1,ep=8,etp=1,cp=1,vpp=1,mbs=1"));
+  const SearchResult r =
+      search_plans(s.ctx, request(8, 64, "tp=1,pp=1,ep=8,etp=1,cp=1,vpp=1,mbs=1"));
   EXPECT_EQ(r.stats.layouts, 1);
   ASSERT_EQ(r.ranked.size(), 1u);
-  EXPECT_EQ(r.ranked[0].choice.parallel.to_string(), "tp=1,pp=1,ep=8,etp=1,edp=1,dp=8,cp=1,vpp=1,mbs=1,gbs=64");
+  EXPECT_EQ(r.ranked[0].choice.parallel.to_string(),
+            "tp=1,pp=1,ep=8,etp=1,edp=1,dp=8,cp=1,vpp=1,mbs=1,gbs=64");
 }
 
 TEST(Search, PartialLayoutKeepsTheFixedSizes) {
@@ -108,11 +114,13 @@ TEST(TimeModel, OneFOneBIterationIsMicrobatchesPlusStagesMinusOne) {
   }
   const double m = static_cast<double>(t.microbatches);
   EXPECT_EQ(t.microbatches, 64 / (1 * *c.parallel.dp));
-  EXPECT_NEAR((t.iteration - t.dp_comm - t.optimizer - t.pp_comm).value(), ((m + 4 - 1) * per_mb).value(), 1e-9);
+  EXPECT_NEAR((t.iteration - t.dp_comm - t.optimizer - t.pp_comm).value(),
+              ((m + 4 - 1) * per_mb).value(), 1e-9);
   // Interleaved with v = 2: (m + (p - 1)/v)(t_f + t_b).
   c.parallel.vpp = 2;
   const TimeBreakdown v = estimate_time(s.ctx, c);
-  EXPECT_NEAR((v.iteration - v.dp_comm - v.optimizer - v.pp_comm).value(), ((m + 3.0 / 2) * per_mb).value(), 1e-9);
+  EXPECT_NEAR((v.iteration - v.dp_comm - v.optimizer - v.pp_comm).value(),
+              ((m + 3.0 / 2) * per_mb).value(), 1e-9);
 }
 
 TEST(TimeModel, OneFlowOnAFreeLinkIsLatencyPlusBytesOverBandwidth) {
@@ -120,7 +128,9 @@ TEST(TimeModel, OneFlowOnAFreeLinkIsLatencyPlusBytesOverBandwidth) {
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
   const Bytes total(2e9);
   const double eff = s.ctx.eff.allgather_intra.at(Bytes(1e9));
-  EXPECT_NEAR(ring_time(s.ctx, total, 2, 2).value(), (s.cluster.intra_node_latency + Bytes(1e9) / (gigabytes_per_sec(450) * eff)).value(), 1e-12);
+  EXPECT_NEAR(ring_time(s.ctx, total, 2, 2).value(),
+              (s.cluster.intra_node_latency + Bytes(1e9) / (gigabytes_per_sec(450) * eff)).value(),
+              1e-12);
   EXPECT_EQ(ring_time(s.ctx, total, 1, 1).value(), 0.0);
 }
 
@@ -142,7 +152,9 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   p.choice.parallel = resolve(parse_parallel("tp=2,pp=8,ep=8,etp=1,cp=1,vpp=2,mbs=1,gbs=960"));
   p.choice.recompute = Recompute::kFull;
   const auto args = megatron_arguments(p, s.model);
-  auto has = [&](const std::string& a) { return std::find(args.begin(), args.end(), a) != args.end(); };
+  auto has = [&](const std::string& a) {
+    return std::find(args.begin(), args.end(), a) != args.end();
+  };
   EXPECT_TRUE(has("--tensor-model-parallel-size 2"));
   EXPECT_TRUE(has("--pipeline-model-parallel-size 8"));
   EXPECT_TRUE(has("--expert-model-parallel-size 8"));

@@ -231,7 +231,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
       ->check(CLI::Range(0.01, 1.0));
-  cmd->add_option("--static-override", o->static_override_gb, "measured static memory per GPU in GB (MemFine Table 4)")
+  cmd->add_option("--static-override", o->static_override_gb,
+                  "measured static memory per GPU in GB (MemFine Table 4)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--top", o->top, "plans to show")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", o->threads, "search threads")->check(CLI::Range(1, 256));
