@@ -227,8 +227,11 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
       } else {
         const int64_t tp = *p.tp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
         const std::vector<AttentionMode> attns =
-            tp > 1 ? std::vector<AttentionMode>{AttentionMode::kTensor, AttentionMode::kUlysses}
-                   : std::vector<AttentionMode>{AttentionMode::kTensor};
+            req.attention ? std::vector<AttentionMode>{*req.attention}
+            : tp > 1 ? std::vector<AttentionMode>{AttentionMode::kTensor, AttentionMode::kUlysses}
+                     : std::vector<AttentionMode>{AttentionMode::kTensor};
+        const std::vector<bool> overlaps =
+            req.overlap ? std::vector<bool>{*req.overlap} : std::vector<bool>{true, false};
         std::vector<megascale::Dispatcher> dispatchers = {megascale::Dispatcher::kAllToAll};
         if (ep > 1 && etp == 1) dispatchers.push_back(megascale::Dispatcher::kAllGather);
         std::vector<std::pair<monta::Strategy, int64_t>> a2as = {{monta::Strategy::kBaseline, 1}};
@@ -270,7 +273,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               for (megascale::Dispatcher d : dispatchers) {
                 for (const auto& [a2a, n] : a2as) {
                   for (bool bf16 : compress) {
-                    for (bool overlap : {true, false}) {
+                    for (bool overlap : overlaps) {
                       c.dispatcher = d;
                       c.alltoall = a2a;
                       c.alltoall_chunks = n;

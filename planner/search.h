@@ -27,8 +27,10 @@ const char* objective_name(Objective o);
 struct SearchRequest {
   int64_t num_gpus = 0;
   int64_t global_batch = 0;
-  ParallelConfig fixed;                // any subset; unset sizes are searched
-  std::optional<Recompute> recompute;  // fixed, or searched
+  ParallelConfig fixed;                    // any subset; unset sizes are searched
+  std::optional<Recompute> recompute;      // fixed, or searched
+  std::optional<bool> overlap;             // fixed, or searched
+  std::optional<AttentionMode> attention;  // fixed, or searched
   Objective objective = Objective::kThroughput;
   Precision precision = Precision::kBf16;
   int top_k = 5;

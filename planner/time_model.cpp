@@ -229,18 +229,22 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
       exposed(f.tp, f.compute, c.overlap) + exposed(f.ep, f.compute, c.overlap) + f.cp;
   const Seconds comm_b =
       exposed(f.tp, f.compute * 2.0, c.overlap) + exposed(f.ep, f.compute * 2.0, c.overlap) + f.cp;
-  Seconds redo;
-  if (c.recompute == Recompute::kFull) redo = f.compute + comm_f;
-  // Selective (moe_act, layernorm) redoes element-wise work: ~5 % of a layer's forward.
-  if (c.recompute == Recompute::kSelective) redo = f.compute * 0.05;
+  // Full recompute replays the forward, communication included; selective (moe_act, layernorm)
+  // redoes element-wise work, ~5 % of a layer's forward.
+  const bool full = c.recompute == Recompute::kFull;
+  const Seconds redo = full                                   ? f.compute
+                       : c.recompute == Recompute::kSelective ? f.compute * 0.05
+                                                              : Seconds(0);
+  const Seconds redo_comm = full ? comm_f : Seconds(0);
+  const double passes = full ? 3.0 : 2.0;  // forward, backward, and the replayed forward
   StageTimes st;
   st.forward = f.compute + comm_f;
-  st.backward = f.compute * 2.0 + comm_b + redo;
+  st.backward = f.compute * 2.0 + comm_b + redo + redo_comm;
   st.compute = f.compute * 3.0;
   st.recompute = redo;
-  st.tp = f.tp * 2.0;
-  st.ep = f.ep * 2.0;
-  st.cp = f.cp * 2.0;
+  st.tp = f.tp * passes;
+  st.ep = f.ep * passes;
+  st.cp = f.cp * passes;
   return st;
 }
 

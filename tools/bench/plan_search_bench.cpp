@@ -16,11 +16,13 @@
 
 namespace {
 
-void search_benchmark(benchmark::State& state, const char* model, const char* cluster, int64_t gbs, int64_t seq) {
+void search_benchmark(benchmark::State& state, const char* model, const char* cluster, int64_t gbs,
+                      int64_t seq) {
   const std::string root = MOEPLAN_SOURCE_DIR;
   const moe::ModelSpec m = moe::io::load_model(root + "/models/" + model);
   const moe::ClusterSpec c = moe::io::load_cluster(root + "/topologies/" + cluster);
-  const moe::TimeContext ctx = moe::make_time_context(m, c, moe::efficiencies(), moe::RoutingSkew{}, seq);
+  const moe::TimeContext ctx =
+      moe::make_time_context(m, c, moe::efficiencies(), moe::RoutingSkew{}, seq);
   moe::SearchRequest req;
   req.num_gpus = c.num_gpus();
   req.global_batch = gbs;
@@ -32,9 +34,12 @@ void search_benchmark(benchmark::State& state, const char* model, const char* cl
     evaluated += r.stats.evaluated;
     layouts += r.stats.layouts;
   }
-  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
-  state.counters["layouts"] = benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kAvgIterations);
-  state.counters["candidates"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kAvgIterations);
+  state.counters["candidates_per_s"] =
+      benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
+  state.counters["layouts"] =
+      benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kAvgIterations);
+  state.counters["candidates"] =
+      benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kAvgIterations);
 }
 
 void BM_SearchDeepSeekV3On2048H800(benchmark::State& state) {
@@ -44,7 +49,11 @@ void BM_Search352BOn1440H800(benchmark::State& state) {
   search_benchmark(state, "megascale-internal-352b.json", "megascale-h800-1440.json", 720, 8192);
 }
 
-BENCHMARK(BM_SearchDeepSeekV3On2048H800)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SearchDeepSeekV3On2048H800)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Search352BOn1440H800)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -19,7 +19,7 @@ namespace {
 struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
                                                      save;
-  std::string recompute, precision = "bf16";
+  std::string recompute, precision = "bf16", overlap = "search", attention = "search";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2;
@@ -69,7 +69,21 @@ void run_plan(const PlanOptions& o) {
   const ClusterSpec c = io::load_cluster(o.cluster);
   std::map<std::string, EfficiencyCurve> curves;
   if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
-  const RoutingSkew skew = parse_skew(o.skew, m);
+  // A spec, or a popularity file of observed per-expert counts.
+  RoutingSkew skew;
+  if (o.skew.find(".json") != std::string::npos) {
+    skew.kind = RoutingSkew::Kind::kPopularity;
+    skew.proportions = io::load_popularity(o.skew);
+    for (size_t l = 0; l < skew.proportions.size(); ++l) {
+      if (static_cast<int64_t>(skew.proportions[l].size()) != m.num_routed_experts) {
+        throw InputError(o.skew, fmt::format("/layers/{}", l),
+                         fmt::format("has {} experts, model has {}", skew.proportions[l].size(),
+                                     m.num_routed_experts));
+      }
+    }
+  } else {
+    skew = parse_skew(o.skew, m);
+  }
   const TimeContext ctx = make_time_context(m, c, efficiencies(curves), skew, o.seq_len);
 
   SearchRequest req;
@@ -113,12 +127,7 @@ void run_plan(const PlanOptions& o) {
     };
   }
 
-  SearchResult r;
-  try {
-    r = search_plans(ctx, req);
-  } catch (const ConfigError& e) {
-    throw InputError("--parallel", "", e.what());
-  }
+  const SearchResult r = search_plans(ctx, req);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
   if (r.ranked.empty()) {
     if (!r.closest) throw NoFitError("nothing fits and no candidate was scored");
@@ -225,10 +234,13 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--parallel", o->parallel,
                   "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it)");
   cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
-  cmd->add_option("--skew", o->skew, "routing skew: balanced | capacity=F | G=x | worst");
+  cmd->add_option("--skew", o->skew,
+                  "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
   cmd->add_option("--objective", o->objective, "throughput | memory | cost");
   cmd->add_option("--recompute", o->recompute, "fix recompute: none | selective | full");
   cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
+  cmd->add_option("--overlap", o->overlap, "communication overlap: on | off | search");
+  cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--static-override", o->static_override_gb,
