@@ -222,3 +222,57 @@ TEST(Cli, StaticMemoryFollowsPrecision) {
   EXPECT_NEAR(bf16["stages"][0]["static_bytes"].get<double>(), 18 * params, 1.0);
   EXPECT_NEAR(fp32["stages"][0]["static_bytes"].get<double>(), 20 * params, 1.0);
 }
+
+TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
+  const Result r =
+      run("plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 --explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* needle :
+       {"Megatron-LM arguments:", "--expert-model-parallel-size", "DeepSpeed config",
+        "train_micro_batch_size_per_gpu", "Why #1 beats #2", "Best plan, per iteration"}) {
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle;
+  }
+}
+
+TEST(Cli, PlanSavesAFileThatReadsBack) {
+  const std::string path = ::testing::TempDir() + "moeplan_cli_plan.json";
+  const Result r =
+      run("plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 "
+          "--parallel tp=1,ep=8 --save " +
+          path + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto printed = nlohmann::json::parse(r.out);
+  ASSERT_GE(printed["plans"].size(), 1u);
+  for (const auto& p : printed["plans"]) {
+    EXPECT_EQ(p["parallel"]["tp"].get<int>(), 1);
+    EXPECT_EQ(p["parallel"]["ep"].get<int>(), 8);
+  }
+  FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+  std::fclose(f);
+  const auto saved = nlohmann::json::parse(text);
+  EXPECT_EQ(saved["format"], "moeplan-plan/1");
+  EXPECT_EQ(saved["parallel"], printed["plans"][0]["parallel"]);
+  EXPECT_TRUE(saved["megatron_args"].is_array());
+  std::remove(path.c_str());
+}
+
+TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
+  const Result r =
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64");
+  expect_one_line_error(r, "nothing fits: needs", 3);
+  EXPECT_NE(r.err.find("GPU has 80.0 GB"), std::string::npos) << r.err;
+  expect_one_line_error(run("plan --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --global-batch 64 --gpus 9"),
+                        "--gpus: 9 GPUs asked");
+  expect_one_line_error(run("plan --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --global-batch 64 --skew G=7"),
+                        "--skew");
+}
