@@ -26,6 +26,7 @@ std::string PlanChoice::describe() const {
   }
   if (mact) out += fmt::format(" mact={}", fcda_chunks);
   if (dp_bf16_compression) out += " dp-bf16";
+  if (zero_stage != 1) out += fmt::format(" zero={}", zero_stage);
   if (!overlap) out += " no-overlap";
   return out;
 }
@@ -45,6 +46,13 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       "--overlap-param-gather",
   };
   a.push_back(c.precision == Precision::kBf16 ? "--bf16" : "--fp32");
+  if (c.zero_stage >= 2) {
+    // Megatron-FSDP's sharding strategies: optim (ZeRO-1), optim_grads (2), optim_grads_params (3).
+    a.push_back("--use-megatron-fsdp");
+    a.push_back(c.zero_stage == 2 ? "--data-parallel-sharding-strategy optim_grads"
+                                  : "--data-parallel-sharding-strategy optim_grads_params");
+    a.push_back("--ckpt-format fsdp_dtensor");
+  }
   if (*p.tp > 1 && c.attention == AttentionMode::kTensor) a.push_back("--sequence-parallel");
   if (*p.vpp > 1) {
     a.push_back(

@@ -140,8 +140,9 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
         const int64_t dp = world / (tp * cp * pp);
         if (f.dp && *f.dp != dp) continue;
         for (int64_t ep : options(f.ep, eps)) {
-          for (int64_t etp :
-               options(f.etp, m.is_moe() ? std::vector<int64_t>{1, tp} : std::vector<int64_t>{1})) {
+          // Expert TP is 1 or the attention TP (MoNTA's layout); once when tp = 1.
+          for (int64_t etp : options(f.etp, m.is_moe() && tp > 1 ? std::vector<int64_t>{1, tp}
+                                                                 : std::vector<int64_t>{1})) {
             if ((tp * cp * dp) % (etp * ep) != 0) continue;
             for (int64_t vpp : options(f.vpp, vpps)) {
               if (vpp > 1 && pp == 1) continue;
@@ -206,6 +207,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
       lower.mact = m.is_moe();
       lower.precision = req.precision;
       lower.seq_len = ctx.seq_len;
+      lower.zero_stage = req.zero.value_or(3);
       const MemoryReport floor = estimate_memory(
           m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
       if (!floor.fits) {
@@ -263,10 +265,21 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               c.mact = mact;
               c.precision = req.precision;
               c.seq_len = ctx.seq_len;
-              // Memory depends only on the layout, recompute, attention mode and chunking.
-              const MemoryReport mem =
-                  estimate_memory(m, ctx.params, p,
-                                  memory_request(ctx, c, capacity, req.alpha, req.static_override));
+              // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
+              // stage. Higher stages only trade time for memory: try them only when needed.
+              MemoryReport mem;
+              for (c.zero_stage = 1; c.zero_stage <= 3; ++c.zero_stage) {
+                mem = estimate_memory(
+                    m, ctx.params, p,
+                    memory_request(ctx, c, capacity, req.alpha, req.static_override));
+                if (mem.fits || (req.zero && *req.zero == c.zero_stage)) break;
+              }
+              if (req.zero) {
+                c.zero_stage = *req.zero;
+                mem = estimate_memory(
+                    m, ctx.params, p,
+                    memory_request(ctx, c, capacity, req.alpha, req.static_override));
+              }
               if (!mem.fits) continue;
               c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking

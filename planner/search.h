@@ -31,6 +31,7 @@ struct SearchRequest {
   std::optional<Recompute> recompute;      // fixed, or searched
   std::optional<bool> overlap;             // fixed, or searched
   std::optional<AttentionMode> attention;  // fixed, or searched
+  std::optional<int> zero;                 // ZeRO stage 1-3 fixed; else the lowest that fits
   Objective objective = Objective::kThroughput;
   Precision precision = Precision::kBf16;
   int top_k = 5;

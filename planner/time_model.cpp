@@ -349,8 +349,22 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
                      ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);
   const Seconds ag = ring_time(ctx, Bytes(dense * param_bytes), dp, t * cp * dp) +
                      ring_time(ctx, Bytes(expert * param_bytes), edp, etp * ep * edp);
-  out.dp_comm =
-      std::max(Seconds(0), rs - slowest.backward) + std::max(Seconds(0), ag - slowest.forward);
+  // ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
+  // iteration, hidden behind the last backward / first forward. ZeRO-2 keeps no full gradient
+  // buffer, so gradients are reduce-scattered after every micro-batch; ZeRO-3 also gathers the
+  // weights before each forward and backward of every micro-batch.
+  if (c.zero_stage <= 1) {
+    out.dp_comm =
+        std::max(Seconds(0), rs - slowest.backward) + std::max(Seconds(0), ag - slowest.forward);
+  } else {
+    out.dp_comm = std::max(Seconds(0), rs - slowest.backward) * mb +
+                  std::max(Seconds(0), ag - slowest.forward);
+    if (c.zero_stage >= 3) {
+      out.dp_comm += (std::max(Seconds(0), ag - slowest.forward) +
+                      std::max(Seconds(0), ag - slowest.backward)) *
+                     mb;
+    }
+  }
 
   // Adam reads and writes master weights, momentum and variance (24 B) and the weight (4 B) of
   // the local shard.

@@ -55,7 +55,9 @@ TEST(Search, PartialLayoutKeepsTheFixedSizes) {
 
 TEST(Search, RankedBestFirstAndAllFit) {
   const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
-  const SearchResult r = search_plans(s.ctx, request(32, 64));
+  SearchRequest req = request(32, 64);
+  req.zero = 1;  // with ZeRO-3 allowed every layout fits here and nothing is pruned
+  const SearchResult r = search_plans(s.ctx, req);
   ASSERT_GE(r.ranked.size(), 2u);
   for (size_t i = 1; i < r.ranked.size(); ++i) {
     EXPECT_LE(r.ranked[i - 1].score.time.iteration, r.ranked[i].score.time.iteration);
@@ -68,6 +70,11 @@ TEST(Search, RankedBestFirstAndAllFit) {
     EXPECT_EQ(p.choice.parallel.world(), 32);
   }
   EXPECT_GT(r.stats.pruned_by_memory, 0);
+  for (const Plan& p : r.ranked) EXPECT_EQ(p.choice.zero_stage, 1);
+  // Layouts appear once each.
+  for (size_t i = 1; i < r.ranked.size(); ++i) {
+    EXPECT_NE(r.ranked[i - 1].choice.parallel.to_string(), r.ranked[i].choice.parallel.to_string());
+  }
 }
 
 TEST(Search, DeterministicAcrossThreadCounts) {

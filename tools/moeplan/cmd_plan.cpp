@@ -25,6 +25,7 @@ struct PlanOptions {
   int top = 5, threads = 2;
   double alpha = 1.0;
   std::optional<double> static_override_gb;
+  std::optional<int> zero;
   bool json = false, explain = false;
 };
 
@@ -104,6 +105,7 @@ void run_plan(const PlanOptions& o) {
   req.top_k = o.top;
   req.alpha = o.alpha;
   req.threads = o.threads;
+  req.zero = o.zero;
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (!o.recompute.empty()) {
     if (o.recompute == "none")
@@ -239,6 +241,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--objective", o->objective, "throughput | memory | cost");
   cmd->add_option("--recompute", o->recompute, "fix recompute: none | selective | full");
   cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
+  cmd->add_option("--zero", o->zero, "fix the ZeRO stage 1-3 (default: the lowest that fits)")
+      ->check(CLI::Range(1, 3));
   cmd->add_option("--overlap", o->overlap, "communication overlap: on | off | search");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
