@@ -81,8 +81,8 @@ StageParams stage_params(const ModelSpec& m, const ModelParams& all, const Paral
   const double attn_shards = attention_replicated ? 1.0 : tp;
   const double expert_shards = static_cast<double>(*p.ep * *p.etp);
   StageParams out;
-  const int64_t first = first_layer_of_stage(m, *p.pp, stage);
-  const int64_t count = layers_in_stage(m, *p.pp, stage);
+  const int64_t first = first_layer_of_stage(m, p, stage);
+  const int64_t count = layers_in_stage(m, p, stage);
   for (int64_t i = first; i < first + count; ++i) {
     const LayerParams& l = all.layers[i];
     // Norms and the router are replicated across TP; projections and FFNs are split.
@@ -137,8 +137,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
   for (int64_t stage = 0; stage < *p.pp; ++stage) {
     StageMemory s;
     s.stage = stage;
-    s.first_layer = first_layer_of_stage(m, *p.pp, stage);
-    s.num_layers = layers_in_stage(m, *p.pp, stage);
+    s.first_layer = first_layer_of_stage(m, p, stage);
+    s.num_layers = layers_in_stage(m, p, stage);
     for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
       s.num_moe_layers += m.moe_layer[i];
     const StageParams params = stage_params(m, all, p, stage, r.attention_replicated);

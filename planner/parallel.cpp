@@ -17,10 +17,18 @@ struct Field {
 };
 
 constexpr Field kFields[] = {
-    {"tp", &ParallelConfig::tp},   {"pp", &ParallelConfig::pp},   {"ep", &ParallelConfig::ep},
-    {"etp", &ParallelConfig::etp}, {"edp", &ParallelConfig::edp}, {"dp", &ParallelConfig::dp},
-    {"cp", &ParallelConfig::cp},   {"vpp", &ParallelConfig::vpp}, {"mbs", &ParallelConfig::mbs},
+    {"tp", &ParallelConfig::tp},
+    {"pp", &ParallelConfig::pp},
+    {"ep", &ParallelConfig::ep},
+    {"etp", &ParallelConfig::etp},
+    {"edp", &ParallelConfig::edp},
+    {"dp", &ParallelConfig::dp},
+    {"cp", &ParallelConfig::cp},
+    {"vpp", &ParallelConfig::vpp},
+    {"mbs", &ParallelConfig::mbs},
     {"gbs", &ParallelConfig::gbs},
+    {"pp_first", &ParallelConfig::pp_first},
+    {"pp_last", &ParallelConfig::pp_last},
 };
 
 int64_t get(const std::optional<int64_t>& v, const char* key) {
@@ -53,6 +61,17 @@ std::string ParallelConfig::to_string() const {
   return out;
 }
 
+namespace {
+// Layers left for the stages without an explicit count, and how many such stages there are.
+std::pair<int64_t, int64_t> middle(const ModelSpec& m, const ParallelConfig& p) {
+  const int64_t pp = *p.pp;
+  int64_t layers = m.num_layers, stages = pp;
+  if (p.pp_first) layers -= *p.pp_first, --stages;
+  if (p.pp_last && pp > 1) layers -= *p.pp_last, --stages;
+  return {layers, stages};
+}
+}  // namespace
+
 ParallelConfig parse_parallel(const std::string& text, const std::string& option) {
   ParallelConfig p;
   size_t pos = 0;
@@ -76,7 +95,8 @@ ParallelConfig parse_parallel(const std::string& text, const std::string& option
       if (key == f.key) field = &f;
     }
     if (field == nullptr) {
-      throw InputError(option, key, "unknown size (known: tp pp ep etp edp dp cp vpp mbs gbs)");
+      throw InputError(option, key,
+                       "unknown size (known: tp pp ep etp edp dp cp vpp mbs gbs pp_first pp_last)");
     }
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
@@ -149,6 +169,22 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
   require(m.num_layers >= pp * vpp,
           fmt::format("pp={}, vpp={}: {} layers cannot fill {} pipeline chunks", pp, vpp,
                       m.num_layers, pp * vpp));
+  if (p.pp_first || p.pp_last) {
+    require(pp > 1, "pp_first/pp_last need pp > 1");
+    require(vpp == 1, "pp_first/pp_last need vpp = 1");
+    const auto [layers, stages] = middle(m, p);
+    require(layers >= stages && (stages == 0 ? layers == 0 : layers % stages == 0),
+            fmt::format("pp={}, pp_first={}, pp_last={}: the other {} layers do not split evenly "
+                        "over {} stages",
+                        pp, p.pp_first.value_or(0), p.pp_last.value_or(0), layers, stages));
+  } else {
+    // Megatron splits layers evenly: pp x vpp must divide them unless the end stages are set.
+    require(
+        m.num_layers % (pp * vpp) == 0,
+        fmt::format(
+            "pp={}, vpp={}: {} layers do not split evenly over {} chunks (set pp_first/pp_last)",
+            pp, vpp, m.num_layers, pp * vpp));
+  }
   require(vpp == 1 || pp > 1, fmt::format("vpp={} needs pp > 1", vpp));
   if (p.gbs) {
     const int64_t per_step = *p.mbs * *p.dp;
@@ -162,14 +198,20 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
   }
 }
 
-int64_t layers_in_stage(const ModelSpec& m, int64_t pp, int64_t stage) {
-  const int64_t base = m.num_layers / pp;
-  return base + (stage < m.num_layers % pp ? 1 : 0);
+int64_t layers_in_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
+  const int64_t pp = *p.pp;
+  if (stage == 0 && p.pp_first) return *p.pp_first;
+  if (stage == pp - 1 && pp > 1 && p.pp_last) return *p.pp_last;
+  const auto [layers, stages] = middle(m, p);
+  if (stages <= 0) return 0;
+  // Index among the evenly split stages; a remainder (only before check()) goes to the first.
+  const int64_t k = stage - (p.pp_first ? 1 : 0);
+  return layers / stages + (k < layers % stages ? 1 : 0);
 }
 
-int64_t first_layer_of_stage(const ModelSpec& m, int64_t pp, int64_t stage) {
+int64_t first_layer_of_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
   int64_t first = 0;
-  for (int64_t s = 0; s < stage; ++s) first += layers_in_stage(m, pp, s);
+  for (int64_t s = 0; s < stage; ++s) first += layers_in_stage(m, p, s);
   return first;
 }
 

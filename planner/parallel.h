@@ -17,6 +17,10 @@ namespace moe {
 
 struct ParallelConfig {
   std::optional<int64_t> tp, pp, ep, etp, edp, dp, cp, vpp, mbs, gbs;
+  // Layers on the first and last pipeline stages when they differ from the rest (Megatron's
+  // --decoder-first/last-pipeline-num-layers): lighter end stages make room for the embedding
+  // and the output head. Written pp_first=N,pp_last=M.
+  std::optional<int64_t> pp_first, pp_last;
 
   int64_t world() const;      // tp*cp*dp*pp; needs them all set
   int64_t expert_dp() const;  // edp; needs tp, cp, dp, etp, ep
@@ -36,9 +40,10 @@ ParallelConfig resolve(ParallelConfig p);
 // Checks a resolved layout against the model. Throws ConfigError naming the size that fails.
 void check(const ParallelConfig& p, const ModelSpec& m);
 
-// Layers held by pipeline stage `stage` (even split, the remainder spread over the first
-// stages), and the indices of the first layer.
-int64_t layers_in_stage(const ModelSpec& m, int64_t pp, int64_t stage);
-int64_t first_layer_of_stage(const ModelSpec& m, int64_t pp, int64_t stage);
+// Layers held by pipeline stage `stage`: pp_first / pp_last where set, the rest split evenly
+// over the other stages (check() requires that to divide, as Megatron does), and the index of
+// a stage's first layer.
+int64_t layers_in_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage);
+int64_t first_layer_of_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage);
 
 }  // namespace moe

@@ -54,6 +54,8 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back("--ckpt-format fsdp_dtensor");
   }
   if (*p.tp > 1 && c.attention == AttentionMode::kTensor) a.push_back("--sequence-parallel");
+  if (p.pp_first) a.push_back(fmt::format("--decoder-first-pipeline-num-layers {}", *p.pp_first));
+  if (p.pp_last) a.push_back(fmt::format("--decoder-last-pipeline-num-layers {}", *p.pp_last));
   if (*p.vpp > 1) {
     a.push_back(
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", m.num_layers / (*p.pp * *p.vpp)));

@@ -87,6 +87,30 @@ struct Layout {
   int64_t order = 0;
 };
 
+using EndStages = std::pair<std::optional<int64_t>, std::optional<int64_t>>;
+
+// Layer splits to try for a pipeline: the even one, and lighter first/last stages (by up to two
+// layers each) that make room for the embedding and head while the middle stages still split
+// evenly. What the user fixed is kept.
+std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp,
+                                        const ParallelConfig& f) {
+  if (f.pp_first || f.pp_last) return {{f.pp_first, f.pp_last}};
+  std::vector<EndStages> out = {{std::nullopt, std::nullopt}};
+  if (pp < 2 || vpp > 1) return out;
+  const int64_t middle = pp - 2;
+  for (int64_t k = 1; k <= layers; ++k) {
+    const int64_t ends = layers - k * middle;
+    if (ends < 2) break;
+    for (int64_t first = std::max<int64_t>(1, k - 2); first <= k; ++first) {
+      const int64_t last = ends - first;
+      if (last < std::max<int64_t>(1, k - 2) || last > k || (first == k && last == k)) continue;
+      if (middle == 0 && first > last) continue;  // two stages: one order suffices
+      out.push_back({first, last});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
@@ -146,19 +170,23 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
             if ((tp * cp * dp) % (etp * ep) != 0) continue;
             for (int64_t vpp : options(f.vpp, vpps)) {
               if (vpp > 1 && pp == 1) continue;
-              for (int64_t mbs : options(f.mbs, mbss)) {
-                ParallelConfig p;
-                p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.etp = etp, p.vpp = vpp,
-                p.mbs = mbs;
-                p.edp = tp * cp * dp / (etp * ep);
-                p.gbs = req.global_batch;
-                if (f.edp && *f.edp != *p.edp) continue;
-                try {
-                  check(p, m);
-                } catch (const ConfigError&) {
-                  continue;
+              for (const auto& [first, last] : end_stage_splits(m.num_layers, pp, vpp, f)) {
+                for (int64_t mbs : options(f.mbs, mbss)) {
+                  ParallelConfig p;
+                  p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.etp = etp, p.vpp = vpp,
+                  p.mbs = mbs;
+                  p.edp = tp * cp * dp / (etp * ep);
+                  p.gbs = req.global_batch;
+                  p.pp_first = first;
+                  p.pp_last = last;
+                  if (f.edp && *f.edp != *p.edp) continue;
+                  try {
+                    check(p, m);
+                  } catch (const ConfigError&) {
+                    continue;
+                  }
+                  layouts.push_back({p, static_cast<int64_t>(layouts.size())});
                 }
-                layouts.push_back({p, static_cast<int64_t>(layouts.size())});
               }
             }
           }

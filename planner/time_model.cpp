@@ -274,8 +274,8 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
                       int64_t stage) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
-  const int64_t first = first_layer_of_stage(m, *p.pp, stage);
-  const int64_t count = layers_in_stage(m, *p.pp, stage);
+  const int64_t first = first_layer_of_stage(m, p, stage);
+  const int64_t count = layers_in_stage(m, p, stage);
   int64_t moe = 0;
   for (int64_t i = first; i < first + count; ++i) moe += m.moe_layer[i];
   StageTimes st;
@@ -336,8 +336,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
 
   // Gradient reduce-scatter and parameter all-gather of the slowest stage's weights.
   double dense = 0, expert = 0;
-  const int64_t first = first_layer_of_stage(m, pp, slowest_stage);
-  for (int64_t i = first; i < first + layers_in_stage(m, pp, slowest_stage); ++i) {
+  const int64_t first = first_layer_of_stage(m, p, slowest_stage);
+  for (int64_t i = first; i < first + layers_in_stage(m, p, slowest_stage); ++i) {
     const LayerParams& l = ctx.params.layers[i];
     dense += l.norms + l.router +
              (l.attention + l.shared_experts + l.dense_ffn) / static_cast<double>(t);

@@ -58,15 +58,24 @@ TEST(Parallel, ChecksDivisibilityAgainstTheModel) {
   EXPECT_THROW(check(resolve(parse_parallel("dp=4,mbs=1,gbs=10")), m), ConfigError);
 }
 
-TEST(Parallel, UnevenLayerSplitSpreadsTheRemainder) {
+TEST(Parallel, EndStagesTakeTheirOwnLayerCounts) {
   const ModelSpec m = testing_models::mixtral_8x7b();  // 32 layers
-  EXPECT_EQ(layers_in_stage(m, 5, 0), 7);
-  EXPECT_EQ(layers_in_stage(m, 5, 1), 7);
-  EXPECT_EQ(layers_in_stage(m, 5, 2), 6);
-  EXPECT_EQ(first_layer_of_stage(m, 5, 2), 14);
+  // pp = 5 cannot split 32 layers evenly; with 5 on the first and 3 on the last stage the
+  // other 24 split 8 / 8 / 8.
+  EXPECT_THROW(check(resolve(parse_parallel("pp=5")), m), ConfigError);
+  const ParallelConfig p = resolve(parse_parallel("pp=5,pp_first=5,pp_last=3"));
+  EXPECT_NO_THROW(check(p, m));
+  EXPECT_EQ(layers_in_stage(m, p, 0), 5);
+  EXPECT_EQ(layers_in_stage(m, p, 1), 8);
+  EXPECT_EQ(layers_in_stage(m, p, 3), 8);
+  EXPECT_EQ(layers_in_stage(m, p, 4), 3);
+  EXPECT_EQ(first_layer_of_stage(m, p, 2), 13);
   int64_t total = 0;
-  for (int64_t s = 0; s < 5; ++s) total += layers_in_stage(m, 5, s);
+  for (int64_t s = 0; s < 5; ++s) total += layers_in_stage(m, p, s);
   EXPECT_EQ(total, 32);
+  EXPECT_THROW(check(resolve(parse_parallel("pp=5,pp_first=4,pp_last=3")), m),
+               ConfigError);  // 25 over 3
+  EXPECT_THROW(check(resolve(parse_parallel("pp=4,vpp=2,pp_first=2")), m), ConfigError);
 }
 
 }  // namespace moe
