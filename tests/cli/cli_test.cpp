@@ -203,7 +203,8 @@ TEST(Cli, CalibrationCurvesChangeTheAnswers) {
   ASSERT_EQ(profiled.code, 0) << profiled.err;
   auto gpu_count = [](const std::string& out) {
     int n = 0;
-    for (const auto& e : nlohmann::json::parse(out)["experts"]) n += e["device"] == "gpu";
+    const nlohmann::json j = nlohmann::json::parse(out);  // the loop must not outlive it
+    for (const auto& e : j["experts"]) n += e["device"] == "gpu";
     return n;
   };
   EXPECT_GT(nlohmann::json::parse(profiled.out)["r_trace"][0].get<double>(),
