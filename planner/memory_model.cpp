@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/megascale.h"
 #include "planner/model_stats.h"
 
 namespace moe {
@@ -14,8 +15,18 @@ const char* recompute_name(Recompute r) {
       return "selective";
     case Recompute::kFull:
       return "full";
+    case Recompute::kRematerialize:
+      return "sar";
   }
   return "?";
+}
+
+std::optional<Recompute> recompute_from_name(const std::string& name) {
+  for (Recompute r :
+       {Recompute::kNone, Recompute::kSelective, Recompute::kFull, Recompute::kRematerialize}) {
+    if (name == recompute_name(r)) return r;
+  }
+  return std::nullopt;
 }
 
 memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
@@ -52,7 +63,8 @@ namespace {
 // Activation of one layer under the recompute mode, per MemFine Table 2. Dense layers use the
 // same rows with g_d in place of g_e, s tokens in place of s'', and no router.
 Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m,
-                       double received_tokens, int64_t chunks, Recompute recompute) {
+                       double received_tokens, int64_t chunks, Recompute recompute,
+                       double remat_ratio) {
   if (!moe_layer) {
     s.experts = 0;
     s.expert_ffn = m.dense_ffn_size;
@@ -67,7 +79,22 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
     seq -= Bytes(2.0 * s.bytes_per_element * s.micro_batch * s.seq_len * s.hidden / tc);
     per_token -= Bytes(s.bytes_per_element * s.micro_batch * s.expert_ffn / tc);
   }
-  return seq + per_token * memfine::tokens_per_chunk(received_tokens, chunks);
+  const Bytes layer = seq + per_token * memfine::tokens_per_chunk(received_tokens, chunks);
+  return recompute == Recompute::kRematerialize ? layer * remat_ratio : layer;
+}
+
+// MegaScale App. A.2: what rematerialization keeps of a layer, (2kf + 4 + 2/m) over
+// (2n + 2k + 3kf + 12 + 5/m), with n the model-parallel size inside the node (EP for MoE
+// layers), k top-k (1 for a dense FFN), f = FFN width / h, m = query / KV heads.
+double remat_ratio(const ModelSpec& m, const ParallelConfig& p, bool moe_layer) {
+  const int64_t n = std::max<int64_t>(moe_layer ? *p.ep : *p.tp, 1);
+  const int64_t k = moe_layer ? m.top_k : 1;
+  const double f = static_cast<double>(moe_layer ? m.expert_ffn_size : m.dense_ffn_size) /
+                   static_cast<double>(m.hidden_size);
+  const double heads =
+      static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);
+  return megascale::activation_units_remat(k, f, heads) /
+         megascale::activation_units_full(n, k, f, heads);
 }
 
 struct StageParams {
@@ -163,8 +190,9 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     auto activation_at = [&](int64_t chunks) {
       Bytes largest, sum;
       for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i) {
-        const Bytes a = layer_activation(report.moe_shape, m.moe_layer[i], m,
-                                         report.received_tokens, chunks, r.recompute);
+        const Bytes a =
+            layer_activation(report.moe_shape, m.moe_layer[i], m, report.received_tokens, chunks,
+                             r.recompute, remat_ratio(m, p, m.moe_layer[i]));
         largest = std::max(largest, a);
         sum += a;
       }

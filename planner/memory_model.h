@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "planner/memfine.h"
@@ -25,8 +26,13 @@
 
 namespace moe {
 
-enum class Recompute { kNone, kSelective, kFull };
+// kRematerialize: MegaScale-MoE's selective activation rematerialization (App. A.2): keep only
+// what is expensive to recompute and replay norms, activations, scatter/gather and the
+// all-gather in backward, overlapped with other work.
+enum class Recompute { kNone, kSelective, kFull, kRematerialize };
 const char* recompute_name(Recompute r);
+// "none", "selective", "full", "sar"; nullopt for anything else.
+std::optional<Recompute> recompute_from_name(const std::string& name);
 
 struct MemoryRequest {
   int64_t seq_len = 4096;

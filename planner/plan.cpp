@@ -63,7 +63,9 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   if (c.recompute == Recompute::kFull) {
     a.insert(a.end(), {"--recompute-granularity full", "--recompute-method uniform",
                        "--recompute-num-layers 1"});
-  } else if (c.recompute == Recompute::kSelective) {
+  } else if (c.recompute == Recompute::kSelective || c.recompute == Recompute::kRematerialize) {
+    // Megatron does not rematerialize communication; the closest runnable form of MegaScale's
+    // SAR recomputes the same element-wise modules.
     a.insert(a.end(),
              {"--recompute-granularity selective", "--recompute-modules moe_act layernorm"});
   }

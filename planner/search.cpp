@@ -202,8 +202,10 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
   }
 
   const std::vector<Recompute> recomputes =
-      req.recompute
-          ? std::vector<Recompute>{*req.recompute}
+      req.recompute ? std::vector<Recompute>{*req.recompute}
+      : m.is_moe()
+          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective,
+                                   Recompute::kRematerialize, Recompute::kFull}
           : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   const int threads = std::max(1, req.threads);
   std::vector<std::vector<Ranked>> best(threads);

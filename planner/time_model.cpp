@@ -232,10 +232,15 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   // Full recompute replays the forward, communication included; selective (moe_act, layernorm)
   // redoes element-wise work, ~5 % of a layer's forward.
   const bool full = c.recompute == Recompute::kFull;
-  const Seconds redo = full                                   ? f.compute
-                       : c.recompute == Recompute::kSelective ? f.compute * 0.05
-                                                              : Seconds(0);
-  const Seconds redo_comm = full ? comm_f : Seconds(0);
+  const bool remat = c.recompute == Recompute::kRematerialize;
+  const Seconds redo = full                                            ? f.compute
+                       : c.recompute == Recompute::kSelective || remat ? f.compute * 0.05
+                                                                       : Seconds(0);
+  // MegaScale's rematerialization replays the all-gather/dispatch half of the communication in
+  // backward, overlapped with the gradient computation.
+  const Seconds redo_comm = full    ? comm_f
+                            : remat ? exposed((f.tp + f.ep) * 0.5, f.compute * 2.0, true)
+                                    : Seconds(0);
   const double passes = full ? 3.0 : 2.0;  // forward, backward, and the replayed forward
   StageTimes st;
   st.forward = f.compute + comm_f;

@@ -138,7 +138,8 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.recompute = enum_of<Recompute>(s, "recompute",
                                    {{"none", Recompute::kNone},
                                     {"selective", Recompute::kSelective},
-                                    {"full", Recompute::kFull}});
+                                    {"full", Recompute::kFull},
+                                    {"sar", Recompute::kRematerialize}});
   c.attention = enum_of<AttentionMode>(
       s, "attention", {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}});
   c.dispatcher = enum_of<megascale::Dispatcher>(s, "dispatcher",

@@ -127,3 +127,20 @@ TEST(MemoryModel, DenseModelsHaveNoExpertMemory) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(MemoryModel, RematerializationKeepsMegaScalesShare) {
+  // MegaScale App. A.2, Mixtral-8x7B with n = 8: rematerialization keeps 18.5 of 54.25 bsh/n.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ParallelConfig p = layout("tp=1,pp=1,ep=8,dp=8", m);
+  MemoryRequest q = request(Recompute::kNone);
+  const Bytes none = estimate_memory(m, p, q).stages[0].activation_bytes;
+  q.recompute = Recompute::kRematerialize;
+  const Bytes sar = estimate_memory(m, p, q).stages[0].activation_bytes;
+  EXPECT_NEAR(sar / none, 18.5 / 54.25, 1e-12);
+  EXPECT_EQ(recompute_from_name("sar"), Recompute::kRematerialize);
+  EXPECT_FALSE(recompute_from_name("partial").has_value());
+}
+
+}  // namespace moe

@@ -26,10 +26,11 @@ struct MemoryOptions {
 };
 
 Recompute parse_recompute(const std::string& s) {
-  if (s == "none") return Recompute::kNone;
-  if (s == "selective") return Recompute::kSelective;
-  if (s == "full") return Recompute::kFull;
-  throw InputError("--recompute", "", fmt::format("'{}' is not one of none, selective, full", s));
+  const std::optional<Recompute> r = recompute_from_name(s);
+  if (!r)
+    throw InputError("--recompute", "",
+                     fmt::format("'{}' is not one of none, selective, full, sar", s));
+  return *r;
 }
 
 nlohmann::json stage_json(const StageMemory& s) {
@@ -194,7 +195,7 @@ void add_memory(CLI::App& app) {
   cmd->add_option("--cluster", o->cluster, "cluster file (GPU memory capacity)")->required();
   cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1");
   cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
-  cmd->add_option("--recompute", o->recompute, "none | selective | full");
+  cmd->add_option("--recompute", o->recompute, "none | selective | full | sar");
   cmd->add_option("--received-tokens", o->received_tokens,
                   "tokens one GPU's MoE layer receives (s'')")
       ->check(CLI::PositiveNumber);

@@ -108,15 +108,11 @@ void run_plan(const PlanOptions& o) {
   req.zero = o.zero;
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (!o.recompute.empty()) {
-    if (o.recompute == "none")
-      req.recompute = Recompute::kNone;
-    else if (o.recompute == "selective")
-      req.recompute = Recompute::kSelective;
-    else if (o.recompute == "full")
-      req.recompute = Recompute::kFull;
-    else
+    req.recompute = recompute_from_name(o.recompute);
+    if (!req.recompute) {
       throw InputError("--recompute", "",
-                       fmt::format("'{}' is not one of none, selective, full", o.recompute));
+                       fmt::format("'{}' is not one of none, selective, full, sar", o.recompute));
+    }
   }
   if (o.precision == "fp32")
     req.precision = Precision::kFp32;
@@ -239,7 +235,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--skew", o->skew,
                   "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
   cmd->add_option("--objective", o->objective, "throughput | memory | cost");
-  cmd->add_option("--recompute", o->recompute, "fix recompute: none | selective | full");
+  cmd->add_option("--recompute", o->recompute,
+                  "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
   cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
   cmd->add_option("--zero", o->zero, "fix the ZeRO stage 1-3 (default: the lowest that fits)")
       ->check(CLI::Range(1, 3));
