@@ -20,6 +20,24 @@ nlohmann::json parallel_json(const ParallelConfig& p) {
 }
 }  // namespace
 
+nlohmann::json stage_memory_json(const StageMemory& s) {
+  return {{"stage", s.stage},
+          {"first_layer", s.first_layer},
+          {"layers", s.num_layers},
+          {"moe_layers", s.num_moe_layers},
+          {"params_per_gpu", s.params_per_gpu},
+          {"expert_params_per_gpu", s.expert_params_per_gpu},
+          {"static_bytes", s.static_bytes.value()},
+          {"checkpoint_bytes", s.checkpoint_bytes.value()},
+          {"activation_bytes", s.activation_bytes.value()},
+          {"total_bytes", s.total_bytes.value()},
+          {"fits", s.fits},
+          {"m_g", s.m_g},
+          {"max_received_tokens", s.max_received_tokens},
+          {"mact_chunks", s.mact_chunks},
+          {"chunks", s.chunks}};
+}
+
 nlohmann::json deepspeed_config(const Plan& plan) {
   const ParallelConfig& p = plan.choice.parallel;
   const int64_t accumulation = p.gbs.value_or(*p.mbs * *p.dp) / (*p.mbs * *p.dp);
@@ -41,17 +59,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   const PlanScore& s = plan.score;
   const TimeBreakdown& t = s.time;
   nlohmann::json stages = nlohmann::json::array();
-  for (const StageMemory& st : s.memory.stages) {
-    stages.push_back({{"stage", st.stage},
-                      {"first_layer", st.first_layer},
-                      {"layers", st.num_layers},
-                      {"static_bytes", st.static_bytes.value()},
-                      {"checkpoint_bytes", st.checkpoint_bytes.value()},
-                      {"activation_bytes", st.activation_bytes.value()},
-                      {"total_bytes", st.total_bytes.value()},
-                      {"fits", st.fits},
-                      {"mact_chunks", st.mact_chunks}});
-  }
+  for (const StageMemory& st : s.memory.stages) stages.push_back(stage_memory_json(st));
   return {{"format", kPlanFormat},
           {"model", m.name},
           {"cluster", c.name},

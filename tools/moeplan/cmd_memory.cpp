@@ -5,6 +5,7 @@
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
 #include "planner/memory_model.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
@@ -31,24 +32,6 @@ Recompute parse_recompute(const std::string& s) {
     throw InputError("--recompute", "",
                      fmt::format("'{}' is not one of none, selective, full, sar", s));
   return *r;
-}
-
-nlohmann::json stage_json(const StageMemory& s) {
-  return {{"stage", s.stage},
-          {"first_layer", s.first_layer},
-          {"layers", s.num_layers},
-          {"moe_layers", s.num_moe_layers},
-          {"params_per_gpu", s.params_per_gpu},
-          {"expert_params_per_gpu", s.expert_params_per_gpu},
-          {"static_bytes", s.static_bytes.value()},
-          {"checkpoint_bytes", s.checkpoint_bytes.value()},
-          {"activation_bytes", s.activation_bytes.value()},
-          {"total_bytes", s.total_bytes.value()},
-          {"fits", s.fits},
-          {"m_g", s.m_g},
-          {"max_received_tokens", s.max_received_tokens},
-          {"mact_chunks", s.mact_chunks},
-          {"chunks", s.chunks}};
 }
 
 void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m) {
@@ -125,7 +108,7 @@ void run_memory(const MemoryOptions& o) {
 
   if (o.json) {
     nlohmann::json stages = nlohmann::json::array();
-    for (const StageMemory& s : r.stages) stages.push_back(stage_json(s));
+    for (const StageMemory& s : r.stages) stages.push_back(io::stage_memory_json(s));
     nlohmann::json chunk_sweep = nlohmann::json::array();
     for (const auto& [bin, rep] : sweep) {
       nlohmann::json per_stage = nlohmann::json::array();
