@@ -121,7 +121,14 @@ PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity
                              memory_request(ctx, c, capacity, alpha, static_override));
   PlanChoice timed = c;
   if (c.mact) timed.fcda_chunks = std::max<int64_t>(s.memory.mact_chunks, 1);
-  s.time = estimate_time(ctx, timed);
+  return complete_score(ctx, c, s.memory, estimate_time(ctx, timed), capacity, alpha);
+}
+
+PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const MemoryReport& memory,
+                         const TimeBreakdown& time, Bytes capacity, double alpha) {
+  PlanScore s;
+  s.memory = memory;
+  s.time = time;
   const double world = static_cast<double>(c.parallel.world());
   const double tokens = static_cast<double>(*c.parallel.gbs) * static_cast<double>(ctx.seq_len);
   s.tokens_per_second = tokens / s.time.iteration.value();
@@ -334,7 +341,8 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
                            (layout_best && key >= layout_best->key))) {
                         continue;
                       }
-                      plan.score = score_plan(ctx, c, capacity, req.alpha, req.static_override);
+                      plan.score =
+                          complete_score(ctx, c, mem, plan.score.time, capacity, req.alpha);
                       Ranked r{objective_key(plan, req.objective, world, tokens_per_iter),
                                L.order * 100000 + inner, std::move(plan)};
                       if (!layout_best || r.key < layout_best->key) layout_best = std::move(r);

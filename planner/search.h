@@ -68,6 +68,11 @@ struct SearchResult {
 PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
                      std::optional<Bytes> static_override = {});
 
+// The derived numbers (tokens/s, MFU, TGS, peak, headroom, OOM point) from memory and time
+// already computed for a choice.
+PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const MemoryReport& memory,
+                         const TimeBreakdown& time, Bytes capacity, double alpha);
+
 SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req);
 
 }  // namespace moe
