@@ -1,0 +1,141 @@
+// Analytic checks of the event queue and the max-min flow solver (cf. SimGrid maxmin_test).
+#include "simulator/flow_network.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace moe::sim {
+
+namespace {
+constexpr double kGB = 1e9;
+SimTime us(double x) { return to_sim_time(Seconds(x * 1e-6)); }
+}  // namespace
+
+TEST(SimTime, RoundsUpAndNeverToZero) {
+  EXPECT_EQ(to_sim_time(Seconds(1e-15)).ps, 1);
+  EXPECT_EQ(to_sim_time(Seconds(2.5e-12)).ps, 3);
+  EXPECT_EQ(to_sim_time(Seconds(0)).ps, 0);
+  EXPECT_EQ(to_sim_time(Seconds(1.0)).ps, 1000000000000);
+}
+
+TEST(EventQueue, EqualTimesRunInInsertionOrder) {
+  EventQueue q;
+  std::vector<int> order;
+  q.at(us(5), [&] { order.push_back(2); });
+  q.at(us(1), [&] { order.push_back(1); });
+  q.at(us(5), [&] { order.push_back(3); });
+  q.at(us(5), [&] { q.after(SimTime{0}, [&] { order.push_back(5); }); order.push_back(4); });
+  EXPECT_EQ(q.run(), 5u);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(q.now(), us(5));
+  EXPECT_THROW(q.at(us(1), [] {}), std::logic_error);
+}
+
+TEST(FlowNetwork, OneFlowTakesLatencyPlusBytesOverBandwidth) {
+  // latency + B / W = 2 us + 1 GB / 100 GB/s = 10.002 ms.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(gigabytes_per_sec(100));
+  SimTime finished;
+  net.send({link}, Bytes(1 * kGB), us(2), [&](SimTime t) { finished = t; });
+  q.run();
+  EXPECT_NEAR(to_seconds(finished).value(), 2e-6 + 0.01, 1e-11);
+  EXPECT_DOUBLE_EQ(net.bytes_delivered().value(), net.bytes_sent().value());
+}
+
+TEST(FlowNetwork, TwoEqualFlowsOnOneLinkEachFinishAtTwiceTheTime) {
+  // Each gets W/2, so both finish at 2B/W.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(gigabytes_per_sec(50));
+  std::vector<SimTime> done;
+  for (int i = 0; i < 2; ++i) net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { done.push_back(t); });
+  q.run();
+  ASSERT_EQ(done.size(), 2u);
+  for (SimTime t : done) EXPECT_NEAR(to_seconds(t).value(), 2 * 1.0 / 50, 1e-11);
+}
+
+TEST(FlowNetwork, ProgressiveFillingGivesMaxMinRates) {
+  // Link 0 (10 GB/s): flows A, B.  Link 1 (4 GB/s): flows B, C.
+  // Link 1 saturates first at 2 each (B, C frozen); A then takes link 0's remaining 8.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int l0 = net.add_link(gigabytes_per_sec(10));
+  const int l1 = net.add_link(gigabytes_per_sec(4));
+  std::map<char, SimTime> done;
+  net.send({l0}, Bytes(8 * kGB), SimTime{0}, [&](SimTime t) { done['A'] = t; });
+  net.send({l0, l1}, Bytes(2 * kGB), SimTime{0}, [&](SimTime t) { done['B'] = t; });
+  net.send({l1}, Bytes(2 * kGB), SimTime{0}, [&](SimTime t) { done['C'] = t; });
+  q.after(us(1), [&] {
+    EXPECT_NEAR(net.link_load(l0).value(), 10 * kGB, 1.0);
+    EXPECT_NEAR(net.link_load(l1).value(), 4 * kGB, 1.0);
+  });
+  q.run();
+  // B and C finish together at 1 s (2 GB at 2 GB/s); A moved 8 GB at 8 GB/s: also 1 s.
+  EXPECT_NEAR(to_seconds(done['A']).value(), 1.0, 1e-9);
+  EXPECT_NEAR(to_seconds(done['B']).value(), 1.0, 1e-9);
+  EXPECT_NEAR(to_seconds(done['C']).value(), 1.0, 1e-9);
+}
+
+TEST(FlowNetwork, RatesRiseWhenAFlowLeaves) {
+  // Two flows share 10 GB/s; the 1 GB one leaves at 0.2 s; the 3 GB one then runs alone:
+  // 1 GB by 0.2 s, 2 GB left at 10 GB/s, done at 0.4 s.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int l = net.add_link(gigabytes_per_sec(10));
+  SimTime small, big;
+  net.send({l}, Bytes(1 * kGB), SimTime{0}, [&](SimTime t) { small = t; });
+  net.send({l}, Bytes(3 * kGB), SimTime{0}, [&](SimTime t) { big = t; });
+  q.run();
+  EXPECT_NEAR(to_seconds(small).value(), 0.2, 1e-9);
+  EXPECT_NEAR(to_seconds(big).value(), 0.4, 1e-9);
+}
+
+TEST(FlowNetwork, InvariantsUnderManyFlows) {
+  // Link loads never exceed capacity, every byte sent arrives, and the same input gives the
+  // same completion times.
+  auto run_once = [](std::vector<SimTime>& finish) {
+    EventQueue q;
+    FlowNetwork net(q);
+    std::vector<int> links;
+    for (int i = 0; i < 6; ++i) links.push_back(net.add_link(gigabytes_per_sec(10.0 + 7 * i)));
+    uint64_t state = 12345;
+    auto next = [&] { return state = state * 6364136223846793005ULL + 1442695040888963407ULL; };
+    finish.assign(40, SimTime{});
+    for (int f = 0; f < 40; ++f) {
+      std::vector<int> path;
+      for (int l : links) {
+        if (next() % 3 == 0) path.push_back(l);
+      }
+      if (path.empty()) path.push_back(links[f % links.size()]);
+      const double bytes = 1e8 * static_cast<double>(1 + next() % 50);
+      net.send(path, Bytes(bytes), us(static_cast<double>(next() % 1000)), [&finish, f](SimTime t) { finish[f] = t; });
+    }
+    for (int probe = 1; probe <= 50; ++probe) {
+      q.at(to_sim_time(Seconds(0.05 * probe)), [&net, links] {
+        for (int l : links) EXPECT_LE(net.link_load(l).value(), net.link_capacity(l).value() * (1 + 1e-9));
+      });
+    }
+    q.run();
+    EXPECT_NEAR(net.bytes_delivered().value(), net.bytes_sent().value(), 1.0);
+    EXPECT_EQ(net.active_flows(), 0u);
+  };
+  std::vector<SimTime> a, b;
+  run_once(a);
+  run_once(b);
+  EXPECT_EQ(a, b);
+  for (SimTime t : a) EXPECT_GT(t.ps, 0);
+}
+
+TEST(FlowNetwork, EmptyPathCompletesAfterItsLatency) {
+  EventQueue q;
+  FlowNetwork net(q);
+  SimTime done{-1};
+  net.send({}, Bytes(1e9), us(3), [&](SimTime t) { done = t; });
+  q.run();
+  EXPECT_EQ(done, us(3));
+  EXPECT_THROW(net.send({7}, Bytes(1), SimTime{0}, nullptr), std::invalid_argument);
+}
+
+}  // namespace moe::sim
