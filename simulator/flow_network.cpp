@@ -21,7 +21,8 @@ int FlowNetwork::add_link(BytesPerSec capacity) {
 
 void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Done done) {
   for (int l : links) {
-    if (l < 0 || l >= static_cast<int>(links_.size())) throw std::invalid_argument("flow over an unknown link");
+    if (l < 0 || l >= static_cast<int>(links_.size()))
+      throw std::invalid_argument("flow over an unknown link");
   }
   if (bytes.value() < 0) throw std::invalid_argument("negative flow size");
   Flow f;
@@ -34,7 +35,9 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
   queue_.after(latency, [this, id] { activate(id); });
 }
 
-size_t FlowNetwork::active_flows() const { return active_.size(); }
+size_t FlowNetwork::active_flows() const {
+  return active_.size();
+}
 
 BytesPerSec FlowNetwork::link_load(int link) const {
   double load = 0;
@@ -109,7 +112,8 @@ void FlowNetwork::solve() {
     if (unfrozen == before) {
       size_t tightest = 0;
       for (size_t l = 0; l < links_.size(); ++l) {
-        if (unfrozen_on[l] > 0 && (unfrozen_on[tightest] == 0 || left[l] < left[tightest])) tightest = l;
+        if (unfrozen_on[l] > 0 && (unfrozen_on[tightest] == 0 || left[l] < left[tightest]))
+          tightest = l;
       }
       left[tightest] = 0;
     }

@@ -50,9 +50,9 @@ class FlowNetwork {
   };
 
   void activate(size_t flow);
-  void drain();           // move every active flow forward to now at its current rate
-  void solve();           // progressive filling
-  void schedule_next();   // the earliest completion, tagged with the current generation
+  void drain();          // move every active flow forward to now at its current rate
+  void solve();          // progressive filling
+  void schedule_next();  // the earliest completion, tagged with the current generation
   void complete_due();
 
   EventQueue& queue_;

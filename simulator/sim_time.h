@@ -25,6 +25,8 @@ constexpr double kPicosecondsPerSecond = 1e12;
 // Rounds up; a positive duration becomes at least 1 ps. Negative durations are a bug upstream
 // and clamp to zero.
 SimTime to_sim_time(Seconds s);
-inline Seconds to_seconds(SimTime t) { return Seconds(static_cast<double>(t.ps) / kPicosecondsPerSecond); }
+inline Seconds to_seconds(SimTime t) {
+  return Seconds(static_cast<double>(t.ps) / kPicosecondsPerSecond);
+}
 
 }  // namespace moe::sim

@@ -9,7 +9,9 @@ namespace moe::sim {
 
 namespace {
 constexpr double kGB = 1e9;
-SimTime us(double x) { return to_sim_time(Seconds(x * 1e-6)); }
+SimTime us(double x) {
+  return to_sim_time(Seconds(x * 1e-6));
+}
 }  // namespace
 
 TEST(SimTime, RoundsUpAndNeverToZero) {
@@ -25,7 +27,10 @@ TEST(EventQueue, EqualTimesRunInInsertionOrder) {
   q.at(us(5), [&] { order.push_back(2); });
   q.at(us(1), [&] { order.push_back(1); });
   q.at(us(5), [&] { order.push_back(3); });
-  q.at(us(5), [&] { q.after(SimTime{0}, [&] { order.push_back(5); }); order.push_back(4); });
+  q.at(us(5), [&] {
+    q.after(SimTime{0}, [&] { order.push_back(5); });
+    order.push_back(4);
+  });
   EXPECT_EQ(q.run(), 5u);
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5}));
   EXPECT_EQ(q.now(), us(5));
@@ -50,7 +55,8 @@ TEST(FlowNetwork, TwoEqualFlowsOnOneLinkEachFinishAtTwiceTheTime) {
   FlowNetwork net(q);
   const int link = net.add_link(gigabytes_per_sec(50));
   std::vector<SimTime> done;
-  for (int i = 0; i < 2; ++i) net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { done.push_back(t); });
+  for (int i = 0; i < 2; ++i)
+    net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { done.push_back(t); });
   q.run();
   ASSERT_EQ(done.size(), 2u);
   for (SimTime t : done) EXPECT_NEAR(to_seconds(t).value(), 2 * 1.0 / 50, 1e-11);
@@ -110,11 +116,13 @@ TEST(FlowNetwork, InvariantsUnderManyFlows) {
       }
       if (path.empty()) path.push_back(links[f % links.size()]);
       const double bytes = 1e8 * static_cast<double>(1 + next() % 50);
-      net.send(path, Bytes(bytes), us(static_cast<double>(next() % 1000)), [&finish, f](SimTime t) { finish[f] = t; });
+      net.send(path, Bytes(bytes), us(static_cast<double>(next() % 1000)),
+               [&finish, f](SimTime t) { finish[f] = t; });
     }
     for (int probe = 1; probe <= 50; ++probe) {
       q.at(to_sim_time(Seconds(0.05 * probe)), [&net, links] {
-        for (int l : links) EXPECT_LE(net.link_load(l).value(), net.link_capacity(l).value() * (1 + 1e-9));
+        for (int l : links)
+          EXPECT_LE(net.link_load(l).value(), net.link_capacity(l).value() * (1 + 1e-9));
       });
     }
     q.run();
