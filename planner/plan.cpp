@@ -8,13 +8,26 @@ const char* attention_mode_name(AttentionMode a) {
   return a == AttentionMode::kTensor ? "tp" : "ulysses";
 }
 const char* schedule_name(Schedule s) {
-  return s == Schedule::kOneFOneB ? "1f1b" : "interleaved-1f1b";
+  switch (s) {
+    case Schedule::kOneFOneB:
+      return "1f1b";
+    case Schedule::kInterleaved:
+      return "interleaved-1f1b";
+    case Schedule::kGPipe:
+      return "gpipe";
+  }
+  return "?";
 }
 const char* precision_name(Precision p) {
   return p == Precision::kBf16 ? "bf16" : "fp32";
 }
 
 std::string PlanChoice::describe() const {
+  if (offload) {
+    return fmt::format("offload (APTMoE): {} stages on {} GPUs, mbs={}, gbs={}, {}",
+                       parallel.pp.value_or(1), offload_gpus, parallel.mbs.value_or(1),
+                       parallel.gbs.value_or(0), precision_name(precision));
+  }
   std::string out = fmt::format("{} recompute={} attn={}", parallel.to_string(),
                                 recompute_name(recompute), attention_mode_name(attention));
   if (parallel.ep.value_or(1) > 1)
@@ -33,6 +46,7 @@ std::string PlanChoice::describe() const {
 
 std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m) {
   const PlanChoice& c = plan.choice;
+  if (c.offload) return {};  // Megatron-LM cannot run experts on the CPU
   const ParallelConfig& p = c.parallel;
   std::vector<std::string> a = {
       fmt::format("--tensor-model-parallel-size {}", *p.tp),

@@ -18,7 +18,7 @@
 namespace moe {
 
 enum class AttentionMode { kTensor, kUlysses };  // Megatron TP+SP, or MegaScale's Ulysses SP
-enum class Schedule { kOneFOneB, kInterleaved };
+enum class Schedule { kOneFOneB, kInterleaved, kGPipe };
 enum class Precision { kBf16, kFp32 };  // BF16 mixed precision, or FP32 (APTMoE fine-tuning)
 const char* attention_mode_name(AttentionMode a);
 const char* schedule_name(Schedule s);
@@ -35,11 +35,20 @@ struct PlanChoice {
   int64_t fcda_chunks = 1;  // the chunk count MACT settled on
   bool dp_bf16_compression = false;
   bool overlap = true;  // inter-operator overlap of communication with independent compute
+  // APTMoE: weights live in host memory; each stage's attention, gate and hot experts are
+  // loaded over PCIe, cold experts run on the CPU (planner/offload.h). pp counts stages, which
+  // may exceed the GPUs (Mobius-style cross mapping).
+  bool offload = false;
+  int64_t offload_gpus = 0;  // GPUs an offload plan runs on
+
+  int64_t gpus() const { return offload ? offload_gpus : parallel.world(); }
   int zero_stage = 1;
   Precision precision = Precision::kBf16;
   int64_t seq_len = 4096;
 
   Schedule schedule() const {
+    if (offload) return Schedule::kGPipe;  // APTMoE runs every micro-batch of a stage at once
+
     return parallel.vpp.value_or(1) > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   }
   std::string describe() const;  // one line: "tp=8,pp=1,... recompute=selective attn=ulysses ..."
@@ -55,7 +64,9 @@ struct TimeBreakdown {
   Seconds pp_comm;    // pipeline fill and drain sends
   Seconds dp_comm;    // gradient reduce-scatter and parameter all-gather
   Seconds bubble;     // pipeline bubble
-  Seconds optimizer;  // Adam step
+  Seconds optimizer;  // Adam step (on the CPU when offloading)
+  Seconds pcie_load;  // offload: PCIe loading not hidden behind compute
+  Seconds cpu_experts;  // offload: CPU expert time not hidden behind GPU work
   Seconds iteration;
   int64_t microbatches = 0;
 };
@@ -69,6 +80,7 @@ struct PlanScore {
   Bytes peak_bytes;                // largest stage total
   Bytes headroom;                  // alpha x capacity - peak
   double oom_received_tokens = 0;  // s'' at which the tightest stage runs out (eq. 8)
+  Bytes host_bytes;                // offload: weights and optimizer states per node in host memory
 };
 
 struct Plan {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "planner/errors.h"
+#include "planner/offload.h"
 
 namespace moe {
 
@@ -385,6 +386,58 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
   if (!out.ranked.empty()) out.closest.reset();
   out.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& cluster,
+                                const SearchRequest& req) {
+  const ModelSpec& m = *ctx.model;
+  std::vector<Plan> out;
+  if (!m.is_moe()) return out;
+  const int64_t gpus = req.num_gpus;
+  for (int64_t stages = gpus; stages <= m.num_layers; stages *= 2) {
+    for (int64_t mbs : {1, 2, 4, 8}) {
+      if (req.global_batch % mbs != 0) continue;
+      const OffloadEstimate e = estimate_offload(ctx, cluster, gpus, stages, mbs, req.global_batch,
+                                                 req.precision, req.alpha);
+      if (!e.fits) continue;
+      Plan p;
+      PlanChoice& c = p.choice;
+      c.offload = true;
+      c.offload_gpus = gpus;
+      c.precision = req.precision;
+      c.seq_len = ctx.seq_len;
+      c.recompute = Recompute::kFull;
+      c.zero_stage = 0;
+      c.parallel = resolve(parse_parallel("tp=1,cp=1,dp=1,ep=1,etp=1,vpp=1"));
+      c.parallel.pp = stages;
+      c.parallel.mbs = mbs;
+      c.parallel.gbs = req.global_batch;
+      PlanScore& s = p.score;
+      s.time = e.time;
+      StageMemory st;
+      st.total_bytes = st.activation_bytes = e.gpu_peak;
+      st.fits = true;
+      s.memory.stages = {st};
+      s.memory.fits = true;
+      s.peak_bytes = e.gpu_peak;
+      s.host_bytes = e.host_bytes;
+      s.headroom = ctx.gpu.hbm_capacity * req.alpha - e.gpu_peak;
+      const double tokens = static_cast<double>(req.global_batch * ctx.seq_len);
+      s.tokens_per_second = tokens / e.time.iteration.value();
+      const FlopsPerSec peak =
+          ctx.gpu.peak_for(req.precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
+      s.mfu = ctx.flops.training().value() * tokens /
+              (e.time.iteration.value() * static_cast<double>(gpus) * peak.value());
+      s.tgs =
+          memfine::tokens_per_gpu_per_second(req.global_batch, ctx.seq_len, e.time.iteration, gpus);
+      out.push_back(std::move(p));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Plan& a, const Plan& b) {
+    return a.score.time.iteration < b.score.time.iteration;
+  });
+  if (static_cast<int>(out.size()) > req.top_k) out.resize(req.top_k);
   return out;
 }
 

@@ -58,6 +58,11 @@ struct NoFit {
   std::string binding;  // what dominates: static memory or activations
 };
 
+// APTMoE offload plans for `gpus` GPUs (stages from G to the layer count, micro-batches that
+// divide the batch), best first; only those whose GPU and host memory hold.
+std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& cluster,
+                                const SearchRequest& req);
+
 struct SearchResult {
   std::vector<Plan> ranked;  // best first, at most top_k
   SearchStats stats;

@@ -51,6 +51,12 @@ nlohmann::json deepspeed_config(const Plan& plan) {
     j["activation_checkpointing"] = {{"partition_activations", *p.tp > 1},
                                      {"contiguous_memory_optimization", false}};
   }
+  if (plan.choice.offload) {
+    // The runnable neighbour of APTMoE in DeepSpeed: ZeRO-Infinity style CPU offload.
+    j["zero_optimization"] = {{"stage", 3},
+                              {"offload_param", {{"device", "cpu"}, {"pin_memory", true}}},
+                              {"offload_optimizer", {{"device", "cpu"}, {"pin_memory", true}}}};
+  }
   return j;
 }
 
@@ -63,7 +69,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   return {{"format", kPlanFormat},
           {"model", m.name},
           {"cluster", c.name},
-          {"gpus", ch.parallel.world()},
+          {"gpus", ch.gpus()},
           {"parallel", parallel_json(ch.parallel)},
           {"seq_len", ch.seq_len},
           {"schedule", schedule_name(ch.schedule())},
@@ -77,6 +83,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
             {"fcda_chunks", ch.fcda_chunks},
             {"dp_bf16_compression", ch.dp_bf16_compression},
             {"overlap", ch.overlap},
+            {"offload", ch.offload},
             {"zero_stage", ch.zero_stage},
             {"precision", precision_name(ch.precision)}}},
           {"predicted",
@@ -94,8 +101,11 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
               {"pp_comm", t.pp_comm.value()},
               {"dp_comm", t.dp_comm.value()},
               {"bubble", t.bubble.value()},
-              {"optimizer", t.optimizer.value()}}},
+              {"optimizer", t.optimizer.value()},
+              {"pcie_load", t.pcie_load.value()},
+              {"cpu_experts", t.cpu_experts.value()}}},
             {"peak_bytes", s.peak_bytes.value()},
+            {"host_bytes", s.host_bytes.value()},
             {"headroom_bytes", s.headroom.value()},
             {"oom_received_tokens", s.oom_received_tokens},
             {"stages", stages}}},
@@ -163,11 +173,13 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.fcda_chunks = positive(s, "fcda_chunks");
   c.dp_bf16_compression = s.boolean_or("dp_bf16_compression", false);
   c.overlap = s.boolean_or("overlap", true);
+  c.offload = s.boolean_or("offload", false);
   c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));
   c.precision =
       enum_of<Precision>(s, "precision", {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}});
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
+  c.offload_gpus = c.offload ? positive(r, "gpus") : 0;
   for (const char* key :
        {"model", "cluster", "gpus", "schedule", "predicted", "megatron_args", "deepspeed"})
     r.ignore(key);

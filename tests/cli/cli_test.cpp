@@ -236,6 +236,18 @@ TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
   }
 }
 
+TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
+  // Mixtral-8x7B does not fit 8 x 80 GB, but its weights and Adam states fit the node's host
+  // memory: the planner answers with APTMoE offload plans rather than failing.
+  const Result r =
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("No layout fits in GPU memory. APTMoE offload plans"), std::string::npos);
+  EXPECT_NE(r.out.find("offload_param"), std::string::npos);
+  EXPECT_NE(r.out.find("PCIe loading (exposed)"), std::string::npos);
+}
+
 TEST(Cli, PlanSavesAFileThatReadsBack) {
   const std::string path = ::testing::TempDir() + "moeplan_cli_plan.json";
   const Result r =
@@ -265,11 +277,14 @@ TEST(Cli, PlanSavesAFileThatReadsBack) {
 }
 
 TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
+  // DeepSeek-V3 needs ~12 TB of weights and optimizer state: neither 8 x 80 GB of HBM nor the
+  // node's 2 TB of host memory (APTMoE offload) hold it.
   const Result r =
-      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+      run("plan --model models/deepseek-v3.json --cluster topologies/h100-sxm-8.json "
           "--global-batch 64");
   expect_one_line_error(r, "nothing fits: needs", 3);
   EXPECT_NE(r.err.find("GPU has 80.0 GB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no APTMoE offload plan fits"), std::string::npos) << r.err;
   expect_one_line_error(run("plan --model models/mixtral-8x7b.json --cluster "
                             "topologies/h100-sxm-8.json --global-batch 64 --gpus 9"),
                         "--gpus: 9 GPUs asked");

@@ -1,6 +1,7 @@
 // The planner against the seed papers' findings (issue 3's reproduction list).
 #include <gtest/gtest.h>
 
+#include "planner/aptmoe.h"
 #include "planner/io/loaders.h"
 #include "planner/search.h"
 #include "test_paths.h"
@@ -140,6 +141,36 @@ TEST(PlannerRepro, AptMoeGpuOnlyPipelineFitsOnlyTheSmallestModel) {
     req.precision = Precision::kFp32;
     const SearchResult r = search_plans(ctx, req);
     EXPECT_EQ(!r.ranked.empty(), fits) << file;
+  }
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(PlannerRepro, AptMoeLargerModelsGetOffloadPlansThatSpeedUpWithSkew) {
+  // APTMoE: models that do not fit GPU memory run with weights in host memory; the more skewed
+  // the routing (larger G, eq. 2), the fewer experts are worth loading and the faster it runs.
+  const ClusterSpec cluster = io::load_cluster(root("topologies/aptmoe-4x-a800-40gb-c1g4.json"));
+  const ModelSpec m = io::load_model(root("models/aptmoe-moe-s-16.json"));
+  SearchRequest req;
+  req.num_gpus = 4;
+  req.global_batch = 4;
+  req.precision = Precision::kFp32;
+  double last = 1e300;
+  for (double g : {0.0625, 0.2, 0.4, 0.7}) {
+    RoutingSkew skew;
+    skew.kind = RoutingSkew::Kind::kPopularity;
+    skew.proportions = {aptmoe::proportions_for_g(16, g)};
+    const TimeContext ctx = make_time_context(m, cluster, efficiencies(), skew, 512);
+    const std::vector<Plan> plans = offload_plans(ctx, cluster, req);
+    ASSERT_FALSE(plans.empty()) << "G = " << g;
+    const double t = plans.front().score.time.iteration.value();
+    std::printf("G %.4f: %s, %.1f ms\n", g, plans.front().choice.describe().c_str(), t * 1e3);
+    EXPECT_LT(t, last) << "G = " << g;
+    EXPECT_TRUE(plans.front().choice.offload);
+    EXPECT_TRUE(megatron_arguments(plans.front(), m).empty());
+    last = t;
   }
 }
 

@@ -125,14 +125,21 @@ void run_plan(const PlanOptions& o) {
     };
   }
 
-  const SearchResult r = search_plans(ctx, req);
+  SearchResult r = search_plans(ctx, req);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
+  bool offloaded = false;
+  if (r.ranked.empty()) {
+    // Nothing fits in GPU memory: APTMoE keeps the weights in host memory instead.
+    r.ranked = offload_plans(ctx, c, req);
+    offloaded = !r.ranked.empty();
+  }
   if (r.ranked.empty()) {
     if (!r.closest) throw NoFitError("nothing fits and no candidate was scored");
     const NoFit& n = *r.closest;
     throw NoFitError(fmt::format(
-        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}); GPU has {:.1f} GB",
-        n.needed.value() / 1e9, n.stage, n.layout, n.binding, n.capacity.value() / 1e9));
+        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}); GPU has {:.1f} GB{}",
+        n.needed.value() / 1e9, n.stage, n.layout, n.binding, n.capacity.value() / 1e9,
+        m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : ""));
   }
   const Plan& best = r.ranked.front();
   if (!o.save.empty())
@@ -162,6 +169,12 @@ void run_plan(const PlanOptions& o) {
   fmt::print(
       "searched {} layouts ({} cut by the memory bound), timed {} candidates in {:.2f} s\n\n",
       r.stats.layouts, r.stats.pruned_by_memory, r.stats.evaluated, r.stats.seconds);
+  if (offloaded) {
+    fmt::print(
+        "No layout fits in GPU memory. APTMoE offload plans: weights in host memory, hot experts "
+        "loaded\n"
+        "over PCIe, cold experts on the CPU (planner/offload.h):\n\n");
+  }
   Table t(
       {"#", "layout", "switches", "iteration", "tokens/s", "MFU", "TGS", "peak mem", "headroom"});
   for (size_t i = 0; i < r.ranked.size(); ++i) {
@@ -171,8 +184,9 @@ void run_plan(const PlanOptions& o) {
     const std::string full = p.choice.describe();
     const size_t space = full.find(' ');
     if (space != std::string::npos) sw = full.substr(space + 1);
-    t.add({std::to_string(i + 1), p.choice.parallel.to_string(), sw, ms(p.score.time.iteration),
-           fmt::format("{:.0f}", p.score.tokens_per_second),
+    if (p.choice.offload) sw = "recompute=full, experts split by APTMoE eq. (1)";
+    t.add({std::to_string(i + 1), p.choice.offload ? full : p.choice.parallel.to_string(), sw,
+           ms(p.score.time.iteration), fmt::format("{:.0f}", p.score.tokens_per_second),
            fmt::format("{:.1f} %", 100 * p.score.mfu), fmt::format("{:.0f}", p.score.tgs),
            as_gb(p.score.peak_bytes.value()), as_gb(p.score.headroom.value())});
   }
@@ -193,22 +207,41 @@ void run_plan(const PlanOptions& o) {
   row("DP comm (exposed)", b.dp_comm);
   row("pipeline bubble", b.bubble);
   row("optimizer step", b.optimizer);
+  if (best.choice.offload) {
+    row("PCIe loading (exposed)", b.pcie_load);
+    row("CPU experts (exposed)", b.cpu_experts);
+  }
   fmt::print("{}\n", bt.render());
+  if (best.choice.offload) {
+    fmt::print(
+        "Memory: {} per GPU (one stage's loaded weights and gradients, checkpoints of every "
+        "micro-batch); "
+        "{} of host memory per node for weights and optimizer states\n\n",
+        as_gb(best.score.peak_bytes.value()), as_gb(best.score.host_bytes.value()));
+  }
   Table mt({"stage", "static", "checkpoints", "activation", "total", "MACT c"});
   for (const StageMemory& s : best.score.memory.stages) {
     mt.add({std::to_string(s.stage), as_gb(s.static_bytes.value()),
             as_gb(s.checkpoint_bytes.value()), as_gb(s.activation_bytes.value()),
             as_gb(s.total_bytes.value()), std::to_string(s.mact_chunks)});
   }
-  fmt::print(
-      "Memory per GPU by stage (headroom {}; runs out at s'' = {:.0f} received tokens, {:.1f}x "
-      "balanced):\n{}\n",
-      as_gb(best.score.headroom.value()), best.score.oom_received_tokens,
-      m.is_moe() ? best.score.oom_received_tokens / (static_cast<double>(o.seq_len * m.top_k))
-                 : 0.0,
-      mt.render());
-  fmt::print("Megatron-LM arguments:\n");
-  for (const std::string& a : megatron_arguments(best, m)) fmt::print("  {} \\\n", a);
+  if (!best.choice.offload)
+    fmt::print(
+        "Memory per GPU by stage (headroom {}; runs out at s'' = {:.0f} received tokens, {:.1f}x "
+        "balanced):\n{}\n",
+        as_gb(best.score.headroom.value()), best.score.oom_received_tokens,
+        m.is_moe() ? best.score.oom_received_tokens / (static_cast<double>(o.seq_len * m.top_k))
+                   : 0.0,
+        mt.render());
+  const std::vector<std::string> args = megatron_arguments(best, m);
+  if (args.empty()) {
+    fmt::print(
+        "Megatron-LM arguments: none (Megatron-LM cannot run experts on the CPU; APTMoE or the "
+        "DeepSpeed offload below)\n");
+  } else {
+    fmt::print("Megatron-LM arguments:\n");
+  }
+  for (const std::string& a : args) fmt::print("  {} \\\n", a);
   fmt::print("\nDeepSpeed config (MoE layers take ep_size={}):\n{}\n", *best.choice.parallel.ep,
              io::deepspeed_config(best).dump(2));
   if (!o.save.empty()) fmt::print("\nsaved the best plan to {}\n", o.save);

@@ -1,0 +1,187 @@
+#include "planner/offload.h"
+
+#include <algorithm>
+
+#include "planner/aptmoe.h"
+#include "planner/memfine.h"
+#include "planner/memory_model.h"
+
+namespace moe {
+
+namespace {
+
+// Per-expert token proportions of one layer under the skew (uniform when the skew is not a
+// popularity; all tokens on one expert for the worst case).
+std::vector<double> layer_popularity(const RoutingSkew& skew, const ModelSpec& m, int64_t layer) {
+  const size_t e = static_cast<size_t>(m.num_routed_experts);
+  if (skew.kind == RoutingSkew::Kind::kPopularity && !skew.proportions.empty()) {
+    return skew.proportions[static_cast<size_t>(layer) % skew.proportions.size()];
+  }
+  std::vector<double> p(e, 1.0 / static_cast<double>(e));
+  if (skew.kind == RoutingSkew::Kind::kWorst) {
+    std::fill(p.begin(), p.end(), 0.0);
+    p[0] = 1.0;
+  }
+  return p;
+}
+
+struct PassTimes {
+  Seconds total, gpu, load, cpu;
+  double loaded_share = 0;
+};
+
+}  // namespace
+
+OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
+                                 int64_t stages, int64_t mbs, int64_t gbs, Precision precision,
+                                 double alpha) {
+  const ModelSpec& m = *ctx.model;
+  const NodeSpec& node = c.node;
+  OffloadEstimate out;
+  const int64_t micro = gbs / mbs;
+  const double tokens =
+      static_cast<double>(micro * mbs * ctx.seq_len);  // all micro-batches of a stage
+  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double host_per_param = precision == Precision::kFp32 ? 20.0 : 18.0;
+  const FlopsPerSec peak =
+      ctx.gpu.peak_for(precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
+
+  // Rates one GPU sees: its share of the switch uplink to host memory and of its CPU socket.
+  const int used_per_node = static_cast<int>(std::min<int64_t>(gpus, node.num_gpus));
+  int on_switch = 0, on_socket = 0;
+  for (int g = 0; g < used_per_node; ++g) {
+    on_switch += node.switch_of_gpu(g) == node.switch_of_gpu(0);
+    on_socket += node.cpu_of_gpu(g) == node.cpu_of_gpu(0);
+  }
+  aptmoe::Rates rates;
+  rates.pcie = node.pcie_bandwidth() / static_cast<double>(std::max(on_switch, 1));
+  rates.cpu =
+      node.cpus[node.cpu_of_gpu(0)].achievable_flops / static_cast<double>(std::max(on_socket, 1));
+  rates.gpu = peak * ctx.eff.gemm.at(1e11);
+
+  auto gpu_time = [&](double flops) {
+    return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
+  };
+  auto pass = [&](int64_t layer, aptmoe::Pass kind) {
+    const LayerParams& lp = ctx.params.layers[layer];
+    const double factor = kind == aptmoe::Pass::kForward ? 1.0 : 2.0;
+    const double core =
+        ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
+    PassTimes t;
+    t.gpu =
+        (gpu_time(2.0 * lp.attention * tokens) + Flops(core) / (peak * ctx.eff.attention_core)) *
+        factor;
+    if (!m.moe_layer[layer]) {
+      t.gpu += gpu_time(2.0 * lp.dense_ffn * tokens) * factor;
+      t.load = Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie;
+      t.loaded_share = 1.0;
+    } else {
+      const std::vector<double> p = layer_popularity(ctx.skew, m, layer);
+      std::vector<aptmoe::ExpertCost> experts;
+      for (size_t e = 0; e < p.size(); ++e) {
+        experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
+                                              tokens * static_cast<double>(m.top_k) * p[e],
+                                              lp.one_routed_expert, weight_bytes, rates, kind));
+      }
+      const aptmoe::Fixed fixed{
+          Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes) / rates.pcie,
+          Bytes(lp.router * weight_bytes) / rates.pcie};
+      const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
+      t.load = a.load_time;
+      t.cpu = a.cpu_time;
+      for (size_t i = 0; i < a.experts.size(); ++i) {
+        if (a.on_gpu[i]) {
+          t.gpu += a.experts[i].gpu;
+          t.loaded_share += 1.0 / static_cast<double>(a.experts.size());
+        }
+      }
+      t.gpu += gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens) * factor;
+    }
+    // Backward also sends the loaded weights' gradients back over the other PCIe direction.
+    const Seconds offload_grads = kind == aptmoe::Pass::kBackward ? t.load : Seconds(0);
+    t.total = std::max({t.load, t.gpu, t.cpu, offload_grads});
+    return t;
+  };
+
+  // Stage times (forward + backward for all micro-batches), and their parts.
+  std::vector<Seconds> stage_time(static_cast<size_t>(stages));
+  Seconds gpu_sum, load_sum, cpu_sum;
+  double share_sum = 0;
+  int64_t moe_layers = 0;
+  const int64_t base = m.num_layers / stages, extra = m.num_layers % stages;
+  int64_t layer = 0;
+  Bytes largest_stage_weights;
+  for (int64_t s = 0; s < stages; ++s) {
+    const int64_t count = base + (s < extra ? 1 : 0);
+    double loaded_params = 0;
+    for (int64_t i = 0; i < count; ++i, ++layer) {
+      for (aptmoe::Pass kind : {aptmoe::Pass::kForward, aptmoe::Pass::kBackward}) {
+        const PassTimes t = pass(layer, kind);
+        stage_time[s] += t.total;
+        gpu_sum += t.gpu;
+        // What the GPU waited for beyond its own work, by cause.
+        const Seconds waited = t.total - t.gpu;
+        if (waited.value() > 0) (t.cpu > t.load ? cpu_sum : load_sum) += waited;
+        if (kind == aptmoe::Pass::kForward && m.moe_layer[layer]) {
+          share_sum += t.loaded_share;
+          ++moe_layers;
+        }
+        if (kind == aptmoe::Pass::kForward) {
+          const LayerParams& lp = ctx.params.layers[layer];
+          loaded_params += lp.total() - lp.routed_experts + lp.routed_experts * t.loaded_share;
+        }
+      }
+    }
+    largest_stage_weights =
+        std::max(largest_stage_weights, Bytes(loaded_params * weight_bytes * 2.0));  // + grads
+    if (s == stages - 1) {
+      const double head = 2.0 * static_cast<double>(m.hidden_size * m.vocab_size) * tokens;
+      stage_time[s] += gpu_time(head) * 3.0;
+      gpu_sum += gpu_time(head) * 3.0;
+    }
+  }
+  // Each GPU runs its stages back to back; the pipeline adds (G - 1)/m of fill and drain.
+  std::vector<Seconds> per_gpu(static_cast<size_t>(gpus));
+  for (int64_t s = 0; s < stages; ++s) per_gpu[s % gpus] += stage_time[s];
+  const Seconds busiest = *std::max_element(per_gpu.begin(), per_gpu.end());
+  const double fill = static_cast<double>(gpus - 1) / static_cast<double>(micro);
+  const double share = 1.0 / static_cast<double>(gpus);
+
+  // Activations: full recompute keeps each layer's input for every micro-batch of the stage,
+  // plus one layer's working set (MemFine eq. 2 with m_g = 1).
+  ParallelConfig p;
+  p.tp = p.cp = p.pp = p.dp = p.ep = p.etp = p.edp = p.vpp = 1;
+  p.mbs = mbs;
+  const memfine::LayerShape shape = moe_layer_shape(m, p, ctx.seq_len, weight_bytes);
+  const Bytes one_layer =
+      memfine::activation(shape, 1.0, balanced_received_tokens(m, ctx.seq_len), 1);
+  const Bytes checkpoints =
+      memfine::recompute_checkpoints(shape, static_cast<double>(micro), base + (extra ? 1 : 0));
+  out.gpu_peak = largest_stage_weights + one_layer + checkpoints;
+
+  const ModelParams& all = ctx.params;
+  const int64_t nodes = (gpus + node.num_gpus - 1) / node.num_gpus;
+  Bytes host_per_node;
+  BytesPerSec host_bandwidth;
+  for (const CpuSocket& s : node.cpus)
+    host_per_node += s.memory, host_bandwidth += s.memory_bandwidth;
+  out.host_capacity = host_per_node;
+  out.host_bytes = Bytes(all.total() * host_per_param / static_cast<double>(nodes));
+  out.fits =
+      out.gpu_peak <= ctx.gpu.hbm_capacity * alpha && out.host_bytes <= host_per_node * alpha;
+  out.experts_on_gpu = moe_layers > 0 ? share_sum / static_cast<double>(moe_layers) : 1.0;
+
+  TimeBreakdown& t = out.time;
+  t.microbatches = micro;
+  t.compute = gpu_sum * share;
+  t.pcie_load = load_sum * share;
+  t.cpu_experts = cpu_sum * share;
+  t.bubble = busiest * fill;
+  // Adam on the CPUs: read and write weights, gradients and two moments in FP32 (~28 B/param).
+  t.optimizer = Bytes(all.total() * 28.0 / static_cast<double>(nodes)) /
+                (host_bandwidth * ctx.eff.memory_bound);
+  t.iteration = busiest * (1.0 + fill) + t.optimizer;
+  return out;
+}
+
+}  // namespace moe

@@ -1,0 +1,40 @@
+// APTMoE (002_a33f16d749db619a) offloaded fine-tuning, as a plan the search can return when no
+// GPU-resident layout fits.
+//
+// Weights and optimizer states live in host memory. The model is cut into `stages` pipeline
+// stages (at least one per GPU; more than the GPUs are mapped round-robin, as Mobius does). A
+// GPU runs a stage for all m micro-batches at once: it loads the stage's attention blocks and
+// gates and, per layer, the experts eq. (1) sends to the GPU (hot ones, from the skew's
+// popularity), while the CPU socket runs the cold experts where their weights are. Per layer
+// and pass the three resources work in parallel, so a layer takes
+//     forward:  max(PCIe load, GPU compute, CPU compute)
+//     backward: max(PCIe load, 2 x GPU compute, 2 x CPU compute, gradient offload)
+// (inter-layer loading hides the next layer's load behind this one's compute). A GPU's stages
+// run back to back and the pipeline adds GPipe's (G - 1)/m fill and drain. The optimizer step
+// runs on the CPUs over all parameters at host memory bandwidth.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "planner/cluster_spec.h"
+#include "planner/plan.h"
+#include "planner/time_model.h"
+
+namespace moe {
+
+struct OffloadEstimate {
+  TimeBreakdown time;
+  Bytes gpu_peak;       // one stage's weights (loaded part) + its activations for m micro-batches
+  Bytes host_bytes;     // all weights and optimizer states, per node
+  Bytes host_capacity;  // host memory per node
+  double experts_on_gpu = 0;  // mean share of experts a layer loads
+  bool fits = false;
+};
+
+// gpus: GPUs used; stages: pipeline stages (>= gpus); micro-batches m = gbs / mbs.
+OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
+                                 int64_t stages, int64_t mbs, int64_t gbs, Precision precision,
+                                 double alpha);
+
+}  // namespace moe
