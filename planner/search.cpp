@@ -441,4 +441,39 @@ std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& clust
   return out;
 }
 
+SearchResult search_gpu_counts(const TimeContext& ctx, const SearchRequest& req,
+                               const std::vector<int64_t>& counts) {
+  SearchResult out;
+  std::optional<ConfigError> last_error;
+  std::vector<Plan> all;
+  for (int64_t n : counts) {
+    SearchRequest one = req;
+    one.num_gpus = n;
+    SearchResult r;
+    try {
+      r = search_plans(ctx, one);
+    } catch (const ConfigError& e) {
+      last_error = e;
+      continue;
+    }
+    out.stats.layouts += r.stats.layouts;
+    out.stats.pruned_by_memory += r.stats.pruned_by_memory;
+    out.stats.evaluated += r.stats.evaluated;
+    out.stats.seconds += r.stats.seconds;
+    if (r.closest && (!out.closest || r.closest->needed < out.closest->needed))
+      out.closest = r.closest;
+    for (Plan& p : r.ranked) all.push_back(std::move(p));
+  }
+  if (all.empty() && !out.closest && last_error) throw *last_error;
+  const int64_t tokens = req.global_batch * ctx.seq_len;
+  std::stable_sort(all.begin(), all.end(), [&](const Plan& a, const Plan& b) {
+    return objective_key(a, Objective::kCost, a.choice.gpus(), tokens) <
+           objective_key(b, Objective::kCost, b.choice.gpus(), tokens);
+  });
+  if (static_cast<int>(all.size()) > req.top_k) all.resize(req.top_k);
+  out.ranked = std::move(all);
+  if (!out.ranked.empty()) out.closest.reset();
+  return out;
+}
+
 }  // namespace moe

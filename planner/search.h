@@ -80,4 +80,9 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
 
 SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req);
 
+// The cost objective over several cluster sizes: searches each GPU count and ranks every plan
+// by GPU-seconds per token. Counts with no valid layout are skipped; ConfigError if none has one.
+SearchResult search_gpu_counts(const TimeContext& ctx, const SearchRequest& req,
+                               const std::vector<int64_t>& counts);
+
 }  // namespace moe

@@ -173,3 +173,27 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Search, CostObjectiveWeighsClusterSizes) {
+  // GPU-seconds per token: with a fixed batch, fewer GPUs waste less to bubbles and
+  // communication, so the cheapest plan uses fewer GPUs than the largest count.
+  const Inputs s("deepseekmoe-16b.json", "megascale-h800-240.json");
+  SearchRequest req = request(240, 256);
+  req.objective = Objective::kCost;
+  const SearchResult r = search_gpu_counts(s.ctx, req, {8, 16, 32, 240});
+  ASSERT_GE(r.ranked.size(), 2u);
+  const int64_t tokens = 256 * 4096;
+  auto cost = [&](const Plan& p) {
+    return p.score.time.iteration.value() * static_cast<double>(p.choice.gpus()) /
+           static_cast<double>(tokens);
+  };
+  for (size_t i = 1; i < r.ranked.size(); ++i) EXPECT_LE(cost(r.ranked[i - 1]), cost(r.ranked[i]));
+  EXPECT_LT(r.ranked.front().choice.gpus(), 240);
+  // Counts with no valid layout are skipped rather than fatal.
+  EXPECT_NO_THROW(search_gpu_counts(s.ctx, req, {11, 8}));
+  EXPECT_THROW(search_gpu_counts(s.ctx, req, {11}), ConfigError);  // 256 % 11, 28 layers
+}
+
+}  // namespace moe

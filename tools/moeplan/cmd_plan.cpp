@@ -46,7 +46,8 @@ void explain_difference(const Plan& a, const Plan& b) {
   const TimeBreakdown& y = b.score.time;
   fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", ms(x.iteration), ms(y.iteration));
   fmt::print("  #1 {}\n  #2 {}\n", a.choice.describe(), b.choice.describe());
-  Table t({"term", "#1", "#2", "difference"});
+  Table t({"#", "GPUs", "layout", "switches", "iteration", "tokens/s", "MFU", "TGS", "peak mem",
+           "headroom"});
   auto row = [&](const char* name, Seconds u, Seconds v) {
     if (std::abs((u - v).value()) < 1e-6 * x.iteration.value()) return;
     t.add({name, ms(u), ms(v), ms(u - v)});
@@ -125,7 +126,16 @@ void run_plan(const PlanOptions& o) {
     };
   }
 
-  SearchResult r = search_plans(ctx, req);
+  // The cost objective without --gpus weighs cluster sizes too: whole nodes in powers of two,
+  // and the whole cluster.
+  std::vector<int64_t> counts = {req.num_gpus};
+  if (req.objective == Objective::kCost && !o.gpus) {
+    counts.clear();
+    for (int64_t n = c.node.num_gpus; n < c.num_gpus(); n *= 2) counts.push_back(n);
+    counts.push_back(c.num_gpus());
+  }
+  SearchResult r =
+      counts.size() == 1 ? search_plans(ctx, req) : search_gpu_counts(ctx, req, counts);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
   bool offloaded = false;
   if (r.ranked.empty()) {
@@ -163,9 +173,10 @@ void run_plan(const PlanOptions& o) {
                 {"plans", plans}});
     return;
   }
-  fmt::print("{} on {} ({} GPUs), global batch {}, seq {}, skew {}, objective {}\n", m.name, c.name,
-             req.num_gpus, o.global_batch, o.seq_len, skew.describe(),
-             objective_name(req.objective));
+  fmt::print(
+      "{} on {} ({} GPUs), global batch {}, seq {}, skew {}, objective {}\n", m.name, c.name,
+      counts.size() == 1 ? fmt::format("{}", req.num_gpus) : fmt::format("up to {}", req.num_gpus),
+      o.global_batch, o.seq_len, skew.describe(), objective_name(req.objective));
   fmt::print(
       "searched {} layouts ({} cut by the memory bound), timed {} candidates in {:.2f} s\n\n",
       r.stats.layouts, r.stats.pruned_by_memory, r.stats.evaluated, r.stats.seconds);
@@ -185,8 +196,9 @@ void run_plan(const PlanOptions& o) {
     const size_t space = full.find(' ');
     if (space != std::string::npos) sw = full.substr(space + 1);
     if (p.choice.offload) sw = "recompute=full, experts split by APTMoE eq. (1)";
-    t.add({std::to_string(i + 1), p.choice.offload ? full : p.choice.parallel.to_string(), sw,
-           ms(p.score.time.iteration), fmt::format("{:.0f}", p.score.tokens_per_second),
+    t.add({std::to_string(i + 1), std::to_string(p.choice.gpus()),
+           p.choice.offload ? full : p.choice.parallel.to_string(), sw, ms(p.score.time.iteration),
+           fmt::format("{:.0f}", p.score.tokens_per_second),
            fmt::format("{:.1f} %", 100 * p.score.mfu), fmt::format("{:.0f}", p.score.tgs),
            as_gb(p.score.peak_bytes.value()), as_gb(p.score.headroom.value())});
   }
