@@ -171,8 +171,10 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     const StageParams params = stage_params(m, all, p, stage, r.attention_replicated);
     s.params_per_gpu = params.dense + params.expert;
     s.expert_params_per_gpu = params.expert;
-    s.m_g = memfine::stored_microbatches(*p.pp, *p.vpp, stage, full);
-    const double schedule_mg = memfine::stored_microbatches(*p.pp, *p.vpp, stage, false);
+    const double schedule_mg = r.gpipe_microbatches
+                                   ? static_cast<double>(*r.gpipe_microbatches)
+                                   : memfine::stored_microbatches(*p.pp, *p.vpp, stage, false);
+    s.m_g = full ? 1.0 : schedule_mg;
     const int64_t layers_per_chunk = (s.num_layers + *p.vpp - 1) / *p.vpp;
 
     if (r.static_override) {

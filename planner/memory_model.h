@@ -52,6 +52,9 @@ struct MemoryRequest {
   double alpha = 1.0;  // eq. (3)
   // Ulysses SP (MegaScale-MoE) keeps whole attention weights on each rank of the TP slot.
   bool attention_replicated = false;
+  // GPipe runs every micro-batch's forward before any backward: each stage holds all of them
+  // (this count) instead of 1F1B's in-flight few.
+  std::optional<int64_t> gpipe_microbatches;
 };
 
 struct StageMemory {

@@ -39,6 +39,7 @@ struct PlanChoice {
   // loaded over PCIe, cold experts run on the CPU (planner/offload.h). pp counts stages, which
   // may exceed the GPUs (Mobius-style cross mapping).
   bool offload = false;
+  bool gpipe = false;        // GPipe instead of 1F1B: same bubble, every micro-batch held
   int64_t offload_gpus = 0;  // GPUs an offload plan runs on
 
   int64_t gpus() const { return offload ? offload_gpus : parallel.world(); }
@@ -47,7 +48,8 @@ struct PlanChoice {
   int64_t seq_len = 4096;
 
   Schedule schedule() const {
-    if (offload) return Schedule::kGPipe;  // APTMoE runs every micro-batch of a stage at once
+    if (offload || gpipe)
+      return Schedule::kGPipe;  // APTMoE runs every micro-batch of a stage at once
 
     return parallel.vpp.value_or(1) > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   }

@@ -61,6 +61,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   }
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
+  if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
   return r;
 }
 
@@ -177,7 +178,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
                                                                  : std::vector<int64_t>{1})) {
             if ((tp * cp * dp) % (etp * ep) != 0) continue;
             for (int64_t vpp : options(f.vpp, vpps)) {
-              if (vpp > 1 && pp == 1) continue;
+              if (vpp > 1 && (pp == 1 || req.gpipe)) continue;
               for (const auto& [first, last] : end_stage_splits(m.num_layers, pp, vpp, f)) {
                 for (int64_t mbs : options(f.mbs, mbss)) {
                   ParallelConfig p;
@@ -246,6 +247,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
       lower.precision = req.precision;
       lower.seq_len = ctx.seq_len;
       lower.zero_stage = req.zero.value_or(3);
+      lower.gpipe = req.gpipe;
       const MemoryReport floor = estimate_memory(
           m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
       if (!floor.fits) {
@@ -303,6 +305,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               c.mact = mact;
               c.precision = req.precision;
               c.seq_len = ctx.seq_len;
+              c.gpipe = req.gpipe;
               // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
               // stage. Higher stages only trade time for memory: try them only when needed.
               MemoryReport mem;

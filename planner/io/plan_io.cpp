@@ -84,6 +84,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
             {"dp_bf16_compression", ch.dp_bf16_compression},
             {"overlap", ch.overlap},
             {"offload", ch.offload},
+            {"gpipe", ch.gpipe},
             {"zero_stage", ch.zero_stage},
             {"precision", precision_name(ch.precision)}}},
           {"predicted",
@@ -174,6 +175,7 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.dp_bf16_compression = s.boolean_or("dp_bf16_compression", false);
   c.overlap = s.boolean_or("overlap", true);
   c.offload = s.boolean_or("offload", false);
+  c.gpipe = s.boolean_or("gpipe", false);
   c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));
   c.precision =
       enum_of<Precision>(s, "precision", {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}});

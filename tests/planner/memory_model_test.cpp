@@ -144,3 +144,21 @@ TEST(MemoryModel, RematerializationKeepsMegaScalesShare) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(MemoryModel, GPipeHoldsEveryMicroBatch) {
+  // 1F1B keeps v p + p - 2 r - 1 chunk-micro-batches on stage r (7 on stage 0 of 4); GPipe all m.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ParallelConfig p = layout("tp=8,pp=4,ep=8,dp=1,mbs=1,gbs=16", m);
+  MemoryRequest q = request(Recompute::kNone);
+  const MemoryReport one_f_one_b = estimate_memory(m, p, q);
+  q.gpipe_microbatches = 16;
+  const MemoryReport gpipe = estimate_memory(m, p, q);
+  EXPECT_DOUBLE_EQ(one_f_one_b.stages[0].m_g, 7.0);
+  EXPECT_DOUBLE_EQ(gpipe.stages[0].m_g, 16.0);
+  EXPECT_NEAR(gpipe.stages[0].activation_bytes / one_f_one_b.stages[0].activation_bytes, 16.0 / 7.0, 1e-12);
+  EXPECT_DOUBLE_EQ(gpipe.stages[3].m_g, 16.0);
+}
+
+}  // namespace moe

@@ -19,7 +19,8 @@ namespace {
 struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
                                                      save;
-  std::string recompute, precision = "bf16", overlap = "search", attention = "search";
+  std::string recompute, precision = "bf16", overlap = "search", attention = "search",
+                         schedule = "1f1b";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2;
@@ -46,8 +47,7 @@ void explain_difference(const Plan& a, const Plan& b) {
   const TimeBreakdown& y = b.score.time;
   fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", ms(x.iteration), ms(y.iteration));
   fmt::print("  #1 {}\n  #2 {}\n", a.choice.describe(), b.choice.describe());
-  Table t({"#", "GPUs", "layout", "switches", "iteration", "tokens/s", "MFU", "TGS", "peak mem",
-           "headroom"});
+  Table t({"term", "#1", "#2", "difference"});
   auto row = [&](const char* name, Seconds u, Seconds v) {
     if (std::abs((u - v).value()) < 1e-6 * x.iteration.value()) return;
     t.add({name, ms(u), ms(v), ms(u - v)});
@@ -107,6 +107,12 @@ void run_plan(const PlanOptions& o) {
   req.alpha = o.alpha;
   req.threads = o.threads;
   req.zero = o.zero;
+  if (o.schedule == "gpipe")
+    req.gpipe = true;
+  else if (o.schedule != "1f1b")
+    throw InputError(
+        "--schedule", "",
+        fmt::format("'{}' is not one of 1f1b (interleaved when vpp > 1), gpipe", o.schedule));
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (!o.recompute.empty()) {
     req.recompute = recompute_from_name(o.recompute);
@@ -186,8 +192,8 @@ void run_plan(const PlanOptions& o) {
         "loaded\n"
         "over PCIe, cold experts on the CPU (planner/offload.h):\n\n");
   }
-  Table t(
-      {"#", "layout", "switches", "iteration", "tokens/s", "MFU", "TGS", "peak mem", "headroom"});
+  Table t({"#", "GPUs", "layout", "switches", "iteration", "tokens/s", "MFU", "TGS", "peak mem",
+           "headroom"});
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     const Plan& p = r.ranked[i];
     std::string sw = fmt::format("{} attn={}", recompute_name(p.choice.recompute),
@@ -285,6 +291,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
   cmd->add_option("--zero", o->zero, "fix the ZeRO stage 1-3 (default: the lowest that fits)")
       ->check(CLI::Range(1, 3));
+  cmd->add_option("--schedule", o->schedule,
+                  "pipeline schedule: 1f1b (interleaved when vpp > 1) | gpipe");
   cmd->add_option("--overlap", o->overlap, "communication overlap: on | off | search");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
