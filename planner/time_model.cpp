@@ -90,6 +90,16 @@ monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice&
   return prob;
 }
 
+Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
+                  double count) {
+  if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return Seconds(0);
+  const double flops = 2.0 * m * k * n;
+  const Seconds compute = Flops(flops) / (peak * ctx.eff.gemm.at(flops));
+  const Seconds memory =
+      Bytes((m * k + k * n + m * n) * kActivationBytes) / (ctx.links.hbm * ctx.eff.memory_bound);
+  return std::max(compute, memory) * count;
+}
+
 namespace {
 
 // Forward costs of one layer for one micro-batch on one GPU.
@@ -103,14 +113,20 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
   const double h = static_cast<double>(m.hidden_size);
   const double tokens = b * s / static_cast<double>(t * cp);  // this GPU's share
   const FlopsPerSec peak = peak_of(ctx, c.precision);
-  auto gemm = [&](double flops, double per_call) {
-    return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(per_call, 1.0)));
+  // Attention and dense FFN weights: TP splits their output width over t GPUs that all see the
+  // micro-batch; Ulysses SP keeps them whole and splits the tokens.
+  const bool ulysses = c.attention == AttentionMode::kUlysses;
+  const double rows = ulysses ? tokens : b * s / static_cast<double>(cp);
+  const double split = ulysses ? 1.0 : static_cast<double>(t);
+  auto ffn = [&](double width) {
+    // Gate and up projections fused ([h] -> [2w] gated), then the down projection ([w] -> [h]).
+    return gemm_time(ctx, peak, rows, h, (m.gated_ffn ? 2.0 : 1.0) * width / split) +
+           gemm_time(ctx, peak, rows, width / split, h);
   };
 
   Pass out;
-  // Attention: four projections, then the fused core at its own efficiency.
-  const double attn = 2.0 * lp.attention * tokens;
-  out.compute += gemm(attn, attn / 4.0);
+  // Attention: the projections as one GEMM of their total width, then the fused core.
+  out.compute += gemm_time(ctx, peak, rows, h, lp.attention / h / split);
   const double core =
       ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
   out.compute += Flops(core) / (peak * ctx.eff.attention_core);
@@ -121,14 +137,17 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
     const double k = static_cast<double>(m.top_k);
     const double imbalance = ctx.skew.imbalance(m, ep);
     const double chunks = static_cast<double>(std::max<int64_t>(c.fcda_chunks, 1));
-    const double routed = 2.0 * lp.one_routed_expert * k * tokens * imbalance;
+    // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
+    // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
     const double local_experts = static_cast<double>(m.num_routed_experts / ep);
-    const double per_expert_call = routed / local_experts / gated / chunks;
-    out.compute += gemm(routed, per_expert_call);
-    if (lp.shared_experts > 0)
-      out.compute +=
-          gemm(2.0 * lp.shared_experts * tokens, 2.0 * lp.shared_experts * tokens / gated);
-    out.compute += gemm(2.0 * lp.router * tokens, 2.0 * lp.router * tokens);
+    const double per_expert =
+        k * tokens * static_cast<double>(etp) * imbalance / local_experts / chunks;
+    const double g = static_cast<double>(m.expert_ffn_size) / static_cast<double>(etp);
+    const double calls = local_experts * chunks;
+    out.compute += gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls) +
+                   gemm_time(ctx, peak, per_expert, g, h, calls);
+    if (m.shared_ffn_total() > 0) out.compute += ffn(static_cast<double>(m.shared_ffn_total()));
+    out.compute += gemm_time(ctx, peak, tokens, h, static_cast<double>(m.num_routed_experts));
     // Permute + unpermute (8kh) and the expert activation (gated: 6 k g_e).
     bytes_per_token += 8.0 * k * h * imbalance +
                        2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * imbalance;
@@ -174,7 +193,7 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
       out.ep += ctx.links.latency(ep * etp) * (2.0 * (chunks - 1.0));
     }
   } else {
-    out.compute += gemm(2.0 * lp.dense_ffn * tokens, 2.0 * lp.dense_ffn * tokens / gated);
+    out.compute += ffn(static_cast<double>(m.dense_ffn_size));
     bytes_per_token += 2.0 * gated * static_cast<double>(m.dense_ffn_size);
   }
   out.compute +=
@@ -288,11 +307,10 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   add(st, kinds.dense, static_cast<double>(count - moe));
   if (stage == *p.pp - 1) {
     // Output head (vocab-parallel over TP) and its loss.
-    const double tokens =
-        static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
-    const double head =
-        2.0 * static_cast<double>(m.hidden_size) * static_cast<double>(m.vocab_size) * tokens;
-    const Seconds t = Flops(head) / (peak_of(ctx, c.precision) * ctx.eff.gemm.at(head));
+    const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
+    const Seconds t =
+        gemm_time(ctx, peak_of(ctx, c.precision), rows, static_cast<double>(m.hidden_size),
+                  static_cast<double>(m.vocab_size) / static_cast<double>(*p.tp));
     st.forward += t;
     st.backward += t * 2.0;
     st.compute += t * 3.0;

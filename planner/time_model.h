@@ -68,6 +68,13 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
 // MoNTA's AllToAll problem for a plan whose experts are tensor-parallel (etp > 1).
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);
 
+// Roofline of `count` GEMMs [M x K] x [K x N] in BF16: the compute time at the GEMM curve's
+// efficiency for their FLOPs, or the time to move A, B and C once through HBM, whichever is
+// longer. Tensor parallelism that cuts a narrow FFN into slivers (small N, or small K for the
+// down projection) lands on the memory side, which is why MegaScale-MoE keeps experts whole.
+Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
+                  double count = 1);
+
 // Ring all-gather or reduce-scatter of `total` bytes (the gathered size) over n ranks whose
 // group spans `span` consecutive ranks.
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
