@@ -150,6 +150,10 @@ void require(bool ok, const std::string& message) {
 
 void check(const ParallelConfig& p, const ModelSpec& m) {
   require(p.complete(), "parallel layout is incomplete: " + p.to_string());
+  for (const Field& f : kFields) {
+    const auto& v = p.*(f.member);
+    require(!v || *v > 0, fmt::format("{}={}: sizes must be positive", f.key, v.value_or(0)));
+  }
   const int64_t tp = *p.tp, pp = *p.pp, ep = *p.ep, etp = *p.etp, vpp = *p.vpp;
   const AttentionSpec& a = m.attention;
   require(a.num_heads % tp == 0,

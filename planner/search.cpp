@@ -169,7 +169,8 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
     for (int64_t cp : options(f.cp, cps)) {
       if (world % (tp * cp) != 0) continue;
       for (int64_t pp : options(f.pp, divisors(world / (tp * cp)))) {
-        if (pp > m.num_layers) continue;
+        // A fixed pp need not divide what is left of the GPUs.
+        if (pp > m.num_layers || (world / (tp * cp)) % pp != 0) continue;
         const int64_t dp = world / (tp * cp * pp);
         if (f.dp && *f.dp != dp) continue;
         for (int64_t ep : options(f.ep, eps)) {

@@ -292,3 +292,42 @@ TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
                             "topologies/h100-sxm-8.json --global-batch 64 --skew G=7"),
                         "--skew");
 }
+
+TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
+  const std::string plan = ::testing::TempDir() + "moeplan_sim_plan.json";
+  const std::string trace = ::testing::TempDir() + "moeplan_sim_trace.json";
+  const std::string pair =
+      "--model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json";
+  ASSERT_EQ(
+      run("plan " + pair + " --gpus 64 --global-batch 256 --parallel pp=4,vpp=1 --save " + plan)
+          .code,
+      0);
+  const Result r = run("simulate " + pair + " --plan " + plan + " --trace " + trace + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  // No contention in this plan: the simulator and the closed form agree within 10 %.
+  EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.10);
+  FILE* f = std::fopen(trace.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+  std::fclose(f);
+  const auto t = nlohmann::json::parse(text);
+  ASSERT_TRUE(t["traceEvents"].is_array());
+  size_t complete = 0;
+  for (const auto& e : t["traceEvents"]) {
+    for (const char* key : {"ph", "name", "pid", "tid"}) EXPECT_TRUE(e.contains(key)) << e.dump();
+    if (e["ph"] == "X") {
+      ++complete;
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+      EXPECT_GE(e["ts"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_GE(complete, 2u * 4 * 64);  // a forward and a backward per stage and micro-batch
+  std::remove(plan.c_str());
+  std::remove(trace.c_str());
+  expect_one_line_error(run("simulate " + pair + " --plan /nonexistent/plan.json"),
+                        "cannot open file");
+}

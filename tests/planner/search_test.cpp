@@ -197,3 +197,15 @@ TEST(Search, CostObjectiveWeighsClusterSizes) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Search, AFixedPipelineThatDoesNotDivideTheGpusIsSkipped) {
+  // 64 GPUs with tp x cp = 32 leave 2 per pipeline: pp = 4 cannot be placed. This once divided
+  // by a zero data-parallel size; now it is no valid layout.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  EXPECT_THROW(search_plans(s.ctx, request(64, 256, "tp=8,cp=4,pp=4")), ConfigError);
+  EXPECT_FALSE(search_plans(s.ctx, request(64, 256, "pp=4")).ranked.empty());
+}
+
+}  // namespace moe

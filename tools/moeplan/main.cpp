@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "moeplan 0.1.0");
   moe::cli::add_plan(app);
+  moe::cli::add_simulate(app);
   moe::cli::add_info(app);
   moe::cli::add_topo(app);
   moe::cli::add_memory(app);
