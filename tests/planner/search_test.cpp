@@ -209,3 +209,36 @@ TEST(Search, AFixedPipelineThatDoesNotDivideTheGpusIsSkipped) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Search, AnyFixedLayoutEitherPlansOrSaysWhyNot) {
+  // Random partial layouts: the search returns plans or a ConfigError, never anything else (under
+  // the sanitizers, no division by zero or overflow either).
+  const Inputs s("deepseekmoe-16b.json", "megascale-h800-240.json", 2048);
+  const char* keys[] = {"tp", "pp", "ep", "etp", "cp", "vpp", "mbs", "dp", "pp_first", "pp_last"};
+  uint64_t state = 42;
+  auto next = [&] {
+    return (state = state * 6364136223846793005ULL + 1442695040888963407ULL) >> 33;
+  };
+  int planned = 0, refused = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    std::string fixed;
+    for (const char* key : keys) {
+      if (next() % 3 != 0) continue;
+      fixed +=
+          (fixed.empty() ? "" : ",") + std::string(key) + "=" + std::to_string(1 + next() % 16);
+    }
+    SearchRequest req = request(8 * (1 + next() % 8), 64 * (1 + next() % 4), fixed);
+    try {
+      const SearchResult r = search_plans(s.ctx, req);
+      planned += !r.ranked.empty();
+    } catch (const ConfigError&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(planned, 0);
+  EXPECT_GT(refused, 0);
+}
+
+}  // namespace moe
