@@ -11,53 +11,69 @@ namespace {
 
 struct Op {
   bool forward = true;
+  int64_t chunk = 0;
   int64_t micro = 0;
 };
 
 // The order in which one stage runs its passes.
-std::vector<Op> stage_order(int64_t stage, int64_t stages, int64_t m, bool gpipe) {
+std::vector<Op> stage_order(int64_t stage, int64_t p, int64_t m, int64_t v, bool gpipe) {
   std::vector<Op> ops;
+  const int64_t total = m * v;
+  // Megatron's interleaved order: virtual micro-batch i runs chunk (i / p) % v of micro-batch
+  // (i / (p v)) p + i % p; backward walks the chunks in reverse.
+  auto forward = [&](int64_t i) { return Op{true, (i / p) % v, (i / (p * v)) * p + i % p}; };
+  auto backward = [&](int64_t i) {
+    return Op{false, v - 1 - (i / p) % v, (i / (p * v)) * p + i % p};
+  };
   if (gpipe) {
-    for (int64_t i = 0; i < m; ++i) ops.push_back({true, i});
-    for (int64_t i = 0; i < m; ++i) ops.push_back({false, i});
+    for (int64_t i = 0; i < total; ++i) ops.push_back(forward(i));
+    for (int64_t i = 0; i < total; ++i) ops.push_back(backward(i));
     return ops;
   }
-  const int64_t warmup = std::min(stages - stage - 1, m);
+  const int64_t warmup =
+      std::min(v == 1 ? p - stage - 1 : (p - stage - 1) * 2 + (v - 1) * p, total);
   int64_t f = 0, b = 0;
-  for (; f < warmup; ++f) ops.push_back({true, f});
-  while (f < m) {
-    ops.push_back({true, f++});
-    ops.push_back({false, b++});
+  for (; f < warmup; ++f) ops.push_back(forward(f));
+  while (f < total) {
+    ops.push_back(forward(f++));
+    ops.push_back(backward(b++));
   }
-  while (b < m) ops.push_back({false, b++});
+  while (b < total) ops.push_back(backward(b++));
   return ops;
 }
 
 class Pipeline {
  public:
   explicit Pipeline(const PipelineSpec& spec) : spec_(spec), net_(queue_) {
-    const int64_t p = static_cast<int64_t>(spec.stages.size());
-    const int64_t m = spec.microbatches;
-    if (p == 0 || m <= 0) throw std::invalid_argument("pipeline needs stages and micro-batches");
-    for (int64_t s = 0; s < p; ++s) order_.push_back(stage_order(s, p, m, spec.gpipe));
-    next_.assign(p, 0);
-    running_.assign(p, false);
-    fwd_arrived_.assign(p, std::vector<char>(m, 0));
-    bwd_arrived_.assign(p, std::vector<char>(m, 0));
-    fwd_done_.assign(p, std::vector<char>(m, 0));
-    result_.busy.assign(p, SimTime{});
-    for (int64_t i = 0; i < m; ++i) fwd_arrived_[0][i] = 1;  // the data loader feeds stage 0
-    // One link per boundary and direction.
-    for (int64_t s = 0; s + 1 < p; ++s) {
+    p_ = static_cast<int64_t>(spec.stages.size());
+    v_ = spec.chunks;
+    m_ = spec.microbatches;
+    if (p_ == 0 || m_ <= 0 || v_ <= 0)
+      throw std::invalid_argument("pipeline needs stages, chunks and micro-batches");
+    if (v_ > 1 && m_ % p_ != 0)
+      throw std::invalid_argument("interleaving needs micro-batches divisible by stages");
+    for (int64_t s = 0; s < p_; ++s) order_.push_back(stage_order(s, p_, m_, v_, spec.gpipe));
+    next_.assign(p_, 0);
+    running_.assign(p_, false);
+    const size_t cells = static_cast<size_t>(p_ * v_ * m_);
+    fwd_arrived_.assign(cells, 0);
+    bwd_arrived_.assign(cells, 0);
+    fwd_done_.assign(cells, 0);
+    result_.busy.assign(p_, SimTime{});
+    for (int64_t i = 0; i < m_; ++i)
+      fwd_arrived_[cell(0, 0, i)] = 1;  // the data loader feeds chunk 0
+    // One link per boundary and direction; the wrap from the last stage to the first carries
+    // chunk-to-chunk traffic when interleaving.
+    for (int64_t s = 0; s < p_; ++s) {
       down_.push_back(net_.add_link(spec.boundary_bandwidth));
       up_.push_back(net_.add_link(spec.boundary_bandwidth));
     }
   }
 
   PipelineResult run() {
-    for (size_t s = 0; s < order_.size(); ++s) try_start(static_cast<int64_t>(s));
+    for (int64_t s = 0; s < p_; ++s) try_start(s);
     result_.events = queue_.run();
-    for (size_t s = 0; s < order_.size(); ++s) {
+    for (int64_t s = 0; s < p_; ++s) {
       if (next_[s] != order_[s].size()) throw std::logic_error("pipeline schedule deadlocked");
     }
     result_.makespan = queue_.now();
@@ -65,10 +81,15 @@ class Pipeline {
   }
 
  private:
+  size_t cell(int64_t s, int64_t c, int64_t i) const {
+    return static_cast<size_t>((s * v_ + c) * m_ + i);
+  }
+  bool last_chunk(int64_t s, int64_t c) const { return s == p_ - 1 && c == v_ - 1; }
+
   bool ready(int64_t s, const Op& op) const {
-    const int64_t last = static_cast<int64_t>(order_.size()) - 1;
-    if (op.forward) return fwd_arrived_[s][op.micro];
-    return s == last ? fwd_done_[s][op.micro] : bwd_arrived_[s][op.micro];
+    if (op.forward) return fwd_arrived_[cell(s, op.chunk, op.micro)];
+    return last_chunk(s, op.chunk) ? fwd_done_[cell(s, op.chunk, op.micro)]
+                                   : bwd_arrived_[cell(s, op.chunk, op.micro)];
   }
 
   void try_start(int64_t s) {
@@ -77,53 +98,59 @@ class Pipeline {
     if (!ready(s, op)) return;
     running_[s] = true;
     const SimTime start = queue_.now();
-    const SimTime length = op.forward ? spec_.stages[s].forward : spec_.stages[s].backward;
+    const SimTime whole = op.forward ? spec_.stages[s].forward : spec_.stages[s].backward;
+    const SimTime length{(whole.ps + v_ - 1) / v_};  // one chunk of the stage's layers
     queue_.after(length, [this, s, op, start] { finish(s, op, start); });
   }
 
   void finish(int64_t s, const Op& op, SimTime start) {
     const SimTime now = queue_.now();
     result_.busy[s] = result_.busy[s] + (now - start);
-    result_.spans.push_back(
-        {s, "compute", fmt::format("{}{}", op.forward ? 'F' : 'B', op.micro), start, now});
+    const std::string label =
+        v_ > 1 ? fmt::format("{}{}.{}", op.forward ? 'F' : 'B', op.micro, op.chunk)
+               : fmt::format("{}{}", op.forward ? 'F' : 'B', op.micro);
+    result_.spans.push_back({s, "compute", label, start, now});
     running_[s] = false;
     ++next_[s];
-    const int64_t last = static_cast<int64_t>(order_.size()) - 1;
     if (op.forward) {
-      fwd_done_[s][op.micro] = 1;
-      if (s < last)
-        send(s, s + 1, down_[s], op, [this, s, op] {
-          fwd_arrived_[s + 1][op.micro] = 1;
-          try_start(s + 1);
+      fwd_done_[cell(s, op.chunk, op.micro)] = 1;
+      if (!last_chunk(s, op.chunk)) {
+        // Next stage, or the first stage's next chunk after the last stage.
+        const int64_t to = s + 1 < p_ ? s + 1 : 0;
+        const int64_t chunk = s + 1 < p_ ? op.chunk : op.chunk + 1;
+        send(s, down_[s], label, [this, to, chunk, op] {
+          fwd_arrived_[cell(to, chunk, op.micro)] = 1;
+          try_start(to);
         });
-    } else if (s > 0) {
-      send(s, s - 1, up_[s - 1], op, [this, s, op] {
-        bwd_arrived_[s - 1][op.micro] = 1;
-        try_start(s - 1);
+      }
+    } else if (s > 0 || op.chunk > 0) {
+      const int64_t to = s > 0 ? s - 1 : p_ - 1;
+      const int64_t chunk = s > 0 ? op.chunk : op.chunk - 1;
+      send(s, up_[s], label, [this, to, chunk, op] {
+        bwd_arrived_[cell(to, chunk, op.micro)] = 1;
+        try_start(to);
       });
     }
     try_start(s);
   }
 
-  void send(int64_t from, int64_t to, int link, const Op& op, std::function<void()> arrived) {
-    (void)to;
+  void send(int64_t from, int link, const std::string& label, std::function<void()> arrived) {
     const SimTime start = queue_.now();
-    net_.send(
-        {link}, spec_.boundary_bytes, spec_.boundary_latency,
-        [this, from, op, start, arrived = std::move(arrived)](SimTime t) {
-          result_.spans.push_back(
-              {from, "send", fmt::format("send {}{}", op.forward ? 'F' : 'B', op.micro), start, t});
-          arrived();
-        });
+    net_.send({link}, spec_.boundary_bytes, spec_.boundary_latency,
+              [this, from, label, start, arrived = std::move(arrived)](SimTime t) {
+                result_.spans.push_back({from, "send", "send " + label, start, t});
+                arrived();
+              });
   }
 
   const PipelineSpec& spec_;
   EventQueue queue_;
   FlowNetwork net_;
+  int64_t p_ = 0, v_ = 1, m_ = 0;
   std::vector<std::vector<Op>> order_;
   std::vector<size_t> next_;
   std::vector<bool> running_;
-  std::vector<std::vector<char>> fwd_arrived_, bwd_arrived_, fwd_done_;
+  std::vector<char> fwd_arrived_, bwd_arrived_, fwd_done_;
   std::vector<int> down_, up_;
   PipelineResult result_;
 };

@@ -3,8 +3,11 @@
 // (backward) cross each stage boundary as flows on that boundary's link.
 //
 // Schedules: 1F1B (stage s runs min(p - s - 1, m) warm-up forwards, then alternates one
-// forward and one backward, then drains) and GPipe (all forwards, then all backwards). With
-// equal stages and free links both take (m + p - 1)(t_f + t_b), which a test checks.
+// forward and one backward, then drains), interleaved 1F1B (each stage holds v model chunks;
+// Megatron's order: (p - s - 1) x 2 + (v - 1) x p warm-up passes, chunks taken p micro-batches
+// at a time) and GPipe (all forwards, then all backwards). With equal stages and free links,
+// 1F1B and GPipe take (m + p - 1)(t_f + t_b) and interleaved (m + (p - 1)/v)(t_f + t_b), which
+// tests check.
 // Leaf durations come from the planner (stage_times); the simulator adds the waiting.
 #pragma once
 
@@ -23,6 +26,7 @@ struct StageWork {
 struct PipelineSpec {
   std::vector<StageWork> stages;
   int64_t microbatches = 1;
+  int64_t chunks = 1;  // v: model chunks per stage (interleaved when > 1; m must divide by p)
   bool gpipe = false;
   Bytes boundary_bytes;            // activation (or gradient) of one micro-batch at a boundary
   BytesPerSec boundary_bandwidth;  // per direction

@@ -71,3 +71,23 @@ TEST(Pipeline, SameInputSameSpans) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(Pipeline, InterleavedShrinksTheBubbleByV) {
+  // (m + (p - 1)/v)(t_f + t_b): p = 4, m = 8, v = 2 -> (8 + 1.5) x 3 ms.
+  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 16, 4}, {2, 4, 2}}) {
+    PipelineSpec spec = equal_stages(p, m, 1.0, 2.0);
+    spec.chunks = v;
+    const PipelineResult r = simulate_pipeline(spec);
+    EXPECT_EQ(r.makespan, ms((m + (p - 1.0) / v) * 3.0)) << "p=" << p << " m=" << m << " v=" << v;
+    size_t compute = 0;
+    for (const Span& sp : r.spans) compute += sp.lane == "compute";
+    EXPECT_EQ(compute, static_cast<size_t>(2 * p * m * v));
+  }
+  PipelineSpec bad = equal_stages(4, 6, 1.0, 2.0);
+  bad.chunks = 2;
+  EXPECT_THROW(simulate_pipeline(bad), std::invalid_argument);  // 6 micro-batches over 4 stages
+}
+
+}  // namespace moe::sim

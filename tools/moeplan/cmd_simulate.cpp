@@ -63,10 +63,6 @@ void run_simulate(const SimulateOptions& o) {
   PlanChoice choice = io::load_plan_choice(o.plan);
   if (choice.offload)
     throw InputError(o.plan, "/switches/offload", "offload plans are not simulated yet");
-  if (*choice.parallel.vpp > 1) {
-    throw InputError(o.plan, "/parallel/vpp",
-                     "interleaved schedules are not simulated yet (vpp must be 1)");
-  }
   try {
     check(choice.parallel, m);
   } catch (const ConfigError& e) {
@@ -92,6 +88,7 @@ void run_simulate(const SimulateOptions& o) {
   }
   spec.microbatches = predicted.microbatches;
   spec.gpipe = choice.gpipe;
+  spec.chunks = *p.vpp;
   const int64_t span = *p.tp * *p.cp * *p.dp * 2;  // neighbouring stages are a stage apart
   spec.boundary_bytes = Bytes(static_cast<double>(*p.mbs * choice.seq_len * m.hidden_size) * 2.0 /
                               static_cast<double>(*p.tp * *p.cp));
