@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds moeplan, and prints a plan-style summary of a default model
-# on a default cluster: DeepSeekMoE-16B on one 8xH100 node, EP = 8 with selective recompute.
-# Override with MODEL=... CLUSTER=... PARALLEL=... RECOMPUTE=...
+# Installs what is missing, builds moeplan, and plans a default model on a default cluster:
+# DeepSeekMoE-16B on one 8xH100 node, global batch 256 of 4,096-token sequences.
+# Override with MODEL=... CLUSTER=... GBS=... SEQ=... (e.g. MODEL=models/mixtral-8x7b.json shows
+# that Mixtral-8x7B fits one node only with APTMoE offload).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -9,12 +10,9 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build --target moeplan
 model=${MODEL:-models/deepseekmoe-16b.json}
 cluster=${CLUSTER:-topologies/h100-sxm-8.json}
-parallel=${PARALLEL:-tp=1,ep=8,dp=8,pp=1,mbs=1}
 moeplan=build/tools/moeplan/moeplan
 echo
-echo "== model ==";   $moeplan info --model "$model"
-echo "== cluster =="; $moeplan topo --cluster "$cluster"
-echo "== memory per GPU, layout $parallel =="
-$moeplan memory --model "$model" --cluster "$cluster" --parallel "$parallel" --recompute "${RECOMPUTE:-selective}"
-echo "== communication (MegaScale-MoE) =="
-$moeplan comm --model "$model" --cluster "$cluster" --parallel "$parallel"
+echo "== model =="
+$moeplan info --model "$model"
+echo "== plan =="
+$moeplan plan --model "$model" --cluster "$cluster" --global-batch "${GBS:-256}" --seq-len "${SEQ:-4096}" --top 5 --explain
