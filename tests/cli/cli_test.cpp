@@ -19,6 +19,18 @@ struct Result {
   std::string err;  // standard error
 };
 
+// A whole file as text ("" when it cannot be opened, which the JSON parse then reports).
+std::string read_file(const std::string& path) {
+  std::string text;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    std::array<char, 4096> buf{};
+    size_t n = 0;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+    std::fclose(f);
+  }
+  return text;
+}
+
 Result run(const std::string& args) {
   // ctest runs tests in parallel: each call gets its own file.
   static int calls = 0;
@@ -34,10 +46,7 @@ Result run(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (FILE* f = fopen(err_file.c_str(), "r")) {
-    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.err.append(buf.data(), n);
-    fclose(f);
-  }
+  r.err = read_file(err_file);
   std::remove(err_file.c_str());
   return r;
 }
@@ -262,14 +271,7 @@ TEST(Cli, PlanSavesAFileThatReadsBack) {
     EXPECT_EQ(p["parallel"]["tp"].get<int>(), 1);
     EXPECT_EQ(p["parallel"]["ep"].get<int>(), 8);
   }
-  FILE* f = std::fopen(path.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string text;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
-  std::fclose(f);
-  const auto saved = nlohmann::json::parse(text);
+  const auto saved = nlohmann::json::parse(read_file(path));
   EXPECT_EQ(saved["format"], "moeplan-plan/1");
   EXPECT_EQ(saved["parallel"], printed["plans"][0]["parallel"]);
   EXPECT_TRUE(saved["megatron_args"].is_array());
@@ -307,14 +309,7 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
   const auto j = nlohmann::json::parse(r.out);
   // No contention in this plan: the simulator and the closed form agree within 10 %.
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.10);
-  FILE* f = std::fopen(trace.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string text;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
-  std::fclose(f);
-  const auto t = nlohmann::json::parse(text);
+  const auto t = nlohmann::json::parse(read_file(trace));
   ASSERT_TRUE(t["traceEvents"].is_array());
   size_t complete = 0;
   for (const auto& e : t["traceEvents"]) {
