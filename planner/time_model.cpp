@@ -1,6 +1,7 @@
 #include "planner/time_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "planner/parallel.h"
 
@@ -94,10 +95,16 @@ Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, 
                   double count) {
   if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return Seconds(0);
   const double flops = 2.0 * m * k * n;
-  const Seconds compute = Flops(flops) / (peak * ctx.eff.gemm.at(flops));
-  const Seconds memory =
-      Bytes((m * k + k * n + m * n) * kActivationBytes) / (ctx.links.hbm * ctx.eff.memory_bound);
-  return std::max(compute, memory) * count;
+  // Efficiency follows the size of each GEMM, grouped or not: a grouped kernel saves launches
+  // but its tiles still see one expert's shape, and small shapes keep fewer SMs busy (MegaScale
+  // Sec. 3.2: TP "reduces GEMM efficiency" by slicing experts). Partial 128 x 128 output tiles
+  // (Hopper/Ampere cuBLAS and CUTLASS kernels) cost like full ones.
+  const double tile = 128.0;
+  const double used = (m * n) / (std::ceil(m / tile) * tile * std::ceil(n / tile) * tile);
+  const Seconds compute = Flops(flops * count) / (peak * ctx.eff.gemm.at(flops) * used);
+  const Seconds memory = Bytes((m * k + k * n + m * n) * kActivationBytes * count) /
+                         (ctx.links.hbm * ctx.eff.memory_bound);
+  return std::max(compute, memory);
 }
 
 namespace {

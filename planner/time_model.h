@@ -69,9 +69,10 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);
 
 // Roofline of `count` GEMMs [M x K] x [K x N] in BF16: the compute time at the GEMM curve's
-// efficiency for their FLOPs, or the time to move A, B and C once through HBM, whichever is
-// longer. Tensor parallelism that cuts a narrow FFN into slivers (small N, or small K for the
-// down projection) lands on the memory side, which is why MegaScale-MoE keeps experts whole.
+// efficiency for one GEMM's FLOPs, discounted by partial 128 x 128 output tiles, or the time to
+// move A, B and C through HBM, whichever is longer. Tensor parallelism that cuts a narrow FFN into
+// slivers (small N, or small K for the down projection) lands on the memory side, which is why
+// MegaScale-MoE keeps experts whole.
 Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
                   double count = 1);
 
