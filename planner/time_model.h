@@ -3,7 +3,7 @@
 // the pipeline bubble of the schedule.
 //
 // Per micro-batch and layer, on one GPU (b = micro-batch, s = sequence, t = TP or SP size,
-// c = CP, k = top-k; BF16 activations):
+// c = CP, k = top-k; BF16 activations). Every GEMM is a roofline of its real shape (gemm_time):
 //   attention projections  2 P_attn b s / (t c)        (TP splits heads; Ulysses splits tokens)
 //   core attention         a (d_qk + d_v) s x b s / (t c), causal, at `attention_core` of peak
 //   routed experts         2 P_expert k b s / (t c) x skew imbalance (the busiest EP rank)
@@ -17,12 +17,14 @@
 //                          are tensor-parallel (etp > 1) and EP crosses nodes
 //   CP                     ring K/V exchange, hidden behind core attention where it can be
 // Backward doubles compute and repeats the communication; full recompute adds a forward,
-// selective adds the memory-bound ops it recomputes. Without `overlap` (Megatron-LM's default)
+// selective adds the memory-bound ops it recomputes, MegaScale's rematerialization (sar) also
+// replays the dispatch half of the communication, overlapped. Without `overlap` (Megatron-LM's default)
 // TP and EP communication sit on the critical path; with it (MegaScale-MoE Sec. 4.1) a layer's
 // communication hides behind its independent compute, leaving max(0, comm - compute) plus
 // kOverlapResidual of comm exposed. 1F1B: (m + p - 1)(t_f + t_b); interleaved: (m + (p-1)/v).
 // DP gradient reduce-scatter and parameter all-gather overlap the last backward / first forward
-// (Megatron --overlap-grad-reduce --overlap-param-gather).
+// (Megatron --overlap-grad-reduce --overlap-param-gather); ZeRO-2 reduce-scatters after every
+// micro-batch and ZeRO-3 also gathers weights before each pass.
 #pragma once
 
 #include <cstdint>
