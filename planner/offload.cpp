@@ -43,8 +43,7 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
       static_cast<double>(micro * mbs * ctx.seq_len);  // all micro-batches of a stage
   const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
   const double host_per_param = precision == Precision::kFp32 ? 20.0 : 18.0;
-  const FlopsPerSec peak =
-      ctx.gpu.peak_for(precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
+  const FlopsPerSec peak = peak_of(ctx, precision);
 
   // Rates one GPU sees: its share of the switch uplink to host memory and of its CPU socket.
   const int used_per_node = static_cast<int>(std::min<int64_t>(gpus, node.num_gpus));

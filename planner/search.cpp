@@ -131,14 +131,14 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
   PlanScore s;
   s.memory = memory;
   s.time = time;
-  const double world = static_cast<double>(c.parallel.world());
+  // GPUs the plan occupies: the layout's world, or the GPUs an offload plan's stages share.
+  const double world = static_cast<double>(c.gpus());
   const double tokens = static_cast<double>(*c.parallel.gbs) * static_cast<double>(ctx.seq_len);
   s.tokens_per_second = tokens / s.time.iteration.value();
-  const FlopsPerSec peak =
-      ctx.gpu.peak_for(c.precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
-  s.mfu = ctx.flops.training().value() * tokens / (s.time.iteration.value() * world * peak.value());
-  s.tgs = memfine::tokens_per_gpu_per_second(*c.parallel.gbs, ctx.seq_len, s.time.iteration,
-                                             c.parallel.world());
+  s.mfu = ctx.flops.training().value() * tokens /
+          (s.time.iteration.value() * world * peak_of(ctx, c.precision).value());
+  s.tgs =
+      memfine::tokens_per_gpu_per_second(*c.parallel.gbs, ctx.seq_len, s.time.iteration, c.gpus());
   s.oom_received_tokens = 1e300;
   for (const StageMemory& st : s.memory.stages) {
     s.peak_bytes = std::max(s.peak_bytes, st.total_bytes);
@@ -417,24 +417,14 @@ std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& clust
       c.parallel.pp = stages;
       c.parallel.mbs = mbs;
       c.parallel.gbs = req.global_batch;
-      PlanScore& s = p.score;
-      s.time = e.time;
+      MemoryReport memory;
       StageMemory st;
       st.total_bytes = st.activation_bytes = e.gpu_peak;
       st.fits = true;
-      s.memory.stages = {st};
-      s.memory.fits = true;
-      s.peak_bytes = e.gpu_peak;
-      s.host_bytes = e.host_bytes;
-      s.headroom = ctx.gpu.hbm_capacity * req.alpha - e.gpu_peak;
-      const double tokens = static_cast<double>(req.global_batch * ctx.seq_len);
-      s.tokens_per_second = tokens / e.time.iteration.value();
-      const FlopsPerSec peak =
-          ctx.gpu.peak_for(req.precision == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
-      s.mfu = ctx.flops.training().value() * tokens /
-              (e.time.iteration.value() * static_cast<double>(gpus) * peak.value());
-      s.tgs =
-          memfine::tokens_per_gpu_per_second(req.global_batch, ctx.seq_len, e.time.iteration, gpus);
+      memory.stages = {st};
+      memory.fits = true;
+      p.score = complete_score(ctx, c, memory, e.time, ctx.gpu.hbm_capacity, req.alpha);
+      p.score.host_bytes = e.host_bytes;
       out.push_back(std::move(p));
     }
   }

@@ -21,11 +21,11 @@ Seconds exposed(Seconds comm, Seconds compute, bool overlap) {
   return comm - hidden + hidden * kOverlapResidual;
 }
 
+}  // namespace
+
 FlopsPerSec peak_of(const TimeContext& ctx, Precision p) {
   return ctx.gpu.peak_for(p == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
 }
-
-}  // namespace
 
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
                               const RoutingSkew& skew, int64_t seq_len) {

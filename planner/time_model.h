@@ -18,9 +18,9 @@
 //   CP                     ring K/V exchange, hidden behind core attention where it can be
 // Backward doubles compute and repeats the communication; full recompute adds a forward,
 // selective adds the memory-bound ops it recomputes, MegaScale's rematerialization (sar) also
-// replays the dispatch half of the communication, overlapped. Without `overlap` (Megatron-LM's default)
-// TP and EP communication sit on the critical path; with it (MegaScale-MoE Sec. 4.1) a layer's
-// communication hides behind its independent compute, leaving max(0, comm - compute) plus
+// replays the dispatch half of the communication, overlapped. Without `overlap` (Megatron-LM's
+// default) TP and EP communication sit on the critical path; with it (MegaScale-MoE Sec. 4.1) a
+// layer's communication hides behind its independent compute, leaving max(0, comm - compute) plus
 // kOverlapResidual of comm exposed. 1F1B: (m + p - 1)(t_f + t_b); interleaved: (m + (p-1)/v).
 // DP gradient reduce-scatter and parameter all-gather overlap the last backward / first forward
 // (Megatron --overlap-grad-reduce --overlap-param-gather); ZeRO-2 reduce-scatters after every
@@ -56,6 +56,9 @@ struct TimeContext {
 
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
                               const RoutingSkew& skew, int64_t seq_len);
+
+// The dense peak a plan's precision computes at (FP32 plans on FP32 units, the rest BF16).
+FlopsPerSec peak_of(const TimeContext& ctx, Precision p);
 
 // Per micro-batch times of one pipeline stage.
 struct StageTimes {
