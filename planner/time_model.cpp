@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/layer_ops.h"
 #include "planner/parallel.h"
 
 namespace moe {
@@ -109,131 +110,26 @@ Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, 
 
 namespace {
 
-// Forward costs of one layer for one micro-batch on one GPU.
+// Forward costs of one layer for one micro-batch on one GPU: its operators summed by kind.
 Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
                    bool moe_layer) {
-  const ModelSpec& m = *ctx.model;
-  const ParallelConfig& p = c.parallel;
-  const int64_t t = *p.tp, cp = *p.cp, ep = *p.ep, etp = *p.etp;
-  const double b = static_cast<double>(*p.mbs);
-  const double s = static_cast<double>(ctx.seq_len);
-  const double h = static_cast<double>(m.hidden_size);
-  const double tokens = b * s / static_cast<double>(t * cp);  // this GPU's share
-  const FlopsPerSec peak = peak_of(ctx, c.precision);
-  // Attention and dense FFN weights: TP splits their output width over t GPUs that all see the
-  // micro-batch; Ulysses SP keeps them whole and splits the tokens.
-  const bool ulysses = c.attention == AttentionMode::kUlysses;
-  const double rows = ulysses ? tokens : b * s / static_cast<double>(cp);
-  const double split = ulysses ? 1.0 : static_cast<double>(t);
-  auto ffn = [&](double width) {
-    // Gate and up projections fused ([h] -> [2w] gated), then the down projection ([w] -> [h]).
-    return gemm_time(ctx, peak, rows, h, (m.gated_ffn ? 2.0 : 1.0) * width / split) +
-           gemm_time(ctx, peak, rows, width / split, h);
-  };
-
   Pass out;
-  // Attention: the projections as one GEMM of their total width, then the fused core.
-  out.compute += gemm_time(ctx, peak, rows, h, lp.attention / h / split);
-  const double core =
-      ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
-  out.compute += Flops(core) / (peak * ctx.eff.attention_core);
-  // Memory-bound bytes per token: two norms (8h), two residual adds (12h), FFN activations.
-  double bytes_per_token = 20.0 * h;
-  const double gated = m.gated_ffn ? 3.0 : 2.0;
-  if (moe_layer) {
-    const double k = static_cast<double>(m.top_k);
-    const double imbalance = ctx.skew.imbalance(m, ep);
-    const double chunks = static_cast<double>(std::max<int64_t>(c.fcda_chunks, 1));
-    // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
-    // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
-    const double local_experts = static_cast<double>(m.num_routed_experts / ep);
-    const double per_expert =
-        k * tokens * static_cast<double>(etp) * imbalance / local_experts / chunks;
-    const double g = static_cast<double>(m.expert_ffn_size) / static_cast<double>(etp);
-    const double calls = local_experts * chunks;
-    out.compute += gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls) +
-                   gemm_time(ctx, peak, per_expert, g, h, calls);
-    if (m.shared_ffn_total() > 0) out.compute += ffn(static_cast<double>(m.shared_ffn_total()));
-    out.compute += gemm_time(ctx, peak, tokens, h, static_cast<double>(m.num_routed_experts));
-    // Permute + unpermute (8kh) and the expert activation (gated: 6 k g_e).
-    bytes_per_token += 8.0 * k * h * imbalance +
-                       2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * imbalance;
-    if (m.shared_ffn_total() > 0)
-      bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
-
-    // Dispatch and combine.
-    if (ep == 1 && etp > 1) {
-      // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
-      // outputs (MegaScale eq. 4).
-      const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
-      out.ep += ring_time(ctx, sequence, etp, etp) * 2.0;
-    } else if (ep > 1) {
-      const Bytes per_rank(tokens * k * h * kActivationBytes * imbalance);
-      if (etp > 1) {
-        // MoNTA: expert TP inside the node; the chosen AllToAll strategy for dispatch, again for
-        // combine.
-        const monta::Problem prob = expert_alltoall_problem(ctx, c);
-        Seconds one;
-        switch (c.alltoall) {
-          case monta::Strategy::kBaseline:
-            one = monta::baseline_time(prob);
-            break;
-          case monta::Strategy::kO1:
-            one = monta::o1_time(prob);
-            break;
-          case monta::Strategy::kO2:
-            one = monta::at_chunks(prob, monta::Pipelining::kO2, c.alltoall_chunks).time;
-            break;
-          case monta::Strategy::kO3:
-            one = monta::at_chunks(prob, monta::Pipelining::kO3, c.alltoall_chunks).time;
-            break;
-        }
-        out.ep += one * 2.0;
-      } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
-        // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
-        const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes);
-        out.ep += ring_time(ctx, total, ep, ep * etp) * 2.0;
-      } else {
-        out.ep += alltoall_time(ctx, per_rank, ep, etp) * 2.0;
-      }
-      // FCDA: every further chunk pays the collective latency again, dispatch and combine.
-      out.ep += ctx.links.latency(ep * etp) * (2.0 * (chunks - 1.0));
+  const double load = moe_layer ? ctx.skew.imbalance(*ctx.model, *c.parallel.ep) : 1.0;
+  for (const LayerOp& op : layer_forward_ops(ctx, c, lp, moe_layer, load, c.fcda_chunks)) {
+    switch (op.kind) {
+      case OpKind::kCompute:
+        out.compute += op.time;
+        break;
+      case OpKind::kTp:
+        out.tp += op.time;
+        break;
+      case OpKind::kEp:
+        out.ep += op.time;
+        break;
+      case OpKind::kCp:
+        out.cp += op.time;
+        break;
     }
-  } else {
-    out.compute += ffn(static_cast<double>(m.dense_ffn_size));
-    bytes_per_token += 2.0 * gated * static_cast<double>(m.dense_ffn_size);
-  }
-  out.compute +=
-      Bytes(bytes_per_token * kActivationBytes * tokens) / (ctx.links.hbm * ctx.eff.memory_bound);
-
-  // Tensor or sequence parallelism of attention (and of dense / shared FFNs under TP).
-  if (t > 1) {
-    const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
-    if (c.attention == AttentionMode::kTensor) {
-      const bool ffn_tp = !moe_layer || lp.shared_experts > 0;
-      out.tp += ring_time(ctx, sequence, t, t) * (ffn_tp ? 4.0 : 2.0);
-    } else {
-      const double ratio = static_cast<double>(m.attention.num_heads) /
-                           static_cast<double>(m.attention.num_kv_heads);
-      const double nn = static_cast<double>(t);
-      // Eq. (2) is what each rank sends; the all-to-all carries it as (n-1)/n of its buffer.
-      const Bytes sent(
-          megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
-          static_cast<double>(cp) * kActivationBytes);
-      out.tp += alltoall_time(ctx, sent * (nn / (nn - 1)), t, 1);
-    }
-  }
-  // Context parallelism: K and V of the local chunk travel around the ring.
-  if (cp > 1) {
-    const AttentionSpec& a = m.attention;
-    const double kv_width =
-        static_cast<double>(a.num_kv_heads * (a.qk_head_dim() + a.value_head_dim())) /
-        static_cast<double>(t);
-    const Bytes ring(b * s / static_cast<double>(cp) * kv_width * kActivationBytes *
-                     static_cast<double>(cp - 1));
-    const Seconds send = ring / ctx.links.bandwidth(t * cp) +
-                         ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
-    out.cp += std::max(Seconds(0), send - Flops(core) / (peak * ctx.eff.attention_core));
   }
   return out;
 }
@@ -314,10 +210,7 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   add(st, kinds.dense, static_cast<double>(count - moe));
   if (stage == *p.pp - 1) {
     // Output head (vocab-parallel over TP) and its loss.
-    const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
-    const Seconds t =
-        gemm_time(ctx, peak_of(ctx, c.precision), rows, static_cast<double>(m.hidden_size),
-                  static_cast<double>(m.vocab_size) / static_cast<double>(*p.tp));
+    const Seconds t = output_head_time(ctx, c);
     st.forward += t;
     st.backward += t * 2.0;
     st.compute += t * 3.0;

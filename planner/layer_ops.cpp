@@ -1,0 +1,181 @@
+#include "planner/layer_ops.h"
+
+#include <algorithm>
+
+namespace moe {
+
+namespace {
+constexpr double kActivationBytes = 2.0;  // BF16 activations on the wire and in HBM
+}
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kCompute:
+      return "compute";
+    case OpKind::kTp:
+      return "tp";
+    case OpKind::kEp:
+      return "ep";
+    case OpKind::kCp:
+      return "cp";
+  }
+  return "?";
+}
+
+Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  const double tokens =
+      static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
+  const double core = ctx.flops.forward_attention.value() /
+                      static_cast<double>(ctx.model->num_layers) * tokens;
+  return Flops(core) / (peak_of(ctx, c.precision) * ctx.eff.attention_core);
+}
+
+Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
+  return gemm_time(ctx, peak_of(ctx, c.precision), rows,
+                   static_cast<double>(ctx.model->hidden_size),
+                   static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
+}
+
+std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice& c,
+                                       const LayerParams& lp, bool moe_layer, double expert_load,
+                                       int64_t chunk_count) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  const int64_t t = *p.tp, cp = *p.cp, ep = *p.ep, etp = *p.etp;
+  const double b = static_cast<double>(*p.mbs);
+  const double s = static_cast<double>(ctx.seq_len);
+  const double h = static_cast<double>(m.hidden_size);
+  const double tokens = b * s / static_cast<double>(t * cp);  // this GPU's share
+  const FlopsPerSec peak = peak_of(ctx, c.precision);
+  // Attention and dense FFN weights: TP splits their output width over t GPUs that all see the
+  // micro-batch; Ulysses SP keeps them whole and splits the tokens.
+  const bool ulysses = c.attention == AttentionMode::kUlysses;
+  const double rows = ulysses ? tokens : b * s / static_cast<double>(cp);
+  const double split = ulysses ? 1.0 : static_cast<double>(t);
+  auto ffn = [&](double width) {
+    // Gate and up projections fused ([h] -> [2w] gated), then the down projection ([w] -> [h]).
+    return gemm_time(ctx, peak, rows, h, (m.gated_ffn ? 2.0 : 1.0) * width / split) +
+           gemm_time(ctx, peak, rows, width / split, h);
+  };
+  const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
+  // Megatron's TP with sequence parallelism: all-gather before and reduce-scatter after a block.
+  auto tp_pair = [&] { return ring_time(ctx, sequence, t, t) * 2.0; };
+
+  std::vector<LayerOp> ops;
+  auto add = [&](const char* name, OpKind kind, Seconds time) {
+    if (time.value() > 0) ops.push_back({name, kind, time});
+  };
+
+  // Attention: the projections as one GEMM of their total width, then the fused core.
+  add("attention projections", OpKind::kCompute, gemm_time(ctx, peak, rows, h, lp.attention / h / split));
+  const Seconds core = core_attention_time(ctx, c);
+  add("core attention", OpKind::kCompute, core);
+  // Context parallelism: K and V of the local chunk travel around the ring, hidden behind core
+  // attention where it can be; what is left shows.
+  if (cp > 1) {
+    const AttentionSpec& a = m.attention;
+    const double kv_width =
+        static_cast<double>(a.num_kv_heads * (a.qk_head_dim() + a.value_head_dim())) /
+        static_cast<double>(t);
+    const Bytes ring(b * s / static_cast<double>(cp) * kv_width * kActivationBytes *
+                     static_cast<double>(cp - 1));
+    const Seconds send = ring / ctx.links.bandwidth(t * cp) +
+                         ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
+    add("context-parallel K/V ring", OpKind::kCp, std::max(Seconds(0), send - core));
+  }
+  if (t > 1) {
+    if (!ulysses) {
+      add("attention TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
+    } else {
+      const double ratio = static_cast<double>(m.attention.num_heads) /
+                           static_cast<double>(m.attention.num_kv_heads);
+      const double nn = static_cast<double>(t);
+      // Eq. (2) is what each rank sends; the all-to-all carries it as (n-1)/n of its buffer.
+      const Bytes sent(megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t,
+                                                      ratio) /
+                       static_cast<double>(cp) * kActivationBytes);
+      add("Ulysses SP all-to-all", OpKind::kTp, alltoall_time(ctx, sent * (nn / (nn - 1)), t, 1));
+    }
+  }
+
+  // Memory-bound bytes per token: two norms (8h), two residual adds (12h), FFN activations.
+  double bytes_per_token = 20.0 * h;
+  const double gated = m.gated_ffn ? 3.0 : 2.0;
+  if (moe_layer) {
+    const double k = static_cast<double>(m.top_k);
+    const double chunks = static_cast<double>(std::max<int64_t>(chunk_count, 1));
+    add("router", OpKind::kCompute,
+        gemm_time(ctx, peak, tokens, h, static_cast<double>(m.num_routed_experts)));
+    // Dispatch and combine, each half of the pair.
+    Seconds pair;
+    if (ep == 1 && etp > 1) {
+      // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
+      // outputs (MegaScale eq. 4).
+      pair = ring_time(ctx, sequence, etp, etp) * 2.0;
+    } else if (ep > 1) {
+      const Bytes per_rank(tokens * k * h * kActivationBytes * expert_load);
+      if (etp > 1) {
+        // MoNTA: expert TP inside the node; the chosen AllToAll strategy for dispatch, again for
+        // combine.
+        monta::Problem prob = expert_alltoall_problem(ctx, c);
+        prob.volume = prob.volume * (expert_load / ctx.skew.imbalance(m, ep));
+        Seconds one;
+        switch (c.alltoall) {
+          case monta::Strategy::kBaseline:
+            one = monta::baseline_time(prob);
+            break;
+          case monta::Strategy::kO1:
+            one = monta::o1_time(prob);
+            break;
+          case monta::Strategy::kO2:
+            one = monta::at_chunks(prob, monta::Pipelining::kO2, c.alltoall_chunks).time;
+            break;
+          case monta::Strategy::kO3:
+            one = monta::at_chunks(prob, monta::Pipelining::kO3, c.alltoall_chunks).time;
+            break;
+        }
+        pair = one * 2.0;
+      } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
+        // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
+        const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes);
+        pair = ring_time(ctx, total, ep, ep * etp) * 2.0;
+      } else {
+        pair = alltoall_time(ctx, per_rank, ep, etp) * 2.0;
+      }
+      // FCDA: every further chunk pays the collective latency again, dispatch and combine.
+      pair += ctx.links.latency(ep * etp) * (2.0 * (chunks - 1.0));
+    }
+    add("dispatch", OpKind::kEp, pair * 0.5);
+    // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
+    // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
+    const double local_experts = static_cast<double>(m.num_routed_experts / ep);
+    const double per_expert =
+        k * tokens * static_cast<double>(etp) * expert_load / local_experts / chunks;
+    const double g = static_cast<double>(m.expert_ffn_size) / static_cast<double>(etp);
+    const double calls = local_experts * chunks;
+    add("routed experts", OpKind::kCompute,
+        gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls) +
+            gemm_time(ctx, peak, per_expert, g, h, calls));
+    add("combine", OpKind::kEp, pair * 0.5);
+    if (m.shared_ffn_total() > 0) {
+      add("shared experts", OpKind::kCompute, ffn(static_cast<double>(m.shared_ffn_total())));
+      bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
+      if (t > 1 && !ulysses) add("shared FFN TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
+    }
+    // Permute + unpermute (8kh) and the expert activation (gated: 6 k g_e).
+    bytes_per_token += 8.0 * k * h * expert_load +
+                       2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * expert_load;
+  } else {
+    add("dense FFN", OpKind::kCompute, ffn(static_cast<double>(m.dense_ffn_size)));
+    bytes_per_token += 2.0 * gated * static_cast<double>(m.dense_ffn_size);
+    if (t > 1 && !ulysses) add("FFN TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
+  }
+  add("norms, residuals, activations", OpKind::kCompute,
+      Bytes(bytes_per_token * kActivationBytes * tokens) / (ctx.links.hbm * ctx.eff.memory_bound));
+  return ops;
+}
+
+}  // namespace moe

@@ -1,0 +1,40 @@
+// One layer's forward pass as a list of operators with their costs, in the order a GPU runs them.
+//
+// This is the contract DESIGN.md asks for: the planner sums these (time_model.cpp), and the
+// simulator runs each as an event on a GPU's compute stream or as a flow on the links its group
+// crosses, so without contention the two agree. Backward is derived by the consumer (twice the
+// compute, the same communication again).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/model_stats.h"
+#include "planner/plan.h"
+#include "planner/time_model.h"
+
+namespace moe {
+
+enum class OpKind { kCompute, kTp, kEp, kCp };
+const char* op_kind_name(OpKind k);  // "compute", "tp", "ep", "cp"
+
+struct LayerOp {
+  const char* name = "";  // a static string: "attention projections", "dispatch", ...
+  OpKind kind = OpKind::kCompute;
+  Seconds time;
+};
+
+// Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP
+// rank's received tokens over its balanced share (the skew's imbalance in the planner, the
+// sampled routing in the simulator); `chunks` the FCDA chunk count.
+std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice& c,
+                                       const LayerParams& lp, bool moe_layer, double expert_load,
+                                       int64_t chunks);
+
+// Core attention time of one layer's forward (what ring attention's K/V exchange hides behind).
+Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c);
+
+// The output head (vocab-parallel over TP) of the last stage, forward, one micro-batch.
+Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c);
+
+}  // namespace moe
