@@ -150,6 +150,13 @@ Bytes sharded_static(double params, int64_t shards, int zero,
 
 }  // namespace
 
+Bytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& p,
+                             const memfine::LayerShape& shape, bool moe_layer,
+                             double received_tokens, int64_t chunks, Recompute recompute) {
+  return layer_activation(shape, moe_layer, m, received_tokens, chunks, recompute,
+                          remat_ratio(m, p, moe_layer));
+}
+
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r) {
   return estimate_memory(m, count_params(m), p, r);
 }

@@ -90,6 +90,13 @@ memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p,
 double balanced_received_tokens(const ModelSpec& m, int64_t seq_len);
 double worst_received_tokens(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len);
 
+// One layer's activation for one micro-batch as eq. (2) / Table 2 count it under the recompute
+// mode, with `received_tokens` (s'') in `chunks` FCDA chunks (MegaScale's rematerialization keeps
+// its App. A.2 share). Dense layers ignore s'' and chunks.
+Bytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& p,
+                             const memfine::LayerShape& shape, bool moe_layer,
+                             double received_tokens, int64_t chunks, Recompute recompute);
+
 // The layout must be resolved and checked.
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r);
 // The same with the parameter counts computed once by the caller (the planner's hot path).

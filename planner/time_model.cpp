@@ -224,11 +224,46 @@ StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stag
   return stage_from(ctx, c, layer_kinds(ctx, c), stage);
 }
 
-TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
+Bytes boundary_bytes(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  return Bytes(static_cast<double>(*p.mbs * ctx.seq_len) *
+               static_cast<double>(ctx.model->hidden_size) * kActivationBytes /
+               static_cast<double>(*p.tp * *p.cp));
+}
+
+DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
-  const int64_t pp = *p.pp, t = *p.tp, cp = *p.cp, dp = *p.dp, ep = *p.ep, etp = *p.etp,
-                edp = *p.edp;
+  const int64_t t = *p.tp, cp = *p.cp, dp = *p.dp, ep = *p.ep, etp = *p.etp, edp = *p.edp;
+  // Gradient reduce-scatter and parameter all-gather of the stage's weights.
+  double dense = 0, expert = 0;
+  const int64_t first = first_layer_of_stage(m, p, stage);
+  for (int64_t i = first; i < first + layers_in_stage(m, p, stage); ++i) {
+    const LayerParams& l = ctx.params.layers[i];
+    dense += l.norms + l.router +
+             (l.attention + l.shared_experts + l.dense_ffn) / static_cast<double>(t);
+    expert += l.routed_experts / static_cast<double>(ep * etp);
+  }
+  const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
+  const double param_bytes = c.precision == Precision::kFp32 ? 4.0 : 2.0;
+  DpSync out;
+  out.reduce_scatter = ring_time(ctx, Bytes(dense * grad_bytes), dp, t * cp * dp) +
+                       ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);
+  out.all_gather = ring_time(ctx, Bytes(dense * param_bytes), dp, t * cp * dp) +
+                   ring_time(ctx, Bytes(expert * param_bytes), edp, etp * ep * edp);
+  out.crosses_nodes = ctx.links.crosses_nodes(t * cp * dp) || ctx.links.crosses_nodes(etp * ep * edp);
+  // Adam reads and writes master weights, momentum and variance (24 B) and the weight (4 B) of
+  // the local shard.
+  const bool sharded = c.zero_stage >= 1;
+  const double local = dense / (sharded ? static_cast<double>(dp) : 1.0) +
+                       expert / (sharded ? static_cast<double>(edp) : 1.0);
+  out.optimizer = Bytes(local * 28.0) / (ctx.links.hbm * ctx.eff.memory_bound);
+  return out;
+}
+
+TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  const int64_t pp = *p.pp, t = *p.tp, cp = *p.cp, dp = *p.dp;
   TimeBreakdown out;
   out.microbatches = *p.gbs / (*p.mbs * dp);
   const double mb = static_cast<double>(out.microbatches);
@@ -257,21 +292,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.cp_comm = share(slowest.cp) * mb;
   out.bubble = per_mb * (static_cast<double>(pp - 1) / static_cast<double>(*p.vpp));
 
-  // Gradient reduce-scatter and parameter all-gather of the slowest stage's weights.
-  double dense = 0, expert = 0;
-  const int64_t first = first_layer_of_stage(m, p, slowest_stage);
-  for (int64_t i = first; i < first + layers_in_stage(m, p, slowest_stage); ++i) {
-    const LayerParams& l = ctx.params.layers[i];
-    dense += l.norms + l.router +
-             (l.attention + l.shared_experts + l.dense_ffn) / static_cast<double>(t);
-    expert += l.routed_experts / static_cast<double>(ep * etp);
-  }
-  const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
-  const double param_bytes = c.precision == Precision::kFp32 ? 4.0 : 2.0;
-  const Seconds rs = ring_time(ctx, Bytes(dense * grad_bytes), dp, t * cp * dp) +
-                     ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);
-  const Seconds ag = ring_time(ctx, Bytes(dense * param_bytes), dp, t * cp * dp) +
-                     ring_time(ctx, Bytes(expert * param_bytes), edp, etp * ep * edp);
+  const DpSync sync = dp_sync_times(ctx, c, slowest_stage);
+  const Seconds rs = sync.reduce_scatter, ag = sync.all_gather;
   // ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
   // iteration, hidden behind the last backward / first forward. ZeRO-2 keeps no full gradient
   // buffer, so gradients are reduce-scattered after every micro-batch; ZeRO-3 also gathers the
@@ -289,18 +311,12 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     }
   }
 
-  // Adam reads and writes master weights, momentum and variance (24 B) and the weight (4 B) of
-  // the local shard.
-  const double shard = c.zero_stage >= 1 ? 1.0 : 0.0;
-  const double local = dense / (shard > 0 ? static_cast<double>(dp) : 1.0) +
-                       expert / (shard > 0 ? static_cast<double>(edp) : 1.0);
-  out.optimizer = Bytes(local * 28.0) / (ctx.links.hbm * ctx.eff.memory_bound);
+  out.optimizer = sync.optimizer;
 
   if (pp > 1) {
-    const Bytes act(static_cast<double>(*p.mbs * ctx.seq_len) * static_cast<double>(m.hidden_size) *
-                    kActivationBytes / static_cast<double>(t * cp));
     const int64_t stage_span = t * cp * dp * 2;  // neighbouring stages are a whole stage apart
-    out.pp_comm = (act / ctx.links.bandwidth(stage_span) + ctx.links.latency(stage_span)) *
+    out.pp_comm = (boundary_bytes(ctx, c) / ctx.links.bandwidth(stage_span) +
+                   ctx.links.latency(stage_span)) *
                   (2.0 * static_cast<double>(pp - 1));
   }
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;

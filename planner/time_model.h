@@ -67,6 +67,17 @@ struct StageTimes {
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
 
+// Data-parallel synchronisation of one stage's weights and its optimizer step, per iteration:
+// gradient reduce-scatter and parameter all-gather over DP (dense) and expert-DP (experts).
+struct DpSync {
+  Seconds reduce_scatter, all_gather, optimizer;
+  bool crosses_nodes = false;
+};
+DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
+
+// Activation (forward) or gradient (backward) of one micro-batch crossing a stage boundary.
+Bytes boundary_bytes(const TimeContext& ctx, const PlanChoice& c);
+
 // The whole iteration; the choice's parallel layout must be complete with gbs set.
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
 
