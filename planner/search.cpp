@@ -39,31 +39,6 @@ std::vector<int64_t> options(const std::optional<int64_t>& fixed, std::vector<in
   return choices;
 }
 
-MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
-                             double alpha, std::optional<Bytes> static_override) {
-  const ModelSpec& m = *ctx.model;
-  MemoryRequest r;
-  r.seq_len = ctx.seq_len;
-  r.recompute = c.recompute;
-  r.zero_stage = c.zero_stage;
-  r.gpu_capacity = capacity;
-  r.alpha = alpha;
-  r.attention_replicated = c.attention == AttentionMode::kUlysses;
-  r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
-  if (c.precision == Precision::kFp32) {
-    // FP32 training: FP32 weights and gradients and three FP32 optimizer buffers, 20 bytes per
-    // parameter, as APTMoE Table I's memory column implies (111 GB for 4.5 B parameters with
-    // activations; 707 GB for 35.4 B).
-    r.static_bytes.param = 4;
-    r.static_bytes.grad = 4;
-    r.static_bytes.optimizer_states = 3;
-    r.bytes_per_element = 4;
-  }
-  if (!c.mact) r.chunks = 1;
-  r.static_override = static_override;
-  if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
-  return r;
-}
 
 struct Ranked {
   double key = 0;
@@ -114,6 +89,32 @@ std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp,
 }
 
 }  // namespace
+
+MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
+                             double alpha, std::optional<Bytes> static_override) {
+  const ModelSpec& m = *ctx.model;
+  MemoryRequest r;
+  r.seq_len = ctx.seq_len;
+  r.recompute = c.recompute;
+  r.zero_stage = c.zero_stage;
+  r.gpu_capacity = capacity;
+  r.alpha = alpha;
+  r.attention_replicated = c.attention == AttentionMode::kUlysses;
+  r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
+  if (c.precision == Precision::kFp32) {
+    // FP32 training: FP32 weights and gradients and three FP32 optimizer buffers, 20 bytes per
+    // parameter, as APTMoE Table I's memory column implies (111 GB for 4.5 B parameters with
+    // activations; 707 GB for 35.4 B).
+    r.static_bytes.param = 4;
+    r.static_bytes.grad = 4;
+    r.static_bytes.optimizer_states = 3;
+    r.bytes_per_element = 4;
+  }
+  if (!c.mact) r.chunks = 1;
+  r.static_override = static_override;
+  if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
+  return r;
+}
 
 PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
                      std::optional<Bytes> static_override) {

@@ -71,6 +71,11 @@ struct SearchResult {
   std::optional<NoFit> closest;  // set when nothing fits
 };
 
+// The memory question a choice asks: its recompute, ZeRO stage, precision, attention mode,
+// schedule and the context's skew, on a GPU of `capacity`.
+MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
+                             double alpha, std::optional<Bytes> static_override = {});
+
 // Scores one fully specified choice (memory, time, MFU, TGS, headroom).
 PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
                      std::optional<Bytes> static_override = {});

@@ -29,9 +29,20 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
   f.links = std::move(links);
   f.bytes = f.remaining = bytes.value();
   f.done = std::move(done);
-  flows_.push_back(std::move(f));
   sent_ += bytes.value();
-  const size_t id = flows_.size() - 1;
+  // Finished flows leave their slot to new ones: a long run keeps only the flows in flight.
+  size_t id = flows_.size();
+  if (free_.empty()) {
+    flows_.push_back(std::move(f));
+  } else {
+    id = free_.back();
+    free_.pop_back();
+    flows_[id] = std::move(f);
+  }
+  if (latency.ps == 0 && !flows_[id].links.empty() && flows_[id].remaining > 0) {
+    activate(id);  // nothing to wait for, and done cannot run from inside send()
+    return;
+  }
   queue_.after(latency, [this, id] { activate(id); });
 }
 
@@ -55,6 +66,7 @@ void FlowNetwork::activate(size_t id) {
     delivered_ += f.bytes;
     f.remaining = 0;
     Done done = std::move(f.done);
+    free_.push_back(id);
     if (done) done(queue_.now());
     return;
   }
@@ -144,6 +156,7 @@ void FlowNetwork::complete_due() {
       f.rate = 0;
       delivered_ += f.bytes;
       finished.push_back(std::move(f.done));
+      free_.push_back(id);
     } else {
       still.push_back(id);
     }

@@ -59,6 +59,7 @@ class FlowNetwork {
   std::vector<double> links_;  // capacity in bytes/s
   std::vector<Flow> flows_;
   std::vector<size_t> active_;  // indices into flows_
+  std::vector<size_t> free_;    // slots of finished flows
   SimTime last_drain_;
   uint64_t generation_ = 0;
   uint64_t solves_ = 0;

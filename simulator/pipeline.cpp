@@ -42,9 +42,12 @@ std::vector<Op> stage_order(int64_t stage, int64_t p, int64_t m, int64_t v, bool
   return ops;
 }
 
-class Pipeline {
+}  // namespace
+
+class PipelineDriver::Impl {
  public:
-  explicit Pipeline(const PipelineSpec& spec) : spec_(spec), net_(queue_) {
+  Impl(const PipelineSpec& spec, EventQueue& queue, FlowNetwork& net, PipelineHooks hooks)
+      : spec_(spec), queue_(queue), net_(net), hooks_(std::move(hooks)) {
     p_ = static_cast<int64_t>(spec.stages.size());
     v_ = spec.chunks;
     m_ = spec.microbatches;
@@ -62,17 +65,22 @@ class Pipeline {
     result_.busy.assign(p_, SimTime{});
     for (int64_t i = 0; i < m_; ++i)
       fwd_arrived_[cell(0, 0, i)] = 1;  // the data loader feeds chunk 0
-    // One link per boundary and direction; the wrap from the last stage to the first carries
-    // chunk-to-chunk traffic when interleaving.
+    // One link per boundary and direction unless the caller gives the stage's own; the wrap from
+    // the last stage to the first carries chunk-to-chunk traffic when interleaving.
     for (int64_t s = 0; s < p_; ++s) {
-      down_.push_back(net_.add_link(spec.boundary_bandwidth));
-      up_.push_back(net_.add_link(spec.boundary_bandwidth));
+      const bool given = static_cast<size_t>(s) < hooks_.down_links.size();
+      down_.push_back(given ? hooks_.down_links[s]
+                            : std::vector<int>{net_.add_link(spec.boundary_bandwidth)});
+      up_.push_back(given ? hooks_.up_links[s]
+                          : std::vector<int>{net_.add_link(spec.boundary_bandwidth)});
     }
   }
 
-  PipelineResult run() {
+  void start() {
     for (int64_t s = 0; s < p_; ++s) try_start(s);
-    result_.events = queue_.run();
+  }
+
+  PipelineResult finish() {
     for (int64_t s = 0; s < p_; ++s) {
       if (next_[s] != order_[s].size()) throw std::logic_error("pipeline schedule deadlocked");
     }
@@ -98,12 +106,17 @@ class Pipeline {
     if (!ready(s, op)) return;
     running_[s] = true;
     const SimTime start = queue_.now();
+    if (hooks_.run) {
+      hooks_.run(PassId{s, op.chunk, op.micro, op.forward},
+                 [this, s, op, start] { finish_pass(s, op, start); });
+      return;
+    }
     const SimTime whole = op.forward ? spec_.stages[s].forward : spec_.stages[s].backward;
     const SimTime length{(whole.ps + v_ - 1) / v_};  // one chunk of the stage's layers
-    queue_.after(length, [this, s, op, start] { finish(s, op, start); });
+    queue_.after(length, [this, s, op, start] { finish_pass(s, op, start); });
   }
 
-  void finish(int64_t s, const Op& op, SimTime start) {
+  void finish_pass(int64_t s, const Op& op, SimTime start) {
     const SimTime now = queue_.now();
     result_.busy[s] = result_.busy[s] + (now - start);
     const std::string label =
@@ -131,12 +144,14 @@ class Pipeline {
         try_start(to);
       });
     }
+    if (next_[s] == order_[s].size() && hooks_.on_stage_done) hooks_.on_stage_done(s);
     try_start(s);
   }
 
-  void send(int64_t from, int link, const std::string& label, std::function<void()> arrived) {
+  void send(int64_t from, const std::vector<int>& links, const std::string& label,
+            std::function<void()> arrived) {
     const SimTime start = queue_.now();
-    net_.send({link}, spec_.boundary_bytes, spec_.boundary_latency,
+    net_.send(links, spec_.boundary_bytes, spec_.boundary_latency,
               [this, from, label, start, arrived = std::move(arrived)](SimTime t) {
                 result_.spans.push_back({from, "send", "send " + label, start, t});
                 arrived();
@@ -144,21 +159,34 @@ class Pipeline {
   }
 
   const PipelineSpec& spec_;
-  EventQueue queue_;
-  FlowNetwork net_;
+  EventQueue& queue_;
+  FlowNetwork& net_;
+  PipelineHooks hooks_;
   int64_t p_ = 0, v_ = 1, m_ = 0;
   std::vector<std::vector<Op>> order_;
   std::vector<size_t> next_;
   std::vector<bool> running_;
   std::vector<char> fwd_arrived_, bwd_arrived_, fwd_done_;
-  std::vector<int> down_, up_;
+  std::vector<std::vector<int>> down_, up_;
   PipelineResult result_;
 };
 
-}  // namespace
+PipelineDriver::PipelineDriver(const PipelineSpec& spec, EventQueue& queue, FlowNetwork& net,
+                               PipelineHooks hooks)
+    : impl_(std::make_unique<Impl>(spec, queue, net, std::move(hooks))) {}
+PipelineDriver::~PipelineDriver() = default;
+void PipelineDriver::start() { impl_->start(); }
+PipelineResult PipelineDriver::finish() { return impl_->finish(); }
 
 PipelineResult simulate_pipeline(const PipelineSpec& spec) {
-  return Pipeline(spec).run();
+  EventQueue queue;
+  FlowNetwork net(queue);
+  PipelineDriver driver(spec, queue, net, {});
+  driver.start();
+  const uint64_t events = queue.run();
+  PipelineResult r = driver.finish();
+  r.events = events;
+  return r;
 }
 
 }  // namespace moe::sim

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,5 +51,37 @@ struct PipelineResult {
 };
 
 PipelineResult simulate_pipeline(const PipelineSpec& spec);
+
+// One pass of the schedule: forward or backward of micro-batch `micro` on model chunk `chunk`.
+struct PassId {
+  int64_t stage = 0;
+  int64_t chunk = 0;
+  int64_t micro = 0;
+  bool forward = true;
+};
+
+// The schedule on a caller's queue and network, for simulations whose passes are more than a
+// duration: `run` starts a pass and calls `done` when it ends (the pipeline runs one pass per
+// stage at a time, in schedule order). Boundary transfers go over `down_links[s]` /
+// `up_links[s]` when given (so they share the stage's NIC with other traffic), else over links
+// of their own. `on_stage_done` fires when a stage has run its last pass.
+struct PipelineHooks {
+  std::function<void(const PassId&, std::function<void()> done)> run;
+  std::function<void(int64_t stage)> on_stage_done;
+  std::vector<std::vector<int>> down_links, up_links;
+};
+class PipelineDriver {
+ public:
+  PipelineDriver(const PipelineSpec& spec, EventQueue& queue, FlowNetwork& net,
+                 PipelineHooks hooks);
+  ~PipelineDriver();
+  void start();
+  // Valid once the queue has run dry; throws std::logic_error if the schedule deadlocked.
+  PipelineResult finish();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace moe::sim

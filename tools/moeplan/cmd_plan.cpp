@@ -10,6 +10,7 @@
 #include "planner/io/plan_io.h"
 #include "planner/search.h"
 #include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -71,21 +72,7 @@ void run_plan(const PlanOptions& o) {
   const ClusterSpec c = io::load_cluster(o.cluster);
   std::map<std::string, EfficiencyCurve> curves;
   if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
-  // A spec, or a popularity file of observed per-expert counts.
-  RoutingSkew skew;
-  if (o.skew.find(".json") != std::string::npos) {
-    skew.kind = RoutingSkew::Kind::kPopularity;
-    skew.proportions = io::load_popularity(o.skew);
-    for (size_t l = 0; l < skew.proportions.size(); ++l) {
-      if (static_cast<int64_t>(skew.proportions[l].size()) != m.num_routed_experts) {
-        throw InputError(o.skew, fmt::format("/layers/{}", l),
-                         fmt::format("has {} experts, model has {}", skew.proportions[l].size(),
-                                     m.num_routed_experts));
-      }
-    }
-  } else {
-    skew = parse_skew(o.skew, m);
-  }
+  const RoutingSkew skew = skew_for(o.skew, m);
   const TimeContext ctx = make_time_context(m, c, efficiencies(curves), skew, o.seq_len);
 
   SearchRequest req;

@@ -1,15 +1,18 @@
-// moeplan simulate: run a saved plan's training iteration through the discrete-event simulator
-// and put the result beside the planner's prediction.
+// moeplan simulate: run a saved plan's training iterations operator by operator through the
+// discrete-event simulator and put the result beside the planner's prediction.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <map>
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
 #include "planner/time_model.h"
-#include "simulator/pipeline.h"
+#include "simulator/training_sim.h"
+#include "tools/moeplan/chrome_trace.h"
 #include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -18,49 +21,20 @@ namespace {
 
 struct SimulateOptions {
   std::string model, cluster, plan, calibration, skew = "balanced", trace;
+  int64_t iterations = 1;
+  uint64_t seed = 1;
+  std::optional<double> static_override_gb;
   bool json = false;
 };
 
-// Chrome trace-event JSON: a process per pipeline stage, a thread per lane, times in us.
-nlohmann::json chrome_trace(const sim::PipelineResult& r, const Seconds tail_start,
-                            const Seconds tail) {
-  nlohmann::json events = nlohmann::json::array();
-  std::map<std::string, int> lanes = {{"compute", 0}, {"send", 1}, {"dp+optimizer", 2}};
-  for (size_t s = 0; s < r.busy.size(); ++s) {
-    events.push_back({{"ph", "M"},
-                      {"name", "process_name"},
-                      {"pid", s},
-                      {"tid", 0},
-                      {"args", {{"name", fmt::format("pipeline stage {}", s)}}}});
-    for (const auto& [lane, tid] : lanes) {
-      events.push_back({{"ph", "M"},
-                        {"name", "thread_name"},
-                        {"pid", s},
-                        {"tid", tid},
-                        {"args", {{"name", lane}}}});
-    }
-    events.push_back({{"ph", "X"},
-                      {"name", "dp sync + optimizer"},
-                      {"pid", s},
-                      {"tid", 2},
-                      {"ts", tail_start.value() * 1e6},
-                      {"dur", tail.value() * 1e6}});
-  }
-  for (const sim::Span& sp : r.spans) {
-    events.push_back({{"ph", "X"},
-                      {"name", sp.name},
-                      {"pid", sp.stage},
-                      {"tid", lanes.at(sp.lane)},
-                      {"ts", sim::to_seconds(sp.start).value() * 1e6},
-                      {"dur", sim::to_seconds(sp.end - sp.start).value() * 1e6}});
-  }
-  return {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+std::string percent(Seconds part, Seconds whole) {
+  return fmt::format("{:.1f} %", 100.0 * part.value() / whole.value());
 }
 
 void run_simulate(const SimulateOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
-  PlanChoice choice = io::load_plan_choice(o.plan);
+  const PlanChoice choice = io::load_plan_choice(o.plan);
   if (choice.offload)
     throw InputError(o.plan, "/switches/offload", "offload plans are not simulated yet");
   try {
@@ -73,69 +47,139 @@ void run_simulate(const SimulateOptions& o) {
                      fmt::format("the plan needs {} GPUs; cluster {} has {}",
                                  choice.parallel.world(), c.name, c.num_gpus()));
   }
+  if (o.iterations < 1)
+    throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
   std::map<std::string, EfficiencyCurve> curves;
   if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
-  const TimeContext ctx =
-      make_time_context(m, c, efficiencies(curves), parse_skew(o.skew, m), choice.seq_len);
+  const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
+  const TimeContext ctx = make_time_context(m, c, efficiencies(curves),
+                                            skew_for(routing.skew, m), choice.seq_len);
   const TimeBreakdown predicted = estimate_time(ctx, choice);
 
-  // Leaf durations from the planner; the simulator resolves the schedule and the transfers.
-  const ParallelConfig& p = choice.parallel;
-  sim::PipelineSpec spec;
-  for (int64_t s = 0; s < *p.pp; ++s) {
-    const StageTimes st = stage_times(ctx, choice, s);
-    spec.stages.push_back({sim::to_sim_time(st.forward), sim::to_sim_time(st.backward)});
-  }
-  spec.microbatches = predicted.microbatches;
-  spec.gpipe = choice.gpipe;
-  spec.chunks = *p.vpp;
-  const int64_t span = *p.tp * *p.cp * *p.dp * 2;  // neighbouring stages are a stage apart
-  spec.boundary_bytes = Bytes(static_cast<double>(*p.mbs * choice.seq_len * m.hidden_size) * 2.0 /
-                              static_cast<double>(*p.tp * *p.cp));
-  spec.boundary_bandwidth = ctx.links.bandwidth(span);
-  spec.boundary_latency = sim::to_sim_time(ctx.links.latency(span));
-  const sim::PipelineResult r = sim::simulate_pipeline(spec);
-  // Gradient sync and the optimizer step follow the pipeline, as the planner has them.
-  const Seconds pipeline = sim::to_seconds(r.makespan);
-  const Seconds tail = predicted.dp_comm + predicted.optimizer;
-  const Seconds iteration = pipeline + tail;
+  sim::TrainingOptions opt;
+  opt.iterations = o.iterations;
+  opt.seed = o.seed;
+  opt.dynamics = routing.dynamics;
+  if (o.static_override_gb) opt.static_override = gigabytes(*o.static_override_gb);
+  opt.record_trace = !o.trace.empty();
+  const auto wall_start = std::chrono::steady_clock::now();
+  const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const Seconds iteration = r.mean_iteration;
+  const Seconds total = iteration * static_cast<double>(o.iterations);
   const double error = iteration / predicted.iteration - 1.0;
-  if (!o.trace.empty())
-    io::write_file_atomically(o.trace, chrome_trace(r, pipeline, tail).dump() + "\n");
+  const double tokens = static_cast<double>(*choice.parallel.gbs * choice.seq_len);
+  if (!o.trace.empty()) io::write_file_atomically(o.trace, chrome_trace(r).dump() + "\n");
+  const sim::RoutingGenerator generator(m, ctx.skew, routing.dynamics, o.seed);
 
   if (o.json) {
-    nlohmann::json busy = nlohmann::json::array();
-    for (sim::SimTime b : r.busy) busy.push_back(sim::to_seconds(b).value() / iteration.value());
+    nlohmann::json stages = nlohmann::json::array();
+    for (const sim::StageReport& s : r.stages) {
+      nlohmann::json waited;
+      for (int k = 1; k < sim::kStreams; ++k)
+        waited[sim::stream_name(k)] = s.waited[k].value() / total.value();
+      stages.push_back({{"compute_busy_fraction", s.compute_busy.value() / total.value()},
+                        {"waited_on_communication_fraction", waited},
+                        {"pipeline_wait_fraction", s.pipeline_wait.value() / total.value()},
+                        {"nvlink_busy_fraction", s.nvlink_busy.value() / total.value()},
+                        {"nic_busy_fraction", s.nic_busy.value() / total.value()},
+                        {"static_bytes", s.static_bytes.value()},
+                        {"peak_bytes", s.peak_bytes.value()}});
+    }
+    nlohmann::json ooms = nlohmann::json::array();
+    for (const sim::OomEvent& e : r.ooms) {
+      ooms.push_back({{"iteration", e.iteration},
+                      {"stage", e.stage},
+                      {"layer", e.layer},
+                      {"microbatch", e.microbatch},
+                      {"op", e.op},
+                      {"chunk", e.chunk},
+                      {"chunks", e.chunks},
+                      {"needed_bytes", e.needed.value()},
+                      {"capacity_bytes", e.capacity.value()}});
+    }
+    nlohmann::json iterations = nlohmann::json::array();
+    for (Seconds t : r.iteration_times) iterations.push_back(t.value());
     print_json({{"model", m.name},
                 {"plan", choice.describe()},
+                {"routing", generator.describe()},
+                {"seed", o.seed},
+                {"iteration_s", iterations},
                 {"simulated_iteration_s", iteration.value()},
                 {"predicted_iteration_s", predicted.iteration.value()},
                 {"relative_difference", error},
-                {"pipeline_s", pipeline.value()},
-                {"tokens_per_s", static_cast<double>(*p.gbs * choice.seq_len) / iteration.value()},
-                {"stage_busy_fraction", busy},
-                {"events", r.events}});
+                {"tokens_per_s", r.tokens_per_second},
+                {"mfu", r.mfu},
+                {"tgs", r.tgs},
+                {"stages", stages},
+                {"oom_count", r.oom_count},
+                {"oom_events", ooms},
+                {"fcda_chunk_histogram", r.chunk_histogram},
+                {"events", r.events},
+                {"tasks", r.tasks},
+                {"wall_s", wall}});
     return;
   }
-  fmt::print("{} on {}: {}\n\n", m.name, c.name, choice.describe());
-  Table t({"", "iteration", "tokens/s"});
-  t.add({"planner (closed form)", fmt::format("{:.1f} ms", predicted.iteration.value() * 1e3),
-         fmt::format("{:.0f}",
-                     static_cast<double>(*p.gbs * choice.seq_len) / predicted.iteration.value())});
-  t.add({"simulator", fmt::format("{:.1f} ms", iteration.value() * 1e3),
-         fmt::format("{:.0f}", static_cast<double>(*p.gbs * choice.seq_len) / iteration.value())});
+  fmt::print("{} on {}: {}\n", m.name, c.name, choice.describe());
+  fmt::print("routing {}; {} iteration(s), seed {}\n\n", generator.describe(), o.iterations,
+             o.seed);
+  Table t({"", "iteration", "tokens/s", "MFU", "TGS"});
+  const PlanScore planned = [&] {
+    PlanScore s;
+    s.tokens_per_second = tokens / predicted.iteration.value();
+    s.mfu = r.mfu * (iteration / predicted.iteration);
+    s.tgs = r.tgs * (iteration / predicted.iteration);
+    return s;
+  }();
+  t.add({"planner (closed form)", as_ms(predicted.iteration.value()),
+         fmt::format("{:.0f}", planned.tokens_per_second), fmt::format("{:.1f} %", 100 * planned.mfu),
+         fmt::format("{:.0f}", planned.tgs)});
+  t.add({fmt::format("simulator (mean of {})", o.iterations), as_ms(iteration.value()),
+         fmt::format("{:.0f}", r.tokens_per_second), fmt::format("{:.1f} %", 100 * r.mfu),
+         fmt::format("{:.0f}", r.tgs)});
   fmt::print("{}", t.render());
-  fmt::print("difference {:+.2f} % ({} micro-batches, {} events)\n\n", 100 * error,
-             spec.microbatches, r.events);
-  Table bt({"stage", "busy", "of iteration"});
-  for (size_t s = 0; s < r.busy.size(); ++s) {
-    const double busy = sim::to_seconds(r.busy[s]).value();
-    bt.add({std::to_string(s), fmt::format("{:.1f} ms", busy * 1e3),
-            fmt::format("{:.1f} %", 100 * busy / iteration.value())});
+  fmt::print("difference {:+.2f} %\n", 100 * error);
+  if (o.iterations > 1) {
+    std::string list;
+    for (Seconds s : r.iteration_times) list += " " + as_ms(s.value());
+    fmt::print("iterations:{}\n", list);
   }
-  fmt::print("{}", bt.render());
+  fmt::print("\nper stage, share of the simulated time (waited: compute idle inside a pass)\n");
+  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP",
+            "pipeline wait", "NVLink", "NIC", "peak memory"});
+  for (size_t s = 0; s < r.stages.size(); ++s) {
+    const sim::StageReport& x = r.stages[s];
+    st.add({std::to_string(s), percent(x.compute_busy, total),
+            percent(x.waited[sim::kTpStream], total), percent(x.waited[sim::kEpStream], total),
+            percent(x.waited[sim::kCpStream], total), percent(x.waited[sim::kDpStream], total),
+            percent(x.pipeline_wait, total), percent(x.nvlink_busy, total),
+            percent(x.nic_busy, total),
+            fmt::format("{} / {}", as_gb(x.peak_bytes.value()),
+                        as_gb(c.node.gpu.hbm_capacity.value()))});
+  }
+  fmt::print("{}", st.render());
+  std::string hist;
+  for (size_t k = 1; k < r.chunk_histogram.size(); ++k) {
+    if (r.chunk_histogram[k] > 0) hist += fmt::format(" c={}: {}", k, r.chunk_histogram[k]);
+  }
+  if (!hist.empty()) fmt::print("FCDA chunks per MoE layer and iteration:{}\n", hist);
+  if (r.oom_count > 0) {
+    fmt::print("\nOUT OF MEMORY: {} allocation(s) past the GPU's {}; the first:\n", r.oom_count,
+               as_gb(r.ooms.front().capacity.value()));
+    for (size_t i = 0; i < r.ooms.size() && i < 8; ++i) {
+      const sim::OomEvent& e = r.ooms[i];
+      fmt::print("  iteration {}, stage {}, layer {}, micro-batch {}, {} (chunk {} of {}): {}\n",
+                 e.iteration, e.stage, e.layer, e.microbatch, e.op, e.chunk, e.chunks,
+                 as_gb(e.needed.value()));
+    }
+  } else {
+    fmt::print("no out-of-memory event\n");
+  }
+  fmt::print("\n{} events, {} tasks in {:.2f} s ({:.0f} events/s)\n", r.events, r.tasks, wall,
+             static_cast<double>(r.events) / std::max(wall, 1e-9));
   if (!o.trace.empty())
-    fmt::print("\ntrace written to {} (open in Perfetto or chrome://tracing)\n", o.trace);
+    fmt::print("trace written to {} (open in Perfetto or chrome://tracing)\n", o.trace);
 }
 
 }  // namespace
@@ -144,12 +188,19 @@ void add_simulate(CLI::App& app) {
   auto o = std::make_shared<SimulateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "simulate",
-      "Simulate a saved plan's iteration (pipeline schedule, transfers) beside the prediction");
+      "Simulate a saved plan's iterations operator by operator beside the prediction");
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_option("--plan", o->plan, "plan file from `moeplan plan --save`")->required();
   cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
-  cmd->add_option("--skew", o->skew, "routing skew: balanced | capacity=F | G=x | worst");
+  cmd->add_option("--iterations", o->iterations, "training iterations to simulate (default 1)");
+  cmd->add_option("--seed", o->seed, "seed of the routing noise (default 1)");
+  cmd->add_option("--skew", o->skew,
+                  "routing: balanced | capacity=F | G=x | worst | popularity file (.json), "
+                  "optionally with ,drift=T (skew grows with depth, settles over T iterations) "
+                  "and ,jitter=x (per-iteration noise)");
+  cmd->add_option("--static-override", o->static_override_gb,
+                  "measured static memory per GPU in GB (MemFine Table 4)");
   cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_simulate(*o); });

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "planner/errors.h"
+#include "planner/io/loaders.h"
 
 namespace moe::cli {
 
@@ -24,6 +25,21 @@ void warn_world_size(const ParallelConfig& p, const ClusterSpec& c) {
                "warning: layout {} spans {} GPUs; cluster {} has {} (per-GPU numbers still hold)\n",
                p.to_string(), p.world(), c.name, c.num_gpus());
   }
+}
+
+RoutingSkew skew_for(const std::string& text, const ModelSpec& m) {
+  if (text.find(".json") == std::string::npos) return parse_skew(text, m);
+  RoutingSkew skew;
+  skew.kind = RoutingSkew::Kind::kPopularity;
+  skew.proportions = io::load_popularity(text);
+  for (size_t l = 0; l < skew.proportions.size(); ++l) {
+    if (static_cast<int64_t>(skew.proportions[l].size()) != m.num_routed_experts) {
+      throw InputError(text, fmt::format("/layers/{}", l),
+                       fmt::format("has {} experts, model has {}", skew.proportions[l].size(),
+                                   m.num_routed_experts));
+    }
+  }
+  return skew;
 }
 
 Dtype parse_dtype(const std::string& text, const std::string& option) {

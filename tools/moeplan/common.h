@@ -7,6 +7,7 @@
 #include "planner/cluster_spec.h"
 #include "planner/model_spec.h"
 #include "planner/parallel.h"
+#include "planner/routing_skew.h"
 
 namespace moe::cli {
 
@@ -14,6 +15,9 @@ namespace moe::cli {
 ParallelConfig layout_for(const std::string& text, const ModelSpec& m);
 // Prints a warning when a layout spans a different number of GPUs than the cluster has.
 void warn_world_size(const ParallelConfig& p, const ClusterSpec& c);
+// A --skew spec (balanced | capacity=F | G=x | worst) or a popularity file (.json) of observed
+// per-expert counts, checked against the model's expert count.
+RoutingSkew skew_for(const std::string& text, const ModelSpec& m);
 Dtype parse_dtype(const std::string& text, const std::string& option);
 
 }  // namespace moe::cli

@@ -1,0 +1,73 @@
+// One GPU's work as a graph of tasks on streams.
+//
+// A stream runs one task at a time: compute tasks for their duration, communication tasks as a
+// flow over their links (sharing bandwidth with every other flow there). Tasks on different
+// streams run concurrently; a task starts when its dependencies are done and its stream is free.
+// When several tasks of a stream are ready, the earliest in the graph's order goes first: the
+// order a well-scheduled framework issues kernels in (MegaScale-MoE orders its overlapped
+// operators by hand), rather than CUDA's strict per-stream FIFO, which would stall on the first
+// task that waits for communication.
+//
+// Compute on the main stream (stream 0) is what the GPU spends its SMs on; time it sits idle
+// while a graph is unfinished is charged to the stream whose task it was waiting for (exposed
+// communication by kind).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <vector>
+
+#include "simulator/flow_network.h"
+
+namespace moe::sim {
+
+struct Task {
+  const char* name = "";
+  int stream = 0;
+  SimTime duration;        // compute tasks (no links)
+  std::vector<int> links;  // communication tasks: a flow of `bytes` over these
+  Bytes bytes;
+  std::vector<uint32_t> after;  // indices of earlier tasks this one waits for
+  int64_t tag = 0;              // the caller's, passed back to the hooks
+};
+
+struct StreamHooks {
+  std::function<void(const Task&)> on_start;  // before it runs (memory allocation)
+  std::function<void(const Task&, SimTime start, SimTime end)> on_end;
+};
+
+class GpuStreams {
+ public:
+  GpuStreams(EventQueue& queue, FlowNetwork& net, int streams, StreamHooks hooks);
+
+  // Runs a graph (tasks in issue order; `after` must point backwards); `done` runs when every
+  // task has finished. One graph at a time.
+  void run(std::vector<Task> graph, std::function<void()> done);
+
+  // Main-stream idle time inside graphs, by the stream of the task it waited for.
+  const std::vector<SimTime>& waited_on() const { return waited_; }
+  SimTime busy(int stream) const { return busy_[static_cast<size_t>(stream)]; }
+
+ private:
+  void ready(uint32_t task);
+  void dispatch(int stream);
+  void finished(uint32_t task, SimTime start);
+
+  EventQueue& queue_;
+  FlowNetwork& net_;
+  StreamHooks hooks_;
+  std::vector<Task> graph_;
+  std::vector<std::vector<uint32_t>> dependents_;
+  std::vector<uint32_t> waiting_;
+  std::vector<int> released_by_;  // stream of the dependency that finished last
+  std::vector<std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>>> ready_;
+  std::vector<bool> running_;
+  std::vector<SimTime> busy_, waited_;
+  size_t left_ = 0;
+  bool idle_ = false;
+  SimTime idle_since_;
+  std::function<void()> done_;
+};
+
+}  // namespace moe::sim

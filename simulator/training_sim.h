@@ -1,0 +1,113 @@
+// A training run of a plan, operator by operator: the simulator's main entry.
+//
+// Each pipeline stage is simulated by one representative GPU: the busiest EP rank of every MoE
+// layer (dispatch and combine wait for the slowest rank, so its expert work sets the pace; the
+// symmetric mode of the issue). Its work runs on five streams: compute, TP, EP, CP and DP
+// communication, plus pipeline sends. Every operator of planner/layer_ops.h is a task: compute
+// for the planner's duration; communication as a flow over the stage's NVLink port or NIC
+// (whichever its group crosses) sized so that, alone, it takes the planner's time. So without
+// contention the simulator reproduces the closed form, and where flows meet (expert all-to-all
+// with gradient sync or pipeline sends on one NIC) it slows down by max-min sharing.
+//
+// Overlap (PlanChoice::overlap, MegaScale-MoE Sec. 4.1) splits every layer into kOverlapSlices
+// token slices whose operators pipeline across the compute and communication streams; without
+// it a layer is one chain. Backward runs the ops in reverse at twice the compute; full recompute
+// replays the forward first; selective and MegaScale rematerialization add their share.
+//
+// Memory: static bytes per stage (MemFine eq. 1, or a measured override), then activations as
+// they are allocated: a layer's sequence part at its first operator and its received-token part
+// (one FCDA chunk of s'') at dispatch, freed when the layer's backward ends; under full recompute
+// forward keeps only the layer input and backward re-allocates the layer. s'' comes from the
+// routing generator per layer and iteration, and MACT (eq. 8-9) picks that layer's chunk count
+// from it when the plan uses MACT. An allocation past alpha x capacity is an OOM event with its
+// iteration, stage, layer, micro-batch, operator and chunk.
+//
+// Interleaved stages hold their layers as v contiguous chunks (Megatron assigns them round
+// robin; the stage's layer mix is the same).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/cluster_spec.h"
+#include "planner/plan.h"
+#include "planner/time_model.h"
+#include "simulator/routing_generator.h"
+#include "simulator/sim_time.h"
+
+namespace moe::sim {
+
+// 1 / kOverlapResidual: the planner's exposed remainder of overlapped communication is one
+// slice's worth.
+constexpr int64_t kOverlapSlices = 10;
+
+struct TrainingOptions {
+  int64_t iterations = 1;
+  uint64_t seed = 1;
+  RoutingDynamics dynamics;  // on top of the context's skew
+  std::optional<Bytes> static_override;
+  double alpha = 1.0;
+  std::vector<int64_t> chunk_bins = {1, 2, 4, 8};
+  bool record_trace = false;
+  size_t max_oom_events = 32;
+};
+
+struct OomEvent {
+  int64_t iteration = 0, stage = 0, layer = 0, microbatch = 0;
+  int64_t chunk = 1, chunks = 1;  // the FCDA chunk being allocated, of how many
+  std::string op;
+  Bytes needed, capacity;
+};
+
+enum Stream { kCompute = 0, kTpStream, kEpStream, kCpStream, kDpStream, kStreams };
+const char* stream_name(int stream);
+
+struct StageReport {
+  Seconds compute_busy;        // all iterations
+  Seconds waited[kStreams];    // compute idle inside passes, by the stream it waited for
+  Seconds pipeline_wait;       // idle between passes (bubble and boundary transfers)
+  Seconds nvlink_busy, nic_busy;
+  Bytes static_bytes, peak_bytes;
+};
+
+struct TraceSpan {
+  int64_t stage = 0;
+  std::string lane;
+  std::string name;
+  SimTime start, end;
+};
+struct MemorySample {
+  int64_t stage = 0;
+  SimTime time;
+  Bytes bytes;
+};
+
+struct LinkSample {
+  int64_t stage = 0;
+  bool nic = false;  // else the NVLink port
+  SimTime time;
+  int active = 0;  // communication tasks with a flow on it
+};
+
+struct TrainingReport {
+  std::vector<Seconds> iteration_times;
+  Seconds mean_iteration;
+  double tokens_per_second = 0, mfu = 0, tgs = 0;
+  std::vector<StageReport> stages;
+  std::vector<OomEvent> ooms;  // the first max_oom_events
+  int64_t oom_count = 0;
+  std::vector<int64_t> chunk_histogram;  // MoE layer passes per FCDA chunk count, index = c
+  uint64_t events = 0;
+  uint64_t tasks = 0;
+  std::vector<TraceSpan> spans;  // when record_trace
+  std::vector<MemorySample> memory;
+  std::vector<LinkSample> links;
+};
+
+// The plan must be complete and valid for the model; the cluster must hold its GPUs.
+TrainingReport simulate_training(const TimeContext& ctx, const ClusterSpec& cluster,
+                                 const PlanChoice& plan, const TrainingOptions& options);
+
+}  // namespace moe::sim
