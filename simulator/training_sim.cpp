@@ -160,7 +160,9 @@ class Training {
         L.sequence_part = layer_activation_bytes(m_, p_, shape_, L.moe, 0.0, L.chunks, rc);
         if (!L.moe) L.sequence_part = whole;
         L.token_part = whole - L.sequence_part;
-        L.checkpoint = full ? memfine::recompute_checkpoints(shape_, 1.0, 1) : Bytes(0);
+        // A measured static figure (MemFine Table 4) already holds the checkpoints.
+        L.checkpoint = full && !o_.static_override ? memfine::recompute_checkpoints(shape_, 1.0, 1)
+                                                   : Bytes(0);
         L.token_op = -1;
         for (size_t q = 0; q < L.forward.size() && L.moe; ++q) {
           if (L.forward[q].kind == OpKind::kEp ||
@@ -320,8 +322,13 @@ class Training {
     h.on_end = [this, s](const Task& t, SimTime start, SimTime end) {
       StageState& st = stages_[static_cast<size_t>(s)];
       link_activity(st, t, -1);
-      if (o_.record_trace)
-        report_.spans.push_back({s, stream_name(t.stream), t.name, offset_ + start, offset_ + end});
+      if (o_.record_trace) {
+        if (report_.spans.size() < o_.max_trace_spans) {
+          report_.spans.push_back({s, stream_name(t.stream), t.name, offset_ + start, offset_ + end});
+        } else {
+          report_.trace_truncated = true;
+        }
+      }
       if (t.tag == 0) return;
       const MemAction& a = st.actions[static_cast<size_t>(t.tag - 1)];
       if (a.release.value() <= 0) return;
@@ -430,9 +437,17 @@ class Training {
     // (slices - 1)'s last op.
     auto chain = [&](const std::vector<LayerOp>& ops, double compute_scale, int64_t token_op,
                      int64_t alloc_first, int64_t alloc_token, int64_t release) {
+      // Slices pipeline inside a layer; a layer starts once the one before has ended, so its
+      // memory is released before the next allocates (and each layer pays its own pipeline
+      // fill, as the planner's overlap residual has it).
+      const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
       for (int64_t j = 0; j < slices; ++j) {
         for (size_t q = 0; q < ops.size(); ++q) {
-          const uint32_t i = add_op(g, st, ops[q], share, compute_scale, after_tail(j));
+          std::vector<uint32_t> after =
+              q > 0 ? after_tail(j)
+                    : (barrier < 0 ? std::vector<uint32_t>{}
+                                   : std::vector<uint32_t>{static_cast<uint32_t>(barrier)});
+          const uint32_t i = add_op(g, st, ops[q], share, compute_scale, std::move(after));
           if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
           if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
           if (j == slices - 1 && q + 1 == ops.size() && release) g[i].tag = release;

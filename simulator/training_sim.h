@@ -52,6 +52,9 @@ struct TrainingOptions {
   std::vector<int64_t> chunk_bins = {1, 2, 4, 8};
   bool record_trace = false;
   size_t max_oom_events = 32;
+  // Operator spans kept for the trace; past this only passes, DP and sends are (a trace of
+  // millions of events is more than Perfetto opens comfortably).
+  size_t max_trace_spans = 200000;
 };
 
 struct OomEvent {
@@ -102,6 +105,7 @@ struct TrainingReport {
   uint64_t events = 0;
   uint64_t tasks = 0;
   std::vector<TraceSpan> spans;  // when record_trace
+  bool trace_truncated = false;
   std::vector<MemorySample> memory;
   std::vector<LinkSample> links;
 };

@@ -42,6 +42,7 @@ nlohmann::json chrome_trace(const sim::TrainingReport& r) {
     events.push_back({{"ph", "C"},
                       {"name", "memory"},
                       {"pid", m.stage},
+                      {"tid", 0},
                       {"ts", us(m.time)},
                       {"args", {{"GB", m.bytes.value() / 1e9}}}});
   }
@@ -49,10 +50,17 @@ nlohmann::json chrome_trace(const sim::TrainingReport& r) {
     events.push_back({{"ph", "C"},
                       {"name", l.nic ? "NIC flows" : "NVLink flows"},
                       {"pid", l.stage},
+                      {"tid", 0},
                       {"ts", us(l.time)},
                       {"args", {{"active", l.active}}}});
   }
-  return {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+  nlohmann::json out = {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
+  if (r.trace_truncated) {
+    out["otherData"] = {{"note", fmt::format("operator spans stop after the first {}; passes, DP "
+                                         "collectives, sends and counters cover the whole run",
+                                         r.spans.size())}};
+  }
+  return out;
 }
 
 }  // namespace moe::cli
