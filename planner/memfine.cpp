@@ -25,6 +25,9 @@ Bytes activation_per_received_token(const LayerShape& s) {
 
 double stored_microbatches(int64_t pp, int64_t vpp, int64_t stage, bool full_recompute) {
   if (full_recompute) return 1.0;
+  // Megatron's plain 1F1B runs p - r - 1 warm-up forwards, so p - r micro-batches are in flight;
+  // the paper's v p + p - 2 r - 1 is the interleaved schedule's warm-up plus one.
+  if (vpp == 1) return static_cast<double>(pp - stage);
   return static_cast<double>(vpp * pp + pp - 2 * stage - 1);
 }
 

@@ -42,8 +42,10 @@ struct LayerShape {
 Bytes sequence_activation(const LayerShape& s);
 // Second term per received token: D_t b (2h + 2 g_e) / (tc).
 Bytes activation_per_received_token(const LayerShape& s);
-// m_g: chunk-micro-batches whose activations stage `stage` holds under (interleaved) 1F1B,
-// v p + p - 2 r_pp - 1; 1 under full recompute.
+// m_g: chunk-micro-batches whose activations stage `stage` holds: v p + p - 2 r_pp - 1 under
+// interleaved 1F1B (the paper's "generally"), p - r_pp under plain 1F1B (v = 1), where the
+// paper's formula would give 2p - 2r - 1 although Megatron runs only p - r - 1 warm-up forwards
+// (the simulator's memory timeline shows p - r); 1 under full recompute.
 double stored_microbatches(int64_t pp, int64_t vpp, int64_t stage, bool full_recompute);
 // Received tokens one FCDA chunk holds: ceil(s'' / c).
 double tokens_per_chunk(double received_tokens, int64_t chunks);

@@ -87,9 +87,9 @@ TEST(MemoryModel, DistributedOptimizerShardsOnlyOptimizerStates) {
 }
 
 TEST(MemoryModel, PipelineScheduleSetsStoredMicrobatches) {
-  // MemFine's m_g = v p + p - 2 r - 1 counts in-flight chunk-micro-batches of (interleaved)
-  // 1F1B; full recompute keeps one layer's activations at a time (m_g = 1).
-  EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 1, 0, false), 7);
+  // MemFine's m_g = v p + p - 2 r - 1 counts in-flight chunk-micro-batches of interleaved
+  // 1F1B; plain 1F1B holds p - r; full recompute one layer's activations at a time (m_g = 1).
+  EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 1, 0, false), 4);
   EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 1, 3, false), 1);
   EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 2, 0, false), 11);
   EXPECT_DOUBLE_EQ(memfine::stored_microbatches(4, 2, 0, true), 1);
@@ -100,8 +100,8 @@ TEST(MemoryModel, FullRecomputeAddsCheckpointsUnlessStaticIsMeasured) {
   const ParallelConfig p = layout("tp=1,pp=4,ep=32", m);
   MemoryRequest q = request(Recompute::kFull);
   const MemoryReport computed = estimate_memory(m, p, q);
-  // Stage 0: m_g = 7 chunk-micro-batches x 4 layers x D_t b s h = 28 x 58.7 MB.
-  EXPECT_NEAR(computed.stages[0].checkpoint_bytes.value(), 28.0 * 2 * 4096 * 7168, 1.0);
+  // Stage 0: 4 micro-batches in flight x 4 layers x D_t b s h = 16 x 58.7 MB.
+  EXPECT_NEAR(computed.stages[0].checkpoint_bytes.value(), 16.0 * 2 * 4096 * 7168, 1.0);
   q.static_override = gigabytes(43.0);
   EXPECT_DOUBLE_EQ(estimate_memory(m, p, q).stages[0].checkpoint_bytes.value(), 0.0);
 }
@@ -148,16 +148,16 @@ TEST(MemoryModel, RematerializationKeepsMegaScalesShare) {
 namespace moe {
 
 TEST(MemoryModel, GPipeHoldsEveryMicroBatch) {
-  // 1F1B keeps v p + p - 2 r - 1 chunk-micro-batches on stage r (7 on stage 0 of 4); GPipe all m.
+  // 1F1B keeps p - r micro-batches on stage r (4 on stage 0 of 4); GPipe all m.
   const ModelSpec m = testing_models::mixtral_8x7b();
   const ParallelConfig p = layout("tp=8,pp=4,ep=8,dp=1,mbs=1,gbs=16", m);
   MemoryRequest q = request(Recompute::kNone);
   const MemoryReport one_f_one_b = estimate_memory(m, p, q);
   q.gpipe_microbatches = 16;
   const MemoryReport gpipe = estimate_memory(m, p, q);
-  EXPECT_DOUBLE_EQ(one_f_one_b.stages[0].m_g, 7.0);
+  EXPECT_DOUBLE_EQ(one_f_one_b.stages[0].m_g, 4.0);
   EXPECT_DOUBLE_EQ(gpipe.stages[0].m_g, 16.0);
-  EXPECT_NEAR(gpipe.stages[0].activation_bytes / one_f_one_b.stages[0].activation_bytes, 16.0 / 7.0, 1e-12);
+  EXPECT_NEAR(gpipe.stages[0].activation_bytes / one_f_one_b.stages[0].activation_bytes, 16.0 / 4.0, 1e-12);
   EXPECT_DOUBLE_EQ(gpipe.stages[3].m_g, 16.0);
 }
 
