@@ -296,13 +296,16 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   const Seconds rs = sync.reduce_scatter, ag = sync.all_gather;
   // ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
   // iteration, hidden behind the last backward / first forward. ZeRO-2 keeps no full gradient
-  // buffer, so gradients are reduce-scattered after every micro-batch; ZeRO-3 also gathers the
-  // weights before each forward and backward of every micro-batch.
+  // buffer, so gradients are reduce-scattered after every micro-batch, asynchronously: each
+  // hides behind the next micro-batch's forward and backward, and only the last one's remainder
+  // and whatever outruns a micro-batch show (the simulator's DP stream does the same). ZeRO-3
+  // also gathers the weights before each forward and backward of every micro-batch.
   if (c.zero_stage <= 1) {
     out.dp_comm =
         std::max(Seconds(0), rs - slowest.backward) + std::max(Seconds(0), ag - slowest.forward);
   } else {
-    out.dp_comm = std::max(Seconds(0), rs - slowest.backward) * mb +
+    out.dp_comm = std::max(Seconds(0), rs - per_mb) * (mb - 1.0) +
+                  std::max(Seconds(0), rs - slowest.backward) +
                   std::max(Seconds(0), ag - slowest.forward);
     if (c.zero_stage >= 3) {
       out.dp_comm += (std::max(Seconds(0), ag - slowest.forward) +
