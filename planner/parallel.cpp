@@ -11,10 +11,7 @@ namespace moe {
 
 namespace {
 
-struct Field {
-  const char* key;
-  std::optional<int64_t> ParallelConfig::*member;
-};
+using Field = ParallelField;
 
 constexpr Field kFields[] = {
     {"tp", &ParallelConfig::tp},
@@ -30,6 +27,12 @@ constexpr Field kFields[] = {
     {"pp_first", &ParallelConfig::pp_first},
     {"pp_last", &ParallelConfig::pp_last},
 };
+
+}  // namespace
+
+std::span<const ParallelField> parallel_fields() { return kFields; }
+
+namespace {
 
 int64_t get(const std::optional<int64_t>& v, const char* key) {
   if (!v) throw ConfigError(fmt::format("parallel size {} is not set", key));

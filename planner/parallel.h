@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "planner/model_spec.h"
@@ -31,6 +32,13 @@ struct ParallelConfig {
 // Parses the key=value list. Throws InputError(option, key, problem) on an unknown key, a
 // repeated key or a non-positive size.
 ParallelConfig parse_parallel(const std::string& text, const std::string& option = "--parallel");
+
+// Every size by its name in `--parallel` and in plan files ("tp", ..., "pp_first", "pp_last").
+struct ParallelField {
+  const char* key;
+  std::optional<int64_t> ParallelConfig::*member;
+};
+std::span<const ParallelField> parallel_fields();
 
 // Fills the sizes a partial layout implies, with 1 for unset tp, pp, cp, etp, vpp, mbs and
 // ep = 1 for dense models; derives dp or edp from the folding identity. Throws ConfigError when

@@ -43,7 +43,9 @@ TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Ef
 }
 
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
-  if (n <= 1) return Seconds(0);
+  // Nothing to move (a stage without experts has no expert gradients) costs nothing; the
+  // efficiency curves are not defined at zero bytes.
+  if (n <= 1 || !(total.value() > 0)) return Seconds(0);
   const bool cross = ctx.links.crosses_nodes(span);
   const EfficiencyCurve& curve = cross ? ctx.eff.allgather_inter : ctx.eff.allgather_intra;
   const double steps = static_cast<double>(n - 1);
@@ -53,7 +55,7 @@ Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) 
 }
 
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
-  if (n <= 1) return Seconds(0);
+  if (n <= 1 || !(per_rank.value() > 0)) return Seconds(0);
   const int64_t span = n * stride;
   const double nn = static_cast<double>(n);
   if (!ctx.links.crosses_nodes(span)) {

@@ -24,7 +24,8 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
     if (l < 0 || l >= static_cast<int>(links_.size()))
       throw std::invalid_argument("flow over an unknown link");
   }
-  if (bytes.value() < 0) throw std::invalid_argument("negative flow size");
+  if (!(bytes.value() >= 0) || !std::isfinite(bytes.value()))
+    throw std::invalid_argument("flow size must be finite and not negative");
   Flow f;
   f.links = std::move(links);
   f.bytes = f.remaining = bytes.value();

@@ -1,6 +1,7 @@
 #include "simulator/training_sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <stdexcept>
@@ -363,6 +364,8 @@ class Training {
   // A communication task of `time` on the link its group crosses: sized so that alone it takes
   // exactly the planner's time.
   Task comm_task(const StageState& st, const char* name, int stream, Seconds time, bool nic) {
+    if (!std::isfinite(time.value()) || time.value() < 0)
+      throw std::logic_error(std::string("communication '") + name + "' has no finite time");
     Task t;
     t.name = name;
     t.stream = stream;

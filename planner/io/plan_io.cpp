@@ -14,9 +14,11 @@ namespace {
 constexpr const char* kPlanFormat = "moeplan-plan/1";
 
 nlohmann::json parallel_json(const ParallelConfig& p) {
-  return {
-      {"tp", *p.tp}, {"pp", *p.pp}, {"ep", *p.ep},   {"etp", *p.etp}, {"edp", *p.edp},
-      {"dp", *p.dp}, {"cp", *p.cp}, {"vpp", *p.vpp}, {"mbs", *p.mbs}, {"gbs", p.gbs.value_or(0)}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const ParallelField& f : parallel_fields()) {
+    if ((p.*f.member).has_value()) j[f.key] = *(p.*f.member);
+  }
+  return j;
 }
 }  // namespace
 
@@ -136,20 +138,11 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   if (format != kPlanFormat) r.fail("format", fmt::format("'{}' is not {}", format, kPlanFormat));
   PlanChoice c;
   ObjectReader p = r.object("parallel");
-  for (const char* key : {"tp", "pp", "ep", "etp", "edp", "dp", "cp", "vpp", "mbs", "gbs"}) {
-    const int64_t v = positive(p, key);
-    ParallelConfig& q = c.parallel;
-    std::optional<int64_t>* slot = std::string(key) == "tp"    ? &q.tp
-                                   : std::string(key) == "pp"  ? &q.pp
-                                   : std::string(key) == "ep"  ? &q.ep
-                                   : std::string(key) == "etp" ? &q.etp
-                                   : std::string(key) == "edp" ? &q.edp
-                                   : std::string(key) == "dp"  ? &q.dp
-                                   : std::string(key) == "cp"  ? &q.cp
-                                   : std::string(key) == "vpp" ? &q.vpp
-                                   : std::string(key) == "mbs" ? &q.mbs
-                                                               : &q.gbs;
-    *slot = v;
+  for (const ParallelField& f : parallel_fields()) {
+    // Uneven first/last pipeline stages are optional; every other size is required.
+    const bool optional = std::string(f.key) == "pp_first" || std::string(f.key) == "pp_last";
+    if (optional && !p.has(f.key)) continue;
+    c.parallel.*f.member = positive(p, f.key);
   }
   p.finish();
   c.seq_len = positive(r, "seq_len");

@@ -75,3 +75,19 @@ TEST(Collectives, AllToAllOnDistinctPathsTakesOneTransfer) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(PlannerAgreement, NothingToMoveCostsNothing) {
+  // A stage of dense layers has no expert gradients: its expert-DP sync moves zero bytes, which
+  // must cost zero (the efficiency curves are not defined at zero; once this was 0/0 = NaN and
+  // the simulator waited forever on a flow of NaN bytes).
+  const ModelSpec m = io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/mixtral-8x7b.json");
+  const ClusterSpec c =
+      io::load_cluster(std::string(MOEPLAN_SOURCE_DIR) + "/topologies/megascale-h800-240.json");
+  const TimeContext ctx = make_time_context(m, c, efficiencies(), RoutingSkew{}, 4096);
+  EXPECT_EQ(ring_time(ctx, Bytes(0), 8, 64).value(), 0.0);
+  EXPECT_EQ(alltoall_time(ctx, Bytes(0), 8, 1).value(), 0.0);
+}
+
+}  // namespace moe::sim
