@@ -25,6 +25,92 @@ std::vector<double> layer_popularity(const RoutingSkew& skew, const ModelSpec& m
   return p;
 }
 
+}  // namespace
+
+const char* offload_system_name(OffloadSystem s) {
+  switch (s) {
+    case OffloadSystem::kAptMoe:
+      return "APTMoE";
+    case OffloadSystem::kMobius:
+      return "Mobius";
+    case OffloadSystem::kGPipeOffload:
+      return "GPipeOffload";
+  }
+  return "?";
+}
+
+aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
+                            Precision precision) {
+  const NodeSpec& node = c.node;
+  const int used_per_node = static_cast<int>(std::min<int64_t>(gpus, node.num_gpus));
+  int on_switch = 0, on_socket = 0;
+  for (int g = 0; g < used_per_node; ++g) {
+    on_switch += node.switch_of_gpu(g) == node.switch_of_gpu(0);
+    on_socket += node.cpu_of_gpu(g) == node.cpu_of_gpu(0);
+  }
+  aptmoe::Rates rates;
+  rates.pcie = node.pcie_bandwidth() / static_cast<double>(std::max(on_switch, 1));
+  rates.cpu =
+      node.cpus[node.cpu_of_gpu(0)].achievable_flops / static_cast<double>(std::max(on_socket, 1));
+  rates.gpu = peak_of(ctx, precision) * ctx.eff.gemm.at(1e11);
+  return rates;
+}
+
+OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
+                           aptmoe::Pass kind, double tokens, Precision precision,
+                           OffloadSystem system) {
+  const ModelSpec& m = *ctx.model;
+  const FlopsPerSec peak = peak_of(ctx, precision);
+  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  auto gpu_time = [&](double flops) {
+    return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
+  };
+  const LayerParams& lp = ctx.params.layers[layer];
+  const double factor = kind == aptmoe::Pass::kForward ? 1.0 : 2.0;
+  const double core =
+      ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
+  OffloadLayer t;
+  t.gpu = (gpu_time(2.0 * lp.attention * tokens) + Flops(core) / (peak * ctx.eff.attention_core)) *
+          factor;
+  if (!m.moe_layer[layer]) {
+    t.gpu += gpu_time(2.0 * lp.dense_ffn * tokens) * factor;
+    t.load = Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie;
+    return t;
+  }
+  const std::vector<double> p = layer_popularity(ctx.skew, m, layer);
+  std::vector<aptmoe::ExpertCost> experts;
+  for (size_t e = 0; e < p.size(); ++e) {
+    experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
+                                          tokens * static_cast<double>(m.top_k) * p[e],
+                                          lp.one_routed_expert, weight_bytes, rates, kind));
+  }
+  const aptmoe::Fixed fixed{
+      Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes) / rates.pcie,
+      Bytes(lp.router * weight_bytes) / rates.pcie};
+  t.gpu += gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens) * factor;
+  if (system != OffloadSystem::kAptMoe) {
+    // The baselines load every expert and run it on the GPU.
+    t.load = fixed.load_mha + fixed.load_gate;
+    for (const aptmoe::ExpertCost& e : experts) t.gpu += e.gpu, t.load += e.load;
+    return t;
+  }
+  const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
+  t.load = a.load_time;
+  t.cpu = a.cpu_time;
+  t.loaded_share = 0;
+  for (size_t i = 0; i < a.experts.size(); ++i) {
+    if (a.on_gpu[i]) {
+      t.gpu += a.experts[i].gpu;
+      t.loaded_share += 1.0 / static_cast<double>(a.experts.size());
+    } else {
+      t.cpu_tokens += a.experts[i].tokens;
+    }
+  }
+  return t;
+}
+
+namespace {
+
 struct PassTimes {
   Seconds total, gpu, load, cpu;
   double loaded_share = 0;
@@ -45,57 +131,18 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   const double host_per_param = precision == Precision::kFp32 ? 20.0 : 18.0;
   const FlopsPerSec peak = peak_of(ctx, precision);
 
-  // Rates one GPU sees: its share of the switch uplink to host memory and of its CPU socket.
-  const int used_per_node = static_cast<int>(std::min<int64_t>(gpus, node.num_gpus));
-  int on_switch = 0, on_socket = 0;
-  for (int g = 0; g < used_per_node; ++g) {
-    on_switch += node.switch_of_gpu(g) == node.switch_of_gpu(0);
-    on_socket += node.cpu_of_gpu(g) == node.cpu_of_gpu(0);
-  }
-  aptmoe::Rates rates;
-  rates.pcie = node.pcie_bandwidth() / static_cast<double>(std::max(on_switch, 1));
-  rates.cpu =
-      node.cpus[node.cpu_of_gpu(0)].achievable_flops / static_cast<double>(std::max(on_socket, 1));
-  rates.gpu = peak * ctx.eff.gemm.at(1e11);
-
+  const aptmoe::Rates rates = offload_rates(ctx, c, gpus, precision);
   auto gpu_time = [&](double flops) {
     return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
   };
   auto pass = [&](int64_t layer, aptmoe::Pass kind) {
-    const LayerParams& lp = ctx.params.layers[layer];
-    const double factor = kind == aptmoe::Pass::kForward ? 1.0 : 2.0;
-    const double core =
-        ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
+    const OffloadLayer l =
+        offload_layer(ctx, rates, layer, kind, tokens, precision, OffloadSystem::kAptMoe);
     PassTimes t;
-    t.gpu =
-        (gpu_time(2.0 * lp.attention * tokens) + Flops(core) / (peak * ctx.eff.attention_core)) *
-        factor;
-    if (!m.moe_layer[layer]) {
-      t.gpu += gpu_time(2.0 * lp.dense_ffn * tokens) * factor;
-      t.load = Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie;
-      t.loaded_share = 1.0;
-    } else {
-      const std::vector<double> p = layer_popularity(ctx.skew, m, layer);
-      std::vector<aptmoe::ExpertCost> experts;
-      for (size_t e = 0; e < p.size(); ++e) {
-        experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
-                                              tokens * static_cast<double>(m.top_k) * p[e],
-                                              lp.one_routed_expert, weight_bytes, rates, kind));
-      }
-      const aptmoe::Fixed fixed{
-          Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes) / rates.pcie,
-          Bytes(lp.router * weight_bytes) / rates.pcie};
-      const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
-      t.load = a.load_time;
-      t.cpu = a.cpu_time;
-      for (size_t i = 0; i < a.experts.size(); ++i) {
-        if (a.on_gpu[i]) {
-          t.gpu += a.experts[i].gpu;
-          t.loaded_share += 1.0 / static_cast<double>(a.experts.size());
-        }
-      }
-      t.gpu += gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens) * factor;
-    }
+    t.gpu = l.gpu;
+    t.cpu = l.cpu;
+    t.load = l.load;
+    t.loaded_share = l.loaded_share;
     // Backward also sends the loaded weights' gradients back over the other PCIe direction.
     const Seconds offload_grads = kind == aptmoe::Pass::kBackward ? t.load : Seconds(0);
     t.total = std::max({t.load, t.gpu, t.cpu, offload_grads});

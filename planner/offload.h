@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "planner/aptmoe.h"
 #include "planner/cluster_spec.h"
 #include "planner/plan.h"
 #include "planner/time_model.h"
@@ -31,6 +32,27 @@ struct OffloadEstimate {
   double experts_on_gpu = 0;  // mean share of experts a layer loads
   bool fits = false;
 };
+
+// The systems APTMoE compares (Sec. IV): its own, Mobius (stages cross-mapped over GPUs, the
+// next stage prefetched behind the current one, every expert on the GPU) and GPipeOffload (each
+// GPU's GPipe stage cut into smaller ones, loaded and run one after another).
+enum class OffloadSystem { kAptMoe, kMobius, kGPipeOffload };
+const char* offload_system_name(OffloadSystem s);
+
+// One GPU's view of the node: its share of the PCIe switch uplink and of its CPU socket.
+aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
+                            Precision precision);
+
+// One layer's pass over `tokens` tokens (all of a stage's micro-batches): GPU and CPU work and
+// the weights the GPU loads. APTMoE splits experts by eq. (1); the baselines load them all.
+struct OffloadLayer {
+  Seconds gpu, cpu, load;
+  double loaded_share = 1.0;  // of the routed experts
+  double cpu_tokens = 0;      // routed tokens the CPU experts take (their activations cross PCIe)
+};
+OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
+                           aptmoe::Pass pass, double tokens, Precision precision,
+                           OffloadSystem system);
 
 // gpus: GPUs used; stages: pipeline stages (>= gpus); micro-batches m = gbs / mbs.
 OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
