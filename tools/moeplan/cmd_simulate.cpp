@@ -8,7 +8,9 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/offload.h"
 #include "planner/time_model.h"
+#include "simulator/offload_sim.h"
 #include "simulator/training_sim.h"
 #include "tools/moeplan/chrome_trace.h"
 #include "tools/moeplan/commands.h"
@@ -31,12 +33,74 @@ std::string percent(Seconds part, Seconds whole) {
   return fmt::format("{:.1f} %", 100.0 * part.value() / whole.value());
 }
 
+// An APTMoE offload plan: simulated as planned, beside the two baselines the paper compares.
+void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec& c,
+                 const PlanChoice& choice) {
+  if (choice.offload_gpus < 1 || choice.offload_gpus > c.num_gpus()) {
+    throw InputError(o.plan, "/offload_gpus",
+                     fmt::format("{} GPUs; cluster {} has {}", choice.offload_gpus, c.name,
+                                 c.num_gpus()));
+  }
+  std::map<std::string, EfficiencyCurve> curves;
+  if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
+  const TimeContext ctx =
+      make_time_context(m, c, efficiencies(curves), skew_for(o.skew, m), choice.seq_len);
+  const OffloadEstimate predicted =
+      estimate_offload(ctx, c, choice.offload_gpus, *choice.parallel.pp, *choice.parallel.mbs,
+                       *choice.parallel.gbs, choice.precision, 1.0);
+  nlohmann::json systems = nlohmann::json::object();
+  Table t({"system", "iteration", "tokens/s", "vs Mobius", "GPU busy", "H2D busy", "CPU busy"});
+  std::map<OffloadSystem, sim::OffloadReport> reports;
+  for (OffloadSystem s :
+       {OffloadSystem::kAptMoe, OffloadSystem::kMobius, OffloadSystem::kGPipeOffload}) {
+    reports[s] = sim::simulate_offload(ctx, c, sim::offload_run(choice, s));
+  }
+  const double mobius = reports[OffloadSystem::kMobius].tokens_per_second;
+  for (const auto& [s, r] : reports) {
+    auto mean = [&](const std::vector<Seconds>& v) {
+      Seconds sum;
+      for (Seconds x : v) sum += x;
+      return sum / static_cast<double>(v.size()) / r.iteration;
+    };
+    t.add({offload_system_name(s), as_ms(r.iteration.value()),
+           fmt::format("{:.0f}", r.tokens_per_second),
+           fmt::format("{:+.1f} %", 100.0 * (r.tokens_per_second / mobius - 1.0)),
+           fmt::format("{:.1f} %", 100 * mean(r.gpu_busy)),
+           fmt::format("{:.1f} %", 100 * mean(r.h2d_busy)),
+           fmt::format("{:.1f} %", 100 * mean(r.cpu_busy))});
+    systems[offload_system_name(s)] = {{"iteration_s", r.iteration.value()},
+                                       {"tokens_per_s", r.tokens_per_second},
+                                       {"events", r.events}};
+  }
+  const sim::OffloadReport& apt = reports[OffloadSystem::kAptMoe];
+  const double error = apt.iteration / predicted.time.iteration - 1.0;
+  if (o.json) {
+    print_json({{"model", m.name},
+                {"plan", fmt::format("APTMoE offload, {} stages on {} GPUs", *choice.parallel.pp,
+                                     choice.offload_gpus)},
+                {"routing", ctx.skew.describe()},
+                {"simulated_iteration_s", apt.iteration.value()},
+                {"predicted_iteration_s", predicted.time.iteration.value()},
+                {"relative_difference", error},
+                {"systems", systems}});
+    return;
+  }
+  fmt::print("{} on {}: APTMoE offload, {} stages on {} GPUs, global batch {}, routing {}\n\n",
+             m.name, c.name, *choice.parallel.pp, choice.offload_gpus, *choice.parallel.gbs,
+             ctx.skew.describe());
+  fmt::print("{}", t.render());
+  fmt::print("APTMoE: planner (closed form) {}, simulator {} ({:+.2f} %)\n",
+             as_ms(predicted.time.iteration.value()), as_ms(apt.iteration.value()), 100 * error);
+}
+
 void run_simulate(const SimulateOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const PlanChoice choice = io::load_plan_choice(o.plan);
-  if (choice.offload)
-    throw InputError(o.plan, "/switches/offload", "offload plans are not simulated yet");
+  if (choice.offload) {
+    run_offload(o, m, c, choice);
+    return;
+  }
   try {
     check(choice.parallel, m);
   } catch (const ConfigError& e) {

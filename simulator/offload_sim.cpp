@@ -1,0 +1,242 @@
+#include "simulator/offload_sim.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "simulator/gpu_streams.h"
+
+namespace moe::sim {
+
+namespace {
+
+enum Lane { kGpu = 0, kH2d, kD2h, kCpu, kLanes };
+
+class OffloadSim {
+ public:
+  OffloadSim(const TimeContext& ctx, const ClusterSpec& cluster, const OffloadRun& run)
+      : ctx_(ctx), m_(*ctx.model), cluster_(cluster), run_(run) {
+    if (run.gpus < 1 || run.stages < run.gpus || run.stages > m_.num_layers)
+      throw std::invalid_argument("offload run needs gpus <= stages <= layers");
+    micro_ = run.global_batch / run.microbatch_size;
+    if (micro_ < 1) throw std::invalid_argument("offload run needs at least one micro-batch");
+    rates_ = offload_rates(ctx, cluster, run.gpus, run.precision);
+    act_bytes_ = run.precision == Precision::kFp32 ? 4.0 : 2.0;
+  }
+
+  OffloadReport run() {
+    EventQueue queue;
+    FlowNetwork net(queue);
+    // One uplink per PCIe switch and direction.
+    const NodeSpec& node = cluster_.node;
+    for (int64_t g = 0; g < run_.gpus; ++g) {
+      const int64_t key = (g / node.num_gpus) * 1000 + node.switch_of_gpu(static_cast<int>(g % node.num_gpus));
+      if (!h2d_.count(key)) {
+        h2d_[key] = net.add_link(node.pcie_bandwidth());
+        d2h_[key] = net.add_link(node.pcie_bandwidth());
+      }
+      switch_of_.push_back(key);
+    }
+    build();
+    GpuStreams streams(queue, net, static_cast<int>(run_.gpus * kLanes), {});
+    SimTime end;
+    streams.run(std::move(graph_), [&] { end = queue.now(); });
+    OffloadReport r;
+    r.events = queue.run();
+    r.tasks = tasks_;
+    r.optimizer = optimizer_time();
+    r.iteration = to_seconds(end) + r.optimizer;
+    r.tokens_per_second =
+        static_cast<double>(run_.global_batch * ctx_.seq_len) / r.iteration.value();
+    for (int64_t g = 0; g < run_.gpus; ++g) {
+      r.gpu_busy.push_back(to_seconds(streams.busy(static_cast<int>(g * kLanes + kGpu))));
+      r.h2d_busy.push_back(to_seconds(streams.busy(static_cast<int>(g * kLanes + kH2d))));
+      r.cpu_busy.push_back(to_seconds(streams.busy(static_cast<int>(g * kLanes + kCpu))));
+    }
+    return r;
+  }
+
+ private:
+  int64_t gpu_of(int64_t stage) const {
+    if (run_.system == OffloadSystem::kGPipeOffload) {
+      const int64_t per = (run_.stages + run_.gpus - 1) / run_.gpus;
+      return stage / per;  // consecutive sub-stages of one GPipe stage
+    }
+    return stage % run_.gpus;  // Mobius' cross mapping
+  }
+  int64_t first_layer(int64_t stage) const {
+    const int64_t base = m_.num_layers / run_.stages, extra = m_.num_layers % run_.stages;
+    return stage * base + std::min(stage, extra);
+  }
+  int64_t layer_count(int64_t stage) const {
+    return m_.num_layers / run_.stages + (stage < m_.num_layers % run_.stages ? 1 : 0);
+  }
+  int stream(int64_t g, Lane lane) const { return static_cast<int>(g * kLanes + lane); }
+
+  uint32_t add(Task t) {
+    graph_.push_back(std::move(t));
+    ++tasks_;
+    return static_cast<uint32_t>(graph_.size() - 1);
+  }
+  Task transfer(int64_t g, Lane lane, const char* name, Bytes bytes, std::vector<uint32_t> after) {
+    Task t;
+    t.name = name;
+    t.stream = stream(g, lane);
+    const int64_t key = switch_of_[static_cast<size_t>(g)];
+    t.links = {lane == kD2h ? d2h_.at(key) : h2d_.at(key)};
+    t.bytes = bytes;
+    t.after = std::move(after);
+    return t;
+  }
+  Task work(int64_t g, Lane lane, const char* name, Seconds time, std::vector<uint32_t> after) {
+    Task t;
+    t.name = name;
+    t.stream = stream(g, lane);
+    t.duration = to_sim_time(time);
+    t.after = std::move(after);
+    return t;
+  }
+
+  void build() {
+    const double m = static_cast<double>(micro_);
+    const double tokens = m * static_cast<double>(run_.microbatch_size * ctx_.seq_len);
+    const double h = static_cast<double>(m_.hidden_size);
+    const bool apt = run_.system == OffloadSystem::kAptMoe;
+    const bool prefetch = run_.system != OffloadSystem::kGPipeOffload;
+    // out[s][i]: tasks whose end means micro-batch i has left stage s (this pass).
+    std::vector<std::vector<std::vector<uint32_t>>> fwd_out(static_cast<size_t>(run_.stages));
+    std::vector<std::vector<uint32_t>> visit_end(static_cast<size_t>(run_.gpus));  // per visit
+    std::vector<int64_t> last_compute(static_cast<size_t>(run_.gpus), -1);
+
+    for (aptmoe::Pass pass : {aptmoe::Pass::kForward, aptmoe::Pass::kBackward}) {
+      const bool fwd = pass == aptmoe::Pass::kForward;
+      std::vector<std::vector<std::vector<uint32_t>>> out(static_cast<size_t>(run_.stages));
+      for (int64_t k = 0; k < run_.stages; ++k) {
+        const int64_t s = fwd ? k : run_.stages - 1 - k;
+        const int64_t g = gpu_of(s);
+        auto& visits = visit_end[static_cast<size_t>(g)];
+        // Memory holds two stages: this visit's loads wait for the one two visits back (with
+        // prefetch), or for everything before (without).
+        std::vector<uint32_t> load_after;
+        if (prefetch) {
+          if (visits.size() >= 2) load_after = {visits[visits.size() - 2]};
+        } else if (last_compute[static_cast<size_t>(g)] >= 0) {
+          load_after = {static_cast<uint32_t>(last_compute[static_cast<size_t>(g)])};
+        }
+        // Inputs of each micro-batch: the previous stage's outputs (forward), the next stage's
+        // (backward), or this stage's own forward (the last stage turning around).
+        std::vector<std::vector<uint32_t>> input(static_cast<size_t>(micro_));
+        if (fwd && s > 0) input = out[static_cast<size_t>(s - 1)];
+        if (!fwd && s < run_.stages - 1) input = out[static_cast<size_t>(s + 1)];
+        if (!fwd && s == run_.stages - 1) input = fwd_out[static_cast<size_t>(s)];
+
+        std::vector<OffloadLayer> costs;
+        Seconds stage_load;
+        const int64_t first = first_layer(s), count = layer_count(s);
+        for (int64_t j = 0; j < count; ++j) {
+          costs.push_back(offload_layer(ctx_, rates_, first + j, pass, tokens, run_.precision,
+                                        run_.system));
+          stage_load += costs.back().load;
+        }
+        // Whole-stage load for the baselines; per layer for APTMoE.
+        int64_t stage_load_task = -1;
+        if (!apt) {
+          stage_load_task = add(transfer(g, kH2d, "load stage", Bytes(stage_load.value() * rates_.pcie.value()), load_after));
+        }
+        // Loads first (the copy stream serves them in this order), then every micro-batch
+        // through the stage's layers in GPipe order, then the gradients back to the host.
+        std::vector<uint32_t> loads(static_cast<size_t>(count));
+        for (int64_t jj = 0; jj < count; ++jj) {
+          const int64_t j = fwd ? jj : count - 1 - jj;
+          loads[static_cast<size_t>(j)] =
+              apt ? add(transfer(g, kH2d, fwd ? "load layer" : "load layer (backward)",
+                                 Bytes(costs[static_cast<size_t>(j)].load.value() *
+                                       rates_.pcie.value()),
+                                 load_after))
+                  : static_cast<uint32_t>(stage_load_task);
+        }
+        std::vector<std::vector<uint32_t>> layer_done(static_cast<size_t>(count));
+        for (int64_t i = 0; i < micro_; ++i) {
+          std::vector<uint32_t> after = input[static_cast<size_t>(i)];
+          for (int64_t jj = 0; jj < count; ++jj) {
+            const int64_t j = fwd ? jj : count - 1 - jj;
+            const OffloadLayer& c = costs[static_cast<size_t>(j)];
+            after.push_back(loads[static_cast<size_t>(j)]);
+            std::vector<uint32_t> joined = {
+                add(work(g, kGpu, fwd ? "layer forward" : "layer backward", c.gpu / m, after))};
+            if (c.cpu.value() > 0) {
+              // The CPU experts' tokens go to the host and their outputs come back.
+              const Bytes act(c.cpu_tokens / m * h * act_bytes_);
+              const uint32_t down = add(transfer(g, kD2h, "tokens to CPU experts", act, after));
+              const uint32_t cpu = add(
+                  work(g, kCpu, fwd ? "CPU experts" : "CPU experts backward", c.cpu / m, {down}));
+              joined.push_back(add(transfer(g, kH2d, "CPU expert outputs", act, {cpu})));
+            }
+            after = joined;
+            auto& done = layer_done[static_cast<size_t>(j)];
+            done.insert(done.end(), joined.begin(), joined.end());
+          }
+          input[static_cast<size_t>(i)] = after;
+        }
+        std::vector<uint32_t> done_all;
+        for (int64_t j = 0; j < count; ++j) {
+          const auto& done = layer_done[static_cast<size_t>(j)];
+          if (!fwd) {
+            add(transfer(g, kD2h, "offload gradients",
+                         Bytes(costs[static_cast<size_t>(j)].load.value() * rates_.pcie.value()),
+                         done));
+          }
+          done_all.insert(done_all.end(), done.begin(), done.end());
+        }
+        out[static_cast<size_t>(s)] = input;
+        // The visit ends when its last layer has run every micro-batch.
+        const uint32_t end = add(work(g, kGpu, "stage done", Seconds(0), done_all));
+        visits.push_back(end);
+        last_compute[static_cast<size_t>(g)] = end;
+      }
+      if (fwd) fwd_out = out;
+    }
+  }
+
+  // Adam on the CPUs over every parameter, at host memory bandwidth (as the planner has it).
+  Seconds optimizer_time() const {
+    const NodeSpec& node = cluster_.node;
+    const int64_t nodes = (run_.gpus + node.num_gpus - 1) / node.num_gpus;
+    BytesPerSec host;
+    for (const CpuSocket& s : node.cpus) host += s.memory_bandwidth;
+    return Bytes(ctx_.params.total() * 28.0 / static_cast<double>(nodes)) /
+           (host * ctx_.eff.memory_bound);
+  }
+
+  const TimeContext& ctx_;
+  const ModelSpec& m_;
+  const ClusterSpec& cluster_;
+  OffloadRun run_;
+  int64_t micro_ = 1;
+  aptmoe::Rates rates_;
+  double act_bytes_ = 4;
+  std::map<int64_t, int> h2d_, d2h_;
+  std::vector<int64_t> switch_of_;
+  std::vector<Task> graph_;
+  uint64_t tasks_ = 0;
+};
+
+}  // namespace
+
+OffloadRun offload_run(const PlanChoice& plan, OffloadSystem system) {
+  OffloadRun r;
+  r.gpus = plan.offload_gpus;
+  r.stages = *plan.parallel.pp;
+  r.microbatch_size = *plan.parallel.mbs;
+  r.global_batch = *plan.parallel.gbs;
+  r.precision = plan.precision;
+  r.system = system;
+  return r;
+}
+
+OffloadReport simulate_offload(const TimeContext& ctx, const ClusterSpec& cluster,
+                               const OffloadRun& run) {
+  return OffloadSim(ctx, cluster, run).run();
+}
+
+}  // namespace moe::sim

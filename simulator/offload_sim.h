@@ -1,0 +1,57 @@
+// APTMoE-style offloaded fine-tuning as events (APTMoE Sec. III and its baselines, Sec. IV).
+//
+// Weights live in host memory. Each GPU has a compute stream, a host-to-device and a
+// device-to-host copy stream and the CPU cores bound to its process; the host-to-device and
+// device-to-host flows of all GPUs under one PCIe switch share that switch's uplink (max-min).
+// Stages run GPipe-style: a GPU visits its stages in order (forward ascending, backward
+// descending) and runs every micro-batch through a stage's layers once they are loaded.
+//   GPipeOffload  GPU g's GPipe stage cut into consecutive sub-stages, each loaded whole and
+//                 only after the previous sub-stage has run (no prefetch).
+//   Mobius        stages cross-mapped (stage s on GPU s mod G); a stage's load may start while
+//                 the GPU runs the one before (two stages fit in memory), and its compute waits
+//                 for the whole stage.
+//   APTMoE        the same mapping and memory budget, but loading by layer (inter-stage and
+//                 inter-layer phases), experts split by eq. (1) between GPU and CPU, the CPU
+//                 experts' tokens sent to the host and their outputs back over PCIe, and the
+//                 load queue served in demand order (current layer first).
+// Backward sends each loaded layer's gradients back to the host over the other direction; CPU
+// experts' gradients are already there. The optimizer step runs on the CPUs at the end.
+// Activations between stages (a few MB per micro-batch) are not modelled.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/cluster_spec.h"
+#include "planner/offload.h"
+#include "planner/plan.h"
+#include "planner/time_model.h"
+#include "simulator/sim_time.h"
+
+namespace moe::sim {
+
+struct OffloadRun {
+  int64_t gpus = 1;
+  int64_t stages = 1;
+  int64_t microbatch_size = 1;
+  int64_t global_batch = 1;
+  Precision precision = Precision::kFp32;
+  OffloadSystem system = OffloadSystem::kAptMoe;
+};
+
+struct OffloadReport {
+  Seconds iteration;
+  double tokens_per_second = 0;
+  Seconds optimizer;
+  std::vector<Seconds> gpu_busy, cpu_busy, h2d_busy;  // per GPU
+  uint64_t events = 0;
+  uint64_t tasks = 0;
+};
+
+OffloadReport simulate_offload(const TimeContext& ctx, const ClusterSpec& cluster,
+                               const OffloadRun& run);
+
+// The run an offload plan describes.
+OffloadRun offload_run(const PlanChoice& plan, OffloadSystem system);
+
+}  // namespace moe::sim
