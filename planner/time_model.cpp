@@ -298,23 +298,28 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   const Seconds rs = sync.reduce_scatter, ag = sync.all_gather;
   // ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
   // iteration, hidden behind the last backward / first forward. ZeRO-2 keeps no full gradient
-  // buffer, so gradients are reduce-scattered after every micro-batch, asynchronously: each
-  // hides behind the next micro-batch's forward and backward, and only the last one's remainder
-  // and whatever outruns a micro-batch show (the simulator's DP stream does the same). ZeRO-3
-  // also gathers the weights before each forward and backward of every micro-batch.
-  if (c.zero_stage <= 1) {
-    out.dp_comm =
-        std::max(Seconds(0), rs - slowest.backward) + std::max(Seconds(0), ag - slowest.forward);
-  } else {
-    out.dp_comm = std::max(Seconds(0), rs - per_mb) * (mb - 1.0) +
-                  std::max(Seconds(0), rs - slowest.backward) +
-                  std::max(Seconds(0), ag - slowest.forward);
-    if (c.zero_stage >= 3) {
-      out.dp_comm += (std::max(Seconds(0), ag - slowest.forward) +
-                      std::max(Seconds(0), ag - slowest.backward)) *
-                     mb;
-    }
-  }
+  // buffer, so gradients are reduce-scattered after every micro-batch, asynchronously behind the
+  // next micro-batch (only the last one's remainder shows here; the rest is link time, below),
+  // and gathers the updated weights once per iteration. ZeRO-3 gathers the weights before each
+  // forward and backward of every micro-batch, which gates the pass.
+  out.dp_comm = std::max(Seconds(0), rs - slowest.backward);
+  if (c.zero_stage <= 2) out.dp_comm += std::max(Seconds(0), ag - slowest.forward);
+  Seconds pass = per_mb;
+  if (c.zero_stage >= 3)
+    pass = std::max(slowest.forward, ag) + std::max(slowest.backward, ag);
+  // Each link is shared by everything that crosses it, however well each transfer hides behind
+  // compute alone: a micro-batch takes at least its links' work (a roofline per link; the
+  // simulator shares them flow by flow). The NIC carries groups that leave the node, the node's
+  // fabric the rest.
+  Seconds nic, fabric;
+  auto on_link = [&](bool crosses, Seconds time) { (crosses ? nic : fabric) += time; };
+  on_link(ctx.links.crosses_nodes(t), slowest.tp);
+  on_link(ctx.links.crosses_nodes(*p.ep * *p.etp), slowest.ep);
+  on_link(ctx.links.crosses_nodes(t * cp), slowest.cp);
+  if (c.zero_stage >= 2)
+    on_link(sync.crosses_nodes, rs + (c.zero_stage >= 3 ? ag * 2.0 : Seconds(0)));
+  pass = std::max({pass, nic, fabric});
+  out.dp_comm += (pass - per_mb) * mb;
 
   out.optimizer = sync.optimizer;
 

@@ -227,7 +227,8 @@ class Training {
     // before they are in.
     for (int64_t s = 0; s < *p_.pp; ++s) {
       StageState& st = stages_[static_cast<size_t>(s)];
-      if (st.sync.all_gather.value() <= 0) continue;
+      // ZeRO-3 gathers weights for every pass instead (in run_pass).
+      if (st.sync.all_gather.value() <= 0 || plan_.zero_stage >= 3) continue;
       st.params_pending = true;
       dp_async(s, "DP parameter all-gather", st.sync.all_gather, [this, s] {
         StageState& x = stages_[static_cast<size_t>(s)];
