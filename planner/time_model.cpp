@@ -320,6 +320,11 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     on_link(sync.crosses_nodes, rs + (c.zero_stage >= 3 ? ag * 2.0 : Seconds(0)));
   pass = std::max({pass, nic, fabric});
   out.dp_comm += (pass - per_mb) * mb;
+  // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
+  // micro-batch's traffic too: the link must carry it all within the iteration.
+  const Seconds once = (c.zero_stage <= 1 ? rs : Seconds(0)) + (c.zero_stage <= 2 ? ag : Seconds(0));
+  const Seconds on_dp_link = (sync.crosses_nodes ? nic : fabric) * mb + once;
+  out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + out.dp_comm));
 
   out.optimizer = sync.optimizer;
 
