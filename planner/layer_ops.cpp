@@ -26,8 +26,8 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
   const double tokens =
       static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
-  const double core = ctx.flops.forward_attention.value() /
-                      static_cast<double>(ctx.model->num_layers) * tokens;
+  const double core =
+      ctx.flops.forward_attention.value() / static_cast<double>(ctx.model->num_layers) * tokens;
   return Flops(core) / (peak_of(ctx, c.precision) * ctx.eff.attention_core);
 }
 
@@ -70,7 +70,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   };
 
   // Attention: the projections as one GEMM of their total width, then the fused core.
-  add("attention projections", OpKind::kCompute, gemm_time(ctx, peak, rows, h, lp.attention / h / split));
+  add("attention projections", OpKind::kCompute,
+      gemm_time(ctx, peak, rows, h, lp.attention / h / split));
   const Seconds core = core_attention_time(ctx, c);
   add("core attention", OpKind::kCompute, core);
   // Context parallelism: K and V of the local chunk travel around the ring, hidden behind core
@@ -94,9 +95,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
                            static_cast<double>(m.attention.num_kv_heads);
       const double nn = static_cast<double>(t);
       // Eq. (2) is what each rank sends; the all-to-all carries it as (n-1)/n of its buffer.
-      const Bytes sent(megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t,
-                                                      ratio) /
-                       static_cast<double>(cp) * kActivationBytes);
+      const Bytes sent(
+          megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
+          static_cast<double>(cp) * kActivationBytes);
       add("Ulysses SP all-to-all", OpKind::kTp, alltoall_time(ctx, sent * (nn / (nn - 1)), t, 1));
     }
   }
@@ -149,8 +150,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       // the launch and synchronisation of one more dispatch-compute-combine round (the
       // per-chunk overhead MoNTA's pipelining pays too). MemFine measures fixed c = 8 at 5.4 %
       // below c = 1 (Model II, Sec. 4), so chunks are not free.
-      pair += (ctx.links.latency(ep * etp) + ctx.eff.pipeline_chunk_overhead) *
-              (2.0 * (chunks - 1.0));
+      pair +=
+          (ctx.links.latency(ep * etp) + ctx.eff.pipeline_chunk_overhead) * (2.0 * (chunks - 1.0));
     }
     add("dispatch", OpKind::kEp, pair * 0.5);
     // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
@@ -167,7 +168,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     if (m.shared_ffn_total() > 0) {
       add("shared experts", OpKind::kCompute, ffn(static_cast<double>(m.shared_ffn_total())));
       bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
-      if (t > 1 && !ulysses) add("shared FFN TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
+      if (t > 1 && !ulysses)
+        add("shared FFN TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
     }
     // Permute + unpermute (8kh) and the expert activation (gated: 6 k g_e).
     bytes_per_token += 8.0 * k * h * expert_load +

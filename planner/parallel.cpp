@@ -30,7 +30,9 @@ constexpr Field kFields[] = {
 
 }  // namespace
 
-std::span<const ParallelField> parallel_fields() { return kFields; }
+std::span<const ParallelField> parallel_fields() {
+  return kFields;
+}
 
 namespace {
 

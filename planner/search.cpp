@@ -39,7 +39,6 @@ std::vector<int64_t> options(const std::optional<int64_t>& fixed, std::vector<in
   return choices;
 }
 
-
 struct Ranked {
   double key = 0;
   int64_t order = 0;

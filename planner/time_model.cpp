@@ -253,7 +253,8 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
                        ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);
   out.all_gather = ring_time(ctx, Bytes(dense * param_bytes), dp, t * cp * dp) +
                    ring_time(ctx, Bytes(expert * param_bytes), edp, etp * ep * edp);
-  out.crosses_nodes = ctx.links.crosses_nodes(t * cp * dp) || ctx.links.crosses_nodes(etp * ep * edp);
+  out.crosses_nodes =
+      ctx.links.crosses_nodes(t * cp * dp) || ctx.links.crosses_nodes(etp * ep * edp);
   // Adam reads and writes master weights, momentum and variance (24 B) and the weight (4 B) of
   // the local shard.
   const bool sharded = c.zero_stage >= 1;
@@ -305,8 +306,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.dp_comm = std::max(Seconds(0), rs - slowest.backward);
   if (c.zero_stage <= 2) out.dp_comm += std::max(Seconds(0), ag - slowest.forward);
   Seconds pass = per_mb;
-  if (c.zero_stage >= 3)
-    pass = std::max(slowest.forward, ag) + std::max(slowest.backward, ag);
+  if (c.zero_stage >= 3) pass = std::max(slowest.forward, ag) + std::max(slowest.backward, ag);
   // Each link is shared by everything that crosses it, however well each transfer hides behind
   // compute alone: a micro-batch takes at least its links' work (a roofline per link; the
   // simulator shares them flow by flow). The NIC carries groups that leave the node, the node's
@@ -322,7 +322,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.dp_comm += (pass - per_mb) * mb;
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration.
-  const Seconds once = (c.zero_stage <= 1 ? rs : Seconds(0)) + (c.zero_stage <= 2 ? ag : Seconds(0));
+  const Seconds once =
+      (c.zero_stage <= 1 ? rs : Seconds(0)) + (c.zero_stage <= 2 ? ag : Seconds(0));
   const Seconds on_dp_link = (sync.crosses_nodes ? nic : fabric) * mb + once;
   out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + out.dp_comm));
 
@@ -330,9 +331,9 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
 
   if (pp > 1) {
     const int64_t stage_span = t * cp * dp * 2;  // neighbouring stages are a whole stage apart
-    out.pp_comm = (boundary_bytes(ctx, c) / ctx.links.bandwidth(stage_span) +
-                   ctx.links.latency(stage_span)) *
-                  (2.0 * static_cast<double>(pp - 1));
+    out.pp_comm =
+        (boundary_bytes(ctx, c) / ctx.links.bandwidth(stage_span) + ctx.links.latency(stage_span)) *
+        (2.0 * static_cast<double>(pp - 1));
   }
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
   return out;

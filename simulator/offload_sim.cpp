@@ -30,7 +30,8 @@ class OffloadSim {
     // One uplink per PCIe switch and direction.
     const NodeSpec& node = cluster_.node;
     for (int64_t g = 0; g < run_.gpus; ++g) {
-      const int64_t key = (g / node.num_gpus) * 1000 + node.switch_of_gpu(static_cast<int>(g % node.num_gpus));
+      const int64_t key =
+          (g / node.num_gpus) * 1000 + node.switch_of_gpu(static_cast<int>(g % node.num_gpus));
       if (!h2d_.count(key)) {
         h2d_[key] = net.add_link(node.pcie_bandwidth());
         d2h_[key] = net.add_link(node.pcie_bandwidth());
@@ -134,14 +135,15 @@ class OffloadSim {
         Seconds stage_load;
         const int64_t first = first_layer(s), count = layer_count(s);
         for (int64_t j = 0; j < count; ++j) {
-          costs.push_back(offload_layer(ctx_, rates_, first + j, pass, tokens, run_.precision,
-                                        run_.system));
+          costs.push_back(
+              offload_layer(ctx_, rates_, first + j, pass, tokens, run_.precision, run_.system));
           stage_load += costs.back().load;
         }
         // Whole-stage load for the baselines; per layer for APTMoE.
         int64_t stage_load_task = -1;
         if (!apt) {
-          stage_load_task = add(transfer(g, kH2d, "load stage", Bytes(stage_load.value() * rates_.pcie.value()), load_after));
+          stage_load_task = add(transfer(
+              g, kH2d, "load stage", Bytes(stage_load.value() * rates_.pcie.value()), load_after));
         }
         // Loads first (the copy stream serves them in this order), then every micro-batch
         // through the stage's layers in GPipe order, then the gradients back to the host.
@@ -149,10 +151,10 @@ class OffloadSim {
         for (int64_t jj = 0; jj < count; ++jj) {
           const int64_t j = fwd ? jj : count - 1 - jj;
           loads[static_cast<size_t>(j)] =
-              apt ? add(transfer(g, kH2d, fwd ? "load layer" : "load layer (backward)",
-                                 Bytes(costs[static_cast<size_t>(j)].load.value() *
-                                       rates_.pcie.value()),
-                                 load_after))
+              apt ? add(transfer(
+                        g, kH2d, fwd ? "load layer" : "load layer (backward)",
+                        Bytes(costs[static_cast<size_t>(j)].load.value() * rates_.pcie.value()),
+                        load_after))
                   : static_cast<uint32_t>(stage_load_task);
         }
         std::vector<std::vector<uint32_t>> layer_done(static_cast<size_t>(count));

@@ -175,8 +175,12 @@ PipelineDriver::PipelineDriver(const PipelineSpec& spec, EventQueue& queue, Flow
                                PipelineHooks hooks)
     : impl_(std::make_unique<Impl>(spec, queue, net, std::move(hooks))) {}
 PipelineDriver::~PipelineDriver() = default;
-void PipelineDriver::start() { impl_->start(); }
-PipelineResult PipelineDriver::finish() { return impl_->finish(); }
+void PipelineDriver::start() {
+  impl_->start();
+}
+PipelineResult PipelineDriver::finish() {
+  return impl_->finish();
+}
 
 PipelineResult simulate_pipeline(const PipelineSpec& spec) {
   EventQueue queue;

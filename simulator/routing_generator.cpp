@@ -44,8 +44,8 @@ RoutingGenerator::RoutingGenerator(const ModelSpec& m, RoutingSkew base, Routing
 
 double RoutingGenerator::weight(int64_t layer, int64_t iteration) const {
   if (dynamics_.drift_iterations <= 0) return 1.0;
-  const double depth =
-      static_cast<double>(layer + 1) / static_cast<double>(std::max<int64_t>(model_->num_layers, 1));
+  const double depth = static_cast<double>(layer + 1) /
+                       static_cast<double>(std::max<int64_t>(model_->num_layers, 1));
   const double settle =
       0.25 + 0.75 * std::exp(-static_cast<double>(iteration) / dynamics_.drift_iterations);
   return depth * settle;
@@ -58,8 +58,8 @@ std::vector<double> RoutingGenerator::proportions(int64_t layer, int64_t iterati
   std::vector<double> p(static_cast<size_t>(experts), uniform_share);
   if (base_.kind == RoutingSkew::Kind::kPopularity) {
     const auto& rows = base_.proportions;
-    const std::vector<double>& row = rows.size() == 1 ? rows[0]
-                                                       : rows[static_cast<size_t>(layer) % rows.size()];
+    const std::vector<double>& row =
+        rows.size() == 1 ? rows[0] : rows[static_cast<size_t>(layer) % rows.size()];
     const double w = weight(layer, iteration);
     for (size_t e = 0; e < p.size() && e < row.size(); ++e)
       p[e] = uniform_share + w * (row[e] - uniform_share);

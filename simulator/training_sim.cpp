@@ -50,8 +50,8 @@ int stream_of(OpKind k) {
 // One layer at one iteration: what routing decided and what it costs.
 struct LayerState {
   bool moe = false;
-  double load = 1.0;      // busiest EP rank over balanced
-  int64_t chunks = 1;     // FCDA
+  double load = 1.0;   // busiest EP rank over balanced
+  int64_t chunks = 1;  // FCDA
   std::vector<LayerOp> forward;
   Bytes sequence_part;    // allocated at the layer's first operator
   Bytes token_part;       // allocated at dispatch (one chunk of s'')
@@ -68,7 +68,7 @@ struct DpCollective {
 // What a task does to memory, and where to report it.
 struct MemAction {
   int64_t layer = 0, micro = 0, chunks = 1;
-  Bytes alloc;  // at start
+  Bytes alloc;    // at start
   Bytes release;  // at end
 };
 
@@ -101,8 +101,7 @@ class Training {
         o_(o),
         routing_(m_, ctx.skew, o.dynamics, o.seed) {
     capacity_ = cluster.node.gpu.hbm_capacity;
-    const MemoryRequest request =
-        memory_request(ctx, plan, capacity_, o.alpha, o.static_override);
+    const MemoryRequest request = memory_request(ctx, plan, capacity_, o.alpha, o.static_override);
     memory_ = estimate_memory(m_, ctx.params, p_, request);
     shape_ = moe_layer_shape(m_, p_, ctx.seq_len, request.bytes_per_element);
     microbatches_ = *p_.gbs / (*p_.mbs * *p_.dp);
@@ -152,8 +151,8 @@ class Training {
                 memfine::chunks_needed(received, st.max_received), o_.chunk_bins);
             L.chunks = bin > 0 ? bin : o_.chunk_bins.back();
           }
-          ++report_.chunk_histogram[static_cast<size_t>(
-              std::min<int64_t>(L.chunks, static_cast<int64_t>(report_.chunk_histogram.size()) - 1))];
+          ++report_.chunk_histogram[static_cast<size_t>(std::min<int64_t>(
+              L.chunks, static_cast<int64_t>(report_.chunk_histogram.size()) - 1))];
         }
         L.forward = layer_forward_ops(ctx_, plan_, ctx_.params.layers[static_cast<size_t>(l)],
                                       L.moe, L.load, L.chunks);
@@ -162,8 +161,8 @@ class Training {
         if (!L.moe) L.sequence_part = whole;
         L.token_part = whole - L.sequence_part;
         // A measured static figure (MemFine Table 4) already holds the checkpoints.
-        L.checkpoint = full && !o_.static_override ? memfine::recompute_checkpoints(shape_, 1.0, 1)
-                                                   : Bytes(0);
+        L.checkpoint =
+            full && !o_.static_override ? memfine::recompute_checkpoints(shape_, 1.0, 1) : Bytes(0);
         L.token_op = -1;
         for (size_t q = 0; q < L.forward.size() && L.moe; ++q) {
           if (L.forward[q].kind == OpKind::kEp ||
@@ -316,8 +315,8 @@ class Training {
       if (st.current > capacity_ * o_.alpha) {
         ++report_.oom_count;
         if (report_.ooms.size() < o_.max_oom_events) {
-          report_.ooms.push_back({iteration_, s, a.layer, a.micro, 1, a.chunks, t.name,
-                                  st.current, capacity_ * o_.alpha});
+          report_.ooms.push_back({iteration_, s, a.layer, a.micro, 1, a.chunks, t.name, st.current,
+                                  capacity_ * o_.alpha});
         }
       }
     };
@@ -326,7 +325,8 @@ class Training {
       link_activity(st, t, -1);
       if (o_.record_trace) {
         if (report_.spans.size() < o_.max_trace_spans) {
-          report_.spans.push_back({s, stream_name(t.stream), t.name, offset_ + start, offset_ + end});
+          report_.spans.push_back(
+              {s, stream_name(t.stream), t.name, offset_ + start, offset_ + end});
         } else {
           report_.trace_truncated = true;
         }
@@ -393,9 +393,10 @@ class Training {
   // Appends one op (a slice of it) and returns its index.
   uint32_t add_op(std::vector<Task>& g, const StageState& st, const LayerOp& op, double scale,
                   double compute_scale, std::vector<uint32_t> after) {
-    Task t = op.kind == OpKind::kCompute
-                 ? Task{op.name, kCompute, to_sim_time(op.time * (scale * compute_scale)), {}, {}, {}, 0}
-                 : comm_task(st, op.name, stream_of(op.kind), op.time * scale, crosses(op.kind));
+    Task t =
+        op.kind == OpKind::kCompute
+            ? Task{op.name, kCompute, to_sim_time(op.time * (scale * compute_scale)), {}, {}, {}, 0}
+            : comm_task(st, op.name, stream_of(op.kind), op.time * scale, crosses(op.kind));
     t.after = std::move(after);
     g.push_back(std::move(t));
     ++report_.tasks;
@@ -481,8 +482,8 @@ class Training {
         Seconds forward_compute, forward_comm;
         for (const LayerOp& op : L.forward)
           (op.kind == OpKind::kCompute ? forward_compute : forward_comm) += op.time;
-        const Bytes held = full ? L.checkpoint + L.sequence_part + L.token_part
-                                : L.sequence_part + L.token_part;
+        const Bytes held =
+            full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
         if (full) {
           const int64_t a_first =
               add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
@@ -492,7 +493,8 @@ class Training {
           // Selective recompute and rematerialization redo the element-wise work (5 % of the
           // forward); rematerialization also replays the all-gather half of TP/EP
           // communication, beside the gradient computation.
-          std::vector<LayerOp> redo = {{"selective recompute", OpKind::kCompute, forward_compute * 0.05}};
+          std::vector<LayerOp> redo = {
+              {"selective recompute", OpKind::kCompute, forward_compute * 0.05}};
           if (plan_.recompute == Recompute::kRematerialize && forward_comm.value() > 0) {
             redo.push_back({"rematerialized all-gather", OpKind::kEp, forward_comm * 0.5});
           }

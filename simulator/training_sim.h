@@ -68,9 +68,9 @@ enum Stream { kCompute = 0, kTpStream, kEpStream, kCpStream, kDpStream, kStreams
 const char* stream_name(int stream);
 
 struct StageReport {
-  Seconds compute_busy;        // all iterations
-  Seconds waited[kStreams];    // compute idle inside passes, by the stream it waited for
-  Seconds pipeline_wait;       // idle between passes (bubble and boundary transfers)
+  Seconds compute_busy;      // all iterations
+  Seconds waited[kStreams];  // compute idle inside passes, by the stream it waited for
+  Seconds pipeline_wait;     // idle between passes (bubble and boundary transfers)
   Seconds nvlink_busy, nic_busy;
   Bytes static_bytes, peak_bytes;
 };

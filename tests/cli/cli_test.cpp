@@ -333,11 +333,11 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   const std::string plan = ::testing::TempDir() + "moeplan_offload_plan.json";
   const std::string pair =
       "--model models/aptmoe-moe-s-16.json --cluster topologies/aptmoe-4x-a800-40gb-c1g4.json";
-  ASSERT_EQ(run("plan " + pair +
-                " --gpus 4 --precision fp32 --global-batch 16 --seq-len 512 --skew G=0.5 --save " +
-                plan)
-                .code,
-            0);
+  ASSERT_EQ(
+      run("plan " + pair +
+          " --gpus 4 --precision fp32 --global-batch 16 --seq-len 512 --skew G=0.5 --save " + plan)
+          .code,
+      0);
   const Result r = run("simulate " + pair + " --plan " + plan + " --skew G=0.5 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -356,7 +356,8 @@ TEST(Cli, SimulateReportsOutOfMemoryAtTheOperator) {
       "--model models/memfine-model-1.json --cluster topologies/memfine-128x64gb.json";
   ASSERT_EQ(run("plan " + pair +
                 " --global-batch 128 --seq-len 4096 --parallel tp=1,pp=4,ep=32,etp=1,cp=1,vpp=1,"
-                "mbs=1 --recompute full --static-override 43 --save " + plan)
+                "mbs=1 --recompute full --static-override 43 --save " +
+                plan)
                 .code,
             0);
   const Result r = run("simulate " + pair + " --plan " + plan +
@@ -366,8 +367,8 @@ TEST(Cli, SimulateReportsOutOfMemoryAtTheOperator) {
   EXPECT_NE(r.out.find("iteration 0, stage 3, layer 15, micro-batch 0, dispatch (chunk 1 of 1)"),
             std::string::npos)
       << r.out;
-  expect_one_line_error(
-      run("simulate " + pair + " --plan " + plan + " --skew G=0.3,drift=soon"), "drift=soon");
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --skew G=0.3,drift=soon"),
+                        "drift=soon");
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --iterations 0"),
                         "--iterations");
   std::remove(plan.c_str());

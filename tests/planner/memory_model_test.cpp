@@ -157,7 +157,8 @@ TEST(MemoryModel, GPipeHoldsEveryMicroBatch) {
   const MemoryReport gpipe = estimate_memory(m, p, q);
   EXPECT_DOUBLE_EQ(one_f_one_b.stages[0].m_g, 4.0);
   EXPECT_DOUBLE_EQ(gpipe.stages[0].m_g, 16.0);
-  EXPECT_NEAR(gpipe.stages[0].activation_bytes / one_f_one_b.stages[0].activation_bytes, 16.0 / 4.0, 1e-12);
+  EXPECT_NEAR(gpipe.stages[0].activation_bytes / one_f_one_b.stages[0].activation_bytes, 16.0 / 4.0,
+              1e-12);
   EXPECT_DOUBLE_EQ(gpipe.stages[3].m_g, 16.0);
 }
 

@@ -7,7 +7,9 @@
 namespace moe::sim {
 
 namespace {
-SimTime ms(double x) { return to_sim_time(Seconds(x * 1e-3)); }
+SimTime ms(double x) {
+  return to_sim_time(Seconds(x * 1e-3));
+}
 
 Task compute(double t_ms, std::vector<uint32_t> after = {}) {
   Task t;

@@ -15,7 +15,8 @@ namespace moe::sim {
 namespace {
 
 struct Fixture {
-  ModelSpec model = io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/aptmoe-moe-s-16.json");
+  ModelSpec model =
+      io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/aptmoe-moe-s-16.json");
   ClusterSpec cluster = io::load_cluster(std::string(MOEPLAN_SOURCE_DIR) +
                                          "/topologies/aptmoe-4x-a800-40gb-c1g4.json");
 

@@ -36,7 +36,8 @@ TEST(RoutingGenerator, DriftGrowsWithDepthAndSettlesOverIterations) {
   // Iteration 0: the excess over balanced grows as (l + 1) / L; the last layer sees all of it.
   EXPECT_NEAR(g.busiest_load(15, 0, 32), 18.21, 1e-12);
   EXPECT_NEAR(g.busiest_load(7, 0, 32), 1.0 + 17.21 * 8.0 / 16.0, 1e-12);
-  for (int64_t l = 1; l < 16; ++l) EXPECT_GT(g.busiest_load(l, 0, 32), g.busiest_load(l - 1, 0, 32));
+  for (int64_t l = 1; l < 16; ++l)
+    EXPECT_GT(g.busiest_load(l, 0, 32), g.busiest_load(l - 1, 0, 32));
   for (int64_t it = 1; it < 30; ++it)
     EXPECT_LT(g.busiest_load(15, it, 32), g.busiest_load(15, it - 1, 32));
   // It settles at a quarter of the excess.

@@ -83,8 +83,7 @@ TEST(TrainingSim, SharedLinksSlowBothAlike) {
 TEST(TrainingSim, SameInputsSameReport) {
   const ModelSpec m = testing_models::mixtral_8x7b();
   const ClusterSpec cl = cluster("megascale-h800-240");
-  const TimeContext ctx =
-      make_time_context(m, cl, efficiencies(), parse_skew("G=0.3", m), 4096);
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), parse_skew("G=0.3", m), 4096);
   const PlanChoice c = choice(m, "tp=1,pp=4,ep=8,dp=16,mbs=1,gbs=128");
   TrainingOptions o;
   o.iterations = 3;
@@ -104,8 +103,7 @@ TEST(TrainingSim, SkewAndNoOverlapCostTime) {
   const ClusterSpec cl = cluster("megascale-h800-240");
   PlanChoice c = choice(m, "tp=1,pp=2,ep=8,dp=32,mbs=1,gbs=128");
   const TimeContext balanced = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
-  const TimeContext skewed =
-      make_time_context(m, cl, efficiencies(), parse_skew("G=0.5", m), 4096);
+  const TimeContext skewed = make_time_context(m, cl, efficiencies(), parse_skew("G=0.5", m), 4096);
   const TrainingReport base = simulate_training(balanced, cl, c, {});
   EXPECT_GT(simulate_training(skewed, cl, c, {}).mean_iteration, base.mean_iteration * 1.2);
   c.overlap = false;

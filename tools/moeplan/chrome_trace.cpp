@@ -7,14 +7,15 @@
 namespace moe::cli {
 
 namespace {
-double us(sim::SimTime t) { return sim::to_seconds(t).value() * 1e6; }
+double us(sim::SimTime t) {
+  return sim::to_seconds(t).value() * 1e6;
+}
 }  // namespace
 
 nlohmann::json chrome_trace(const sim::TrainingReport& r) {
   nlohmann::json events = nlohmann::json::array();
-  const std::map<std::string, int> lanes = {{"passes", 0}, {"compute", 1}, {"tp", 2},
-                                            {"ep", 3},     {"cp", 4},      {"dp", 5},
-                                            {"pp send", 6}};
+  const std::map<std::string, int> lanes = {{"passes", 0}, {"compute", 1}, {"tp", 2},     {"ep", 3},
+                                            {"cp", 4},     {"dp", 5},      {"pp send", 6}};
   for (size_t s = 0; s < r.stages.size(); ++s) {
     events.push_back({{"ph", "M"},
                       {"name", "process_name"},
@@ -57,8 +58,8 @@ nlohmann::json chrome_trace(const sim::TrainingReport& r) {
   nlohmann::json out = {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
   if (r.trace_truncated) {
     out["otherData"] = {{"note", fmt::format("operator spans stop after the first {}; passes, DP "
-                                         "collectives, sends and counters cover the whole run",
-                                         r.spans.size())}};
+                                             "collectives, sends and counters cover the whole run",
+                                             r.spans.size())}};
   }
   return out;
 }

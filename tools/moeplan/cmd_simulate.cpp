@@ -37,9 +37,9 @@ std::string percent(Seconds part, Seconds whole) {
 void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec& c,
                  const PlanChoice& choice) {
   if (choice.offload_gpus < 1 || choice.offload_gpus > c.num_gpus()) {
-    throw InputError(o.plan, "/offload_gpus",
-                     fmt::format("{} GPUs; cluster {} has {}", choice.offload_gpus, c.name,
-                                 c.num_gpus()));
+    throw InputError(
+        o.plan, "/offload_gpus",
+        fmt::format("{} GPUs; cluster {} has {}", choice.offload_gpus, c.name, c.num_gpus()));
   }
   std::map<std::string, EfficiencyCurve> curves;
   if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
@@ -116,8 +116,8 @@ void run_simulate(const SimulateOptions& o) {
   std::map<std::string, EfficiencyCurve> curves;
   if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
   const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
-  const TimeContext ctx = make_time_context(m, c, efficiencies(curves),
-                                            skew_for(routing.skew, m), choice.seq_len);
+  const TimeContext ctx =
+      make_time_context(m, c, efficiencies(curves), skew_for(routing.skew, m), choice.seq_len);
   const TimeBreakdown predicted = estimate_time(ctx, choice);
 
   sim::TrainingOptions opt;
@@ -197,8 +197,8 @@ void run_simulate(const SimulateOptions& o) {
     return s;
   }();
   t.add({"planner (closed form)", as_ms(predicted.iteration.value()),
-         fmt::format("{:.0f}", planned.tokens_per_second), fmt::format("{:.1f} %", 100 * planned.mfu),
-         fmt::format("{:.0f}", planned.tgs)});
+         fmt::format("{:.0f}", planned.tokens_per_second),
+         fmt::format("{:.1f} %", 100 * planned.mfu), fmt::format("{:.0f}", planned.tgs)});
   t.add({fmt::format("simulator (mean of {})", o.iterations), as_ms(iteration.value()),
          fmt::format("{:.0f}", r.tokens_per_second), fmt::format("{:.1f} %", 100 * r.mfu),
          fmt::format("{:.0f}", r.tgs)});
@@ -210,8 +210,8 @@ void run_simulate(const SimulateOptions& o) {
     fmt::print("iterations:{}\n", list);
   }
   fmt::print("\nper stage, share of the simulated time (waited: compute idle inside a pass)\n");
-  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP",
-            "pipeline wait", "NVLink", "NIC", "peak memory"});
+  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP", "pipeline wait",
+            "NVLink", "NIC", "peak memory"});
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const sim::StageReport& x = r.stages[s];
     st.add({std::to_string(s), percent(x.compute_busy, total),
@@ -251,8 +251,7 @@ void run_simulate(const SimulateOptions& o) {
 void add_simulate(CLI::App& app) {
   auto o = std::make_shared<SimulateOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "simulate",
-      "Simulate a saved plan's iterations operator by operator beside the prediction");
+      "simulate", "Simulate a saved plan's iterations operator by operator beside the prediction");
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_option("--plan", o->plan, "plan file from `moeplan plan --save`")->required();
