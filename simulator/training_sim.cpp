@@ -9,6 +9,7 @@
 #include "planner/layer_ops.h"
 #include "planner/memfine.h"
 #include "planner/memory_model.h"
+#include "planner/monta.h"
 #include "planner/search.h"
 #include "simulator/gpu_streams.h"
 #include "simulator/pipeline.h"
@@ -27,6 +28,8 @@ const char* stream_name(int stream) {
       return "cp";
     case kDpStream:
       return "dp";
+    case kCopyStream:
+      return "copy";
   }
   return "?";
 }
@@ -391,8 +394,57 @@ class Training {
   }
 
   // Appends one op (a slice of it) and returns its index.
+  // MoNTA (experts tensor-parallel with EP): the expert all-to-all as its pieces. O1 sends 1/t of
+  // the tokens across (EP stream, on the link the group crosses) and all-gathers the rest inside
+  // the node (TP stream, NVLink); O2 and O3 cut that into N chunks whose all-to-all, all-gather
+  // and token-order D2D copy pipeline: O2 copies on the all-gather's stream, O3 on the copy
+  // engine (MoNTA Algorithms 1 and 2). Each chunk pays the per-chunk overhead on its all-to-all;
+  // what the planner's op holds beyond MoNTA's time (FCDA chunk latencies) goes on the first.
+  uint32_t add_monta(std::vector<Task>& g, const StageState& st, const LayerOp& op, double scale,
+                     double load, std::vector<uint32_t> after) {
+    monta::Problem prob = expert_alltoall_problem(ctx_, plan_);
+    prob.volume = prob.volume * (load / ctx_.skew.imbalance(m_, *p_.ep));
+    const bool nic = crosses(OpKind::kEp);
+    const bool o3 = plan_.alltoall == monta::Strategy::kO3;
+    const int64_t n = plan_.alltoall == monta::Strategy::kO1 ? 1 : plan_.alltoall_chunks;
+    const monta::ChunkCosts c = monta::chunk_costs(prob, n);
+    const Seconds modeled =
+        plan_.alltoall == monta::Strategy::kO1
+            ? monta::o1_time(prob)
+            : monta::at_chunks(prob, o3 ? monta::Pipelining::kO3 : monta::Pipelining::kO2, n).time;
+    const Seconds residual = std::max(Seconds(0), op.time - modeled);
+    const Seconds overhead = n > 1 ? prob.chunk_overhead : Seconds(0);
+    auto push = [&](Task t, std::vector<uint32_t> deps) {
+      t.after = std::move(deps);
+      g.push_back(std::move(t));
+      ++report_.tasks;
+      return static_cast<uint32_t>(g.size() - 1);
+    };
+    uint32_t last = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const Seconds aa = c.alltoall + overhead + (j == 0 ? residual : Seconds(0));
+      const uint32_t a = push(comm_task(st, "MoNTA all-to-all", kEpStream, aa * scale, nic), after);
+      last = push(comm_task(st, "MoNTA all-gather", kTpStream, c.allgather * scale, false), {a});
+      if (plan_.alltoall != monta::Strategy::kO1) {
+        last = push(Task{"MoNTA D2D copy",
+                         o3 ? kCopyStream : kTpStream,
+                         to_sim_time(c.d2d * scale),
+                         {},
+                         {},
+                         {},
+                         0},
+                    {last});
+      }
+    }
+    return last;
+  }
+
   uint32_t add_op(std::vector<Task>& g, const StageState& st, const LayerOp& op, double scale,
-                  double compute_scale, std::vector<uint32_t> after) {
+                  double compute_scale, std::vector<uint32_t> after, double load = 1.0) {
+    if (op.kind == OpKind::kEp && *p_.etp > 1 && *p_.ep > 1 &&
+        plan_.alltoall != monta::Strategy::kBaseline) {
+      return add_monta(g, st, op, scale, load, std::move(after));
+    }
     Task t =
         op.kind == OpKind::kCompute
             ? Task{op.name, kCompute, to_sim_time(op.time * (scale * compute_scale)), {}, {}, {}, 0}
@@ -441,7 +493,7 @@ class Training {
     // `alloc_token` tag the first op and the token op of slice 0; `release` tags slice
     // (slices - 1)'s last op.
     auto chain = [&](const std::vector<LayerOp>& ops, double compute_scale, int64_t token_op,
-                     int64_t alloc_first, int64_t alloc_token, int64_t release) {
+                     int64_t alloc_first, int64_t alloc_token, int64_t release, double load) {
       // Slices pipeline inside a layer; a layer starts once the one before has ended, so its
       // memory is released before the next allocates (and each layer pays its own pipeline
       // fill, as the planner's overlap residual has it).
@@ -452,7 +504,7 @@ class Training {
               q > 0 ? after_tail(j)
                     : (barrier < 0 ? std::vector<uint32_t>{}
                                    : std::vector<uint32_t>{static_cast<uint32_t>(barrier)});
-          const uint32_t i = add_op(g, st, ops[q], share, compute_scale, std::move(after));
+          const uint32_t i = add_op(g, st, ops[q], share, compute_scale, std::move(after), load);
           if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
           if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
           if (j == slices - 1 && q + 1 == ops.size() && release) g[i].tag = release;
@@ -472,7 +524,7 @@ class Training {
             st, {l, id.micro, L.chunks, full ? L.checkpoint : L.sequence_part, Bytes(0)});
         const int64_t a_token =
             full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0)});
-        chain(L.forward, 1.0, L.token_op, a_first, a_token, 0);
+        chain(L.forward, 1.0, L.token_op, a_first, a_token, 0, L.load);
       }
       if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
     } else {
@@ -488,7 +540,7 @@ class Training {
           const int64_t a_first =
               add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
           const int64_t a_token = add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0)});
-          chain(L.forward, 1.0, L.token_op, a_first, a_token, 0);
+          chain(L.forward, 1.0, L.token_op, a_first, a_token, 0, L.load);
         } else if (plan_.recompute != Recompute::kNone) {
           // Selective recompute and rematerialization redo the element-wise work (5 % of the
           // forward); rematerialization also replays the all-gather half of TP/EP
@@ -506,7 +558,7 @@ class Training {
         }
         std::vector<LayerOp> backward(L.forward.rbegin(), L.forward.rend());
         const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held});
-        chain(backward, 2.0, -1, 0, 0, a_release);
+        chain(backward, 2.0, -1, 0, 0, a_release, L.load);
       }
     }
 

@@ -64,7 +64,8 @@ struct OomEvent {
   Bytes needed, capacity;
 };
 
-enum Stream { kCompute = 0, kTpStream, kEpStream, kCpStream, kDpStream, kStreams };
+// kCopyStream: the copy engine MoNTA O3 runs its token-order D2D copies on.
+enum Stream { kCompute = 0, kTpStream, kEpStream, kCpStream, kDpStream, kCopyStream, kStreams };
 const char* stream_name(int stream);
 
 struct StageReport {

@@ -14,8 +14,9 @@ double us(sim::SimTime t) {
 
 nlohmann::json chrome_trace(const sim::TrainingReport& r) {
   nlohmann::json events = nlohmann::json::array();
-  const std::map<std::string, int> lanes = {{"passes", 0}, {"compute", 1}, {"tp", 2},     {"ep", 3},
-                                            {"cp", 4},     {"dp", 5},      {"pp send", 6}};
+  const std::map<std::string, int> lanes = {{"passes", 0},  {"compute", 1}, {"tp", 2},
+                                            {"ep", 3},      {"cp", 4},      {"dp", 5},
+                                            {"pp send", 6}, {"copy", 7}};
   for (size_t s = 0; s < r.stages.size(); ++s) {
     events.push_back({{"ph", "M"},
                       {"name", "process_name"},
