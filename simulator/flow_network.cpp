@@ -19,7 +19,8 @@ int FlowNetwork::add_link(BytesPerSec capacity) {
   return static_cast<int>(links_.size()) - 1;
 }
 
-void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Done done) {
+void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Done done,
+                       int priority) {
   for (int l : links) {
     if (l < 0 || l >= static_cast<int>(links_.size()))
       throw std::invalid_argument("flow over an unknown link");
@@ -30,6 +31,7 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
   f.links = std::move(links);
   f.bytes = f.remaining = bytes.value();
   f.done = std::move(done);
+  f.priority = priority;
   sent_ += bytes.value();
   // Finished flows leave their slot to new ones: a long run keeps only the flows in flight.
   size_t id = flows_.size();
@@ -90,31 +92,45 @@ void FlowNetwork::drain() {
 void FlowNetwork::solve() {
   ++solves_;
   std::vector<double> left = links_;
+  std::vector<int> classes;
+  for (size_t id : active_) classes.push_back(flows_[id].priority);
+  std::sort(classes.begin(), classes.end());
+  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+  for (int cls : classes) {
+    std::vector<size_t> members;
+    for (size_t id : active_) {
+      if (flows_[id].priority == cls) members.push_back(id);
+    }
+    fill(members, left);
+  }
+}
+
+void FlowNetwork::fill(const std::vector<size_t>& members, std::vector<double>& left) {
   std::vector<int> unfrozen_on(links_.size(), 0);
-  std::vector<char> frozen(active_.size(), 0);
-  for (size_t i = 0; i < active_.size(); ++i) {
-    Flow& f = flows_[active_[i]];
+  std::vector<char> frozen(members.size(), 0);
+  for (size_t i = 0; i < members.size(); ++i) {
+    Flow& f = flows_[members[i]];
     f.rate = 0;
     for (int l : f.links) ++unfrozen_on[l];
   }
-  size_t unfrozen = active_.size();
+  size_t unfrozen = members.size();
   while (unfrozen > 0) {
     // The smallest equal share any link can still give its unfrozen flows.
     double step = std::numeric_limits<double>::infinity();
     for (size_t l = 0; l < links_.size(); ++l) {
-      if (unfrozen_on[l] > 0) step = std::min(step, left[l] / unfrozen_on[l]);
+      if (unfrozen_on[l] > 0) step = std::min(step, std::max(left[l], 0.0) / unfrozen_on[l]);
     }
-    for (size_t i = 0; i < active_.size(); ++i) {
-      if (!frozen[i]) flows_[active_[i]].rate += step;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (!frozen[i]) flows_[members[i]].rate += step;
     }
     for (size_t l = 0; l < links_.size(); ++l) left[l] -= step * unfrozen_on[l];
     // Freeze the flows of every link that is now full. The link that set the step is full by
     // construction; the tolerance only absorbs rounding, and the fallback below guarantees
     // progress if rounding hides it.
     const size_t before = unfrozen;
-    for (size_t i = 0; i < active_.size(); ++i) {
+    for (size_t i = 0; i < members.size(); ++i) {
       if (frozen[i]) continue;
-      const Flow& f = flows_[active_[i]];
+      const Flow& f = flows_[members[i]];
       const bool saturated = std::any_of(f.links.begin(), f.links.end(),
                                          [&](int l) { return left[l] <= links_[l] * 1e-12; });
       if (!saturated) continue;

@@ -6,7 +6,8 @@
 // pace until a link is full, freeze the flows that cross it, repeat until every flow is frozen
 // (the system SimGrid's lmm solver handles; packet-level effects are out of scope). Rates are
 // re-solved when a flow starts or ends; in between each flow drains at its rate, so completion
-// times are exact up to the picosecond rounding of SimTime.
+// times are exact up to the picosecond rounding of SimTime. Flows may carry a priority class:
+// classes are filled one after another, each from what the ones before left.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,9 @@ class FlowNetwork {
   // Sends `bytes` over `links` (indices from add_link): the flow starts after `latency`, shares
   // bandwidth with every flow on its links, and `done` runs when its last byte arrives. A flow
   // over no links (a copy inside one device) completes right after its latency.
-  void send(std::vector<int> links, Bytes bytes, SimTime latency, Done done);
+  // `priority`: 0 is served first; a class only gets what the classes before it left on a link
+  // (strict priority, max-min fair inside a class), as MoNTA orders EP << PP << CP << DP.
+  void send(std::vector<int> links, Bytes bytes, SimTime latency, Done done, int priority = 0);
 
   size_t active_flows() const;
   // Current rate of each active flow on a link, summed (for invariant checks).
@@ -47,11 +50,13 @@ class FlowNetwork {
     double rate = 0;
     Done done;
     bool active = false;
+    int priority = 0;
   };
 
   void activate(size_t flow);
-  void drain();          // move every active flow forward to now at its current rate
-  void solve();          // progressive filling
+  void drain();  // move every active flow forward to now at its current rate
+  void solve();  // progressive filling, class by class
+  void fill(const std::vector<size_t>& members, std::vector<double>& left);
   void schedule_next();  // the earliest completion, tagged with the current generation
   void complete_due();
 

@@ -68,7 +68,9 @@ void GpuStreams::dispatch(int stream) {
   if (t.links.empty()) {
     queue_.after(t.duration, [this, id, start] { finished(id, start); });
   } else {
-    net_.send(t.links, t.bytes, SimTime{}, [this, id, start](SimTime) { finished(id, start); });
+    net_.send(
+        t.links, t.bytes, SimTime{}, [this, id, start](SimTime) { finished(id, start); },
+        t.priority);
   }
 }
 

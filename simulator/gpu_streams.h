@@ -28,6 +28,7 @@ struct Task {
   SimTime duration;        // compute tasks (no links)
   std::vector<int> links;  // communication tasks: a flow of `bytes` over these
   Bytes bytes;
+  int priority = 0;             // of its flow (FlowNetwork::send)
   std::vector<uint32_t> after;  // indices of earlier tasks this one waits for
   int64_t tag = 0;              // the caller's, passed back to the hooks
 };

@@ -151,11 +151,13 @@ class PipelineDriver::Impl {
   void send(int64_t from, const std::vector<int>& links, const std::string& label,
             std::function<void()> arrived) {
     const SimTime start = queue_.now();
-    net_.send(links, spec_.boundary_bytes, spec_.boundary_latency,
-              [this, from, label, start, arrived = std::move(arrived)](SimTime t) {
-                result_.spans.push_back({from, "send", "send " + label, start, t});
-                arrived();
-              });
+    net_.send(
+        links, spec_.boundary_bytes, spec_.boundary_latency,
+        [this, from, label, start, arrived = std::move(arrived)](SimTime t) {
+          result_.spans.push_back({from, "send", "send " + label, start, t});
+          arrived();
+        },
+        hooks_.boundary_priority);
   }
 
   const PipelineSpec& spec_;

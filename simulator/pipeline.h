@@ -69,6 +69,7 @@ struct PipelineHooks {
   std::function<void(const PassId&, std::function<void()> done)> run;
   std::function<void(int64_t stage)> on_stage_done;
   std::vector<std::vector<int>> down_links, up_links;
+  int boundary_priority = 0;  // of the boundary flows (FlowNetwork::send)
 };
 class PipelineDriver {
  public:

@@ -201,6 +201,7 @@ class Training {
       st.sync = dp_sync_times(ctx_, plan_, s);
       st.gpu = std::make_unique<GpuStreams>(queue, net, kStreams, stream_hooks(s));
       const int link = ctx_.links.crosses_nodes(boundary_span) ? st.nic : st.nvlink;
+      hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
       hooks.down_links.push_back({link});
       hooks.up_links.push_back({link});
       sample_memory(s);
@@ -280,17 +281,19 @@ class Training {
     const Task t = comm_task(st, next.name, kDpStream, next.time, st.sync.crosses_nodes);
     const SimTime start = queue_->now();
     link_activity(st, t, +1);
-    net_->send(t.links, t.bytes, SimTime{},
-               [this, s, t, start, then = std::move(next.then)](SimTime end) {
-                 StageState& x = stages_[static_cast<size_t>(s)];
-                 link_activity(x, t, -1);
-                 if (o_.record_trace)
-                   report_.spans.push_back({s, "dp", t.name, offset_ + start, offset_ + end});
-                 x.dp_busy = false;
-                 if (then) then();
-                 dp_next(s);
-                 maybe_step(s);
-               });
+    net_->send(
+        t.links, t.bytes, SimTime{},
+        [this, s, t, start, then = std::move(next.then)](SimTime end) {
+          StageState& x = stages_[static_cast<size_t>(s)];
+          link_activity(x, t, -1);
+          if (o_.record_trace)
+            report_.spans.push_back({s, "dp", t.name, offset_ + start, offset_ + end});
+          x.dp_busy = false;
+          if (then) then();
+          dp_next(s);
+          maybe_step(s);
+        },
+        t.priority);
   }
 
   // The optimizer step, once the stage's passes are done and its gradients reduced.
@@ -365,6 +368,27 @@ class Training {
     report_.memory.push_back({s, offset_ + now, stages_[static_cast<size_t>(s)].current});
   }
 
+  static Task compute_task(const char* name, int stream, Seconds time) {
+    Task t;
+    t.name = name;
+    t.stream = stream;
+    t.duration = to_sim_time(time);
+    return t;
+  }
+
+  int priority_of(int stream) const {
+    if (!o_.comm_priorities) return 0;
+    switch (stream) {
+      case kCpStream:
+        return 2;
+      case kDpStream:
+        return 3;
+      default:
+        return 0;  // EP and TP first
+    }
+  }
+  static constexpr int kPipelinePriority = 1;
+
   // A communication task of `time` on the link its group crosses: sized so that alone it takes
   // exactly the planner's time.
   Task comm_task(const StageState& st, const char* name, int stream, Seconds time, bool nic) {
@@ -375,6 +399,7 @@ class Training {
     t.stream = stream;
     t.links = {nic ? st.nic : st.nvlink};
     t.bytes = Bytes(time.value() * (nic ? ctx_.links.inter : ctx_.links.intra).value());
+    t.priority = priority_of(stream);
     return t;
   }
 
@@ -426,13 +451,7 @@ class Training {
       const uint32_t a = push(comm_task(st, "MoNTA all-to-all", kEpStream, aa * scale, nic), after);
       last = push(comm_task(st, "MoNTA all-gather", kTpStream, c.allgather * scale, false), {a});
       if (plan_.alltoall != monta::Strategy::kO1) {
-        last = push(Task{"MoNTA D2D copy",
-                         o3 ? kCopyStream : kTpStream,
-                         to_sim_time(c.d2d * scale),
-                         {},
-                         {},
-                         {},
-                         0},
+        last = push(compute_task("MoNTA D2D copy", o3 ? kCopyStream : kTpStream, c.d2d * scale),
                     {last});
       }
     }
@@ -445,10 +464,9 @@ class Training {
         plan_.alltoall != monta::Strategy::kBaseline) {
       return add_monta(g, st, op, scale, load, std::move(after));
     }
-    Task t =
-        op.kind == OpKind::kCompute
-            ? Task{op.name, kCompute, to_sim_time(op.time * (scale * compute_scale)), {}, {}, {}, 0}
-            : comm_task(st, op.name, stream_of(op.kind), op.time * scale, crosses(op.kind));
+    Task t = op.kind == OpKind::kCompute
+                 ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
+                 : comm_task(st, op.name, stream_of(op.kind), op.time * scale, crosses(op.kind));
     t.after = std::move(after);
     g.push_back(std::move(t));
     ++report_.tasks;
@@ -485,7 +503,8 @@ class Training {
     };
     auto head_task = [&](const char* name, Seconds time) {
       if (time.value() <= 0) return;
-      g.push_back(Task{name, kCompute, to_sim_time(time), {}, {}, all_tails(), 0});
+      g.push_back(compute_task(name, kCompute, time));
+      g.back().after = all_tails();
       ++report_.tasks;
       std::fill(tail.begin(), tail.end(), static_cast<int64_t>(g.size() - 1));
     };

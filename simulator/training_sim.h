@@ -51,6 +51,9 @@ struct TrainingOptions {
   double alpha = 1.0;
   std::vector<int64_t> chunk_bins = {1, 2, 4, 8};
   bool record_trace = false;
+  // MoNTA's communication priorities, EP (and TP) << PP << CP << DP: on a shared link a class
+  // only gets what the ones before it leave. Off: every flow shares max-min fairly (NCCL).
+  bool comm_priorities = false;
   size_t max_oom_events = 32;
   // Operator spans kept for the trace; past this only passes, DP and sends are (a trace of
   // millions of events is more than Perfetto opens comfortably).

@@ -62,6 +62,23 @@ TEST(FlowNetwork, TwoEqualFlowsOnOneLinkEachFinishAtTwiceTheTime) {
   for (SimTime t : done) EXPECT_NEAR(to_seconds(t).value(), 2 * 1.0 / 50, 1e-11);
 }
 
+TEST(FlowNetwork, AHigherPriorityClassIsServedFirst) {
+  // MoNTA's priorities: the EP flow (class 0) takes the whole link and finishes at B/W; the DP
+  // flow (class 3) waits, then finishes at 2B/W. A third flow on another link is unaffected.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(gigabytes_per_sec(50));
+  const int other = net.add_link(gigabytes_per_sec(50));
+  SimTime ep, dp, free;
+  net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { dp = t; }, 3);
+  net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { ep = t; }, 0);
+  net.send({other}, Bytes(kGB), SimTime{0}, [&](SimTime t) { free = t; }, 3);
+  q.run();
+  EXPECT_NEAR(to_seconds(ep).value(), 1.0 / 50, 1e-11);
+  EXPECT_NEAR(to_seconds(dp).value(), 2.0 / 50, 1e-11);
+  EXPECT_NEAR(to_seconds(free).value(), 1.0 / 50, 1e-11);
+}
+
 TEST(FlowNetwork, ProgressiveFillingGivesMaxMinRates) {
   // Link 0 (10 GB/s): flows A, B.  Link 1 (4 GB/s): flows B, C.
   // Link 1 saturates first at 2 each (B, C frozen); A then takes link 0's remaining 8.

@@ -82,6 +82,21 @@ TEST(TrainingSim, SharedLinksSlowBothAlike) {
   EXPECT_LT(std::abs(three / estimate_time(ctx, c).iteration - 1.0), 0.10);
 }
 
+TEST(TrainingSim, CommunicationPrioritiesPutExpertTrafficFirst) {
+  // MoNTA's EP << PP << CP << DP: with ZeRO-3's gathers on the NIC beside the expert all-to-all,
+  // serving EP first cuts the compute stream's wait on EP.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  PlanChoice c = choice(m, "tp=2,pp=1,ep=8,etp=2,dp=64,mbs=1,gbs=128");
+  c.zero_stage = 3;
+  TrainingOptions o;
+  const TrainingReport fair = simulate_training(ctx, cl, c, o);
+  o.comm_priorities = true;
+  const TrainingReport ordered = simulate_training(ctx, cl, c, o);
+  EXPECT_LT(ordered.stages[0].waited[kEpStream], fair.stages[0].waited[kEpStream] * 0.8);
+}
+
 TEST(TrainingSim, SameInputsSameReport) {
   const ModelSpec m = testing_models::mixtral_8x7b();
   const ClusterSpec cl = cluster("megascale-h800-240");

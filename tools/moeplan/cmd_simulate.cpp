@@ -27,6 +27,7 @@ struct SimulateOptions {
   uint64_t seed = 1;
   std::optional<double> static_override_gb;
   bool json = false;
+  bool comm_priorities = false;
 };
 
 std::string percent(Seconds part, Seconds whole) {
@@ -126,6 +127,7 @@ void run_simulate(const SimulateOptions& o) {
   opt.dynamics = routing.dynamics;
   if (o.static_override_gb) opt.static_override = gigabytes(*o.static_override_gb);
   opt.record_trace = !o.trace.empty();
+  opt.comm_priorities = o.comm_priorities;
   const auto wall_start = std::chrono::steady_clock::now();
   const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
   const double wall =
@@ -264,6 +266,9 @@ void add_simulate(CLI::App& app) {
                   "and ,jitter=x (per-iteration noise)");
   cmd->add_option("--static-override", o->static_override_gb,
                   "measured static memory per GPU in GB (MemFine Table 4)");
+  cmd->add_flag("--comm-priorities", o->comm_priorities,
+               "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
+               "sharing them fairly");
   cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_simulate(*o); });
