@@ -32,9 +32,15 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& so
       c.ignore("reference_bandwidth");
     c.ignore("unit");
     c.ignore("note");
+    c.ignore("reference_GFLOPS");
+    c.ignore("threads");
     std::vector<EfficiencyCurve::Point> points;
     for (ObjectReader p : c.object_array("points")) {
-      points.push_back({positive_number(p, "size_bytes"), positive_number(p, "efficiency")});
+      // Transfers are sized in bytes, compute curves (GEMM, CPU expert) in FLOPs.
+      const double size =
+          p.has("size_flops") ? positive_number(p, "size_flops") : positive_number(p, "size_bytes");
+      points.push_back({size, positive_number(p, "efficiency")});
+      p.ignore("seconds");
       p.finish();
     }
     c.finish();

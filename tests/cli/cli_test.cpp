@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "planner/io/loaders.h"
 #include "test_paths.h"
 
 namespace {
@@ -372,6 +373,36 @@ TEST(Cli, SimulateReportsOutOfMemoryAtTheOperator) {
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --iterations 0"),
                         "--iterations");
   std::remove(plan.c_str());
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(Cli, CalibrateCpuWritesACurveFileThatResumes) {
+  const std::string out = ::testing::TempDir() + "moeplan_calibration.json";
+  std::remove(out.c_str());
+  const std::string cmd = "calibrate --only cpu --quick --model " + std::string(MOEPLAN_TEST_DATA) +
+                          "/model-tiny-moe.json --out " + out;
+  const Result r = run(cmd);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cpu expert"), std::string::npos) << r.out;
+  const io::Calibration cal = io::load_calibration(out);
+  EXPECT_EQ(cal.curves.count("cpu_expert_ffn"), 1u);
+  EXPECT_EQ(cal.provenance["tool"], "moeplan calibrate");
+  // The affinity split reads it.
+  EXPECT_EQ(run("affinity --model models/aptmoe-moe-s-16.json --cluster "
+                "topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.3 --calibration " +
+                out)
+                .code,
+            0);
+  const Result again = run(cmd + " --resume");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("kept from the earlier run"), std::string::npos) << again.out;
+  expect_one_line_error(run("calibrate --only cpu,tpu --out " + out), "tpu");
+  // The GPU parts need a GPU: without one (CI), one line and exit 1.
+  expect_one_line_error(run("calibrate --only gemm --out " + out), "GPU");
+  std::remove(out.c_str());
 }
 
 }  // namespace moe

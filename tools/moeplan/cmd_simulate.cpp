@@ -267,8 +267,8 @@ void add_simulate(CLI::App& app) {
   cmd->add_option("--static-override", o->static_override_gb,
                   "measured static memory per GPU in GB (MemFine Table 4)");
   cmd->add_flag("--comm-priorities", o->comm_priorities,
-               "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
-               "sharing them fairly");
+                "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
+                "sharing them fairly");
   cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_simulate(*o); });

@@ -17,6 +17,7 @@ void add_affinity(CLI::App& app);
 void add_devices(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_simulate(CLI::App& app);
+void add_calibrate(CLI::App& app);
 
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   moe::cli::add_comm(app);
   moe::cli::add_affinity(app);
   moe::cli::add_devices(app);
+  moe::cli::add_calibrate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
