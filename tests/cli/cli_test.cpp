@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -403,6 +405,39 @@ TEST(Cli, CalibrateCpuWritesACurveFileThatResumes) {
   // The GPU parts need a GPU: without one (CI), one line and exit 1.
   expect_one_line_error(run("calibrate --only gemm --out " + out), "GPU");
   std::remove(out.c_str());
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
+  const std::string dir = ::testing::TempDir() + "moeplan_whatif";
+  std::filesystem::remove_all(dir);
+  const std::string pair =
+      "--model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json";
+  const std::string sweep = " --search --global-batch 64 --sweep skew=balanced,G=0.3 --out " + dir;
+  const Result first = run("whatif " + pair + sweep + " --sweep seq-len=2048,4096");
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("4 point(s) computed, 0 kept"), std::string::npos) << first.out;
+  const std::string csv = read_file(dir + "/points.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);  // header + 4 points
+  EXPECT_NE(csv.find("seq-len=4096;skew=G=0.3"), std::string::npos) << csv;
+  const std::string html = read_file(dir + "/report.html");
+  size_t charts = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
+    ++charts;
+  EXPECT_EQ(charts, 4u);  // tokens/s, MFU, iteration, peak memory
+  EXPECT_NE(html.find("GPU memory"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);  // no script, no network
+  // A wider sweep keeps the four finished points.
+  const Result again = run("whatif " + pair + sweep + " --sweep seq-len=2048,4096,8192 --resume");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("2 point(s) computed, 4 kept"), std::string::npos) << again.out;
+
+  expect_one_line_error(run("whatif " + pair + sweep + " --sweep color=red"), "color");
+  expect_one_line_error(run("whatif " + pair + " --out " + dir + " --sweep seq-len=1"), "--search");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace moe

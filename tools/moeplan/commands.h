@@ -18,6 +18,7 @@ void add_devices(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_simulate(CLI::App& app);
 void add_calibrate(CLI::App& app);
+void add_whatif(CLI::App& app);
 
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);

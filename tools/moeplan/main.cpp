@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   moe::cli::add_affinity(app);
   moe::cli::add_devices(app);
   moe::cli::add_calibrate(app);
+  moe::cli::add_whatif(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

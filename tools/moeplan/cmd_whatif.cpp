@@ -1,0 +1,403 @@
+// moeplan whatif: sweep inputs and answer with a table, a CSV and a self-contained HTML report.
+// Each point re-plans (--search) or simulates a fixed plan (--plan); points run in parallel and
+// points.csv is rewritten atomically after each, so --resume never recomputes a finished point.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
+#include "planner/search.h"
+#include "simulator/training_sim.h"
+#include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
+#include "tools/moeplan/svg_chart.h"
+
+namespace moe::cli {
+
+namespace {
+
+const std::vector<std::string> kAxes = {"seq-len", "global-batch", "gpus", "skew", "top-k"};
+
+struct WhatifOptions {
+  std::string model, cluster, plan, out, skew = "balanced";
+  std::vector<std::string> sweeps;
+  bool search = false, resume = false;
+  int64_t global_batch = 0, seq_len = 4096;
+  int threads = 0;
+};
+
+struct Axis {
+  std::string name;
+  std::vector<std::string> values;
+};
+
+struct Point {
+  std::map<std::string, std::string> at;  // axis -> value
+  std::string key() const {
+    std::string k;
+    for (const auto& [a, v] : at) k += (k.empty() ? "" : ";") + a + "=" + v;
+    return k;
+  }
+};
+
+struct Result {
+  static Result failed(std::string why) {
+    Result r;
+    r.status = std::move(why);
+    return r;
+  }
+  std::string status = "ok";  // or why there is no number
+  double iteration_s = NAN, tokens_per_s = NAN, mfu = NAN, peak_gb = NAN;
+  std::string plan;
+};
+
+Axis parse_axis(const std::string& text) {
+  const size_t eq = text.find('=');
+  Axis a;
+  a.name = text.substr(0, eq);
+  if (std::find(kAxes.begin(), kAxes.end(), a.name) == kAxes.end()) {
+    throw InputError(
+        "--sweep", "",
+        fmt::format("'{}' is not an axis (seq-len, global-batch, gpus, skew, top-k)", a.name));
+  }
+  std::stringstream in(eq == std::string::npos ? "" : text.substr(eq + 1));
+  for (std::string v; std::getline(in, v, ',');)
+    if (!v.empty()) a.values.push_back(v);
+  if (a.values.empty()) throw InputError("--sweep", "", fmt::format("'{}' has no values", text));
+  return a;
+}
+
+int64_t positive(const std::string& axis, const std::string& v) {
+  try {
+    size_t used = 0;
+    const long long n = std::stoll(v, &used);
+    if (used == v.size() && n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  throw InputError("--sweep", "", fmt::format("{}={} is not a positive integer", axis, v));
+}
+
+Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& c,
+                const std::optional<PlanChoice>& fixed, const Point& p) {
+  ModelSpec m = base;
+  int64_t seq = o.seq_len, gbs = o.global_batch, gpus = c.num_gpus();
+  std::string skew = o.skew;
+  for (const auto& [axis, v] : p.at) {
+    if (axis == "seq-len") seq = positive(axis, v);
+    if (axis == "global-batch") gbs = positive(axis, v);
+    if (axis == "gpus") gpus = positive(axis, v);
+    if (axis == "skew") skew = v;
+    if (axis == "top-k") m.top_k = positive(axis, v);
+  }
+  try {
+    validate(m);
+  } catch (const ConfigError& e) {
+    return Result::failed(fmt::format("model: {}", e.what()));
+  }
+  Result r;
+  try {
+    const TimeContext ctx = make_time_context(m, c, efficiencies(), skew_for(skew, m), seq);
+    if (fixed) {
+      PlanChoice plan = *fixed;
+      plan.seq_len = seq;
+      if (gbs > 0) plan.parallel.gbs = gbs;
+      check(plan.parallel, m);
+      const sim::TrainingReport t = sim::simulate_training(ctx, c, plan, {});
+      r.iteration_s = t.mean_iteration.value();
+      r.tokens_per_s = t.tokens_per_second;
+      r.mfu = t.mfu;
+      double peak = 0;
+      for (const sim::StageReport& s : t.stages) peak = std::max(peak, s.peak_bytes.value());
+      r.peak_gb = peak / 1e9;
+      r.plan = plan.describe();
+      if (t.oom_count > 0) r.status = fmt::format("OOM x{}", t.oom_count);
+      return r;
+    }
+    SearchRequest req;
+    req.num_gpus = gpus;
+    req.global_batch = gbs;
+    req.threads = 1;
+    const SearchResult s = search_plans(ctx, req);
+    if (s.ranked.empty()) return Result::failed("nothing fits");
+    const Plan& best = s.ranked.front();
+    r.iteration_s = best.score.time.iteration.value();
+    r.tokens_per_s = best.score.tokens_per_second;
+    r.mfu = best.score.mfu;
+    r.peak_gb = best.score.peak_bytes.value() / 1e9;
+    r.plan = best.choice.describe();
+  } catch (const ConfigError& e) {
+    return Result::failed(e.what());
+  } catch (const InputError& e) {
+    return Result::failed(e.what());
+  }
+  return r;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+std::string csv(const std::vector<Axis>& axes, const std::vector<std::pair<Point, Result>>& rows) {
+  std::string out = "point";
+  for (const Axis& a : axes) out += "," + a.name;
+  out += ",status,iteration_s,tokens_per_s,mfu,peak_memory_GB,plan\n";
+  for (const auto& [p, r] : rows) {
+    out += csv_field(p.key());
+    for (const Axis& a : axes) out += "," + csv_field(p.at.at(a.name));
+    out += fmt::format(",{},{},{},{},{},{}\n", csv_field(r.status), r.iteration_s, r.tokens_per_s,
+                       r.mfu, r.peak_gb, csv_field(r.plan));
+  }
+  return out;
+}
+
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t k = 0; k < line.size(); ++k) {
+    const char ch = line[k];
+    if (quoted && ch == '"' && k + 1 < line.size() && line[k + 1] == '"') {
+      out.back() += '"';
+      ++k;
+    } else if (ch == '"') {
+      quoted = !quoted;
+    } else if (ch == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += ch;
+    }
+  }
+  return out;
+}
+
+// The results an earlier run's points.csv holds, by point key; rows from another set of axes
+// (a different column count) are not reused.
+std::map<std::string, Result> earlier_results(const std::string& path, size_t axes) {
+  std::map<std::string, Result> rows;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const std::vector<std::string> f = csv_fields(line);
+    if (f.size() != axes + 7) continue;
+    Result r;
+    r.status = f[axes + 1];
+    auto number = [](const std::string& v) {
+      try {
+        return std::stod(v);
+      } catch (const std::exception&) {
+        return static_cast<double>(NAN);
+      }
+    };
+    r.iteration_s = number(f[axes + 2]);
+    r.tokens_per_s = number(f[axes + 3]);
+    r.mfu = number(f[axes + 4]);
+    r.peak_gb = number(f[axes + 5]);
+    r.plan = f[axes + 6];
+    rows[f[0]] = r;
+  }
+  return rows;
+}
+
+std::string html_report(const WhatifOptions& o, const ModelSpec& m, const ClusterSpec& c,
+                        const std::vector<Axis>& axes,
+                        const std::vector<std::pair<Point, Result>>& rows) {
+  std::string body;
+  // One chart per metric against the first axis, one series per value of the others.
+  const Axis& x = axes.front();
+  std::map<std::string, Series> series_of;
+  struct Metric {
+    const char* title;
+    const char* unit;
+    double Result::*field;
+    double scale;
+  };
+  const Metric metrics[] = {{"Throughput", "tokens/s", &Result::tokens_per_s, 1.0},
+                            {"MFU", "%", &Result::mfu, 100.0},
+                            {"Iteration time", "s", &Result::iteration_s, 1.0},
+                            {"Peak memory per GPU", "GB", &Result::peak_gb, 1.0}};
+  for (const Metric& k : metrics) {
+    Chart chart{k.title + std::string(" vs ") + x.name, x.name, k.unit, {}, {}, {}};
+    std::map<std::string, size_t> index;
+    for (const auto& [p, r] : rows) {
+      std::string others;
+      for (const auto& [a, v] : p.at)
+        if (a != x.name) others += (others.empty() ? "" : ", ") + a + "=" + v;
+      if (!index.count(others)) {
+        index[others] = chart.series.size();
+        chart.series.push_back({others.empty() ? "all" : others, {}, {}});
+      }
+      Series& s = chart.series[index[others]];
+      double xv = NAN;
+      try {
+        xv = std::stod(p.at.at(x.name));
+      } catch (const std::exception&) {
+        xv = static_cast<double>(s.x.size());  // categorical axis: in sweep order
+      }
+      s.x.push_back(xv);
+      s.y.push_back(r.*k.field * k.scale);
+    }
+    if (k.field == &Result::peak_gb) {
+      chart.limit = c.node.gpu.hbm_capacity.value() / 1e9;
+      chart.limit_label = "GPU memory";
+    }
+    body += svg_line_chart(chart);
+  }
+  std::string table =
+      "<table><tr><th>point</th><th>status</th><th>iteration</th><th>tokens/s</th>"
+      "<th>MFU</th><th>peak GB</th><th>plan</th></tr>\n";
+  for (const auto& [p, r] : rows) {
+    table += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{:.4g} s</td><td>{:.0f}</td><td>{:.1f} %</td>"
+        "<td>{:.2f}</td><td>{}</td></tr>\n",
+        html_escape(p.key()), html_escape(r.status), r.iteration_s, r.tokens_per_s, 100 * r.mfu,
+        r.peak_gb, html_escape(r.plan));
+  }
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>moeplan whatif: "
+      "{0}</title>\n<style>body{{font-family:sans-serif;margin:2em}}svg{{margin:0.5em}}"
+      "table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;"
+      "font-size:12px}}</style></head><body>\n<h1>What if: {0} on {1}</h1>\n<p>{2}; {3}. "
+      "Numbers in points.csv.</p>\n{4}\n<h2>Points</h2>\n{5}</table>\n</body></html>\n",
+      html_escape(m.name), html_escape(c.name),
+      o.search ? "each point re-planned (best plan)" : "the plan simulated at each point",
+      html_escape(fmt::format("{} points", rows.size())), body, table);
+}
+
+void run_whatif(const WhatifOptions& o) {
+  if (o.search == !o.plan.empty())
+    throw InputError("--plan", "", "give a plan file to simulate or --search to re-plan, not both");
+  if (o.sweeps.empty()) throw InputError("--sweep", "", "give at least one AXIS=V1,V2,...");
+  const ModelSpec m = io::load_model(o.model);
+  const ClusterSpec c = io::load_cluster(o.cluster);
+  std::optional<PlanChoice> fixed;
+  if (!o.plan.empty()) fixed = io::load_plan_choice(o.plan);
+  std::vector<Axis> axes;
+  for (const std::string& s : o.sweeps) axes.push_back(parse_axis(s));
+  if (fixed &&
+      std::any_of(axes.begin(), axes.end(), [](const Axis& a) { return a.name == "gpus"; }))
+    throw InputError("--sweep", "", "gpus needs --search (a fixed plan has its GPU count)");
+  if (o.search && o.global_batch <= 0 && std::none_of(axes.begin(), axes.end(), [](const Axis& a) {
+        return a.name == "global-batch";
+      }))
+    throw InputError("--global-batch", "", "--search needs a global batch (or sweep it)");
+
+  // The Cartesian product, the last axis varying fastest.
+  std::vector<Point> points(1);
+  for (auto a = axes.rbegin(); a != axes.rend(); ++a) {
+    std::vector<Point> next;
+    for (const std::string& v : a->values) {
+      for (Point p : points) {
+        p.at[a->name] = v;
+        next.push_back(p);
+      }
+    }
+    points = next;
+  }
+  std::filesystem::create_directories(o.out);
+  const std::string csv_path = o.out + "/points.csv";
+  const std::map<std::string, Result> earlier =
+      o.resume ? earlier_results(csv_path, axes.size()) : std::map<std::string, Result>{};
+
+  std::vector<std::optional<Result>> results(points.size());
+  std::vector<std::pair<Point, Result>> done_rows;
+  std::mutex lock;
+  std::atomic<size_t> next{0};
+  size_t finished = 0, kept = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const bool tty = isatty(fileno(stderr)) != 0;
+  // Points an earlier run finished are read back from its CSV instead of recomputed.
+  for (size_t i = 0; i < points.size(); ++i) {
+    auto it = earlier.find(points[i].key());
+    if (it == earlier.end()) continue;
+    results[i] = it->second;
+    ++kept;
+  }
+  const std::vector<bool> was_kept = [&] {
+    std::vector<bool> v(points.size());
+    for (size_t i = 0; i < points.size(); ++i) v[i] = results[i].has_value();
+    return v;
+  }();
+  auto write_csv = [&] {
+    std::vector<std::pair<Point, Result>> rows;
+    for (size_t i = 0; i < points.size(); ++i)
+      if (results[i]) rows.push_back({points[i], *results[i]});
+    io::write_file_atomically(csv_path, csv(axes, rows));
+  };
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < points.size(); i = next++) {
+        if (was_kept[i]) continue;
+        const Result r = evaluate(o, m, c, fixed, points[i]);
+        std::lock_guard<std::mutex> g(lock);
+        results[i] = r;
+        ++finished;
+        write_csv();
+        if (tty) {
+          const double elapsed =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          const size_t todo = points.size() - kept;
+          fmt::print(
+              stderr, "\rpoints {}/{}, ~{:.0f} s left ", finished, todo,
+              elapsed / static_cast<double>(finished) * static_cast<double>(todo - finished));
+        }
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  if (tty) fmt::print(stderr, "\r{:40}\r", "");
+  write_csv();
+  for (size_t i = 0; i < points.size(); ++i)
+    if (results[i]) done_rows.push_back({points[i], *results[i]});
+  io::write_file_atomically(o.out + "/report.html", html_report(o, m, c, axes, done_rows));
+
+  fmt::print("{:<40} {:>14} {:>12} {:>8} {:>10}  {}\n", "point", "iteration", "tokens/s", "MFU",
+             "peak GB", "status");
+  for (const auto& [p, r] : done_rows) {
+    fmt::print("{:<40} {:>12.4f} s {:>12.0f} {:>6.1f} % {:>10.2f}  {}\n", p.key(), r.iteration_s,
+               r.tokens_per_s, 100 * r.mfu, r.peak_gb, r.status);
+  }
+  fmt::print("{} point(s) computed, {} kept from the earlier run; {} and {}\n", finished, kept,
+             csv_path, o.out + "/report.html");
+}
+
+}  // namespace
+
+void add_whatif(CLI::App& app) {
+  auto o = std::make_shared<WhatifOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "whatif", "Sweep sequence, batch, GPUs, skew or top-k; write points.csv and report.html");
+  cmd->add_option("--model", o->model, "model file")->required();
+  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
+  cmd->add_option("--plan", o->plan, "simulate this plan at every point");
+  cmd->add_flag("--search", o->search, "re-plan at every point (the best plan)");
+  cmd->add_option("--sweep", o->sweeps,
+                  "AXIS=V1,V2,... (axes: seq-len, global-batch, gpus, skew, top-k); repeatable");
+  cmd->add_option("--global-batch", o->global_batch, "global batch when not swept");
+  cmd->add_option("--seq-len", o->seq_len, "sequence length when not swept");
+  cmd->add_option("--skew", o->skew, "routing skew when not swept");
+  cmd->add_option("--threads", o->threads, "points evaluated at once (default: all cores)");
+  cmd->add_option("--out", o->out, "directory for points.csv and report.html")->required();
+  cmd->add_flag("--resume", o->resume, "keep the points an earlier run finished");
+  cmd->callback([o] { run_whatif(*o); });
+}
+
+}  // namespace moe::cli

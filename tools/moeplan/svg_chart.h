@@ -1,0 +1,29 @@
+// Line charts as inline SVG for self-contained HTML reports (no script, no network): numeric x
+// axes (log-scaled when they span more than 10x), one polyline per series, an optional
+// horizontal limit line (a GPU's memory capacity).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moe::cli {
+
+struct Series {
+  std::string name;
+  std::vector<double> x, y;  // points with a missing y (NaN) are skipped
+};
+
+struct Chart {
+  std::string title, x_label, y_label;
+  std::vector<Series> series;
+  std::optional<double> limit;  // drawn as a dashed line
+  std::string limit_label;
+};
+
+std::string svg_line_chart(const Chart& c);
+
+// Escapes &, <, >, " for HTML text and attributes.
+std::string html_escape(const std::string& s);
+
+}  // namespace moe::cli
