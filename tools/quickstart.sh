@@ -15,4 +15,8 @@ echo
 echo "== model =="
 $moeplan info --model "$model"
 echo "== plan =="
-$moeplan plan --model "$model" --cluster "$cluster" --global-batch "${GBS:-256}" --seq-len "${SEQ:-4096}" --top 5 --explain
+plan=$(mktemp --suffix=.json)
+trap 'rm -f "$plan"' EXIT
+$moeplan plan --model "$model" --cluster "$cluster" --global-batch "${GBS:-256}" --seq-len "${SEQ:-4096}" --top 5 --explain --save "$plan"
+echo "== the best plan, simulated operator by operator =="
+$moeplan simulate --model "$model" --cluster "$cluster" --plan "$plan"
