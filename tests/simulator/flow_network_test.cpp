@@ -70,9 +70,12 @@ TEST(FlowNetwork, AHigherPriorityClassIsServedFirst) {
   const int link = net.add_link(gigabytes_per_sec(50));
   const int other = net.add_link(gigabytes_per_sec(50));
   SimTime ep, dp, free;
-  net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { dp = t; }, 3);
-  net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { ep = t; }, 0);
-  net.send({other}, Bytes(kGB), SimTime{0}, [&](SimTime t) { free = t; }, 3);
+  net.send(
+      {link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { dp = t; }, 3);
+  net.send(
+      {link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { ep = t; }, 0);
+  net.send(
+      {other}, Bytes(kGB), SimTime{0}, [&](SimTime t) { free = t; }, 3);
   q.run();
   EXPECT_NEAR(to_seconds(ep).value(), 1.0 / 50, 1e-11);
   EXPECT_NEAR(to_seconds(dp).value(), 2.0 / 50, 1e-11);

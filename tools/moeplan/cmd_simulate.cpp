@@ -212,8 +212,8 @@ void run_simulate(const SimulateOptions& o) {
     fmt::print("iterations:{}\n", list);
   }
   fmt::print("\nper stage, share of the simulated time (waited: compute idle inside a pass)\n");
-  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP", "outside passes",
-            "NVLink", "NIC", "peak memory"});
+  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP",
+            "outside passes", "NVLink", "NIC", "peak memory"});
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const sim::StageReport& x = r.stages[s];
     st.add({std::to_string(s), percent(x.compute_busy, total),
