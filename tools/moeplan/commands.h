@@ -19,6 +19,7 @@ void add_plan(CLI::App& app);
 void add_simulate(CLI::App& app);
 void add_calibrate(CLI::App& app);
 void add_whatif(CLI::App& app);
+void add_reproduce(CLI::App& app);
 
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);

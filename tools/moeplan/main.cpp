@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   moe::cli::add_devices(app);
   moe::cli::add_calibrate(app);
   moe::cli::add_whatif(app);
+  moe::cli::add_reproduce(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,164 @@
+// moeplan reproduce: the seed papers' headline numbers recomputed from the shipped inputs, with
+// the paper's value beside ours and the relative error, as a table, a CSV and an HTML page.
+// Papers so far: MoNTA (Table 8, eq. 13-16) and MemFine (eq. 2, Table 4, eq. 3, eq. 8-9).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
+#include "planner/memfine.h"
+#include "planner/memory_model.h"
+#include "planner/monta.h"
+#include "tools/moeplan/commands.h"
+#include "tools/moeplan/svg_chart.h"
+#include "tools/moeplan/table.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct Row {
+  std::string source, quantity;
+  double paper = NAN, ours = NAN;
+  std::string unit, note;
+};
+
+std::vector<Row> monta_rows(const std::string& root) {
+  // Table 8's setting: I = 256 MiB (b 2, s 8192, h 8192, BF16), t = 8, e = 2, the paper's
+  // bandwidths in its units (1 GB/s = 1000 MiB/s) and the efficiencies it read off Fig. 13.
+  const io::Calibration cal =
+      io::load_calibration(root + "/calibrate/data/monta-table8-curves.json");
+  monta::Problem p;
+  p.volume = monta::alltoall_volume(2, 8192, 8192, 2);
+  p.tp = 8;
+  p.ep = 2;
+  const double mibps = 1024.0 * 1024.0;
+  p.links = {BytesPerSec(25000 * mibps), BytesPerSec(200000 * mibps), BytesPerSec(1600000 * mibps)};
+  p.curves = {cal.curves.at("alltoall_inter"), cal.curves.at("allgather_intra"),
+              cal.curves.at("d2d_copy")};
+  const double base = monta::baseline_time(p).value() * 1e3;
+  const double o1 = monta::o1_time(p).value() * 1e3;
+  const double o2 = monta::at_chunks(p, monta::Pipelining::kO2, 4).time.value() * 1e3;
+  const double o3 = monta::at_chunks(p, monta::Pipelining::kO3, 4).time.value() * 1e3;
+  const monta::ChunkCosts c = monta::chunk_costs(p, 4);
+  return {
+      {"Table 8", "baseline AllToAll", 6.909, base, "ms", ""},
+      {"Table 8", "O1 (eq. 11)", 2.455, o1, "ms", ""},
+      {"Table 8", "O2 per-chunk AllToAll, N = 4", 0.3747, c.alltoall.value() * 1e3, "ms", ""},
+      {"Table 8", "O2 per-chunk AllGather, N = 4", 0.3857, c.allgather.value() * 1e3, "ms", ""},
+      {"Table 8", "D2D per chunk, N = 4", 0.0500, c.d2d.value() * 1e3, "ms", ""},
+      {"Table 8", "O2 (Algorithm 1), N = 4", 2.117, o2, "ms", ""},
+      {"Table 8", "O3 (Algorithm 2), N = 4", 1.967, o3, "ms", ""},
+      {"eq. (14)", "O1 / baseline", 0.31, o1 / base, "",
+       "the paper's eq. (14)-(16) do not follow from its Table 8, which gives 0.355"},
+      {"eq. (15)", "O2 / baseline", 0.176, o2 / base, "", "Table 8 gives 0.306"},
+      {"eq. (16)", "O3 / baseline", 0.164, o3 / base, "", "Table 8 gives 0.285"},
+      {"eq. (13)", "O3 limit, r1 = r2, N -> infinity", 7.0 / 32.0,
+       monta::o3_limit_ratio(8, 2, 8.0, 0.7, 0.7), "", ""},
+  };
+}
+
+std::vector<Row> memfine_rows(const std::string& root) {
+  const ModelSpec one = io::load_model(root + "/models/memfine-model-1.json");
+  const ModelSpec two = io::load_model(root + "/models/memfine-model-2.json");
+  ParallelConfig p = resolve(parse_parallel("tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1"));
+  check(p, one);
+  const memfine::LayerShape s = moe_layer_shape(one, p, 4096, 2);
+  const double received = 596797;  // Table 4's s''
+  const double gb = 1e9;
+  auto act = [&](int64_t c) { return memfine::activation(s, 1, received, c).value() / gb; };
+  const Bytes gpu = gigabytes(64);
+  const double max_one = memfine::max_received_tokens(s, 1, gigabytes(43.0), gpu, 1.0);
+  const double max_two =
+      memfine::max_received_tokens(moe_layer_shape(two, p, 4096, 2), 1, gigabytes(39.5), gpu, 1.0);
+  auto bin = [&](double max) {
+    return static_cast<double>(
+        memfine::select_bin(memfine::chunks_needed(received, max), {1, 2, 4, 8}));
+  };
+  return {
+      {"eq. (2)", "sequence term D_t b s (5h + a h_d + 2 k_a h_d + e_n)", 0.8997,
+       memfine::sequence_activation(s).value() / gb, "GB", ""},
+      {"eq. (2)", "per received token D_t b (2h + 2 g_e)", 36864,
+       memfine::activation_per_received_token(s).value(), "B", ""},
+      {"Table 4", "Model I activation, method 1 (no chunks)", 22.9, act(1), "GB", ""},
+      {"Table 4", "Model I activation, method 3 (c = 2)", 11.9, act(2), "GB", ""},
+      {"Table 4", "Model I activation, method 2 (c = 8)", 3.7, act(8), "GB",
+       "the table rounds 3.65 to 3.7"},
+      {"eq. (3)", "Model I total at c = 1, static 43.0 GB", 65.9, 43.0 + act(1), "GB",
+       "over 64 GB: does not fit"},
+      {"eq. (8)", "Model I s'_max", 545256, max_one, "tokens", ""},
+      {"eq. (9)", "Model I MACT chunk count", 2, bin(max_one), "", ""},
+      {"eq. (8)", "Model II s'_max", 640200, max_two, "tokens", ""},
+      {"eq. (9)", "Model II MACT chunk count", 1, bin(max_two), "", ""},
+  };
+}
+
+void write_report(const std::string& dir, const std::string& paper, const std::vector<Row>& rows) {
+  std::string csv = "source,quantity,paper,ours,unit,relative_error,note\n";
+  std::string html = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0} reproduced"
+      "</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}"
+      "td,th{{border:1px solid #ccc;padding:2px 6px}}</style></head><body>\n<h1>{0} reproduced"
+      "</h1>\n<table><tr><th>source</th><th>quantity</th><th>paper</th><th>moeplan</th>"
+      "<th>unit</th><th>error</th><th>note</th></tr>\n",
+      html_escape(paper));
+  auto quote = [](const std::string& s) { return "\"" + s + "\""; };
+  for (const Row& r : rows) {
+    const double err = r.ours / r.paper - 1.0;
+    csv += fmt::format("{},{},{},{},{},{},{}\n", quote(r.source), quote(r.quantity), r.paper,
+                       r.ours, r.unit, err, quote(r.note));
+    html += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{:.6g}</td><td>{:.6g}</td><td>{}</td><td>{:+.2f} %</td>"
+        "<td>{}</td></tr>\n",
+        html_escape(r.source), html_escape(r.quantity), r.paper, r.ours, html_escape(r.unit),
+        100 * err, html_escape(r.note));
+  }
+  html += "</table>\n</body></html>\n";
+  std::filesystem::create_directories(dir);
+  io::write_file_atomically(dir + "/" + paper + ".csv", csv);
+  io::write_file_atomically(dir + "/" + paper + ".html", html);
+}
+
+void run_reproduce(const std::string& which, const std::string& out, const std::string& root) {
+  std::vector<std::pair<std::string, std::vector<Row>>> papers;
+  if (which == "monta" || which == "all") papers.push_back({"monta", monta_rows(root)});
+  if (which == "memfine" || which == "all") papers.push_back({"memfine", memfine_rows(root)});
+  if (papers.empty()) {
+    throw InputError("PAPER", "",
+                     fmt::format("'{}' is not one of monta, memfine, all (MegaScale-MoE and "
+                                 "APTMoE are not in this command yet)",
+                                 which));
+  }
+  for (const auto& [paper, rows] : papers) {
+    write_report(out, paper, rows);
+    Table t({"source", "quantity", "paper", "moeplan", "unit", "error"});
+    for (const Row& r : rows) {
+      t.add({r.source, r.quantity, fmt::format("{:.6g}", r.paper), fmt::format("{:.6g}", r.ours),
+             r.unit, fmt::format("{:+.2f} %", 100 * (r.ours / r.paper - 1.0))});
+    }
+    fmt::print("== {} ==\n{}", paper, t.render());
+    for (const Row& r : rows) {
+      if (!r.note.empty()) fmt::print("  {} {}: {}\n", r.source, r.quantity, r.note);
+    }
+    fmt::print("written to {}/{}.csv and .html\n\n", out, paper);
+  }
+}
+
+}  // namespace
+
+void add_reproduce(CLI::App& app) {
+  auto paper = std::make_shared<std::string>("all");
+  auto out = std::make_shared<std::string>();
+  auto root = std::make_shared<std::string>(".");
+  CLI::App* cmd = app.add_subcommand(
+      "reproduce", "Recompute a seed paper's numbers beside the paper's (monta, memfine, all)");
+  cmd->add_option("paper", *paper, "monta | memfine | all (default all)");
+  cmd->add_option("--out", *out, "directory for PAPER.csv and PAPER.html")->required();
+  cmd->add_option("--root", *root, "the moeplan tree holding models/ and calibrate/data/");
+  cmd->callback([paper, out, root] { run_reproduce(*paper, *out, *root); });
+}
+
+}  // namespace moe::cli
