@@ -451,8 +451,11 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   const Result r = run("reproduce all --out " + dir);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("do not follow from its Table 8"), std::string::npos) << r.out;
-  // Every row but the paper's inconsistent eq. (14)-(16) (and the rounded 3.7 GB) within 0.1 %.
-  for (const char* paper : {"monta", "memfine"}) {
+  // Every row but where the paper contradicts itself (MoNTA eq. 14-16, APTMoE's MoE-L-8) or
+  // rounds (MemFine's 3.7 GB) matches.
+  // Tolerances: the papers print 3-4 digits (MegaScale's R to 0.01, APTMoE's sizes to 0.1 B).
+  for (auto [paper, tolerance] :
+       {std::pair{"monta", 1e-3}, {"memfine", 1e-3}, {"megascale", 3e-3}, {"aptmoe", 1.5e-2}}) {
     std::istringstream csv(read_file(dir + "/" + paper + ".csv"));
     std::string line;
     std::getline(csv, line);
@@ -461,7 +464,8 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
       ++rows;
       if (line.find("eq. (14)") != std::string::npos ||
           line.find("eq. (15)") != std::string::npos ||
-          line.find("eq. (16)") != std::string::npos || line.find("c = 8") != std::string::npos)
+          line.find("eq. (16)") != std::string::npos || line.find("c = 8") != std::string::npos ||
+          line.find("MoE-L-8") != std::string::npos)
         continue;
       // relative_error is the sixth field; quantity fields are quoted and hold no quotes.
       std::vector<std::string> f;
@@ -476,9 +480,9 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
           f.back() += ch;
       }
       ASSERT_GE(f.size(), 6u) << line;
-      EXPECT_LT(std::abs(std::stod(f[5])), 1e-3) << line;
+      EXPECT_LT(std::abs(std::stod(f[5])), tolerance) << line;
     }
-    EXPECT_GE(rows, 10) << paper;
+    EXPECT_GE(rows, 7) << paper;
     EXPECT_NE(read_file(dir + "/" + paper + ".html").find("<table>"), std::string::npos);
   }
   expect_one_line_error(run("reproduce nature --out " + dir), "nature");
