@@ -4,10 +4,6 @@
 
 namespace moe {
 
-namespace {
-constexpr double kActivationBytes = 2.0;  // BF16 activations on the wire and in HBM
-}
-
 const char* op_kind_name(OpKind k) {
   switch (k) {
     case OpKind::kCompute:
@@ -20,6 +16,20 @@ const char* op_kind_name(OpKind k) {
       return "cp";
   }
   return "?";
+}
+
+bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
+  switch (k) {
+    case OpKind::kTp:
+      return ctx.links.crosses_nodes(*p.tp);
+    case OpKind::kEp:
+      return ctx.links.crosses_nodes(*p.ep * *p.etp);
+    case OpKind::kCp:
+      return ctx.links.crosses_nodes(*p.tp * *p.cp);
+    case OpKind::kCompute:
+      return false;
+  }
+  return false;
 }
 
 Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {

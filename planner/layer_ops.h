@@ -31,6 +31,10 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
                                        const LayerParams& lp, bool moe_layer, double expert_load,
                                        int64_t chunks);
 
+// Whether the group an op communicates in leaves the node (its traffic takes the NIC) or stays
+// on the node's fabric: TP over t ranks, EP over ep x etp, CP over t x cp. Compute never does.
+bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k);
+
 // Core attention time of one layer's forward (what ring attention's K/V exchange hides behind).
 Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c);
 

@@ -10,8 +10,6 @@ namespace moe {
 
 namespace {
 
-constexpr double kActivationBytes = 2.0;  // BF16 activations on the wire and in HBM
-
 struct Pass {
   Seconds compute, tp, ep, cp;  // communication before overlap
 };
@@ -233,6 +231,10 @@ Bytes boundary_bytes(const TimeContext& ctx, const PlanChoice& c) {
                static_cast<double>(*p.tp * *p.cp));
 }
 
+int64_t boundary_span(const ParallelConfig& p) {
+  return *p.tp * *p.cp * *p.dp * 2;
+}
+
 DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
@@ -266,7 +268,7 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
 
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
-  const int64_t pp = *p.pp, t = *p.tp, cp = *p.cp, dp = *p.dp;
+  const int64_t pp = *p.pp, dp = *p.dp;
   TimeBreakdown out;
   out.microbatches = *p.gbs / (*p.mbs * dp);
   const double mb = static_cast<double>(out.microbatches);
@@ -313,9 +315,9 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // fabric the rest.
   Seconds nic, fabric;
   auto on_link = [&](bool crosses, Seconds time) { (crosses ? nic : fabric) += time; };
-  on_link(ctx.links.crosses_nodes(t), slowest.tp);
-  on_link(ctx.links.crosses_nodes(*p.ep * *p.etp), slowest.ep);
-  on_link(ctx.links.crosses_nodes(t * cp), slowest.cp);
+  on_link(crosses_nodes(ctx, p, OpKind::kTp), slowest.tp);
+  on_link(crosses_nodes(ctx, p, OpKind::kEp), slowest.ep);
+  on_link(crosses_nodes(ctx, p, OpKind::kCp), slowest.cp);
   if (c.zero_stage >= 2)
     on_link(sync.crosses_nodes, rs + (c.zero_stage >= 3 ? ag * 2.0 : Seconds(0)));
   pass = std::max({pass, nic, fabric});
@@ -330,7 +332,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.optimizer = sync.optimizer;
 
   if (pp > 1) {
-    const int64_t stage_span = t * cp * dp * 2;  // neighbouring stages are a whole stage apart
+    const int64_t stage_span = boundary_span(p);
     out.pp_comm =
         (boundary_bytes(ctx, c) / ctx.links.bandwidth(stage_span) + ctx.links.latency(stage_span)) *
         (2.0 * static_cast<double>(pp - 1));

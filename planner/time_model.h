@@ -38,6 +38,9 @@
 
 namespace moe {
 
+// BF16 activations, on the wire and in HBM.
+constexpr double kActivationBytes = 2.0;
+
 // MegaScale-MoE Fig. 12 shows a small exposed remainder even with overlap: the first chunk of
 // each overlapped pair cannot hide. We keep 10 % of the overlapped communication exposed.
 constexpr double kOverlapResidual = 0.10;
@@ -77,6 +80,9 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
 
 // Activation (forward) or gradient (backward) of one micro-batch crossing a stage boundary.
 Bytes boundary_bytes(const TimeContext& ctx, const PlanChoice& c);
+// Ranks between neighbouring pipeline stages: a whole stage apart, so the boundary link is the
+// one a group of this span crosses.
+int64_t boundary_span(const ParallelConfig& p);
 
 // The whole iteration; the choice's parallel layout must be complete with gbs set.
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);

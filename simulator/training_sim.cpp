@@ -187,8 +187,9 @@ class Training {
     offset_ = offset;
     stages_.clear();
     stages_.resize(static_cast<size_t>(*p_.pp));
-    const int64_t boundary_span = *p_.tp * *p_.cp * *p_.dp * 2;
+    const int64_t span = boundary_span(p_);
     PipelineHooks hooks;
+    hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
     for (int64_t s = 0; s < *p_.pp; ++s) {
       StageState& st = stages_[static_cast<size_t>(s)];
       st.nvlink = net.add_link(ctx_.links.intra);
@@ -200,8 +201,7 @@ class Training {
       st.num_layers = sm.num_layers;
       st.sync = dp_sync_times(ctx_, plan_, s);
       st.gpu = std::make_unique<GpuStreams>(queue, net, kStreams, stream_hooks(s));
-      const int link = ctx_.links.crosses_nodes(boundary_span) ? st.nic : st.nvlink;
-      hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
+      const int link = ctx_.links.crosses_nodes(span) ? st.nic : st.nvlink;
       hooks.down_links.push_back({link});
       hooks.up_links.push_back({link});
       sample_memory(s);
@@ -214,8 +214,8 @@ class Training {
     spec.chunks = *p_.vpp;
     spec.gpipe = plan_.schedule() == Schedule::kGPipe;
     spec.boundary_bytes = boundary_bytes(ctx_, plan_);
-    spec.boundary_bandwidth = ctx_.links.bandwidth(boundary_span);
-    spec.boundary_latency = to_sim_time(ctx_.links.latency(boundary_span));
+    spec.boundary_bandwidth = ctx_.links.bandwidth(span);
+    spec.boundary_latency = to_sim_time(ctx_.links.latency(span));
     passes_done_.assign(static_cast<size_t>(*p_.pp), 0);
     hooks.run = [this](const PassId& id, std::function<void()> done) {
       run_pass(id, std::move(done));
@@ -403,21 +403,6 @@ class Training {
     return t;
   }
 
-  bool crosses(OpKind k) const {
-    const int64_t t = *p_.tp, cp = *p_.cp, ep = *p_.ep, etp = *p_.etp;
-    switch (k) {
-      case OpKind::kTp:
-        return ctx_.links.crosses_nodes(t);
-      case OpKind::kEp:
-        return ctx_.links.crosses_nodes(ep * etp);
-      case OpKind::kCp:
-        return ctx_.links.crosses_nodes(t * cp);
-      case OpKind::kCompute:
-        return false;
-    }
-    return false;
-  }
-
   // Appends one op (a slice of it) and returns its index.
   // MoNTA (experts tensor-parallel with EP): the expert all-to-all as its pieces. O1 sends 1/t of
   // the tokens across (EP stream, on the link the group crosses) and all-gathers the rest inside
@@ -429,7 +414,7 @@ class Training {
                      double load, std::vector<uint32_t> after) {
     monta::Problem prob = expert_alltoall_problem(ctx_, plan_);
     prob.volume = prob.volume * (load / ctx_.skew.imbalance(m_, *p_.ep));
-    const bool nic = crosses(OpKind::kEp);
+    const bool nic = crosses_nodes(ctx_, p_, OpKind::kEp);
     const bool o3 = plan_.alltoall == monta::Strategy::kO3;
     const int64_t n = plan_.alltoall == monta::Strategy::kO1 ? 1 : plan_.alltoall_chunks;
     const monta::ChunkCosts c = monta::chunk_costs(prob, n);
@@ -466,7 +451,8 @@ class Training {
     }
     Task t = op.kind == OpKind::kCompute
                  ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
-                 : comm_task(st, op.name, stream_of(op.kind), op.time * scale, crosses(op.kind));
+                 : comm_task(st, op.name, stream_of(op.kind), op.time * scale,
+                             crosses_nodes(ctx_, p_, op.kind));
     t.after = std::move(after);
     g.push_back(std::move(t));
     ++report_.tasks;
