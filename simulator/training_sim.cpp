@@ -56,10 +56,12 @@ struct LayerState {
   double load = 1.0;   // busiest EP rank over balanced
   int64_t chunks = 1;  // FCDA
   std::vector<LayerOp> forward;
-  Bytes sequence_part;    // allocated at the layer's first operator
-  Bytes token_part;       // allocated at dispatch (one chunk of s'')
-  Bytes checkpoint;       // full recompute: the layer input kept from forward
-  int64_t token_op = -1;  // index in `forward` where the token part is allocated
+  std::vector<LayerOp> backward;          // forward reversed (its compute runs at twice the time)
+  Seconds forward_compute, forward_comm;  // sums of `forward` by kind
+  Bytes sequence_part;                    // allocated at the layer's first operator
+  Bytes token_part;                       // allocated at dispatch (one chunk of s'')
+  Bytes checkpoint;                       // full recompute: the layer input kept from forward
+  int64_t token_op = -1;                  // index in `forward` where the token part is allocated
 };
 
 struct DpCollective {
@@ -159,6 +161,9 @@ class Training {
         }
         L.forward = layer_forward_ops(ctx_, plan_, ctx_.params.layers[static_cast<size_t>(l)],
                                       L.moe, L.load, L.chunks);
+        L.backward.assign(L.forward.rbegin(), L.forward.rend());
+        for (const LayerOp& op : L.forward)
+          (op.kind == OpKind::kCompute ? L.forward_compute : L.forward_comm) += op.time;
         const Bytes whole = layer_activation_bytes(m_, p_, shape_, L.moe, received, L.chunks, rc);
         L.sequence_part = layer_activation_bytes(m_, p_, shape_, L.moe, 0.0, L.chunks, rc);
         if (!L.moe) L.sequence_part = whole;
@@ -536,9 +541,6 @@ class Training {
       if (last_stage) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
       for (int64_t l = end - 1; l >= begin; --l) {
         const LayerState& L = layers_[static_cast<size_t>(l)];
-        Seconds forward_compute, forward_comm;
-        for (const LayerOp& op : L.forward)
-          (op.kind == OpKind::kCompute ? forward_compute : forward_comm) += op.time;
         const Bytes held =
             full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
         if (full) {
@@ -551,9 +553,9 @@ class Training {
           // forward); rematerialization also replays the all-gather half of TP/EP
           // communication, beside the gradient computation.
           std::vector<LayerOp> redo = {
-              {"selective recompute", OpKind::kCompute, forward_compute * 0.05}};
-          if (plan_.recompute == Recompute::kRematerialize && forward_comm.value() > 0) {
-            redo.push_back({"rematerialized all-gather", OpKind::kEp, forward_comm * 0.5});
+              {"selective recompute", OpKind::kCompute, L.forward_compute * 0.05}};
+          if (plan_.recompute == Recompute::kRematerialize && L.forward_comm.value() > 0) {
+            redo.push_back({"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5});
           }
           for (int64_t j = 0; j < slices; ++j) {
             const uint32_t i = add_op(g, st, redo[0], share, 1.0, after_tail(j));
@@ -561,9 +563,8 @@ class Training {
             tail[static_cast<size_t>(j)] = i;
           }
         }
-        std::vector<LayerOp> backward(L.forward.rbegin(), L.forward.rend());
         const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held});
-        chain(backward, 2.0, -1, 0, 0, a_release, L.load);
+        chain(L.backward, 2.0, -1, 0, 0, a_release, L.load);
       }
     }
 
