@@ -350,6 +350,8 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.5);
   const Result text = run("simulate " + pair + " --plan " + plan + " --skew G=0.5");
   EXPECT_NE(text.out.find("vs Mobius"), std::string::npos) << text.out;
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --skew G=0.5,drift=3"),
+                        "drift and jitter");
   std::remove(plan.c_str());
 }
 

@@ -70,10 +70,9 @@ void explain_difference(const Plan& a, const Plan& b) {
 void run_plan(const PlanOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
-  std::map<std::string, EfficiencyCurve> curves;
-  if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
   const RoutingSkew skew = skew_for(o.skew, m);
-  const TimeContext ctx = make_time_context(m, c, efficiencies(curves), skew, o.seq_len);
+  const TimeContext ctx =
+      make_time_context(m, c, efficiencies_from(o.calibration), skew, o.seq_len);
 
   SearchRequest req;
   req.num_gpus = o.gpus.value_or(c.num_gpus());

@@ -36,16 +36,12 @@ std::string percent(Seconds part, Seconds whole) {
 
 // An APTMoE offload plan: simulated as planned, beside the two baselines the paper compares.
 void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec& c,
-                 const PlanChoice& choice) {
+                 const PlanChoice& choice, const TimeContext& ctx) {
   if (choice.offload_gpus < 1 || choice.offload_gpus > c.num_gpus()) {
     throw InputError(
         o.plan, "/offload_gpus",
         fmt::format("{} GPUs; cluster {} has {}", choice.offload_gpus, c.name, c.num_gpus()));
   }
-  std::map<std::string, EfficiencyCurve> curves;
-  if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
-  const TimeContext ctx =
-      make_time_context(m, c, efficiencies(curves), skew_for(o.skew, m), choice.seq_len);
   const OffloadEstimate predicted =
       estimate_offload(ctx, c, choice.offload_gpus, *choice.parallel.pp, *choice.parallel.mbs,
                        *choice.parallel.gbs, choice.precision, 1.0);
@@ -98,8 +94,13 @@ void run_simulate(const SimulateOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const PlanChoice choice = io::load_plan_choice(o.plan);
+  const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
+  const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),
+                                            skew_for(routing.skew, m), choice.seq_len);
   if (choice.offload) {
-    run_offload(o, m, c, choice);
+    if (routing.dynamics.drift_iterations > 0 || routing.dynamics.jitter > 0)
+      throw InputError("--skew", "", "drift and jitter apply to GPU-resident plans only");
+    run_offload(o, m, c, choice, ctx);
     return;
   }
   try {
@@ -114,11 +115,6 @@ void run_simulate(const SimulateOptions& o) {
   }
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
-  std::map<std::string, EfficiencyCurve> curves;
-  if (!o.calibration.empty()) curves = io::load_calibration(o.calibration).curves;
-  const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
-  const TimeContext ctx =
-      make_time_context(m, c, efficiencies(curves), skew_for(routing.skew, m), choice.seq_len);
   const TimeBreakdown predicted = estimate_time(ctx, choice);
 
   sim::TrainingOptions opt;

@@ -42,6 +42,11 @@ RoutingSkew skew_for(const std::string& text, const ModelSpec& m) {
   return skew;
 }
 
+Efficiencies efficiencies_from(const std::string& calibration_file) {
+  if (calibration_file.empty()) return efficiencies();
+  return efficiencies(io::load_calibration(calibration_file).curves);
+}
+
 Dtype parse_dtype(const std::string& text, const std::string& option) {
   for (Dtype d : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8}) {
     if (text == dtype_name(d)) return d;

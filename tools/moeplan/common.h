@@ -5,6 +5,7 @@
 #include <string>
 
 #include "planner/cluster_spec.h"
+#include "planner/efficiencies.h"
 #include "planner/model_spec.h"
 #include "planner/parallel.h"
 #include "planner/routing_skew.h"
@@ -18,6 +19,8 @@ void warn_world_size(const ParallelConfig& p, const ClusterSpec& c);
 // A --skew spec (balanced | capacity=F | G=x | worst) or a popularity file (.json) of observed
 // per-expert counts, checked against the model's expert count.
 RoutingSkew skew_for(const std::string& text, const ModelSpec& m);
+// The efficiency curves of a calibration file over the defaults; the defaults alone for "".
+Efficiencies efficiencies_from(const std::string& calibration_file);
 Dtype parse_dtype(const std::string& text, const std::string& option);
 
 }  // namespace moe::cli
