@@ -109,6 +109,22 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
   return t;
 }
 
+int64_t offload_stage_first_layer(int64_t layers, int64_t stages, int64_t stage) {
+  return stage * (layers / stages) + std::min(stage, layers % stages);
+}
+
+int64_t offload_stage_layers(int64_t layers, int64_t stages, int64_t stage) {
+  return layers / stages + (stage < layers % stages ? 1 : 0);
+}
+
+Seconds offload_optimizer_time(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus) {
+  const int64_t nodes = (gpus + c.node.num_gpus - 1) / c.node.num_gpus;
+  BytesPerSec host;
+  for (const CpuSocket& s : c.node.cpus) host += s.memory_bandwidth;
+  return Bytes(ctx.params.total() * 28.0 / static_cast<double>(nodes)) /
+         (host * ctx.eff.memory_bound);
+}
+
 namespace {
 
 struct PassTimes {
@@ -154,11 +170,10 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   Seconds gpu_sum, load_sum, cpu_sum;
   double share_sum = 0;
   int64_t moe_layers = 0;
-  const int64_t base = m.num_layers / stages, extra = m.num_layers % stages;
   int64_t layer = 0;
   Bytes largest_stage_weights;
   for (int64_t s = 0; s < stages; ++s) {
-    const int64_t count = base + (s < extra ? 1 : 0);
+    const int64_t count = offload_stage_layers(m.num_layers, stages, s);
     double loaded_params = 0;
     for (int64_t i = 0; i < count; ++i, ++layer) {
       for (aptmoe::Pass kind : {aptmoe::Pass::kForward, aptmoe::Pass::kBackward}) {
@@ -201,16 +216,14 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   const memfine::LayerShape shape = moe_layer_shape(m, p, ctx.seq_len, weight_bytes);
   const Bytes one_layer =
       memfine::activation(shape, 1.0, balanced_received_tokens(m, ctx.seq_len), 1);
-  const Bytes checkpoints =
-      memfine::recompute_checkpoints(shape, static_cast<double>(micro), base + (extra ? 1 : 0));
+  const Bytes checkpoints = memfine::recompute_checkpoints(
+      shape, static_cast<double>(micro), offload_stage_layers(m.num_layers, stages, 0));
   out.gpu_peak = largest_stage_weights + one_layer + checkpoints;
 
   const ModelParams& all = ctx.params;
   const int64_t nodes = (gpus + node.num_gpus - 1) / node.num_gpus;
   Bytes host_per_node;
-  BytesPerSec host_bandwidth;
-  for (const CpuSocket& s : node.cpus)
-    host_per_node += s.memory, host_bandwidth += s.memory_bandwidth;
+  for (const CpuSocket& s : node.cpus) host_per_node += s.memory;
   out.host_capacity = host_per_node;
   out.host_bytes = Bytes(all.total() * host_per_param / static_cast<double>(nodes));
   out.fits =
@@ -223,9 +236,7 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   t.pcie_load = load_sum * share;
   t.cpu_experts = cpu_sum * share;
   t.bubble = busiest * fill;
-  // Adam on the CPUs: read and write weights, gradients and two moments in FP32 (~28 B/param).
-  t.optimizer = Bytes(all.total() * 28.0 / static_cast<double>(nodes)) /
-                (host_bandwidth * ctx.eff.memory_bound);
+  t.optimizer = offload_optimizer_time(ctx, c, gpus);
   t.iteration = busiest * (1.0 + fill) + t.optimizer;
   return out;
 }

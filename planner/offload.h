@@ -54,6 +54,14 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
                            aptmoe::Pass pass, double tokens, Precision precision,
                            OffloadSystem system);
 
+// Offload stages split the layers in order, the first (layers mod stages) one layer longer.
+int64_t offload_stage_first_layer(int64_t layers, int64_t stages, int64_t stage);
+int64_t offload_stage_layers(int64_t layers, int64_t stages, int64_t stage);
+
+// Adam on the CPUs over the parameters a node holds (weights, gradients and two moments in FP32,
+// ~28 bytes each) at host memory bandwidth, for a run on `gpus` GPUs.
+Seconds offload_optimizer_time(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus);
+
 // gpus: GPUs used; stages: pipeline stages (>= gpus); micro-batches m = gbs / mbs.
 OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
                                  int64_t stages, int64_t mbs, int64_t gbs, Precision precision,

@@ -30,8 +30,8 @@ class OffloadSim {
     // One uplink per PCIe switch and direction.
     const NodeSpec& node = cluster_.node;
     for (int64_t g = 0; g < run_.gpus; ++g) {
-      const int64_t key =
-          (g / node.num_gpus) * 1000 + node.switch_of_gpu(static_cast<int>(g % node.num_gpus));
+      const SwitchKey key{g / node.num_gpus,
+                          node.switch_of_gpu(static_cast<int>(g % node.num_gpus))};
       if (!h2d_.count(key)) {
         h2d_[key] = net.add_link(node.pcie_bandwidth());
         d2h_[key] = net.add_link(node.pcie_bandwidth());
@@ -45,7 +45,7 @@ class OffloadSim {
     OffloadReport r;
     r.events = queue.run();
     r.tasks = tasks_;
-    r.optimizer = optimizer_time();
+    r.optimizer = offload_optimizer_time(ctx_, cluster_, run_.gpus);
     r.iteration = to_seconds(end) + r.optimizer;
     r.tokens_per_second =
         static_cast<double>(run_.global_batch * ctx_.seq_len) / r.iteration.value();
@@ -65,13 +65,7 @@ class OffloadSim {
     }
     return stage % run_.gpus;  // Mobius' cross mapping
   }
-  int64_t first_layer(int64_t stage) const {
-    const int64_t base = m_.num_layers / run_.stages, extra = m_.num_layers % run_.stages;
-    return stage * base + std::min(stage, extra);
-  }
-  int64_t layer_count(int64_t stage) const {
-    return m_.num_layers / run_.stages + (stage < m_.num_layers % run_.stages ? 1 : 0);
-  }
+
   int stream(int64_t g, Lane lane) const { return static_cast<int>(g * kLanes + lane); }
 
   uint32_t add(Task t) {
@@ -83,7 +77,7 @@ class OffloadSim {
     Task t;
     t.name = name;
     t.stream = stream(g, lane);
-    const int64_t key = switch_of_[static_cast<size_t>(g)];
+    const SwitchKey key = switch_of_[static_cast<size_t>(g)];
     t.links = {lane == kD2h ? d2h_.at(key) : h2d_.at(key)};
     t.bytes = bytes;
     t.after = std::move(after);
@@ -133,7 +127,8 @@ class OffloadSim {
 
         std::vector<OffloadLayer> costs;
         Seconds stage_load;
-        const int64_t first = first_layer(s), count = layer_count(s);
+        const int64_t first = offload_stage_first_layer(m_.num_layers, run_.stages, s);
+        const int64_t count = offload_stage_layers(m_.num_layers, run_.stages, s);
         for (int64_t j = 0; j < count; ++j) {
           costs.push_back(
               offload_layer(ctx_, rates_, first + j, pass, tokens, run_.precision, run_.system));
@@ -200,16 +195,6 @@ class OffloadSim {
     }
   }
 
-  // Adam on the CPUs over every parameter, at host memory bandwidth (as the planner has it).
-  Seconds optimizer_time() const {
-    const NodeSpec& node = cluster_.node;
-    const int64_t nodes = (run_.gpus + node.num_gpus - 1) / node.num_gpus;
-    BytesPerSec host;
-    for (const CpuSocket& s : node.cpus) host += s.memory_bandwidth;
-    return Bytes(ctx_.params.total() * 28.0 / static_cast<double>(nodes)) /
-           (host * ctx_.eff.memory_bound);
-  }
-
   const TimeContext& ctx_;
   const ModelSpec& m_;
   const ClusterSpec& cluster_;
@@ -217,8 +202,9 @@ class OffloadSim {
   int64_t micro_ = 1;
   aptmoe::Rates rates_;
   double act_bytes_ = 4;
-  std::map<int64_t, int> h2d_, d2h_;
-  std::vector<int64_t> switch_of_;
+  using SwitchKey = std::pair<int64_t, int>;  // (node, PCIe switch in the node)
+  std::map<SwitchKey, int> h2d_, d2h_;
+  std::vector<SwitchKey> switch_of_;
   std::vector<Task> graph_;
   uint64_t tasks_ = 0;
 };
