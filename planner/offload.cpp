@@ -15,7 +15,7 @@ namespace {
 std::vector<double> layer_popularity(const RoutingSkew& skew, const ModelSpec& m, int64_t layer) {
   const size_t e = static_cast<size_t>(m.num_routed_experts);
   if (skew.kind == RoutingSkew::Kind::kPopularity && !skew.proportions.empty()) {
-    return skew.proportions[static_cast<size_t>(layer) % skew.proportions.size()];
+    return skew.layer_row(layer);
   }
   std::vector<double> p(e, 1.0 / static_cast<double>(e));
   if (skew.kind == RoutingSkew::Kind::kWorst) {

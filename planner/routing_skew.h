@@ -23,6 +23,11 @@ struct RoutingSkew {
   // Per layer, per expert token proportions (kPopularity); one row applies to every layer.
   std::vector<std::vector<double>> proportions;
 
+  // The proportions row of a model layer (kPopularity): rows repeat over layers when the file
+  // or spec has fewer (G=x has one for all).
+  const std::vector<double>& layer_row(int64_t layer) const {
+    return proportions[static_cast<size_t>(layer) % proportions.size()];
+  }
   // Max over EP ranks of received tokens over the balanced share (>= 1).
   double imbalance(const ModelSpec& m, int64_t ep) const;
   // s'': tokens the busiest GPU's MoE layer receives for one micro-batch of `tokens` tokens

@@ -57,9 +57,7 @@ std::vector<double> RoutingGenerator::proportions(int64_t layer, int64_t iterati
   const double uniform_share = 1.0 / static_cast<double>(experts);
   std::vector<double> p(static_cast<size_t>(experts), uniform_share);
   if (base_.kind == RoutingSkew::Kind::kPopularity) {
-    const auto& rows = base_.proportions;
-    const std::vector<double>& row =
-        rows.size() == 1 ? rows[0] : rows[static_cast<size_t>(layer) % rows.size()];
+    const std::vector<double>& row = base_.layer_row(layer);
     const double w = weight(layer, iteration);
     for (size_t e = 0; e < p.size() && e < row.size(); ++e)
       p[e] = uniform_share + w * (row[e] - uniform_share);

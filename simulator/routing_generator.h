@@ -6,9 +6,11 @@
 //             depth(l) = (l + 1) / L and settle(i) = 0.25 + 0.75 exp(-i / T);
 //   jitter=x  per-layer, per-iteration noise: each expert's proportion is multiplied by
 //             exp(x z - x^2 / 2), z standard normal, then the row is renormalised.
-// Experts sit on EP ranks contiguously (expert e on rank e / (E / ep)) and popularity files and
-// G=x keep the hottest experts together, as the planner assumes, so without drift or jitter the
-// simulator sees exactly the planner's imbalance.
+// Experts sit on EP ranks contiguously (expert e on rank e / (E / ep)). G=x lists the hottest
+// experts first, so they share a rank as the planner assumes and, without drift or jitter, the
+// simulator sees exactly the planner's imbalance. A popularity file keeps its experts where
+// their index puts them; the planner sorts them onto one rank (its worst case), so the simulated
+// busiest rank can be lighter than the planned one.
 //
 // Noise comes from a counter-based hash of (seed, layer, iteration, expert): the same seed gives
 // the same counts whatever order they are asked for in.
