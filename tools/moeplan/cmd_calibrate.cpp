@@ -15,6 +15,7 @@
 #include "calibrate/cpu_calibration.h"
 #include "calibrate/device_info.h"
 #include "planner/errors.h"
+#include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
 #include "tools/moeplan/commands.h"
@@ -68,9 +69,8 @@ void run_calibrate(const CalibrateOptions& o) {
   nlohmann::json doc = {{"format", "moeplan-calibration/1"}, {"curves", nlohmann::json::object()}};
   std::vector<std::string> done;
   if (o.resume && std::ifstream(o.out).good()) {
-    io::load_calibration(o.out);  // validates it
-    std::ifstream in(o.out);
-    doc = nlohmann::json::parse(in);
+    doc = io::read_json_file(o.out);
+    io::calibration_from_json(doc, o.out);  // validates it
     for (auto it = doc["curves"].begin(); it != doc["curves"].end(); ++it) done.push_back(it.key());
   }
   char host[256] = "unknown";
