@@ -75,8 +75,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   auto tp_pair = [&] { return ring_time(ctx, sequence, t, t) * 2.0; };
 
   std::vector<LayerOp> ops;
-  auto add = [&](const char* name, OpKind kind, Seconds time) {
-    if (time.value() > 0) ops.push_back({name, kind, time});
+  auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false) {
+    if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens});
   };
 
   // Attention: the projections as one GEMM of their total width, then the fused core.
@@ -163,7 +163,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       pair +=
           (ctx.links.latency(ep * etp) + ctx.eff.pipeline_chunk_overhead) * (2.0 * (chunks - 1.0));
     }
-    add("dispatch", OpKind::kEp, pair * 0.5);
+    add("dispatch", OpKind::kEp, pair * 0.5, true);
     // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
     // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
     const double local_experts = static_cast<double>(m.num_routed_experts / ep);
@@ -173,7 +173,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const double calls = local_experts * chunks;
     add("routed experts", OpKind::kCompute,
         gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls) +
-            gemm_time(ctx, peak, per_expert, g, h, calls));
+            gemm_time(ctx, peak, per_expert, g, h, calls),
+        true);
     add("combine", OpKind::kEp, pair * 0.5);
     if (m.shared_ffn_total() > 0) {
       add("shared experts", OpKind::kCompute, ffn(static_cast<double>(m.shared_ffn_total())));

@@ -22,6 +22,9 @@ struct LayerOp {
   const char* name = "";  // a static string: "attention projections", "dispatch", ...
   OpKind kind = OpKind::kCompute;
   Seconds time;
+  // Routed tokens arrive here (dispatch, or the experts themselves without EP): where the
+  // simulator allocates their activations.
+  bool receives_tokens = false;
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP

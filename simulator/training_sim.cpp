@@ -172,12 +172,8 @@ class Training {
         L.checkpoint =
             full && !o_.static_override ? memfine::recompute_checkpoints(shape_, 1.0, 1) : Bytes(0);
         L.token_op = -1;
-        for (size_t q = 0; q < L.forward.size() && L.moe; ++q) {
-          if (L.forward[q].kind == OpKind::kEp ||
-              std::string_view(L.forward[q].name) == "routed experts") {
-            L.token_op = static_cast<int64_t>(q);
-            break;
-          }
+        for (size_t q = 0; q < L.forward.size() && L.token_op < 0; ++q) {
+          if (L.forward[q].receives_tokens) L.token_op = static_cast<int64_t>(q);
         }
       }
     }
