@@ -20,7 +20,7 @@
 #include "planner/monta.h"
 #include "planner/search.h"
 #include "tools/moeplan/commands.h"
-#include "tools/moeplan/svg_chart.h"
+#include "tools/moeplan/report_format.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -178,25 +178,21 @@ std::vector<Row> aptmoe_rows(const std::string& root) {
 
 void write_report(const std::string& dir, const std::string& paper, const std::vector<Row>& rows) {
   std::string csv = "source,quantity,paper,ours,unit,relative_error,note\n";
-  std::string html = fmt::format(
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0} reproduced"
-      "</title><style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}"
-      "td,th{{border:1px solid #ccc;padding:2px 6px}}</style></head><body>\n<h1>{0} reproduced"
-      "</h1>\n<table><tr><th>source</th><th>quantity</th><th>paper</th><th>moeplan</th>"
-      "<th>unit</th><th>error</th><th>note</th></tr>\n",
+  std::string table = fmt::format(
+      "<h1>{} reproduced</h1>\n<table><tr><th>source</th><th>quantity</th><th>paper</th>"
+      "<th>moeplan</th><th>unit</th><th>error</th><th>note</th></tr>\n",
       html_escape(paper));
-  auto quote = [](const std::string& s) { return "\"" + s + "\""; };
   for (const Row& r : rows) {
     const double err = r.ours / r.paper - 1.0;
-    csv += fmt::format("{},{},{},{},{},{},{}\n", quote(r.source), quote(r.quantity), r.paper,
-                       r.ours, r.unit, err, quote(r.note));
-    html += fmt::format(
+    csv += fmt::format("{},{},{},{},{},{},{}\n", csv_field(r.source), csv_field(r.quantity),
+                       r.paper, r.ours, csv_field(r.unit), err, csv_field(r.note));
+    table += fmt::format(
         "<tr><td>{}</td><td>{}</td><td>{:.6g}</td><td>{:.6g}</td><td>{}</td><td>{:+.2f} %</td>"
         "<td>{}</td></tr>\n",
         html_escape(r.source), html_escape(r.quantity), r.paper, r.ours, html_escape(r.unit),
         100 * err, html_escape(r.note));
   }
-  html += "</table>\n</body></html>\n";
+  const std::string html = html_page(paper + " reproduced", table + "</table>\n");
   std::filesystem::create_directories(dir);
   io::write_file_atomically(dir + "/" + paper + ".csv", csv);
   io::write_file_atomically(dir + "/" + paper + ".html", html);

@@ -22,6 +22,7 @@
 #include "simulator/training_sim.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
+#include "tools/moeplan/report_format.h"
 #include "tools/moeplan/svg_chart.h"
 
 namespace moe::cli {
@@ -145,13 +146,6 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
   return r;
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return q + "\"";
-}
-
 std::string csv(const std::vector<Axis>& axes, const std::vector<std::pair<Point, Result>>& rows) {
   std::string out = "point";
   for (const Axis& a : axes) out += "," + a.name;
@@ -267,15 +261,14 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
         html_escape(p.key()), html_escape(r.status), r.iteration_s, r.tokens_per_s, 100 * r.mfu,
         r.peak_gb, html_escape(r.plan));
   }
-  return fmt::format(
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>moeplan whatif: "
-      "{0}</title>\n<style>body{{font-family:sans-serif;margin:2em}}svg{{margin:0.5em}}"
-      "table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;"
-      "font-size:12px}}</style></head><body>\n<h1>What if: {0} on {1}</h1>\n<p>{2}; {3}. "
-      "Numbers in points.csv.</p>\n{4}\n<h2>Points</h2>\n{5}</table>\n</body></html>\n",
-      html_escape(m.name), html_escape(c.name),
-      o.search ? "each point re-planned (best plan)" : "the plan simulated at each point",
-      html_escape(fmt::format("{} points", rows.size())), body, table);
+  return html_page(
+      fmt::format("moeplan whatif: {}", m.name),
+      fmt::format(
+          "<h1>What if: {} on {}</h1>\n<p>{}; {} points. Numbers in points.csv.</p>\n{}\n"
+          "<h2>Points</h2>\n{}</table>\n",
+          html_escape(m.name), html_escape(c.name),
+          o.search ? "each point re-planned (best plan)" : "the plan simulated at each point",
+          rows.size(), body, table));
 }
 
 void run_whatif(const WhatifOptions& o) {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tools/moeplan/report_format.h"
+
 namespace moe::cli {
 
 namespace {
@@ -22,29 +24,6 @@ std::string number(double v) {
   return fmt::format("{:.3g}", v);
 }
 }  // namespace
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
 
 std::string svg_line_chart(const Chart& c) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y1 = 0;

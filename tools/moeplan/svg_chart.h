@@ -23,7 +23,4 @@ struct Chart {
 
 std::string svg_line_chart(const Chart& c);
 
-// Escapes &, <, >, " for HTML text and attributes.
-std::string html_escape(const std::string& s);
-
 }  // namespace moe::cli
