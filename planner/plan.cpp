@@ -94,10 +94,9 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       a.push_back(fmt::format("--moe-shared-expert-intermediate-size {}", m.shared_ffn_total()));
     }
     if (m.num_dense_layers() > 0) {
-      std::string freq = "[";
-      for (size_t i = 0; i < m.moe_layer.size(); ++i)
-        freq += (i ? "," : "") + std::string(m.moe_layer[i] ? "1" : "0");
-      a.push_back(fmt::format("--moe-layer-freq {}]", freq));
+      std::vector<int> freq;
+      for (bool moe : m.moe_layer) freq.push_back(moe ? 1 : 0);
+      a.push_back(fmt::format("--moe-layer-freq [{}]", fmt::join(freq, ",")));
     }
     a.push_back(
         fmt::format("--moe-token-dispatcher-type {}",
