@@ -117,6 +117,22 @@ int64_t offload_stage_layers(int64_t layers, int64_t stages, int64_t stage) {
   return layers / stages + (stage < layers % stages ? 1 : 0);
 }
 
+int64_t offload_gpu_of(OffloadSystem system, int64_t stages, int64_t gpus, int64_t stage) {
+  if (system == OffloadSystem::kGPipeOffload) return stage / ((stages + gpus - 1) / gpus);
+  return stage % gpus;
+}
+
+bool offload_resident_in_backward(OffloadSystem system, int64_t stages, int64_t gpus,
+                                  int64_t stage) {
+  // Backward visits a GPU's stages from the highest down; the ones forward loaded last are
+  // still there: the GPU's top two (prefetch buffer) or its top one (GPipeOffload).
+  const int64_t g = offload_gpu_of(system, stages, gpus, stage);
+  int64_t above = 0;
+  for (int64_t s = stage + 1; s < stages; ++s)
+    above += offload_gpu_of(system, stages, gpus, s) == g;
+  return above < (system == OffloadSystem::kGPipeOffload ? 1 : 2);
+}
+
 Seconds offload_optimizer_time(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus) {
   const int64_t nodes = (gpus + c.node.num_gpus - 1) / c.node.num_gpus;
   BytesPerSec host;
@@ -151,16 +167,16 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   auto gpu_time = [&](double flops) {
     return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
   };
-  auto pass = [&](int64_t layer, aptmoe::Pass kind) {
+  auto pass = [&](int64_t layer, aptmoe::Pass kind, bool resident) {
     const OffloadLayer l =
         offload_layer(ctx, rates, layer, kind, tokens, precision, OffloadSystem::kAptMoe);
     PassTimes t;
     t.gpu = l.gpu;
     t.cpu = l.cpu;
-    t.load = l.load;
+    t.load = resident ? Seconds(0) : l.load;
     t.loaded_share = l.loaded_share;
     // Backward also sends the loaded weights' gradients back over the other PCIe direction.
-    const Seconds offload_grads = kind == aptmoe::Pass::kBackward ? t.load : Seconds(0);
+    const Seconds offload_grads = kind == aptmoe::Pass::kBackward ? l.load : Seconds(0);
     t.total = std::max({t.load, t.gpu, t.cpu, offload_grads});
     return t;
   };
@@ -174,10 +190,11 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   Bytes largest_stage_weights;
   for (int64_t s = 0; s < stages; ++s) {
     const int64_t count = offload_stage_layers(m.num_layers, stages, s);
+    const bool resident = offload_resident_in_backward(OffloadSystem::kAptMoe, stages, gpus, s);
     double loaded_params = 0;
     for (int64_t i = 0; i < count; ++i, ++layer) {
       for (aptmoe::Pass kind : {aptmoe::Pass::kForward, aptmoe::Pass::kBackward}) {
-        const PassTimes t = pass(layer, kind);
+        const PassTimes t = pass(layer, kind, resident && kind == aptmoe::Pass::kBackward);
         stage_time[s] += t.total;
         gpu_sum += t.gpu;
         // What the GPU waited for beyond its own work, by cause.
@@ -201,11 +218,14 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
       gpu_sum += gpu_time(head) * 3.0;
     }
   }
-  // Each GPU runs its stages back to back; the pipeline adds (G - 1)/m of fill and drain.
+  // Each GPU runs its stages back to back. Cross-mapped stages pipeline like interleaved 1F1B:
+  // fill and drain cost (G - 1) / (m v) of the busiest GPU's work, v = stages / G visits per GPU
+  // (GPipe's (G - 1)/m when v = 1; the simulator agrees within a few percent).
   std::vector<Seconds> per_gpu(static_cast<size_t>(gpus));
   for (int64_t s = 0; s < stages; ++s) per_gpu[s % gpus] += stage_time[s];
   const Seconds busiest = *std::max_element(per_gpu.begin(), per_gpu.end());
-  const double fill = static_cast<double>(gpus - 1) / static_cast<double>(micro);
+  const double visits = static_cast<double>(stages) / static_cast<double>(gpus);
+  const double fill = static_cast<double>(gpus - 1) / (static_cast<double>(micro) * visits);
   const double share = 1.0 / static_cast<double>(gpus);
 
   // Activations: full recompute keeps each layer's input for every micro-batch of the stage,

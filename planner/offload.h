@@ -10,8 +10,8 @@
 //     forward:  max(PCIe load, GPU compute, CPU compute)
 //     backward: max(PCIe load, 2 x GPU compute, 2 x CPU compute, gradient offload)
 // (inter-layer loading hides the next layer's load behind this one's compute). A GPU's stages
-// run back to back and the pipeline adds GPipe's (G - 1)/m fill and drain. The optimizer step
-// runs on the CPUs over all parameters at host memory bandwidth.
+// run back to back and the pipeline adds (G - 1)/(m v) of fill and drain (v = stages / G). The
+// optimizer step runs on the CPUs over all parameters at host memory bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +57,17 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
 // Offload stages split the layers in order, the first (layers mod stages) one layer longer.
 int64_t offload_stage_first_layer(int64_t layers, int64_t stages, int64_t stage);
 int64_t offload_stage_layers(int64_t layers, int64_t stages, int64_t stage);
+
+// Which GPU runs a stage: Mobius and APTMoE cross-map (stage s on GPU s mod G); GPipeOffload
+// cuts each GPU's GPipe stage into consecutive sub-stages.
+int64_t offload_gpu_of(OffloadSystem system, int64_t stages, int64_t gpus, int64_t stage);
+
+// Whether a stage's weights are still on its GPU when backward reaches it, so backward need not
+// load them again. Mobius and APTMoE keep the last two stages a GPU loaded (the prefetch
+// buffer), so backward's first two visits on each GPU reuse what forward left; GPipeOffload
+// keeps one, its GPU's last sub-stage. With as many stages as GPUs every stage stays resident.
+bool offload_resident_in_backward(OffloadSystem system, int64_t stages, int64_t gpus,
+                                  int64_t stage);
 
 // Adam on the CPUs over the parameters a node holds (weights, gradients and two moments in FP32,
 // ~28 bytes each) at host memory bandwidth, for a run on `gpus` GPUs.

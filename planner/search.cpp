@@ -399,9 +399,31 @@ std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& clust
   std::vector<Plan> out;
   if (!m.is_moe()) return out;
   const int64_t gpus = req.num_gpus;
-  for (int64_t stages = gpus; stages <= m.num_layers; stages *= 2) {
-    for (int64_t mbs : {1, 2, 4, 8}) {
-      if (req.global_batch % mbs != 0) continue;
+  // A partly fixed layout is honoured: offload plans are tp = cp = dp = ep = etp = vpp = 1, and
+  // a fixed pp (stages) or micro-batch size is the only one tried.
+  const ParallelConfig& f = req.fixed;
+  for (auto member : {&ParallelConfig::tp, &ParallelConfig::cp, &ParallelConfig::dp,
+                      &ParallelConfig::ep, &ParallelConfig::etp, &ParallelConfig::vpp}) {
+    if ((f.*member).value_or(1) != 1) return out;
+  }
+  std::vector<int64_t> stage_counts, sizes;
+  if (f.pp) {
+    stage_counts = {*f.pp};
+  } else {
+    for (int64_t stages = gpus; stages <= m.num_layers; stages *= 2) stage_counts.push_back(stages);
+  }
+  if (f.mbs) {
+    sizes = {*f.mbs};
+  } else {
+    // APTMoE runs as many micro-batches as GPUs (Sec. IV); smaller ones pipeline better.
+    sizes = {1, 2, 4, 8};
+    const int64_t aptmoe_mbs = req.global_batch / gpus;
+    if (aptmoe_mbs > 8 && req.global_batch % gpus == 0) sizes.push_back(aptmoe_mbs);
+  }
+  for (int64_t stages : stage_counts) {
+    if (stages < gpus || stages > m.num_layers) continue;
+    for (int64_t mbs : sizes) {
+      if (mbs < 1 || req.global_batch % mbs != 0) continue;
       const OffloadEstimate e = estimate_offload(ctx, cluster, gpus, stages, mbs, req.global_batch,
                                                  req.precision, req.alpha);
       if (!e.fits) continue;

@@ -60,7 +60,8 @@ struct NoFit {
 };
 
 // APTMoE offload plans for `gpus` GPUs (stages from G to the layer count, micro-batches that
-// divide the batch), best first; only those whose GPU and host memory hold.
+// divide the batch), best first; only those whose GPU and host memory hold. A fixed pp or mbs
+// is kept; a fixed size other than 1 for tp, cp, dp, ep, etp or vpp leaves no offload plan.
 std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& cluster,
                                 const SearchRequest& req);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "simulator/gpu_streams.h"
@@ -10,7 +11,10 @@ namespace moe::sim {
 
 namespace {
 
-enum Lane { kGpu = 0, kH2d, kD2h, kCpu, kLanes };
+// Weights move on the copy lanes; the CPU experts' tokens and outputs on lanes of their own
+// (separate CUDA streams), so a few MB of activations never queue behind a layer's load but
+// still share the PCIe link with it.
+enum Lane { kGpu = 0, kH2d, kD2h, kCpu, kTokensH2d, kTokensD2h, kLanes };
 
 class OffloadSim {
  public:
@@ -39,10 +43,23 @@ class OffloadSim {
       switch_of_.push_back(key);
     }
     build();
-    GpuStreams streams(queue, net, static_cast<int>(run_.gpus * kLanes), {});
+    OffloadReport r;
+    StreamHooks hooks;
+    if (run_.record_trace) {
+      hooks.on_end = [&](const Task& t, SimTime start, SimTime end) {
+        if (end == start) return;  // joins ("stage done")
+        if (r.spans.size() >= run_.max_trace_spans) {
+          r.trace_truncated = true;
+          return;
+        }
+        static const char* const kLaneNames[kLanes] = {"gpu", "h2d",        "d2h",
+                                                       "cpu", "tokens h2d", "tokens d2h"};
+        r.spans.push_back({t.stream / kLanes, kLaneNames[t.stream % kLanes], t.name, start, end});
+      };
+    }
+    GpuStreams streams(queue, net, static_cast<int>(run_.gpus * kLanes), std::move(hooks));
     SimTime end;
     streams.run(std::move(graph_), [&] { end = queue.now(); });
-    OffloadReport r;
     r.events = queue.run();
     r.tasks = tasks_;
     r.optimizer = offload_optimizer_time(ctx_, cluster_, run_.gpus);
@@ -59,11 +76,7 @@ class OffloadSim {
 
  private:
   int64_t gpu_of(int64_t stage) const {
-    if (run_.system == OffloadSystem::kGPipeOffload) {
-      const int64_t per = (run_.stages + run_.gpus - 1) / run_.gpus;
-      return stage / per;  // consecutive sub-stages of one GPipe stage
-    }
-    return stage % run_.gpus;  // Mobius' cross mapping
+    return offload_gpu_of(run_.system, run_.stages, run_.gpus, stage);
   }
 
   int stream(int64_t g, Lane lane) const { return static_cast<int>(g * kLanes + lane); }
@@ -78,7 +91,7 @@ class OffloadSim {
     t.name = name;
     t.stream = stream(g, lane);
     const SwitchKey key = switch_of_[static_cast<size_t>(g)];
-    t.links = {lane == kD2h ? d2h_.at(key) : h2d_.at(key)};
+    t.links = {lane == kD2h || lane == kTokensD2h ? d2h_.at(key) : h2d_.at(key)};
     t.bytes = bytes;
     t.after = std::move(after);
     return t;
@@ -134,16 +147,19 @@ class OffloadSim {
               offload_layer(ctx_, rates_, first + j, pass, tokens, run_.precision, run_.system));
           stage_load += costs.back().load;
         }
-        // Whole-stage load for the baselines; per layer for APTMoE.
+        // Whole-stage load for the baselines; per layer for APTMoE; none when backward finds
+        // the stage still on the GPU.
+        const bool resident =
+            !fwd && offload_resident_in_backward(run_.system, run_.stages, run_.gpus, s);
         int64_t stage_load_task = -1;
-        if (!apt) {
+        if (!apt && !resident) {
           stage_load_task = add(transfer(
               g, kH2d, "load stage", Bytes(stage_load.value() * rates_.pcie.value()), load_after));
         }
         // Loads first (the copy stream serves them in this order), then every micro-batch
         // through the stage's layers in GPipe order, then the gradients back to the host.
-        std::vector<uint32_t> loads(static_cast<size_t>(count));
-        for (int64_t jj = 0; jj < count; ++jj) {
+        std::vector<std::optional<uint32_t>> loads(static_cast<size_t>(count));
+        for (int64_t jj = 0; jj < count && !resident; ++jj) {
           const int64_t j = fwd ? jj : count - 1 - jj;
           loads[static_cast<size_t>(j)] =
               apt ? add(transfer(
@@ -158,16 +174,17 @@ class OffloadSim {
           for (int64_t jj = 0; jj < count; ++jj) {
             const int64_t j = fwd ? jj : count - 1 - jj;
             const OffloadLayer& c = costs[static_cast<size_t>(j)];
-            after.push_back(loads[static_cast<size_t>(j)]);
+            if (loads[static_cast<size_t>(j)]) after.push_back(*loads[static_cast<size_t>(j)]);
             std::vector<uint32_t> joined = {
                 add(work(g, kGpu, fwd ? "layer forward" : "layer backward", c.gpu / m, after))};
             if (c.cpu.value() > 0) {
               // The CPU experts' tokens go to the host and their outputs come back.
               const Bytes act(c.cpu_tokens / m * h * act_bytes_);
-              const uint32_t down = add(transfer(g, kD2h, "tokens to CPU experts", act, after));
+              const uint32_t down =
+                  add(transfer(g, kTokensD2h, "tokens to CPU experts", act, after));
               const uint32_t cpu = add(
                   work(g, kCpu, fwd ? "CPU experts" : "CPU experts backward", c.cpu / m, {down}));
-              joined.push_back(add(transfer(g, kH2d, "CPU expert outputs", act, {cpu})));
+              joined.push_back(add(transfer(g, kTokensH2d, "CPU expert outputs", act, {cpu})));
             }
             after = joined;
             auto& done = layer_done[static_cast<size_t>(j)];

@@ -27,6 +27,7 @@
 #include "planner/plan.h"
 #include "planner/time_model.h"
 #include "simulator/sim_time.h"
+#include "simulator/training_sim.h"
 
 namespace moe::sim {
 
@@ -37,6 +38,8 @@ struct OffloadRun {
   int64_t global_batch = 1;
   Precision precision = Precision::kFp32;
   OffloadSystem system = OffloadSystem::kAptMoe;
+  bool record_trace = false;
+  size_t max_trace_spans = 200000;
 };
 
 struct OffloadReport {
@@ -46,6 +49,9 @@ struct OffloadReport {
   std::vector<Seconds> gpu_busy, cpu_busy, h2d_busy;  // per GPU
   uint64_t events = 0;
   uint64_t tasks = 0;
+  // When record_trace: TraceSpan::stage is the GPU, lanes "gpu", "h2d", "d2h", "cpu".
+  std::vector<TraceSpan> spans;
+  bool trace_truncated = false;
 };
 
 OffloadReport simulate_offload(const TimeContext& ctx, const ClusterSpec& cluster,

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -348,8 +349,24 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   for (const char* s : {"APTMoE", "Mobius", "GPipeOffload"})
     EXPECT_GT(j["systems"][s]["tokens_per_s"].get<double>(), 0.0) << s;
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.5);
-  const Result text = run("simulate " + pair + " --plan " + plan + " --skew G=0.5");
+  const std::string trace = ::testing::TempDir() + "moeplan_offload_trace.json";
+  const Result text =
+      run("simulate " + pair + " --plan " + plan + " --skew G=0.5 --trace " + trace);
   EXPECT_NE(text.out.find("vs Mobius"), std::string::npos) << text.out;
+  // The APTMoE run's timeline: a process per GPU with its compute, PCIe and CPU lanes.
+  const auto events = nlohmann::json::parse(read_file(trace))["traceEvents"];
+  std::set<std::string> lanes;
+  std::set<int> gpus;
+  for (const auto& e : events) {
+    if (e["ph"] != "X") continue;
+    lanes.insert(e["cat"].get<std::string>());
+    gpus.insert(e["pid"].get<int>());
+    EXPECT_GT(e["dur"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(gpus.size(), 4u);
+  for (const char* lane : {"gpu", "h2d", "d2h", "cpu", "tokens h2d", "tokens d2h"})
+    EXPECT_TRUE(lanes.count(lane)) << lane;
+  std::remove(trace.c_str());
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --skew G=0.5,drift=3"),
                         "drift and jitter");
   std::remove(plan.c_str());

@@ -242,3 +242,28 @@ TEST(Search, AnyFixedLayoutEitherPlansOrSaysWhyNot) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Search, OffloadPlansKeepTheFixedStagesAndMicroBatch) {
+  // APTMoE's own setting (Sec. IV): as many micro-batches as GPUs, so mbs = 128 / 4.
+  Inputs in("aptmoe-moe-s-16.json", "aptmoe-4x-a800-40gb-c1g2.json", 512);
+  SearchRequest req = request(4, 128, "pp=8,mbs=32");
+  req.precision = Precision::kFp32;
+  const std::vector<Plan> plans = offload_plans(in.ctx, in.cluster, req);
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(*plans[0].choice.parallel.pp, 8);
+  EXPECT_EQ(*plans[0].choice.parallel.mbs, 32);
+  // Unfixed, the search offers APTMoE's micro-batch beside the small ones.
+  bool aptmoe_mbs = false;
+  req.fixed = parse_parallel("");
+  req.top_k = 100;
+  for (const Plan& p : offload_plans(in.ctx, in.cluster, req))
+    aptmoe_mbs |= *p.choice.parallel.mbs == 32;
+  EXPECT_TRUE(aptmoe_mbs);
+  // Offload plans are single-GPU stages: a fixed tp = 2 rules them out.
+  req.fixed = parse_parallel("tp=2");
+  EXPECT_TRUE(offload_plans(in.ctx, in.cluster, req).empty());
+}
+
+}  // namespace moe

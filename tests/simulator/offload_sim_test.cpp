@@ -8,6 +8,7 @@
 
 #include "planner/aptmoe.h"
 #include "planner/io/loaders.h"
+#include "planner/offload.h"
 #include "test_paths.h"
 
 namespace moe::sim {
@@ -57,6 +58,49 @@ TEST(OffloadSim, AptMoeGainOverMobiusGrowsWithSkew) {
     last = gain;
   }
   EXPECT_GT(last, 0.3);  // G = 0.8: the paper's largest gains are ~33 %
+}
+
+TEST(OffloadSim, BackwardReusesTheStagesStillOnTheGpu) {
+  // Cross-mapped stages: a GPU keeps the last two it loaded, so backward's first two visits
+  // load nothing. 16 stages on 4 GPUs: of each GPU's four stages, two are reloaded.
+  for (auto [stages, reloaded] : {std::pair{4, 0}, {8, 0}, {16, 8}}) {
+    int count = 0;
+    for (int64_t s = 0; s < stages; ++s)
+      count += offload_resident_in_backward(OffloadSystem::kMobius, stages, 4, s) ? 0 : 1;
+    EXPECT_EQ(count, reloaded) << stages;
+  }
+  // GPipeOffload keeps one sub-stage: 16 stages on 4 GPUs, the last of each GPU's four stays.
+  for (int64_t s = 0; s < 16; ++s) {
+    EXPECT_EQ(offload_resident_in_backward(OffloadSystem::kGPipeOffload, 16, 4, s), s % 4 == 3)
+        << s;
+  }
+
+  const Fixture f;
+  RoutingSkew skew;
+  skew.kind = RoutingSkew::Kind::kPopularity;
+  skew.proportions = {aptmoe::proportions_for_g(f.model.num_routed_experts, 0.5)};
+  const TimeContext ctx = make_time_context(f.model, f.cluster, efficiencies(), skew, 512);
+  for (int64_t stages : {4, 16}) {
+    OffloadRun run;
+    run.gpus = 4;
+    run.stages = stages;
+    run.global_batch = 16;
+    run.record_trace = true;
+    const OffloadReport r = simulate_offload(ctx, f.cluster, run);
+    int forward = 0, backward = 0, tokens = 0;
+    for (const TraceSpan& sp : r.spans) {
+      const std::string name = sp.name;
+      if (name == "load layer") ++forward;
+      if (name == "load layer (backward)") ++backward;
+      if (name == "CPU expert outputs") {
+        ++tokens;
+        EXPECT_EQ(sp.lane, "tokens h2d");  // never queued behind a layer's load
+      }
+    }
+    EXPECT_EQ(forward, f.model.num_layers) << stages;  // every layer once, per-layer loading
+    EXPECT_EQ(backward, stages == 4 ? 0 : f.model.num_layers / 2) << stages;
+    EXPECT_GT(tokens, 0) << stages;  // G = 0.5 sends cold experts to the CPU
+  }
 }
 
 TEST(OffloadSim, RejectsImpossibleRuns) {

@@ -10,19 +10,20 @@ namespace {
 double us(sim::SimTime t) {
   return sim::to_seconds(t).value() * 1e6;
 }
-}  // namespace
 
-nlohmann::json chrome_trace(const sim::TrainingReport& r) {
+using Lanes = std::map<std::string, int>;
+
+// Names for `processes` processes (`label` formats the index) with a thread per lane, then
+// every span as a complete event.
+nlohmann::json span_events(size_t processes, const char* label, const Lanes& lanes,
+                           const std::vector<sim::TraceSpan>& spans) {
   nlohmann::json events = nlohmann::json::array();
-  const std::map<std::string, int> lanes = {{"passes", 0},  {"compute", 1}, {"tp", 2},
-                                            {"ep", 3},      {"cp", 4},      {"dp", 5},
-                                            {"pp send", 6}, {"copy", 7}};
-  for (size_t s = 0; s < r.stages.size(); ++s) {
+  for (size_t s = 0; s < processes; ++s) {
     events.push_back({{"ph", "M"},
                       {"name", "process_name"},
                       {"pid", s},
                       {"tid", 0},
-                      {"args", {{"name", fmt::format("stage {} GPU", s)}}}});
+                      {"args", {{"name", fmt::format(fmt::runtime(label), s)}}}});
     for (const auto& [lane, tid] : lanes) {
       events.push_back({{"ph", "M"},
                         {"name", "thread_name"},
@@ -31,7 +32,7 @@ nlohmann::json chrome_trace(const sim::TrainingReport& r) {
                         {"args", {{"name", lane}}}});
     }
   }
-  for (const sim::TraceSpan& sp : r.spans) {
+  for (const sim::TraceSpan& sp : spans) {
     events.push_back({{"ph", "X"},
                       {"name", sp.name},
                       {"cat", sp.lane},
@@ -40,6 +41,28 @@ nlohmann::json chrome_trace(const sim::TrainingReport& r) {
                       {"ts", us(sp.start)},
                       {"dur", us(sp.end) - us(sp.start)}});
   }
+  return events;
+}
+
+nlohmann::json truncation_note(size_t spans, const char* rest) {
+  return {{"note", fmt::format("spans stop after the first {}; {}", spans, rest)}};
+}
+
+}  // namespace
+
+nlohmann::json chrome_trace(const sim::OffloadReport& r) {
+  const Lanes lanes = {{"gpu", 0}, {"h2d", 1},        {"d2h", 2},
+                       {"cpu", 3}, {"tokens h2d", 4}, {"tokens d2h", 5}};
+  nlohmann::json out = {{"traceEvents", span_events(r.gpu_busy.size(), "GPU {}", lanes, r.spans)},
+                        {"displayTimeUnit", "ns"}};
+  if (r.trace_truncated) out["otherData"] = truncation_note(r.spans.size(), "the run goes on");
+  return out;
+}
+
+nlohmann::json chrome_trace(const sim::TrainingReport& r) {
+  const Lanes lanes = {{"passes", 0}, {"compute", 1}, {"tp", 2},      {"ep", 3},
+                       {"cp", 4},     {"dp", 5},      {"pp send", 6}, {"copy", 7}};
+  nlohmann::json events = span_events(r.stages.size(), "stage {} GPU", lanes, r.spans);
   for (const sim::MemorySample& m : r.memory) {
     events.push_back({{"ph", "C"},
                       {"name", "memory"},
@@ -58,9 +81,8 @@ nlohmann::json chrome_trace(const sim::TrainingReport& r) {
   }
   nlohmann::json out = {{"traceEvents", events}, {"displayTimeUnit", "ns"}};
   if (r.trace_truncated) {
-    out["otherData"] = {{"note", fmt::format("operator spans stop after the first {}; passes, DP "
-                                             "collectives, sends and counters cover the whole run",
-                                             r.spans.size())}};
+    out["otherData"] = truncation_note(
+        r.spans.size(), "passes, DP collectives, sends and counters cover the whole run");
   }
   return out;
 }

@@ -6,10 +6,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "simulator/offload_sim.h"
 #include "simulator/training_sim.h"
 
 namespace moe::cli {
 
 nlohmann::json chrome_trace(const sim::TrainingReport& r);
+
+// An offload run: a process per GPU, threads for its compute, both PCIe directions and its CPU
+// cores and the CPU experts' token transfers.
+nlohmann::json chrome_trace(const sim::OffloadReport& r);
 
 }  // namespace moe::cli

@@ -50,7 +50,12 @@ void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec
   std::map<OffloadSystem, sim::OffloadReport> reports;
   for (OffloadSystem s :
        {OffloadSystem::kAptMoe, OffloadSystem::kMobius, OffloadSystem::kGPipeOffload}) {
-    reports[s] = sim::simulate_offload(ctx, c, sim::offload_run(choice, s));
+    sim::OffloadRun run = sim::offload_run(choice, s);
+    run.record_trace = !o.trace.empty() && s == OffloadSystem::kAptMoe;
+    reports[s] = sim::simulate_offload(ctx, c, run);
+  }
+  if (!o.trace.empty()) {
+    io::write_file_atomically(o.trace, chrome_trace(reports[OffloadSystem::kAptMoe]).dump() + "\n");
   }
   const double mobius = reports[OffloadSystem::kMobius].tokens_per_second;
   for (const auto& [s, r] : reports) {
@@ -88,6 +93,8 @@ void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec
   fmt::print("{}", t.render());
   fmt::print("APTMoE: planner (closed form) {}, simulator {} ({:+.2f} %)\n",
              as_ms(predicted.time.iteration.value()), as_ms(apt.iteration.value()), 100 * error);
+  if (!o.trace.empty())
+    fmt::print("APTMoE trace written to {} (open in Perfetto or chrome://tracing)\n", o.trace);
 }
 
 void run_simulate(const SimulateOptions& o) {
