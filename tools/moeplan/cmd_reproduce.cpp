@@ -1,13 +1,13 @@
 // moeplan reproduce: the seed papers' headline numbers recomputed from the shipped inputs, with
 // the paper's value beside ours and the relative error, as a table, a CSV and an HTML page.
-// So far the cost-model numbers: MoNTA Table 8 and eq. (13)-(16); MemFine eq. (2), Table 4,
-// eq. (3) and (8)-(9); MegaScale-MoE eq. (1)-(4), (8)-(9) and App. A.2; APTMoE Table I and eq. (2).
-// The end-to-end figures (MegaScale Table 3, APTMoE Fig. 11, MemFine Fig. 4-5) come from
-// `simulate` and `whatif` and their tests; they are not tabulated here yet.
+// The cost-model numbers here: MoNTA Table 8 and eq. (13)-(16); MemFine eq. (2), Table 4, eq.
+// (3) and (8)-(9); MegaScale-MoE eq. (1)-(4), (8)-(9) and App. A.2; APTMoE Table I and eq. (2).
+// The end-to-end experiments (planner searches and simulations) are in reproduce_runs.cpp.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "planner/aptmoe.h"
 #include "planner/errors.h"
@@ -21,17 +21,12 @@
 #include "planner/search.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/report_format.h"
+#include "tools/moeplan/reproduce_rows.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
 
 namespace {
-
-struct Row {
-  std::string source, quantity;
-  double paper = NAN, ours = NAN;
-  std::string unit, note;
-};
 
 std::vector<Row> monta_rows(const std::string& root) {
   // Table 8's setting: I = 256 MiB (b 2, s 8192, h 8192, BF16), t = 8, e = 2, the paper's
@@ -103,7 +98,7 @@ std::vector<Row> memfine_rows(const std::string& root) {
   };
 }
 
-std::vector<Row> megascale_rows(const std::string& root) {
+std::vector<Row> megascale_rows(const std::string& /*root*/) {
   using namespace megascale;
   RatioInputs nvlink{14336, gigabytes_per_sec(400), teraflops_per_sec(989), 8, 2};
   RatioInputs rdma = nvlink;
@@ -124,28 +119,6 @@ std::vector<Row> megascale_rows(const std::string& root) {
       {"App. A.2", "activation per MoE layer, Mixtral, with remat", 18.5,
        activation_units_remat(2, 3.5, 4), "bsh/n", ""},
   };
-  // Table 3, strong scaling of the 352B model (GBS 720, seq 8192) with MegaScale-MoE's layout:
-  // Ulysses SP = EP = 8 in a node, 15 stages, overlap; the planner's time model, uncalibrated.
-  const ModelSpec m = io::load_model(root + "/models/megascale-internal-352b.json");
-  const ClusterSpec c = io::load_cluster(root + "/topologies/megascale-h800-1440.json");
-  const TimeContext ctx = make_time_context(m, c, efficiencies(), RoutingSkew{}, 8192);
-  const std::pair<int64_t, double> table3[] = {
-      {240, 272.9e3}, {480, 498.6e3}, {720, 740.1e3}, {960, 963.8e3}, {1440, 1407.7e3}};
-  for (auto [gpus, paper] : table3) {
-    SearchRequest req;
-    req.num_gpus = gpus;
-    req.global_batch = 720;
-    req.fixed = parse_parallel("tp=8,pp=15,ep=8,etp=1,cp=1,vpp=1,mbs=1");
-    req.attention = AttentionMode::kUlysses;
-    req.overlap = true;
-    req.threads = 1;
-    const SearchResult r = search_plans(ctx, req);
-    rows.push_back({"Table 3", fmt::format("MegaScale-MoE tokens/s on {} H800", gpus), paper,
-                    r.ranked.empty() ? NAN : r.ranked.front().score.tokens_per_second, "tokens/s",
-                    gpus == 240 ? "uncalibrated defaults (no GPU measured yet): about 2x the "
-                                  "paper's throughput"
-                                : ""});
-  }
   return rows;
 }
 
@@ -199,11 +172,21 @@ void write_report(const std::string& dir, const std::string& paper, const std::v
 }
 
 void run_reproduce(const std::string& which, const std::string& out, const std::string& root) {
+  using Rows = std::vector<Row> (*)(const std::string&);
+  const std::tuple<const char*, Rows, Rows> all[] = {
+      {"monta", monta_rows, monta_end_to_end},
+      {"memfine", memfine_rows, memfine_end_to_end},
+      {"megascale", megascale_rows, megascale_end_to_end},
+      {"aptmoe", aptmoe_rows, aptmoe_end_to_end}};
   std::vector<std::pair<std::string, std::vector<Row>>> papers;
-  if (which == "monta" || which == "all") papers.push_back({"monta", monta_rows(root)});
-  if (which == "memfine" || which == "all") papers.push_back({"memfine", memfine_rows(root)});
-  if (which == "megascale" || which == "all") papers.push_back({"megascale", megascale_rows(root)});
-  if (which == "aptmoe" || which == "all") papers.push_back({"aptmoe", aptmoe_rows(root)});
+  for (auto [name, closed_form, end_to_end] : all) {
+    if (which != name && which != "all") continue;
+    fmt::print(stderr, "{}: equations, then the experiments (planner and simulator)...\n", name);
+    std::vector<Row> rows = closed_form(root);
+    const std::vector<Row> runs = end_to_end(root);
+    rows.insert(rows.end(), runs.begin(), runs.end());
+    papers.push_back({name, std::move(rows)});
+  }
   if (papers.empty()) {
     throw InputError(
         "PAPER", "",

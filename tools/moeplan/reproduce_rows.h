@@ -1,0 +1,27 @@
+// Rows of `moeplan reproduce`: a paper's number beside moeplan's, and the runs behind the
+// end-to-end ones (planner searches and simulations of the papers' experiments).
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace moe::cli {
+
+struct Row {
+  std::string source, quantity;
+  double paper = NAN, ours = NAN;
+  std::string unit, note;
+};
+
+// MegaScale-MoE Table 3 (both systems and the speedup), Fig. 11 (weak scaling) and Fig. 13
+// (SP+EP over TP+TP on one node for the six models of Table 2).
+std::vector<Row> megascale_end_to_end(const std::string& root);
+// MoNTA Fig. 14: the AllToAll strategy the planner picks from 8K to 256K tokens.
+std::vector<Row> monta_end_to_end(const std::string& root);
+// MemFine Fig. 4-5: methods 1-3 over simulated iterations (OOM, TGS, MACT's chunks).
+std::vector<Row> memfine_end_to_end(const std::string& root);
+// APTMoE Fig. 11, 13 and 14: simulated throughput against Mobius, per topology, and over GPUs.
+std::vector<Row> aptmoe_end_to_end(const std::string& root);
+
+}  // namespace moe::cli
