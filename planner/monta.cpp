@@ -1,5 +1,7 @@
 #include "planner/monta.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace moe::monta {
@@ -175,6 +177,53 @@ Bytes activation_bytes(ActivationConfig c, int64_t b, int64_t s, int64_t h, int6
       break;
   }
   return Bytes(bshl * factor);
+}
+
+const char* cp_expansion_name(CpExpansion e) {
+  switch (e) {
+    case CpExpansion::kNone:
+      return "none";
+    case CpExpansion::kHorizontal:
+      return "horizontal";
+    case CpExpansion::kVertical:
+      return "vertical";
+  }
+  return "?";
+}
+
+CpExpansionChoice choose_cp_expansion(int64_t cp, int64_t ep, int64_t switch_radix) {
+  CpExpansionChoice c;
+  auto fits = [&](int64_t scale) { return switch_radix <= 0 || scale <= switch_radix; };
+  if (cp <= 1 || ep <= 1) {
+    c.network_scale = std::max(cp, ep);
+    c.fits_switch = fits(c.network_scale);
+    c.reason = "no CP x EP block to place (cp or ep is 1)";
+    return c;
+  }
+  const int64_t horizontal = cp * ep;
+  const int64_t vertical = std::max(cp, ep);
+  if (cp < ep && fits(horizontal)) {
+    c.expansion = CpExpansion::kHorizontal;
+    c.network_scale = horizontal;
+    c.reason = fmt::format(
+        "cp {} < ep {} and the switch {} cp x ep = {} endpoints: orthogonal CP and EP groups "
+        "keep each EP group's micro-batch whole",
+        cp, ep, switch_radix > 0 ? fmt::format("(radix {}) holds", switch_radix) : "is unbounded;",
+        horizontal);
+  } else {
+    c.expansion = CpExpansion::kVertical;
+    c.network_scale = vertical;
+    c.reason = cp >= ep ? fmt::format(
+                              "cp {} >= ep {}: CP and EP aligned in one dimension, "
+                              "network scale max(cp, ep) = {}",
+                              cp, ep, vertical)
+                        : fmt::format(
+                              "cp {} < ep {} but cp x ep = {} exceeds the switch radix "
+                              "{}: aligned instead, network scale {}",
+                              cp, ep, horizontal, switch_radix, vertical);
+  }
+  c.fits_switch = fits(c.network_scale);
+  return c;
 }
 
 }  // namespace moe::monta

@@ -96,6 +96,23 @@ double alltoall_to_allgather_ratio(int64_t tp, int64_t ep, double bw_ratio_b2_ov
 // baseline I (e-1)/e / (B1 r1).
 double o3_limit_ratio(int64_t tp, int64_t ep, double bw_ratio_b2_over_b1, double r1, double r2);
 
+// Cluster expansion for long context (Sec. 5, Fig. 12): with TP inside the node, CP and EP
+// groups both cross nodes. Horizontal: orthogonal groups, every (cp, ep) pair reachable, so the
+// scale-out switch network must span cp x ep endpoints; it keeps each EP group's micro-batch
+// whole when the sequence is shorter than one EP group handles (cp < ep). Vertical: CP and EP
+// in the same dimension, network scale max(cp, ep); the rule for cp >= ep, and the fallback
+// when the switch is too small for cp x ep.
+enum class CpExpansion { kNone, kHorizontal, kVertical };
+const char* cp_expansion_name(CpExpansion e);
+struct CpExpansionChoice {
+  CpExpansion expansion = CpExpansion::kNone;
+  int64_t network_scale = 0;  // scale-out endpoints one CP x EP block needs
+  bool fits_switch = true;    // network_scale <= radix (or the radix is unknown)
+  std::string reason;
+};
+// switch_radix: ports of the cluster's scale-out switch tier; 0 when the cluster file omits it.
+CpExpansionChoice choose_cp_expansion(int64_t cp, int64_t ep, int64_t switch_radix);
+
 // Table 3: weight and optimizer bytes per GPU. The text's ZeRO rows are garbled; we use the
 // forms they stand for: 16 bytes per parameter (2 weight + 2 gradient + 12 fp32 optimizer) over
 // p t (non-MoE) or p t e (MoE), with ZeRO-1 sharding the 12 optimizer bytes, ZeRO-2 also the 2

@@ -7,6 +7,7 @@
 
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
+#include "planner/monta.h"
 
 namespace moe::io {
 
@@ -62,6 +63,19 @@ nlohmann::json deepspeed_config(const Plan& plan) {
   return j;
 }
 
+namespace {
+// MoNTA's CP/EP placement (Sec. 5, Fig. 12) on the cluster's scale-out switch.
+nlohmann::json cp_expansion_json(const Plan& plan, const ClusterSpec& c) {
+  const ParallelConfig& p = plan.choice.parallel;
+  const monta::CpExpansionChoice e =
+      monta::choose_cp_expansion(p.cp.value_or(1), p.ep.value_or(1), c.switch_radix);
+  return {{"layout", monta::cp_expansion_name(e.expansion)},
+          {"network_scale", e.network_scale},
+          {"fits_switch", e.fits_switch},
+          {"reason", e.reason}};
+}
+}  // namespace
+
 nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterSpec& c) {
   const PlanChoice& ch = plan.choice;
   const PlanScore& s = plan.score;
@@ -112,6 +126,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
             {"headroom_bytes", s.headroom.value()},
             {"oom_received_tokens", s.oom_received_tokens},
             {"stages", stages}}},
+          {"cp_expansion", cp_expansion_json(plan, c)},
           {"megatron_args", megatron_arguments(plan, m)},
           {"deepspeed",
            {{"config", deepspeed_config(plan)},
@@ -175,8 +190,8 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;
-  for (const char* key :
-       {"model", "cluster", "gpus", "schedule", "predicted", "megatron_args", "deepspeed"})
+  for (const char* key : {"model", "cluster", "gpus", "schedule", "predicted", "cp_expansion",
+                          "megatron_args", "deepspeed"})
     r.ignore(key);
   r.finish();
   return c;

@@ -560,3 +560,22 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Cli, PlanSaysHowCpAndEpGroupsArePlaced) {
+  // MoNTA Sec. 5: cp 2 < ep 8 on a radix-64 switch places CP and EP groups orthogonally.
+  const std::string args =
+      "plan --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
+      "--gpus 64 --global-batch 64 --seq-len 32768 --parallel tp=4,cp=2,ep=8,etp=1";
+  const Result text = run(args);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("horizontal expansion, network scale 16"), std::string::npos) << text.out;
+  const Result json = run(args + " --json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto e = nlohmann::json::parse(json.out)["plans"][0]["cp_expansion"];
+  EXPECT_EQ(e["layout"], "horizontal");
+  EXPECT_EQ(e["network_scale"], 16);
+}
+
+}  // namespace moe

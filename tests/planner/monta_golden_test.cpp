@@ -156,3 +156,26 @@ TEST(MonTaTable4, ActivationConfigurationsOrder) {
 }
 
 }  // namespace moe::monta
+
+namespace moe::monta {
+
+TEST(MontaGolden, CpExpansionFollowsTheFig12Rule) {
+  // Sec. 5: cp < ep with a switch that holds cp x ep -> horizontal (scale cp x ep); cp >= ep ->
+  // vertical (scale max); a switch too small for cp x ep -> vertical as well.
+  const CpExpansionChoice h = choose_cp_expansion(4, 8, 64);
+  EXPECT_EQ(h.expansion, CpExpansion::kHorizontal);
+  EXPECT_EQ(h.network_scale, 32);
+  EXPECT_TRUE(h.fits_switch);
+  const CpExpansionChoice v = choose_cp_expansion(16, 8, 64);
+  EXPECT_EQ(v.expansion, CpExpansion::kVertical);
+  EXPECT_EQ(v.network_scale, 16);
+  const CpExpansionChoice small = choose_cp_expansion(4, 32, 64);
+  EXPECT_EQ(small.expansion, CpExpansion::kVertical);
+  EXPECT_EQ(small.network_scale, 32);
+  EXPECT_NE(small.reason.find("exceeds the switch radix 64"), std::string::npos) << small.reason;
+  EXPECT_FALSE(choose_cp_expansion(128, 8, 64).fits_switch);
+  EXPECT_EQ(choose_cp_expansion(1, 8, 64).expansion, CpExpansion::kNone);
+  EXPECT_EQ(choose_cp_expansion(4, 8, 0).expansion, CpExpansion::kHorizontal);  // radix unknown
+}
+
+}  // namespace moe::monta

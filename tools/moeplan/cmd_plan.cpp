@@ -8,6 +8,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/monta.h"
 #include "planner/search.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
@@ -216,6 +217,13 @@ void run_plan(const PlanOptions& o) {
     row("CPU experts (exposed)", b.cpu_experts);
   }
   fmt::print("{}\n", bt.render());
+  const ParallelConfig& bp = best.choice.parallel;
+  if (!best.choice.offload && *bp.cp > 1 && *bp.ep > 1) {
+    const monta::CpExpansionChoice e = monta::choose_cp_expansion(*bp.cp, *bp.ep, c.switch_radix);
+    fmt::print("CP and EP groups (MoNTA Sec. 5): {} expansion, network scale {}{}; {}\n\n",
+               monta::cp_expansion_name(e.expansion), e.network_scale,
+               e.fits_switch ? "" : " (beyond one switch)", e.reason);
+  }
   if (best.choice.offload) {
     fmt::print(
         "Memory: {} per GPU (one stage's loaded weights and gradients, checkpoints of every "
