@@ -579,3 +579,30 @@ TEST(Cli, PlanSaysHowCpAndEpGroupsArePlaced) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Cli, AffinityTablePrintsTheProfilersLookupTable) {
+  // APTMoE Sec. III-A: per token count, one expert's CPU and GPU time; CPU time grows with the
+  // tokens, so past a break-even the GPU (with the expert's load) wins.
+  const Result r =
+      run("affinity --model models/aptmoe-moe-s-16.json --cluster "
+          "topologies/aptmoe-4x-a800-40gb-c1g2.json --tokens 64 --table --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& rows = j["expert_time"];
+  ASSERT_EQ(rows.size(), 8u);  // 1, 2, ..., 64, then 128 = tokens x top-2
+  EXPECT_EQ(rows.back()["tokens"], 128.0);
+  for (size_t i = 1; i < rows.size(); ++i)
+    EXPECT_GT(rows[i]["cpu_s"].get<double>(), rows[i - 1]["cpu_s"].get<double>());
+  EXPECT_GT(j["load_s"]["expert"].get<double>(), 0.0);
+  EXPECT_GT(j["load_s"]["mha"].get<double>(), j["load_s"]["gate"].get<double>());
+  const Result text =
+      run("affinity --model models/aptmoe-moe-s-16.json --cluster "
+          "topologies/aptmoe-4x-a800-40gb-c1g2.json --tokens 4096 --dtype fp32 --table");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("GPU (with its load)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  CPU\n"), std::string::npos) << text.out;  // few tokens: CPU
+}
+
+}  // namespace moe

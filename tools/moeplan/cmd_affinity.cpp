@@ -19,8 +19,47 @@ struct AffinityOptions {
   int64_t layer = 0;
   double tokens = 65536;
   int gpu = 0;
-  bool json = false;
+  bool json = false, table = false;
 };
+
+// APTMoE's static profiler (Sec. III-A): one expert's CPU and GPU time for every token count it
+// can receive (1 to tokens x top-k, in doubling steps here), beside the load times of an MHA
+// block, a gate and an expert; the lookup table its runtime allocates from.
+void print_profile_table(const ModelSpec& m, const LayerParams& lp, double bytes,
+                         const aptmoe::Rates& rates, aptmoe::Pass pass, double max_tokens,
+                         const aptmoe::Fixed& fixed, bool json) {
+  std::vector<double> counts;
+  for (double n = 1; n < max_tokens; n *= 2) counts.push_back(n);
+  counts.push_back(max_tokens);
+  const Seconds expert_load =
+      aptmoe::expert_cost(0, 1, lp.one_routed_expert, bytes, rates, pass).load;
+  if (json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (double n : counts) {
+      const aptmoe::ExpertCost e =
+          aptmoe::expert_cost(0, n, lp.one_routed_expert, bytes, rates, pass);
+      rows.push_back({{"tokens", n}, {"cpu_s", e.cpu.value()}, {"gpu_s", e.gpu.value()}});
+    }
+    print_json({{"model", m.name},
+                {"load_s",
+                 {{"mha", fixed.load_mha.value()},
+                  {"gate", fixed.load_gate.value()},
+                  {"expert", expert_load.value()}}},
+                {"expert_time", rows}});
+    return;
+  }
+  fmt::print("{}: load times: MHA block {}, gate {}, one expert {}\n\n", m.name,
+             as_ms(fixed.load_mha.value()), as_ms(fixed.load_gate.value()),
+             as_ms(expert_load.value()));
+  Table t({"tokens", "CPU time", "GPU time", "faster on"});
+  for (double n : counts) {
+    const aptmoe::ExpertCost e =
+        aptmoe::expert_cost(0, n, lp.one_routed_expert, bytes, rates, pass);
+    t.add({fmt::format("{:.0f}", n), as_ms(e.cpu.value()), as_ms(e.gpu.value()),
+           e.cpu < e.gpu + expert_load ? "CPU" : "GPU (with its load)"});
+  }
+  fmt::print("{}", t.render());
+}
 
 void run_affinity(const AffinityOptions& o) {
   const ModelSpec m = io::load_model(o.model);
@@ -53,7 +92,7 @@ void run_affinity(const AffinityOptions& o) {
       throw InputError("--G", "", e.what());
     }
     g_metric = aptmoe::popularity_metric({proportions});
-  } else {
+  } else if (!o.table) {  // the profiler's table needs no popularity
     throw InputError("--popularity", "", "give --popularity FILE or --G x");
   }
   const aptmoe::Pass pass = o.pass == "backward" ? aptmoe::Pass::kBackward : aptmoe::Pass::kForward;
@@ -96,6 +135,11 @@ void run_affinity(const AffinityOptions& o) {
   }
   aptmoe::Fixed fixed{Bytes(lp.attention * bytes) / rates.pcie,
                       Bytes(lp.router * bytes) / rates.pcie};
+  if (o.table) {
+    print_profile_table(m, lp, bytes, rates, pass, o.tokens * static_cast<double>(m.top_k), fixed,
+                        o.json);
+    return;
+  }
   const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
 
   if (o.json) {
@@ -169,6 +213,9 @@ void add_affinity(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "weights and compute precision (APTMoE fine-tunes in fp32)");
   cmd->add_option("--gpu", o->gpu, "global GPU index whose PCIe path and CPU socket are used");
   cmd->add_flag("--json", o->json, "print one JSON document (seconds)");
+  cmd->add_flag("--table", o->table,
+                "print the profiler's table instead: one expert's CPU and GPU time per token "
+                "count, and the load times of an MHA block, a gate and an expert");
   cmd->callback([o] { run_affinity(*o); });
 }
 
