@@ -222,7 +222,8 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   // fill and drain cost (G - 1) / (m v) of the busiest GPU's work, v = stages / G visits per GPU
   // (GPipe's (G - 1)/m when v = 1; the simulator agrees within a few percent).
   std::vector<Seconds> per_gpu(static_cast<size_t>(gpus));
-  for (int64_t s = 0; s < stages; ++s) per_gpu[s % gpus] += stage_time[s];
+  for (int64_t s = 0; s < stages; ++s)
+    per_gpu[offload_gpu_of(OffloadSystem::kAptMoe, stages, gpus, s)] += stage_time[s];
   const Seconds busiest = *std::max_element(per_gpu.begin(), per_gpu.end());
   const double visits = static_cast<double>(stages) / static_cast<double>(gpus);
   const double fill = static_cast<double>(gpus - 1) / (static_cast<double>(micro) * visits);

@@ -1,6 +1,8 @@
 // moeplan affinity: APTMoE's GPU/CPU split of one MoE layer's experts, eq. (1) with R = 1.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "planner/aptmoe.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
@@ -28,34 +30,30 @@ struct AffinityOptions {
 void print_profile_table(const ModelSpec& m, const LayerParams& lp, double bytes,
                          const aptmoe::Rates& rates, aptmoe::Pass pass, double max_tokens,
                          const aptmoe::Fixed& fixed, bool json) {
-  std::vector<double> counts;
-  for (double n = 1; n < max_tokens; n *= 2) counts.push_back(n);
-  counts.push_back(max_tokens);
-  const Seconds expert_load =
-      aptmoe::expert_cost(0, 1, lp.one_routed_expert, bytes, rates, pass).load;
+  std::vector<aptmoe::ExpertCost> rows;
+  for (double n = 1;; n = std::min(2 * n, max_tokens)) {
+    rows.push_back(aptmoe::expert_cost(0, n, lp.one_routed_expert, bytes, rates, pass));
+    if (n >= max_tokens) break;
+  }
+  const Seconds expert_load = rows.front().load;  // the same at every token count
   if (json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (double n : counts) {
-      const aptmoe::ExpertCost e =
-          aptmoe::expert_cost(0, n, lp.one_routed_expert, bytes, rates, pass);
-      rows.push_back({{"tokens", n}, {"cpu_s", e.cpu.value()}, {"gpu_s", e.gpu.value()}});
-    }
+    nlohmann::json table = nlohmann::json::array();
+    for (const aptmoe::ExpertCost& e : rows)
+      table.push_back({{"tokens", e.tokens}, {"cpu_s", e.cpu.value()}, {"gpu_s", e.gpu.value()}});
     print_json({{"model", m.name},
                 {"load_s",
                  {{"mha", fixed.load_mha.value()},
                   {"gate", fixed.load_gate.value()},
                   {"expert", expert_load.value()}}},
-                {"expert_time", rows}});
+                {"expert_time", table}});
     return;
   }
   fmt::print("{}: load times: MHA block {}, gate {}, one expert {}\n\n", m.name,
              as_ms(fixed.load_mha.value()), as_ms(fixed.load_gate.value()),
              as_ms(expert_load.value()));
   Table t({"tokens", "CPU time", "GPU time", "faster on"});
-  for (double n : counts) {
-    const aptmoe::ExpertCost e =
-        aptmoe::expert_cost(0, n, lp.one_routed_expert, bytes, rates, pass);
-    t.add({fmt::format("{:.0f}", n), as_ms(e.cpu.value()), as_ms(e.gpu.value()),
+  for (const aptmoe::ExpertCost& e : rows) {
+    t.add({fmt::format("{:.0f}", e.tokens), as_ms(e.cpu.value()), as_ms(e.gpu.value()),
            e.cpu < e.gpu + expert_load ? "CPU" : "GPU (with its load)"});
   }
   fmt::print("{}", t.render());
