@@ -125,18 +125,18 @@ void run_affinity(const AffinityOptions& o) {
   rates.pcie_efficiency = curve("pcie_h2d");
 
   const LayerParams lp = layer_params(m, true);
-  std::vector<aptmoe::ExpertCost> experts;
-  for (size_t e = 0; e < proportions.size(); ++e) {
-    experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
-                                          proportions[e] * o.tokens * static_cast<double>(m.top_k),
-                                          lp.one_routed_expert, bytes, rates, pass));
-  }
   aptmoe::Fixed fixed{Bytes(lp.attention * bytes) / rates.pcie,
                       Bytes(lp.router * bytes) / rates.pcie};
   if (o.table) {
     print_profile_table(m, lp, bytes, rates, pass, o.tokens * static_cast<double>(m.top_k), fixed,
                         o.json);
     return;
+  }
+  std::vector<aptmoe::ExpertCost> experts;
+  for (size_t e = 0; e < proportions.size(); ++e) {
+    experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
+                                          proportions[e] * o.tokens * static_cast<double>(m.top_k),
+                                          lp.one_routed_expert, bytes, rates, pass));
   }
   const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
 
