@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "planner/io/loaders.h"
 #include "test_paths.h"
@@ -283,6 +284,27 @@ TEST(Cli, PlanSavesAFileThatReadsBack) {
   EXPECT_EQ(saved["parallel"], printed["plans"][0]["parallel"]);
   EXPECT_TRUE(saved["megatron_args"].is_array());
   std::remove(path.c_str());
+}
+
+TEST(Cli, PlanKeepsTheFixedAttentionAndOverlap) {
+  // MegaScale Fig. 13's TP+TP baseline: attention as TP and no overlap, as the user fixed them.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 32 --parallel tp=8,etp=8,ep=1 --top 10 --json";
+  for (auto [flags, attention, overlap] :
+       {std::tuple{" --attention tp --overlap off", "tp", false},
+        std::tuple{" --attention ulysses --overlap on", "ulysses", true}}) {
+    const Result r = run(base + flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto plans = nlohmann::json::parse(r.out)["plans"];
+    ASSERT_GE(plans.size(), 1u);
+    for (const auto& p : plans) {
+      EXPECT_EQ(p["switches"]["attention"], attention) << flags;
+      EXPECT_EQ(p["switches"]["overlap"], overlap) << flags;
+    }
+  }
+  expect_one_line_error(run(base + " --attention sp"), "--attention: 'sp' is not one of");
+  expect_one_line_error(run(base + " --overlap maybe"), "--overlap: 'maybe' is not one of");
 }
 
 TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {

@@ -108,6 +108,17 @@ void run_plan(const PlanOptions& o) {
                        fmt::format("'{}' is not one of none, selective, full, sar", o.recompute));
     }
   }
+  if (o.overlap == "on" || o.overlap == "off")
+    req.overlap = o.overlap == "on";
+  else if (o.overlap != "search")
+    throw InputError("--overlap", "", fmt::format("'{}' is not one of on, off, search", o.overlap));
+  if (o.attention == "tp")
+    req.attention = AttentionMode::kTensor;
+  else if (o.attention == "ulysses")
+    req.attention = AttentionMode::kUlysses;
+  else if (o.attention != "search")
+    throw InputError("--attention", "",
+                     fmt::format("'{}' is not one of tp, ulysses, search", o.attention));
   if (o.precision == "fp32")
     req.precision = Precision::kFp32;
   else if (o.precision != "bf16")
