@@ -172,8 +172,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const double g = static_cast<double>(m.expert_ffn_size) / static_cast<double>(etp);
     const double calls = local_experts * chunks;
     add("routed experts", OpKind::kCompute,
-        gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls) +
-            gemm_time(ctx, peak, per_expert, g, h, calls),
+        gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls,
+                  local_experts) +
+            gemm_time(ctx, peak, per_expert, g, h, calls, local_experts),
         true);
     add("combine", OpKind::kEp, pair * 0.5);
     if (m.shared_ffn_total() > 0) {
@@ -182,8 +183,11 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       if (t > 1 && !ulysses)
         add("shared FFN TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
     }
-    // Permute + unpermute (8kh) and the expert activation (gated: 6 k g_e).
-    bytes_per_token += 8.0 * k * h * expert_load +
+    // Permute + unpermute (8kh) of every routed row this GPU's experts see: expert TP gathers
+    // the etp group's tokens, so each rank sorts and scatters all of them at full width h
+    // (Megatron-Core's all-gather dispatcher with TP), while the expert activation (gated:
+    // 6 k g_e) is cut over etp with the FFN.
+    bytes_per_token += 8.0 * k * h * expert_load * static_cast<double>(etp) +
                        2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * expert_load;
   } else {
     add("dense FFN", OpKind::kCompute, ffn(static_cast<double>(m.dense_ffn_size)));

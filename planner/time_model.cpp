@@ -48,7 +48,8 @@ Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) 
   const EfficiencyCurve& curve = cross ? ctx.eff.allgather_inter : ctx.eff.allgather_intra;
   const double steps = static_cast<double>(n - 1);
   const Bytes per_step = total / static_cast<double>(n);
-  return per_step * steps / (ctx.links.bandwidth(span) * curve.at(per_step)) +
+  // Curves are keyed as nccl-tests prints them: an all-gather's "size" is the gathered total.
+  return per_step * steps / (ctx.links.bandwidth(span) * curve.at(total)) +
          ctx.links.latency(span) * steps;
 }
 
@@ -93,16 +94,22 @@ monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice&
 }
 
 Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
-                  double count) {
+                  double count, double grouped) {
   if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return Seconds(0);
   const double flops = 2.0 * m * k * n;
-  // Efficiency follows the size of each GEMM, grouped or not: a grouped kernel saves launches
-  // but its tiles still see one expert's shape, and small shapes keep fewer SMs busy (MegaScale
-  // Sec. 3.2: TP "reduces GEMM efficiency" by slicing experts). Partial 128 x 128 output tiles
-  // (Hopper/Ampere cuBLAS and CUTLASS kernels) cost like full ones.
+  // The GEMM curve is read at one launch's FLOPs: a grouped GEMM schedules every expert's tiles
+  // in one wave-filling kernel (Megatron's --moe-grouped-gemm), so launch overhead and wave
+  // quantization follow the whole group. What the group cannot repair is each expert's shape
+  // (MegaScale Sec. 3.2: TP "reduces GEMM efficiency" by slicing experts): partial 128 x 128
+  // output tiles (Hopper/Ampere cuBLAS and CUTLASS kernels) cost like full ones, and a shallow K
+  // leaves each tile's prologue and epilogue unamortised, K / (K + 128) relative to the 8192-deep
+  // GEMM the curve was measured on (K = 176, DeepSeekMoE's expert cut 8 ways: 0.58).
   const double tile = 128.0;
   const double used = (m * n) / (std::ceil(m / tile) * tile * std::ceil(n / tile) * tile);
-  const Seconds compute = Flops(flops * count) / (peak * ctx.eff.gemm.at(flops) * used);
+  const double depth = (k / (k + tile)) / (8192.0 / (8192.0 + tile));
+  const double launch = flops * std::clamp(grouped, 1.0, count);
+  const Seconds compute =
+      Flops(flops * count) / (peak * ctx.eff.gemm.at(launch) * used * std::min(depth, 1.0));
   const Seconds memory = Bytes((m * k + k * n + m * n) * kActivationBytes * count) /
                          (ctx.links.hbm * ctx.eff.memory_bound);
   return std::max(compute, memory);

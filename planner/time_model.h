@@ -90,13 +90,14 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
 // MoNTA's AllToAll problem for a plan whose experts are tensor-parallel (etp > 1).
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);
 
-// Roofline of `count` GEMMs [M x K] x [K x N] in BF16: the compute time at the GEMM curve's
-// efficiency for one GEMM's FLOPs, discounted by partial 128 x 128 output tiles, or the time to
+// Roofline of `count` GEMMs [M x K] x [K x N] in BF16, `grouped` of them per kernel launch (a
+// grouped GEMM over the local experts): the compute time at the GEMM curve's efficiency for one
+// launch's FLOPs, discounted by partial 128 x 128 output tiles and by a shallow K, or the time to
 // move A, B and C through HBM, whichever is longer. Tensor parallelism that cuts a narrow FFN into
-// slivers (small N, or small K for the down projection) lands on the memory side, which is why
+// slivers (small N, or small K for the down projection) pays both discounts, which is why
 // MegaScale-MoE keeps experts whole.
 Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
-                  double count = 1);
+                  double count = 1, double grouped = 1);
 
 // Ring all-gather or reduce-scatter of `total` bytes (the gathered size) over n ranks whose
 // group spans `span` consecutive ranks.

@@ -560,14 +560,16 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   EXPECT_GT(ours("memfine", "Fig. 4 Model I TGS, method 3 (MACT) over method 2 (c = 8)"), 1.0);
   EXPECT_LT(ours("memfine", "Fig. 4 Model II TGS, method 2 over method 1"), 1.0);
   EXPECT_GE(ours("memfine", "Fig. 4 Model II TGS, method 3 over method 1"), 1.0);
-  // MegaScale-MoE Table 3: the speedup within 20 % at every scale (the issue asks 15 %; 1,440
-  // GPUs is at -17 % uncalibrated); Fig. 11: Megatron-LM within 3 points of its -2.74 % per
-  // GPU and MegaScale-MoE near linear; Fig. 13: SP+EP ahead for every model.
+  // MegaScale-MoE Table 3: the speedup within 15 % at every scale (the issue's tolerance; -12 %
+  // at 1,440 GPUs, within 5 % elsewhere); Fig. 11: Megatron-LM within 3 points of its -2.74 %
+  // per GPU, MegaScale-MoE near linear, the speedups within 8 % (-4 %, -6 %); Fig. 13: SP+EP
+  // ahead for every model.
   for (int gpus : {240, 480, 720, 960, 1440})
-    within("megascale", fmt::format("Table 3 speedup over Megatron-LM on {} H800", gpus), 0.20);
+    within("megascale", fmt::format("Table 3 speedup over Megatron-LM on {} H800", gpus), 0.15);
   within("megascale", "Fig. 11 Megatron-LM tokens/s per GPU, 1,440 vs 480 GPUs", 0.03);
   within("megascale", "Fig. 11 MegaScale-MoE tokens/s per GPU, 1,440 vs 480 GPUs", 0.03);
-  within("megascale", "Fig. 11 smallest speedup over Megatron-LM (480-1,440 GPUs)", 0.15);
+  within("megascale", "Fig. 11 smallest speedup over Megatron-LM (480-1,440 GPUs)", 0.08);
+  within("megascale", "Fig. 11 largest speedup over Megatron-LM (480-1,440 GPUs)", 0.08);
   EXPECT_GT(ours("megascale", "Fig. 13 smallest MFU gain of SP+EP over TP+TP"), 0.0);
   // APTMoE Fig. 14: strong scaling within 20 %; Fig. 13: C1+G4 within 5 % of Mobius.
   for (const char* model : {"MoE-S-64", "MoE-M-16"}) {

@@ -5,6 +5,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/layer_ops.h"
 #include "test_paths.h"
 
 namespace moe {
@@ -139,6 +140,57 @@ TEST(TimeModel, OneFlowOnAFreeLinkIsLatencyPlusBytesOverBandwidth) {
               (s.cluster.intra_node_latency + Bytes(1e9) / (gigabytes_per_sec(450) * eff)).value(),
               1e-12);
   EXPECT_EQ(ring_time(s.ctx, total, 1, 1).value(), 0.0);
+}
+
+TEST(TimeModel, CollectiveCurvesAreReadAtTheNcclTestsSize) {
+  // nccl-tests prints an all-gather's size as the gathered total; a 16 MiB all-gather over 8
+  // NVLink ranks sends 7 x 2 MiB at the curve's 16 MiB efficiency, not its 2 MiB one.
+  const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  const Bytes total(16.0 * 1024 * 1024);
+  const double eff = s.ctx.eff.allgather_intra.at(total);
+  EXPECT_GT(eff, s.ctx.eff.allgather_intra.at(total / 8.0) * 1.2);
+  EXPECT_NEAR(ring_time(s.ctx, total, 8, 8).value(),
+              (s.cluster.intra_node_latency * 7.0 +
+               total * (7.0 / 8.0) / (gigabytes_per_sec(450) * eff))
+                  .value(),
+              1e-12);
+}
+
+TEST(TimeModel, GroupedGemmFillsTheGpuButKeepsEachExpertsShape) {
+  const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  const FlopsPerSec peak = peak_of(s.ctx, Precision::kBf16);
+  // 64 experts of 1024 x 4096 x 1024 in one grouped launch run at the 64-GEMM size's
+  // efficiency, faster than 64 launches at one GEMM's (both compute-bound shapes).
+  const double f = 2.0 * 1024 * 4096 * 1024;
+  const Seconds one_by_one = gemm_time(s.ctx, peak, 1024, 4096, 1024, 64);
+  const Seconds grouped = gemm_time(s.ctx, peak, 1024, 4096, 1024, 64, 64);
+  EXPECT_NEAR(one_by_one / grouped, s.ctx.eff.gemm.at(64 * f) / s.ctx.eff.gemm.at(f), 1e-9);
+  EXPECT_GT(one_by_one / grouped, 1.1);
+  // A shallow K (an expert's down projection cut 8 ways) costs K / (K + 128) of the depth the
+  // curve was measured at: the same FLOPs take longer at K = 256 than at K = 8192.
+  const Seconds shallow = gemm_time(s.ctx, peak, 4096, 256, 4096);
+  const Seconds deep = gemm_time(s.ctx, peak, 512, 8192, 1024);
+  EXPECT_NEAR(shallow / deep, (8192.0 / 8320.0) / (256.0 / 384.0), 1e-9);
+}
+
+TEST(TimeModel, ExpertTensorParallelismPermutesEveryGatheredToken) {
+  // With TP experts every rank sorts and scatters the whole gathered micro-batch at full width;
+  // with EP it permutes only its own tokens. The memory-bound term shows the difference.
+  const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  auto memory_bound = [&](const char* layout, AttentionMode attention) {
+    PlanChoice c;
+    c.parallel = resolve(parse_parallel(layout));
+    c.attention = attention;
+    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1))
+      if (std::string(op.name) == "norms, residuals, activations") return op.time;
+    return Seconds(0);
+  };
+  const Seconds tp = memory_bound("tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=8", AttentionMode::kTensor);
+  const Seconds ep = memory_bound("tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=8", AttentionMode::kUlysses);
+  // Per token: 20h + 8kh x etp + 6 k g_e bytes (h 4096, k 2, g_e 14336).
+  const double h = 4096, k = 2, g = 14336;
+  EXPECT_NEAR(tp / ep, (20 * h + 8 * k * h * 8 + 6 * k * g) / (20 * h + 8 * k * h + 6 * k * g),
+              1e-9);
 }
 
 TEST(PlanFile, RoundTripsTheChoices) {
