@@ -488,6 +488,58 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
 
 namespace moe {
 
+TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
+  const std::string dir = ::testing::TempDir() + "moeplan_whatif_axes";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string pair =
+      "--model models/deepseekmoe-16b.json --cluster topologies/megascale-h800-240.json";
+  const std::string plan = dir + "/plan.json";
+  ASSERT_EQ(run("plan " + pair + " --gpus 16 --global-batch 64 --parallel tp=1,ep=16 --save " +
+                plan)
+                .code,
+            0);
+  // A fixed plan on other GPUs and NICs: the EP all-to-all crosses nodes, so a slower NIC
+  // slows it; an A100 is slower than an H800.
+  const Result r = run("whatif " + pair + " --plan " + plan +
+                       " --sweep gpu=H800,A100 --sweep nic-Gbps=50,400 --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, double> tokens;
+  std::istringstream csv(read_file(dir + "/points.csv"));
+  std::string line;
+  std::getline(csv, line);
+  while (std::getline(csv, line)) {
+    const size_t cut = line.find(',');
+    const std::string rest = line.substr(cut + 1);
+    // point,gpu,nic-Gbps,status,iteration_s,tokens_per_s,...
+    std::vector<std::string> f;
+    std::stringstream in(rest);
+    for (std::string v; std::getline(in, v, ',');) f.push_back(v);
+    ASSERT_GE(f.size(), 5u) << line;
+    EXPECT_EQ(f[2], "ok") << line;
+    tokens[f[0] + "/" + f[1]] = std::stod(f[4]);
+  }
+  ASSERT_EQ(tokens.size(), 4u);
+  EXPECT_LT(tokens["H800/50"], tokens["H800/400"]);
+  EXPECT_LT(tokens["A100/400"], tokens["H800/400"]);
+  // Plan fields fix the search: every point's best plan has the swept tp.
+  const Result t = run("whatif " + pair +
+                       " --search --global-batch 64 --sweep gpus=16 --sweep tp=1,2 --out " + dir +
+                       "/tp");
+  ASSERT_EQ(t.code, 0) << t.err;
+  const std::string tp_csv = read_file(dir + "/tp/points.csv");
+  EXPECT_NE(tp_csv.find("\"tp=1,"), std::string::npos) << tp_csv;
+  EXPECT_NE(tp_csv.find("\"tp=2,"), std::string::npos) << tp_csv;
+  // A GPU name two cluster files share is a failed point naming both; chunks need a plan.
+  const Result a = run("whatif " + pair + " --plan " + plan + " --sweep gpu=A800 --out " + dir);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_NE(a.out.find("'A800' is ambiguous"), std::string::npos) << a.out;
+  expect_one_line_error(
+      run("whatif " + pair + " --search --global-batch 64 --sweep chunks=2 --out " + dir),
+      "chunks needs --plan");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   const std::string dir = ::testing::TempDir() + "moeplan_reproduce";
   std::filesystem::remove_all(dir);

@@ -2,6 +2,7 @@
 // Each point re-plans (--search) or simulates a fixed plan (--plan); points run in parallel and
 // points.csv is rewritten atomically after each, so --resume never recomputes a finished point.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,7 +30,14 @@ namespace moe::cli {
 
 namespace {
 
-const std::vector<std::string> kAxes = {"seq-len", "global-batch", "gpus", "skew", "top-k"};
+// The planner's flag names where it has one; hardware axes rewrite the cluster file's fields;
+// the parallel sizes and switches are plan fields (fixed in the plan, or fixed for the search).
+const std::vector<std::string> kAxes = {
+    "seq-len",     "global-batch", "gpus",        "skew",     "top-k",    "experts",
+    "expert-size", "gpu",          "nvlink-GBps", "nic-Gbps", "pcie-gen", "cpu-cores-per-gpu",
+    "chunks",      "recompute",    "tp",          "pp",       "ep",       "etp",
+    "cp",          "vpp",          "mbs"};
+const std::string kAxisList = fmt::format("{}", fmt::join(kAxes, ", "));
 
 struct WhatifOptions {
   std::string model, cluster, plan, out, skew = "balanced";
@@ -68,11 +76,8 @@ Axis parse_axis(const std::string& text) {
   const size_t eq = text.find('=');
   Axis a;
   a.name = text.substr(0, eq);
-  if (std::find(kAxes.begin(), kAxes.end(), a.name) == kAxes.end()) {
-    throw InputError(
-        "--sweep", "",
-        fmt::format("'{}' is not an axis (seq-len, global-batch, gpus, skew, top-k)", a.name));
-  }
+  if (std::find(kAxes.begin(), kAxes.end(), a.name) == kAxes.end())
+    throw InputError("--sweep", "", fmt::format("'{}' is not an axis ({})", a.name, kAxisList));
   std::stringstream in(eq == std::string::npos ? "" : text.substr(eq + 1));
   for (std::string v; std::getline(in, v, ',');)
     if (!v.empty()) a.values.push_back(v);
@@ -90,28 +95,160 @@ int64_t positive(const std::string& axis, const std::string& v) {
   throw InputError("--sweep", "", fmt::format("{}={} is not a positive integer", axis, v));
 }
 
-Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& c,
-                const std::optional<PlanChoice>& fixed, const Point& p) {
-  ModelSpec m = base;
-  int64_t seq = o.seq_len, gbs = o.global_batch, gpus = c.num_gpus();
-  std::string skew = o.skew;
-  for (const auto& [axis, v] : p.at) {
-    if (axis == "seq-len") seq = positive(axis, v);
-    if (axis == "global-batch") gbs = positive(axis, v);
-    if (axis == "gpus") gpus = positive(axis, v);
-    if (axis == "skew") skew = v;
-    if (axis == "top-k") m.top_k = positive(axis, v);
+// GPU models by name, from the cluster files beside --cluster (the `gpu` axis).
+using GpuCatalog = std::map<std::string, GpuSpec>;
+
+GpuCatalog gpu_catalog(const std::string& cluster_file) {
+  GpuCatalog out;
+  const std::filesystem::path dir = std::filesystem::path(cluster_file).parent_path();
+  for (const auto& entry : std::filesystem::directory_iterator(dir.empty() ? "." : dir)) {
+    if (entry.path().extension() != ".json") continue;
+    try {
+      const ClusterSpec c = io::load_cluster(entry.path().string());
+      out.emplace(c.node.gpu.model, c.node.gpu);
+    } catch (const std::exception&) {
+      // Not a cluster file; the catalog holds the ones that load.
+    }
   }
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// The catalog's GPU whose model is `name` or the only one that starts with it ("H800" for
+// "H800-SXM5-80GB"); a point that names none, or several, fails with the candidates.
+GpuSpec gpu_named(const GpuCatalog& catalog, const std::string& name) {
+  std::vector<std::string> hits;
+  for (const auto& [model, spec] : catalog) {
+    if (lower(model) == lower(name)) return spec;
+    if (lower(model).rfind(lower(name), 0) == 0) hits.push_back(model);
+  }
+  if (hits.size() == 1) return catalog.at(hits.front());
+  std::vector<std::string> known;
+  for (const auto& [model, spec] : catalog) known.push_back(model);
+  throw InputError("--sweep", "gpu",
+                   fmt::format("'{}' {} (cluster files beside --cluster have: {})", name,
+                               hits.empty() ? "matches no GPU" : "is ambiguous",
+                               fmt::join(hits.empty() ? known : hits, ", ")));
+}
+
+double positive_number(const std::string& axis, const std::string& v) {
   try {
-    validate(m);
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size() && x > 0 && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  throw InputError("--sweep", "", fmt::format("{}={} is not a positive number", axis, v));
+}
+
+// What one point changes: the model, the cluster, and the plan fields it fixes.
+struct PointInputs {
+  ModelSpec model;
+  ClusterSpec cluster;
+  int64_t seq = 0, gbs = 0, gpus = 0;
+  std::string skew;
+  ParallelConfig sizes;  // the parallel sizes the point fixes
+  std::optional<Recompute> recompute;
+  std::optional<int64_t> chunks;
+};
+
+PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& c,
+                         const GpuCatalog& catalog, const Point& p) {
+  PointInputs in{base, c, o.seq_len, o.global_batch, c.num_gpus(), o.skew, {}, {}, {}};
+  NodeSpec& node = in.cluster.node;
+  for (const auto& [axis, v] : p.at) {
+    if (axis == "seq-len") in.seq = positive(axis, v);
+    if (axis == "global-batch") in.gbs = positive(axis, v);
+    if (axis == "gpus") in.gpus = positive(axis, v);
+    if (axis == "skew") in.skew = v;
+    if (axis == "top-k") in.model.top_k = positive(axis, v);
+    if (axis == "experts") in.model.num_routed_experts = positive(axis, v);
+    if (axis == "expert-size") in.model.expert_ffn_size = positive(axis, v);
+    if (axis == "gpu") node.gpu = gpu_named(catalog, v);
+    if (axis == "nvlink-GBps") node.nvlink_bandwidth = gigabytes_per_sec(positive_number(axis, v));
+    if (axis == "nic-Gbps") {
+      for (Nic& nic : node.nics) nic.bandwidth = BytesPerSec(positive_number(axis, v) * 1e9 / 8);
+    }
+    if (axis == "pcie-gen") {
+      node.pcie_generation = static_cast<int>(positive(axis, v));
+      if (node.pcie_generation < 3 || node.pcie_generation > 6)
+        throw InputError("--sweep", "pcie-gen", fmt::format("{} is not a PCIe generation 3-6", v));
+    }
+    if (axis == "cpu-cores-per-gpu") {
+      // Cores per GPU over the node, spread over its sockets; a socket's FLOP rate moves with
+      // its core count.
+      const double sockets = static_cast<double>(node.cpus.size());
+      for (CpuSocket& cpu : node.cpus) {
+        const int cores =
+            static_cast<int>(std::max(1.0, positive_number(axis, v) * node.num_gpus / sockets));
+        cpu.achievable_flops = cpu.achievable_flops * (static_cast<double>(cores) / cpu.cores);
+        cpu.cores = cores;
+      }
+    }
+    if (axis == "chunks") in.chunks = positive(axis, v);
+    if (axis == "recompute") {
+      in.recompute = recompute_from_name(v);
+      if (!in.recompute)
+        throw InputError("--sweep", "recompute",
+                         fmt::format("'{}' is not one of none, selective, full, sar", v));
+    }
+    for (const ParallelField& f : parallel_fields())
+      if (axis == f.key) in.sizes.*f.member = positive(axis, v);
+  }
+  return in;
+}
+
+// A fixed plan with the point's sizes: the GPU count stays, dp (and edp) follow.
+PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
+  const int64_t world = plan.parallel.world();
+  bool changed = false;
+  for (const ParallelField& f : parallel_fields()) {
+    if (!(in.sizes.*f.member)) continue;
+    plan.parallel.*f.member = in.sizes.*f.member;
+    changed = true;
+  }
+  if (changed) {
+    const ParallelConfig& p = plan.parallel;
+    const int64_t per_replica = *p.tp * *p.cp * *p.pp;
+    if (world % per_replica != 0) {
+      throw ConfigError(
+          fmt::format("tp*cp*pp = {} does not divide the plan's {} GPUs", per_replica, world));
+    }
+    plan.parallel.dp = world / per_replica;
+    plan.parallel.edp.reset();
+    plan.parallel = resolve(plan.parallel);
+  }
+  if (in.recompute) plan.recompute = *in.recompute;
+  if (in.chunks) {
+    plan.fcda_chunks = *in.chunks;
+    plan.mact = false;
+  }
+  return plan;
+}
+
+Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& base_cluster,
+                const GpuCatalog& catalog, const std::optional<PlanChoice>& fixed, const Point& p) {
+  PointInputs in;
+  try {
+    in = point_inputs(o, base, base_cluster, catalog, p);
+    validate(in.model);
   } catch (const ConfigError& e) {
     return Result::failed(fmt::format("model: {}", e.what()));
+  } catch (const InputError& e) {
+    return Result::failed(e.what());
   }
+  const ModelSpec& m = in.model;
+  const ClusterSpec& c = in.cluster;
+  const int64_t seq = in.seq, gbs = in.gbs, gpus = in.gpus;
   Result r;
   try {
-    const TimeContext ctx = make_time_context(m, c, efficiencies(), skew_for(skew, m), seq);
+    const TimeContext ctx = make_time_context(m, c, efficiencies(), skew_for(in.skew, m), seq);
     if (fixed) {
-      PlanChoice plan = *fixed;
+      PlanChoice plan = replanned_layout(*fixed, in);
       plan.seq_len = seq;
       if (gbs > 0) plan.parallel.gbs = gbs;
       check(plan.parallel, m);
@@ -129,6 +266,8 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
     SearchRequest req;
     req.num_gpus = gpus;
     req.global_batch = gbs;
+    req.fixed = in.sizes;
+    req.recompute = in.recompute;
     req.threads = 1;
     const SearchResult s = search_plans(ctx, req);
     if (s.ranked.empty()) return Result::failed("nothing fits");
@@ -284,6 +423,13 @@ void run_whatif(const WhatifOptions& o) {
   if (fixed &&
       std::any_of(axes.begin(), axes.end(), [](const Axis& a) { return a.name == "gpus"; }))
     throw InputError("--sweep", "", "gpus needs --search (a fixed plan has its GPU count)");
+  if (o.search &&
+      std::any_of(axes.begin(), axes.end(), [](const Axis& a) { return a.name == "chunks"; }))
+    throw InputError("--sweep", "", "chunks needs --plan (the search picks its own chunks)");
+  const GpuCatalog catalog =
+      std::any_of(axes.begin(), axes.end(), [](const Axis& a) { return a.name == "gpu"; })
+          ? gpu_catalog(o.cluster)
+          : GpuCatalog{};
   if (o.search && o.global_batch <= 0 && std::none_of(axes.begin(), axes.end(), [](const Axis& a) {
         return a.name == "global-batch";
       }))
@@ -339,7 +485,7 @@ void run_whatif(const WhatifOptions& o) {
     pool.emplace_back([&] {
       for (size_t i = next++; i < points.size(); i = next++) {
         if (was_kept[i]) continue;
-        const Result r = evaluate(o, m, c, fixed, points[i]);
+        const Result r = evaluate(o, m, c, catalog, fixed, points[i]);
         std::lock_guard<std::mutex> g(lock);
         results[i] = r;
         ++finished;
@@ -377,13 +523,13 @@ void run_whatif(const WhatifOptions& o) {
 void add_whatif(CLI::App& app) {
   auto o = std::make_shared<WhatifOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "whatif", "Sweep sequence, batch, GPUs, skew or top-k; write points.csv and report.html");
+      "whatif", "Sweep model, cluster and plan fields; write points.csv and report.html");
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_option("--plan", o->plan, "simulate this plan at every point");
   cmd->add_flag("--search", o->search, "re-plan at every point (the best plan)");
   cmd->add_option("--sweep", o->sweeps,
-                  "AXIS=V1,V2,... (axes: seq-len, global-batch, gpus, skew, top-k); repeatable");
+                  fmt::format("AXIS=V1,V2,... (axes: {}); repeatable", kAxisList));
   cmd->add_option("--global-batch", o->global_batch, "global batch when not swept");
   cmd->add_option("--seq-len", o->seq_len, "sequence length when not swept");
   cmd->add_option("--skew", o->skew, "routing skew when not swept");
