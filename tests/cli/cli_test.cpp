@@ -471,8 +471,30 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
   size_t charts = 0;
   for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
     ++charts;
-  EXPECT_EQ(charts, 4u);  // tokens/s, MFU, iteration, peak memory
+  // tokens/s, MFU, iteration, exposed communication, peak memory; the stacked breakdown.
+  EXPECT_EQ(charts, 6u);
   EXPECT_NE(html.find("GPU memory"), std::string::npos);
+  EXPECT_NE(html.find("Iteration time breakdown"), std::string::npos);
+  EXPECT_NE(html.find("<rect"), std::string::npos);
+  // Every point's split: compute, exposed communication and bubble add up to at most the
+  // iteration, and compute is most of it.
+  EXPECT_NE(csv.find("peak_memory_GB,compute_s,exposed_comm_s,bubble_s,plan"), std::string::npos);
+  {
+    std::istringstream lines_in(csv);
+    std::string line;
+    std::getline(lines_in, line);
+    while (std::getline(lines_in, line)) {
+      std::vector<std::string> f;
+      std::stringstream in(line);
+      for (std::string v; std::getline(in, v, ',');) f.push_back(v);
+      ASSERT_GE(f.size(), 11u) << line;
+      // point, skew, seq-len, status, iteration, tokens, mfu, peak, compute, comm, bubble
+      const double iteration = std::stod(f[4]), compute = std::stod(f[8]),
+                   comm = std::stod(f[9]), bubble = std::stod(f[10]);
+      EXPECT_LE(compute + comm + bubble, iteration * (1 + 1e-9)) << line;
+      EXPECT_GT(compute, 0.5 * iteration) << line;
+    }
+  }
   EXPECT_EQ(html.find("<script"), std::string::npos);  // no script, no network
   // A wider sweep keeps the four finished points.
   const Result again = run("whatif " + pair + sweep + " --sweep seq-len=2048,4096,8192 --resume");
@@ -504,23 +526,25 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   const Result r = run("whatif " + pair + " --plan " + plan +
                        " --sweep gpu=H800,A100 --sweep nic-Gbps=50,400 --out " + dir);
   ASSERT_EQ(r.code, 0) << r.err;
-  std::map<std::string, double> tokens;
+  std::map<std::string, double> tokens, comm;
   std::istringstream csv(read_file(dir + "/points.csv"));
   std::string line;
   std::getline(csv, line);
   while (std::getline(csv, line)) {
     const size_t cut = line.find(',');
     const std::string rest = line.substr(cut + 1);
-    // point,gpu,nic-Gbps,status,iteration_s,tokens_per_s,...
+    // point,gpu,nic-Gbps,status,iteration_s,tokens_per_s,mfu,peak,compute_s,exposed_comm_s
     std::vector<std::string> f;
     std::stringstream in(rest);
     for (std::string v; std::getline(in, v, ',');) f.push_back(v);
     ASSERT_GE(f.size(), 5u) << line;
     EXPECT_EQ(f[2], "ok") << line;
     tokens[f[0] + "/" + f[1]] = std::stod(f[4]);
+    comm[f[0] + "/" + f[1]] = std::stod(f[8]);
   }
   ASSERT_EQ(tokens.size(), 4u);
   EXPECT_LT(tokens["H800/50"], tokens["H800/400"]);
+  EXPECT_GT(comm["H800/50"], comm["H800/400"]);  // the slower NIC shows as exposed comm
   EXPECT_LT(tokens["A100/400"], tokens["H800/400"]);
   // Plan fields fix the search: every point's best plan has the swept tp.
   const Result t = run("whatif " + pair +

@@ -69,6 +69,9 @@ struct Result {
   }
   std::string status = "ok";  // or why there is no number
   double iteration_s = NAN, tokens_per_s = NAN, mfu = NAN, peak_gb = NAN;
+  // The iteration split: compute (recompute included), communication left exposed, pipeline
+  // bubble; the rest (optimizer, offload loading) is iteration minus these.
+  double compute_s = NAN, exposed_comm_s = NAN, bubble_s = NAN;
   std::string plan;
 };
 
@@ -257,8 +260,21 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
       r.tokens_per_s = t.tokens_per_second;
       r.mfu = t.mfu;
       double peak = 0;
-      for (const sim::StageReport& s : t.stages) peak = std::max(peak, s.peak_bytes.value());
+      const sim::StageReport* busiest = nullptr;
+      for (const sim::StageReport& s : t.stages) {
+        peak = std::max(peak, s.peak_bytes.value());
+        if (!busiest || s.compute_busy > busiest->compute_busy) busiest = &s;
+      }
       r.peak_gb = peak / 1e9;
+      if (busiest) {
+        // The stage that computes most sets the pace. Outside its passes is bubble (and the
+        // step at the end); the rest of its time not computing waited on communication: its
+        // streams, and the parameter gathers a pass cannot end without.
+        const double runs = static_cast<double>(t.iteration_times.size());
+        r.compute_s = busiest->compute_busy.value() / runs;
+        r.bubble_s = busiest->pipeline_wait.value() / runs;
+        r.exposed_comm_s = std::max(0.0, r.iteration_s - r.compute_s - r.bubble_s);
+      }
       r.plan = plan.describe();
       if (t.oom_count > 0) r.status = fmt::format("OOM x{}", t.oom_count);
       return r;
@@ -276,6 +292,10 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
     r.tokens_per_s = best.score.tokens_per_second;
     r.mfu = best.score.mfu;
     r.peak_gb = best.score.peak_bytes.value() / 1e9;
+    const TimeBreakdown& b = best.score.time;
+    r.compute_s = (b.compute + b.recompute).value();
+    r.exposed_comm_s = (b.tp_comm + b.ep_comm + b.cp_comm + b.pp_comm + b.dp_comm).value();
+    r.bubble_s = b.bubble.value();
     r.plan = best.choice.describe();
   } catch (const ConfigError& e) {
     return Result::failed(e.what());
@@ -288,12 +308,15 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
 std::string csv(const std::vector<Axis>& axes, const std::vector<std::pair<Point, Result>>& rows) {
   std::string out = "point";
   for (const Axis& a : axes) out += "," + a.name;
-  out += ",status,iteration_s,tokens_per_s,mfu,peak_memory_GB,plan\n";
+  out +=
+      ",status,iteration_s,tokens_per_s,mfu,peak_memory_GB,compute_s,exposed_comm_s,bubble_s,"
+      "plan\n";
   for (const auto& [p, r] : rows) {
     out += csv_field(p.key());
     for (const Axis& a : axes) out += "," + csv_field(p.at.at(a.name));
-    out += fmt::format(",{},{},{},{},{},{}\n", csv_field(r.status), r.iteration_s, r.tokens_per_s,
-                       r.mfu, r.peak_gb, csv_field(r.plan));
+    out += fmt::format(",{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.iteration_s,
+                       r.tokens_per_s, r.mfu, r.peak_gb, r.compute_s, r.exposed_comm_s, r.bubble_s,
+                       csv_field(r.plan));
   }
   return out;
 }
@@ -326,7 +349,7 @@ std::map<std::string, Result> earlier_results(const std::string& path, size_t ax
   std::getline(in, line);  // header
   while (std::getline(in, line)) {
     const std::vector<std::string> f = csv_fields(line);
-    if (f.size() != axes + 7) continue;
+    if (f.size() != axes + 10) continue;
     Result r;
     r.status = f[axes + 1];
     auto number = [](const std::string& v) {
@@ -340,7 +363,10 @@ std::map<std::string, Result> earlier_results(const std::string& path, size_t ax
     r.tokens_per_s = number(f[axes + 3]);
     r.mfu = number(f[axes + 4]);
     r.peak_gb = number(f[axes + 5]);
-    r.plan = f[axes + 6];
+    r.compute_s = number(f[axes + 6]);
+    r.exposed_comm_s = number(f[axes + 7]);
+    r.bubble_s = number(f[axes + 8]);
+    r.plan = f[axes + 9];
     rows[f[0]] = r;
   }
   return rows;
@@ -362,6 +388,7 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
   const Metric metrics[] = {{"Throughput", "tokens/s", &Result::tokens_per_s, 1.0},
                             {"MFU", "%", &Result::mfu, 100.0},
                             {"Iteration time", "s", &Result::iteration_s, 1.0},
+                            {"Exposed communication", "s", &Result::exposed_comm_s, 1.0},
                             {"Peak memory per GPU", "GB", &Result::peak_gb, 1.0}};
   for (const Metric& k : metrics) {
     Chart chart{k.title + std::string(" vs ") + x.name, x.name, k.unit, {}, {}, {}};
@@ -390,15 +417,33 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
     }
     body += svg_line_chart(chart);
   }
+  // Where each point's iteration goes, one stacked bar per point (numbered as in the table).
+  StackedBars split{
+      "Iteration time breakdown",
+      "s",
+      {},
+      {"compute", "exposed communication", "pipeline bubble", "other (optimizer, offload)"},
+      {{}, {}, {}, {}}};
+  for (const auto& [p, r] : rows) {
+    split.categories.push_back(p.key());
+    const double known = r.compute_s + r.exposed_comm_s + r.bubble_s;
+    const double rest = r.iteration_s - known;
+    split.values[0].push_back(r.compute_s);
+    split.values[1].push_back(r.exposed_comm_s);
+    split.values[2].push_back(r.bubble_s);
+    split.values[3].push_back(std::max(rest, 0.0));
+  }
+  body += svg_stacked_bars(split);
   std::string table =
-      "<table><tr><th>point</th><th>status</th><th>iteration</th><th>tokens/s</th>"
+      "<table><tr><th>#</th><th>point</th><th>status</th><th>iteration</th><th>tokens/s</th>"
       "<th>MFU</th><th>peak GB</th><th>plan</th></tr>\n";
+  size_t number = 0;
   for (const auto& [p, r] : rows) {
     table += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{:.4g} s</td><td>{:.0f}</td><td>{:.1f} %</td>"
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4g} s</td><td>{:.0f}</td><td>{:.1f} %</td>"
         "<td>{:.2f}</td><td>{}</td></tr>\n",
-        html_escape(p.key()), html_escape(r.status), r.iteration_s, r.tokens_per_s, 100 * r.mfu,
-        r.peak_gb, html_escape(r.plan));
+        ++number, html_escape(p.key()), html_escape(r.status), r.iteration_s, r.tokens_per_s,
+        100 * r.mfu, r.peak_gb, html_escape(r.plan));
   }
   return html_page(
       fmt::format("moeplan whatif: {}", m.name),

@@ -23,4 +23,14 @@ struct Chart {
 
 std::string svg_line_chart(const Chart& c);
 
+// One stacked bar per category (a sweep point): segment k of bar i is values[k][i].
+struct StackedBars {
+  std::string title, y_label;
+  std::vector<std::string> categories;
+  std::vector<std::string> segments;
+  std::vector<std::vector<double>> values;  // [segment][category]; NaN counts as 0
+};
+
+std::string svg_stacked_bars(const StackedBars& c);
+
 }  // namespace moe::cli
