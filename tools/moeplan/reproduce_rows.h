@@ -14,8 +14,8 @@ struct Row {
   std::string unit, note;
 };
 
-// MegaScale-MoE Table 3 (both systems and the speedup), Fig. 11 (weak scaling) and Fig. 13
-// (SP+EP over TP+TP on one node for the six models of Table 2).
+// MegaScale-MoE Table 3 (both systems and the speedup), Fig. 11 (weak scaling), Fig. 12 (MFU on
+// H800, A100 and H20) and Fig. 13 (SP+EP over TP+TP on one node for the six models of Table 2).
 std::vector<Row> megascale_end_to_end(const std::string& root);
 // MoNTA Fig. 14: the AllToAll strategy the planner picks from 8K to 256K tokens.
 std::vector<Row> monta_end_to_end(const std::string& root);
