@@ -56,10 +56,14 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       fmt::format("--micro-batch-size {}", *p.mbs),
       fmt::format("--global-batch-size {}", p.gbs.value_or(*p.mbs * *p.dp)),
       fmt::format("--seq-length {}", c.seq_len),
-      "--use-distributed-optimizer",
       "--overlap-grad-reduce",
-      "--overlap-param-gather",
   };
+  // ZeRO-0 is plain DDP: optimizer states replicated, so no distributed optimizer and no
+  // parameter all-gather to overlap.
+  if (c.zero_stage >= 1) {
+    a.push_back("--use-distributed-optimizer");
+    a.push_back("--overlap-param-gather");
+  }
   a.push_back(c.precision == Precision::kBf16 ? "--bf16" : "--fp32");
   if (c.zero_stage >= 2) {
     // Megatron-FSDP's sharding strategies: optim (ZeRO-1), optim_grads (2), optim_grads_params (3).

@@ -31,7 +31,7 @@ struct SearchRequest {
   std::optional<Recompute> recompute;      // fixed, or searched
   std::optional<bool> overlap;             // fixed, or searched
   std::optional<AttentionMode> attention;  // fixed, or searched
-  std::optional<int> zero;                 // ZeRO stage 1-3 fixed; else the lowest that fits
+  std::optional<int> zero;                 // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
   bool gpipe = false;                      // GPipe schedule instead of (interleaved) 1F1B
   Objective objective = Objective::kThroughput;
   Precision precision = Precision::kBf16;

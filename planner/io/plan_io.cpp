@@ -185,6 +185,8 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.offload = s.boolean_or("offload", false);
   c.gpipe = s.boolean_or("gpipe", false);
   c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));
+  if (c.zero_stage < 0 || c.zero_stage > 3)
+    s.fail("zero_stage", fmt::format("{} is not a ZeRO stage 0-3", c.zero_stage));
   c.precision =
       enum_of<Precision>(s, "precision", {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}});
   s.finish();

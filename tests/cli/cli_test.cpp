@@ -307,6 +307,28 @@ TEST(Cli, PlanKeepsTheFixedAttentionAndOverlap) {
   expect_one_line_error(run(base + " --overlap maybe"), "--overlap: 'maybe' is not one of");
 }
 
+TEST(Cli, PlanEvaluatesPlainDdpAsZeroStageZero) {
+  // A user's DDP layout: optimizer states replicated (more memory than ZeRO-1), no distributed
+  // optimizer in the launch arguments, DeepSpeed stage 0.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/megascale-h800-240.json "
+      "--gpus 16 --global-batch 64 --parallel tp=1,pp=2,ep=8,etp=1,dp=8,mbs=1 --recompute full "
+      "--attention tp --overlap on --json --top 1";
+  const Result zero = run(base + " --zero 0");
+  const Result one = run(base + " --zero 1");
+  ASSERT_EQ(zero.code, 0) << zero.err;
+  ASSERT_EQ(one.code, 0) << one.err;
+  const auto z = nlohmann::json::parse(zero.out)["plans"][0];
+  const auto o = nlohmann::json::parse(one.out)["plans"][0];
+  EXPECT_EQ(z["switches"]["zero_stage"], 0);
+  EXPECT_EQ(z["deepspeed"]["config"]["zero_optimization"]["stage"], 0);
+  EXPECT_GT(z["predicted"]["peak_bytes"].get<double>(), o["predicted"]["peak_bytes"].get<double>());
+  const std::string args = z["megatron_args"].dump();
+  EXPECT_EQ(args.find("--use-distributed-optimizer"), std::string::npos) << args;
+  EXPECT_NE(o["megatron_args"].dump().find("--use-distributed-optimizer"), std::string::npos);
+  expect_one_line_error(run(base + " --zero 4"), "--zero", 2);  // a usage error
+}
+
 TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
   // DeepSeek-V3 needs ~12 TB of weights and optimizer state: neither 8 x 80 GB of HBM nor the
   // node's 2 TB of host memory (APTMoE offload) hold it.

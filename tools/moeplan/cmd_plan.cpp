@@ -294,8 +294,10 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--recompute", o->recompute,
                   "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
   cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
-  cmd->add_option("--zero", o->zero, "fix the ZeRO stage 1-3 (default: the lowest that fits)")
-      ->check(CLI::Range(1, 3));
+  cmd->add_option("--zero", o->zero,
+                  "fix the ZeRO stage: 0 (plain DDP), 1 (distributed optimizer), 2, 3 (default: "
+                  "the lowest of 1-3 that fits)")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--schedule", o->schedule,
                   "pipeline schedule: 1f1b (interleaved when vpp > 1) | gpipe");
   cmd->add_option("--overlap", o->overlap, "communication overlap: on | off | search");
