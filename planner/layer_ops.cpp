@@ -38,13 +38,13 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {
       static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
   const double core =
       ctx.flops.forward_attention.value() / static_cast<double>(ctx.model->num_layers) * tokens;
-  return Flops(core) / (peak_of(ctx, c.precision) * ctx.eff.attention_core);
+  return Flops(core) / (reference_peak_of(ctx, c.precision) * ctx.eff.attention_core);
 }
 
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
   const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
-  return gemm_time(ctx, peak_of(ctx, c.precision), rows,
+  return gemm_time(ctx, reference_peak_of(ctx, c.precision), rows,
                    static_cast<double>(ctx.model->hidden_size),
                    static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
 }
@@ -72,7 +72,12 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   };
   const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
   // Megatron's TP with sequence parallelism: all-gather before and reduce-scatter after a block.
-  auto tp_pair = [&] { return ring_time(ctx, sequence, t, t) * 2.0; };
+  // Under FP8 both travel in FP8 (MegaScale Sec. 5: FP8 all-to-all for the forward
+  // reduce-scatter, FP8 all-gather for the backward; reductions in FP32).
+  auto tp_pair = [&] {
+    return ring_time(ctx, sequence * (comm_element_bytes(c.precision) / kActivationBytes), t, t) *
+           2.0;
+  };
 
   std::vector<LayerOp> ops;
   auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false) {
@@ -120,50 +125,59 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const double chunks = static_cast<double>(std::max<int64_t>(chunk_count, 1));
     add("router", OpKind::kCompute,
         gemm_time(ctx, peak, tokens, h, static_cast<double>(m.num_routed_experts)));
-    // Dispatch and combine, each half of the pair.
-    Seconds pair;
-    if (ep == 1 && etp > 1) {
-      // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
-      // outputs (MegaScale eq. 4).
-      pair = ring_time(ctx, sequence, etp, etp) * 2.0;
-    } else if (ep > 1) {
-      const Bytes per_rank(tokens * k * h * kActivationBytes * expert_load);
-      if (etp > 1) {
-        // MoNTA: expert TP inside the node; the chosen AllToAll strategy for dispatch, again for
-        // combine.
-        monta::Problem prob = expert_alltoall_problem(ctx, c);
-        prob.volume = prob.volume * (expert_load / ctx.skew.imbalance(m, ep));
-        Seconds one;
-        switch (c.alltoall) {
-          case monta::Strategy::kBaseline:
-            one = monta::baseline_time(prob);
-            break;
-          case monta::Strategy::kO1:
-            one = monta::o1_time(prob);
-            break;
-          case monta::Strategy::kO2:
-            one = monta::at_chunks(prob, monta::Pipelining::kO2, c.alltoall_chunks).time;
-            break;
-          case monta::Strategy::kO3:
-            one = monta::at_chunks(prob, monta::Pipelining::kO3, c.alltoall_chunks).time;
-            break;
+    // Dispatch and combine, each half of a pair; `wire` scales the bytes moved (FP8 dispatch).
+    auto pair_at = [&](double wire) {
+      Seconds pair;
+      if (ep == 1 && etp > 1) {
+        // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
+        // outputs (MegaScale eq. 4).
+        pair = ring_time(ctx, sequence * wire, etp, etp) * 2.0;
+      } else if (ep > 1) {
+        const Bytes per_rank(tokens * k * h * kActivationBytes * expert_load * wire);
+        if (etp > 1) {
+          // MoNTA: expert TP inside the node; the chosen AllToAll strategy for dispatch, again
+          // for combine.
+          monta::Problem prob = expert_alltoall_problem(ctx, c);
+          prob.volume = prob.volume * (expert_load / ctx.skew.imbalance(m, ep) * wire);
+          Seconds one;
+          switch (c.alltoall) {
+            case monta::Strategy::kBaseline:
+              one = monta::baseline_time(prob);
+              break;
+            case monta::Strategy::kO1:
+              one = monta::o1_time(prob);
+              break;
+            case monta::Strategy::kO2:
+              one = monta::at_chunks(prob, monta::Pipelining::kO2, c.alltoall_chunks).time;
+              break;
+            case monta::Strategy::kO3:
+              one = monta::at_chunks(prob, monta::Pipelining::kO3, c.alltoall_chunks).time;
+              break;
+          }
+          pair = one * 2.0;
+        } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
+          // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
+          const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes * wire);
+          pair = ring_time(ctx, total, ep, ep * etp) * 2.0;
+        } else {
+          pair = alltoall_time(ctx, per_rank, ep, etp) * 2.0;
         }
-        pair = one * 2.0;
-      } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
-        // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
-        const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes);
-        pair = ring_time(ctx, total, ep, ep * etp) * 2.0;
-      } else {
-        pair = alltoall_time(ctx, per_rank, ep, etp) * 2.0;
+        // FCDA: every further chunk pays the collective latency again, dispatch and combine,
+        // and the launch and synchronisation of one more dispatch-compute-combine round (the
+        // per-chunk overhead MoNTA's pipelining pays too). MemFine measures fixed c = 8 at
+        // 5.4 % below c = 1 (Model II, Sec. 4), so chunks are not free.
+        pair += (ctx.links.latency(ep * etp) + ctx.eff.pipeline_chunk_overhead) *
+                (2.0 * (chunks - 1.0));
       }
-      // FCDA: every further chunk pays the collective latency again, dispatch and combine, and
-      // the launch and synchronisation of one more dispatch-compute-combine round (the
-      // per-chunk overhead MoNTA's pipelining pays too). MemFine measures fixed c = 8 at 5.4 %
-      // below c = 1 (Model II, Sec. 4), so chunks are not free.
-      pair +=
-          (ctx.links.latency(ep * etp) + ctx.eff.pipeline_chunk_overhead) * (2.0 * (chunks - 1.0));
-    }
-    add("dispatch", OpKind::kEp, pair * 0.5, true);
+      return pair;
+    };
+    // Under FP8 the dispatch moves FP8 tokens and the combine BF16 outputs (DeepSeek-V3, and
+    // MegaScale's FP8 TP collectives when the experts are tensor-parallel).
+    const double fp8_wire = comm_element_bytes(c.precision) / kActivationBytes;
+    const Seconds pair = pair_at(1.0);
+    const Seconds dispatch_pair = fp8_wire < 1.0 ? pair_at(fp8_wire) : pair;
+    const Seconds combine_pair = ep == 1 && etp > 1 ? dispatch_pair : pair;
+    add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true);
     // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
     // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
     const double local_experts = static_cast<double>(m.num_routed_experts / ep);
@@ -172,11 +186,10 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const double g = static_cast<double>(m.expert_ffn_size) / static_cast<double>(etp);
     const double calls = local_experts * chunks;
     add("routed experts", OpKind::kCompute,
-        gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls,
-                  local_experts) +
+        gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls, local_experts) +
             gemm_time(ctx, peak, per_expert, g, h, calls, local_experts),
         true);
-    add("combine", OpKind::kEp, pair * 0.5);
+    add("combine", OpKind::kEp, combine_pair * 0.5);
     if (m.shared_ffn_total() > 0) {
       add("shared experts", OpKind::kCompute, ffn(static_cast<double>(m.shared_ffn_total())));
       bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());

@@ -19,7 +19,15 @@ const char* schedule_name(Schedule s) {
   return "?";
 }
 const char* precision_name(Precision p) {
-  return p == Precision::kBf16 ? "bf16" : "fp32";
+  switch (p) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp8:
+      return "fp8";
+  }
+  return "?";
 }
 
 std::string PlanChoice::describe() const {
@@ -64,7 +72,11 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back("--use-distributed-optimizer");
     a.push_back("--overlap-param-gather");
   }
-  a.push_back(c.precision == Precision::kBf16 ? "--bf16" : "--fp32");
+  a.push_back(c.precision == Precision::kFp32 ? "--fp32" : "--bf16");
+  if (c.precision == Precision::kFp8) {
+    a.push_back("--fp8-format hybrid");
+    a.push_back("--fp8-param-gather");
+  }
   if (c.zero_stage >= 2) {
     // Megatron-FSDP's sharding strategies: optim (ZeRO-1), optim_grads (2), optim_grads_params (3).
     a.push_back("--use-megatron-fsdp");

@@ -19,7 +19,10 @@ namespace moe {
 
 enum class AttentionMode { kTensor, kUlysses };  // Megatron TP+SP, or MegaScale's Ulysses SP
 enum class Schedule { kOneFOneB, kInterleaved, kGPipe };
-enum class Precision { kBf16, kFp32 };  // BF16 mixed precision, or FP32 (APTMoE fine-tuning)
+// BF16 mixed precision; FP32 (APTMoE fine-tuning); FP8 (MegaScale-MoE Sec. 5, Transformer
+// Engine): linear-layer GEMMs in FP8, core attention and the output head in BF16, FP8 weights
+// gathered over DP, TP collectives and the expert dispatch moved in FP8 (combine stays BF16).
+enum class Precision { kBf16, kFp32, kFp8 };
 const char* attention_mode_name(AttentionMode a);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);

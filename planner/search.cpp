@@ -109,6 +109,9 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
     r.static_bytes.optimizer_states = 3;
     r.bytes_per_element = 4;
   }
+  // FP8 weights (Megatron's --fp8-param-gather keeps no BF16 copy); FP32 main gradients and
+  // Adam states as under BF16.
+  if (c.precision == Precision::kFp8) r.static_bytes.param = 1;
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
@@ -136,7 +139,7 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
   const double tokens = static_cast<double>(*c.parallel.gbs) * static_cast<double>(ctx.seq_len);
   s.tokens_per_second = tokens / s.time.iteration.value();
   s.mfu = ctx.flops.training().value() * tokens /
-          (s.time.iteration.value() * world * peak_of(ctx, c.precision).value());
+          (s.time.iteration.value() * world * reference_peak_of(ctx, c.precision).value());
   s.tgs =
       memfine::tokens_per_gpu_per_second(*c.parallel.gbs, ctx.seq_len, s.time.iteration, c.gpus());
   s.oom_received_tokens = 1e300;

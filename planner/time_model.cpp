@@ -23,7 +23,16 @@ Seconds exposed(Seconds comm, Seconds compute, bool overlap) {
 }  // namespace
 
 FlopsPerSec peak_of(const TimeContext& ctx, Precision p) {
+  if (p == Precision::kFp8) return ctx.gpu.peak_for(Dtype::kFp8);
+  return reference_peak_of(ctx, p);
+}
+
+FlopsPerSec reference_peak_of(const TimeContext& ctx, Precision p) {
   return ctx.gpu.peak_for(p == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
+}
+
+double comm_element_bytes(Precision p) {
+  return p == Precision::kFp8 ? 1.0 : kActivationBytes;
 }
 
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
@@ -256,7 +265,9 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
     expert += l.routed_experts / static_cast<double>(ep * etp);
   }
   const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
-  const double param_bytes = c.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double param_bytes = c.precision == Precision::kFp32  ? 4.0
+                             : c.precision == Precision::kFp8 ? 1.0  // --fp8-param-gather
+                                                              : 2.0;
   DpSync out;
   out.reduce_scatter = ring_time(ctx, Bytes(dense * grad_bytes), dp, t * cp * dp) +
                        ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);

@@ -60,8 +60,13 @@ struct TimeContext {
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
                               const RoutingSkew& skew, int64_t seq_len);
 
-// The dense peak a plan's precision computes at (FP32 plans on FP32 units, the rest BF16).
+// The dense peak a plan's linear-layer GEMMs run at (FP32, BF16, or FP8 for FP8 plans).
 FlopsPerSec peak_of(const TimeContext& ctx, Precision p);
+// The peak everything else runs at and MFU is counted against: FP32 for FP32 plans, else BF16
+// (FP8 plans report MFU against the BF16 peak, as DeepSeek-V3 and MegaScale-MoE do).
+FlopsPerSec reference_peak_of(const TimeContext& ctx, Precision p);
+// Bytes per element of TP collectives and the expert dispatch: 1 under FP8, else 2.
+double comm_element_bytes(Precision p);
 
 // Per micro-batch times of one pipeline stage.
 struct StageTimes {

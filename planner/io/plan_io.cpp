@@ -49,7 +49,8 @@ nlohmann::json deepspeed_config(const Plan& plan) {
                       {"gradient_accumulation_steps", accumulation},
                       {"zero_optimization", {{"stage", plan.choice.zero_stage}}},
                       {"gradient_clipping", 1.0}};
-  if (plan.choice.precision == Precision::kBf16) j["bf16"] = {{"enabled", true}};
+  // FP8 runs its GEMMs through Transformer Engine inside BF16 mixed precision.
+  if (plan.choice.precision != Precision::kFp32) j["bf16"] = {{"enabled", true}};
   if (plan.choice.recompute == Recompute::kFull) {
     j["activation_checkpointing"] = {{"partition_activations", *p.tp > 1},
                                      {"contiguous_memory_optimization", false}};
@@ -187,8 +188,9 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));
   if (c.zero_stage < 0 || c.zero_stage > 3)
     s.fail("zero_stage", fmt::format("{} is not a ZeRO stage 0-3", c.zero_stage));
-  c.precision =
-      enum_of<Precision>(s, "precision", {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}});
+  c.precision = enum_of<Precision>(
+      s, "precision",
+      {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}});
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;

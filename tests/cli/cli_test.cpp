@@ -329,6 +329,38 @@ TEST(Cli, PlanEvaluatesPlainDdpAsZeroStageZero) {
   expect_one_line_error(run(base + " --zero 4"), "--zero", 2);  // a usage error
 }
 
+TEST(Cli, PlanAndSimulateFp8Training) {
+  // FP8 on H800: faster than BF16, Transformer Engine's flags, a plan file the simulator reads;
+  // an A100 has no FP8 peak, which is a one-line error.
+  const std::string dir = ::testing::TempDir() + "moeplan_fp8";
+  std::filesystem::create_directories(dir);
+  const std::string base =
+      "plan --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
+      "--gpus 32 --global-batch 128 --seq-len 8192 --parallel tp=8,ep=1,etp=8,dp=4 --top 1 --json";
+  const Result bf16 = run(base);
+  const Result fp8 = run(base + " --precision fp8 --save " + dir + "/plan.json");
+  ASSERT_EQ(bf16.code, 0) << bf16.err;
+  ASSERT_EQ(fp8.code, 0) << fp8.err;
+  const auto b = nlohmann::json::parse(bf16.out)["plans"][0];
+  const auto f = nlohmann::json::parse(fp8.out)["plans"][0];
+  EXPECT_EQ(f["switches"]["precision"], "fp8");
+  EXPECT_LT(f["predicted"]["iteration_s"].get<double>(),
+            0.9 * b["predicted"]["iteration_s"].get<double>());
+  const std::string args = f["megatron_args"].dump();
+  EXPECT_NE(args.find("--fp8-format hybrid"), std::string::npos) << args;
+  EXPECT_NE(args.find("--fp8-param-gather"), std::string::npos) << args;
+  const Result sim =
+      run("simulate --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
+          "--plan " +
+          dir + "/plan.json --json");
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  expect_one_line_error(
+      run("plan --model models/mixtral-8x7b.json --cluster "
+          "topologies/megascale-a100-4x8.json --global-batch 128 --precision fp8"),
+      "has no fp8 peak");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
   // DeepSeek-V3 needs ~12 TB of weights and optimizer state: neither 8 x 80 GB of HBM nor the
   // node's 2 TB of host memory (APTMoE offload) hold it.

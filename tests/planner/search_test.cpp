@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
@@ -149,11 +151,11 @@ TEST(TimeModel, CollectiveCurvesAreReadAtTheNcclTestsSize) {
   const Bytes total(16.0 * 1024 * 1024);
   const double eff = s.ctx.eff.allgather_intra.at(total);
   EXPECT_GT(eff, s.ctx.eff.allgather_intra.at(total / 8.0) * 1.2);
-  EXPECT_NEAR(ring_time(s.ctx, total, 8, 8).value(),
-              (s.cluster.intra_node_latency * 7.0 +
-               total * (7.0 / 8.0) / (gigabytes_per_sec(450) * eff))
-                  .value(),
-              1e-12);
+  EXPECT_NEAR(
+      ring_time(s.ctx, total, 8, 8).value(),
+      (s.cluster.intra_node_latency * 7.0 + total * (7.0 / 8.0) / (gigabytes_per_sec(450) * eff))
+          .value(),
+      1e-12);
 }
 
 TEST(TimeModel, GroupedGemmFillsTheGpuButKeepsEachExpertsShape) {
@@ -191,6 +193,48 @@ TEST(TimeModel, ExpertTensorParallelismPermutesEveryGatheredToken) {
   const double h = 4096, k = 2, g = 14336;
   EXPECT_NEAR(tp / ep, (20 * h + 8 * k * h * 8 + 6 * k * g) / (20 * h + 8 * k * h + 6 * k * g),
               1e-9);
+}
+
+TEST(TimeModel, Fp8MovesHalfTheBytesAndRunsLinearLayersAtTheFp8Peak) {
+  // MegaScale-MoE Sec. 5: FP8 TP collectives; DeepSeek-V3: FP8 dispatch, BF16 combine.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  auto ops = [&](const char* layout, Precision precision) {
+    PlanChoice c;
+    c.parallel = resolve(parse_parallel(layout));
+    c.precision = precision;
+    std::map<std::string, Seconds> by_name;
+    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1))
+      by_name[op.name] = op.time;
+    return by_name;
+  };
+  const char* tp = "tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=8";
+  const auto bf16 = ops(tp, Precision::kBf16), fp8 = ops(tp, Precision::kFp8);
+  const Bytes sequence(4096.0 * 4096 * 2);
+  EXPECT_NEAR(fp8.at("attention TP all-gather + reduce-scatter").value(),
+              (ring_time(s.ctx, sequence * 0.5, 8, 8) * 2.0).value(), 1e-12);
+  EXPECT_NEAR(bf16.at("attention TP all-gather + reduce-scatter").value(),
+              (ring_time(s.ctx, sequence, 8, 8) * 2.0).value(), 1e-12);
+  EXPECT_LT(fp8.at("dispatch"), bf16.at("dispatch"));
+  EXPECT_EQ(fp8.at("dispatch"), fp8.at("combine"));  // TP experts: both ways in FP8
+  EXPECT_LT(fp8.at("attention projections"), bf16.at("attention projections"));
+  EXPECT_EQ(fp8.at("core attention"), bf16.at("core attention"));  // FlashAttention in BF16
+  const auto ep8 = ops("tp=1,etp=1,ep=8,dp=8,pp=1,mbs=1,gbs=8", Precision::kFp8);
+  EXPECT_LT(ep8.at("dispatch"), ep8.at("combine"));  // FP8 out, BF16 back
+  // FP8 weights: one byte a parameter less than BF16's two in static memory (ZeRO-1).
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=8"));
+  c.seq_len = 4096;
+  const Bytes cap = s.cluster.node.gpu.hbm_capacity;
+  const Bytes b = estimate_memory(s.model, s.ctx.params, c.parallel,
+                                  memory_request(s.ctx, c, cap, 1.0, std::nullopt))
+                      .stages[0]
+                      .static_bytes;
+  c.precision = Precision::kFp8;
+  const Bytes f = estimate_memory(s.model, s.ctx.params, c.parallel,
+                                  memory_request(s.ctx, c, cap, 1.0, std::nullopt))
+                      .stages[0]
+                      .static_bytes;
+  EXPECT_NEAR((b - f).value() / b.value(), 1.0 / 18.0, 1e-9);  // 2 + 4 + 12 -> 1 + 4 + 12
 }
 
 TEST(PlanFile, RoundTripsTheChoices) {

@@ -121,8 +121,16 @@ void run_plan(const PlanOptions& o) {
                      fmt::format("'{}' is not one of tp, ulysses, search", o.attention));
   if (o.precision == "fp32")
     req.precision = Precision::kFp32;
+  else if (o.precision == "fp8")
+    req.precision = Precision::kFp8;
   else if (o.precision != "bf16")
-    throw InputError("--precision", "", fmt::format("'{}' is not one of bf16, fp32", o.precision));
+    throw InputError("--precision", "",
+                     fmt::format("'{}' is not one of bf16, fp32, fp8", o.precision));
+  if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
+    throw InputError("--precision", "",
+                     fmt::format("{} in {} has no fp8 peak (node/gpu/peak_TFLOPS/fp8)",
+                                 c.node.gpu.model, o.cluster));
+  }
   const bool tty = isatty(fileno(stderr)) != 0;
   if (tty && !o.json) {
     req.progress = [](double share) {
@@ -293,7 +301,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--objective", o->objective, "throughput | memory | cost");
   cmd->add_option("--recompute", o->recompute,
                   "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
-  cmd->add_option("--precision", o->precision, "bf16 (mixed) | fp32");
+  cmd->add_option("--precision", o->precision,
+                  "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");
   cmd->add_option("--zero", o->zero,
                   "fix the ZeRO stage: 0 (plain DDP), 1 (distributed optimizer), 2, 3 (default: "
                   "the lowest of 1-3 that fits)")
