@@ -29,6 +29,20 @@ struct Inputs {
   }
 };
 
+// One MoE layer's forward operators by name for a layout.
+std::map<std::string, Seconds> forward_ops(const Inputs& s, const char* layout,
+                                           AttentionMode attention = AttentionMode::kTensor,
+                                           Precision precision = Precision::kBf16) {
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel(layout));
+  c.attention = attention;
+  c.precision = precision;
+  std::map<std::string, Seconds> by_name;
+  for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1))
+    by_name[op.name] = op.time;
+  return by_name;
+}
+
 SearchRequest request(int64_t gpus, int64_t gbs, const std::string& fixed = "") {
   SearchRequest r;
   r.num_gpus = gpus;
@@ -179,16 +193,12 @@ TEST(TimeModel, ExpertTensorParallelismPermutesEveryGatheredToken) {
   // With TP experts every rank sorts and scatters the whole gathered micro-batch at full width;
   // with EP it permutes only its own tokens. The memory-bound term shows the difference.
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
-  auto memory_bound = [&](const char* layout, AttentionMode attention) {
-    PlanChoice c;
-    c.parallel = resolve(parse_parallel(layout));
-    c.attention = attention;
-    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1))
-      if (std::string(op.name) == "norms, residuals, activations") return op.time;
-    return Seconds(0);
-  };
-  const Seconds tp = memory_bound("tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=8", AttentionMode::kTensor);
-  const Seconds ep = memory_bound("tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=8", AttentionMode::kUlysses);
+  const char* kMemoryBound = "norms, residuals, activations";
+  const Seconds tp = forward_ops(s, "tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=8", AttentionMode::kTensor)
+                         .at(kMemoryBound);
+  const Seconds ep =
+      forward_ops(s, "tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=8", AttentionMode::kUlysses)
+          .at(kMemoryBound);
   // Per token: 20h + 8kh x etp + 6 k g_e bytes (h 4096, k 2, g_e 14336).
   const double h = 4096, k = 2, g = 14336;
   EXPECT_NEAR(tp / ep, (20 * h + 8 * k * h * 8 + 6 * k * g) / (20 * h + 8 * k * h + 6 * k * g),
@@ -199,13 +209,7 @@ TEST(TimeModel, Fp8MovesHalfTheBytesAndRunsLinearLayersAtTheFp8Peak) {
   // MegaScale-MoE Sec. 5: FP8 TP collectives; DeepSeek-V3: FP8 dispatch, BF16 combine.
   const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
   auto ops = [&](const char* layout, Precision precision) {
-    PlanChoice c;
-    c.parallel = resolve(parse_parallel(layout));
-    c.precision = precision;
-    std::map<std::string, Seconds> by_name;
-    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1))
-      by_name[op.name] = op.time;
-    return by_name;
+    return forward_ops(s, layout, AttentionMode::kTensor, precision);
   };
   const char* tp = "tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=8";
   const auto bf16 = ops(tp, Precision::kBf16), fp8 = ops(tp, Precision::kFp8);

@@ -1,6 +1,7 @@
 // moeplan plan: search the parallelism space for a model on a cluster and print the best plans
 // with the launch arguments a user can run.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -38,6 +39,23 @@ Objective parse_objective(const std::string& s) {
   if (s == "cost") return Objective::kCost;
   throw InputError("--objective", "",
                    fmt::format("'{}' is not one of throughput, memory, cost", s));
+}
+
+// A switch flag's named value; "search" (where the flag allows it) leaves the switch to the
+// search.
+template <class E>
+std::optional<E> named(const char* option, const std::string& value,
+                       std::initializer_list<std::pair<const char*, E>> names, bool search) {
+  std::vector<std::string> known;
+  for (const auto& [name, v] : names) {
+    if (value == name) return v;
+    known.emplace_back(name);
+  }
+  if (search) {
+    if (value == "search") return std::nullopt;
+    known.emplace_back("search");
+  }
+  throw InputError(option, "", fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
 }
 
 std::string ms(Seconds s) {
@@ -108,24 +126,13 @@ void run_plan(const PlanOptions& o) {
                        fmt::format("'{}' is not one of none, selective, full, sar", o.recompute));
     }
   }
-  if (o.overlap == "on" || o.overlap == "off")
-    req.overlap = o.overlap == "on";
-  else if (o.overlap != "search")
-    throw InputError("--overlap", "", fmt::format("'{}' is not one of on, off, search", o.overlap));
-  if (o.attention == "tp")
-    req.attention = AttentionMode::kTensor;
-  else if (o.attention == "ulysses")
-    req.attention = AttentionMode::kUlysses;
-  else if (o.attention != "search")
-    throw InputError("--attention", "",
-                     fmt::format("'{}' is not one of tp, ulysses, search", o.attention));
-  if (o.precision == "fp32")
-    req.precision = Precision::kFp32;
-  else if (o.precision == "fp8")
-    req.precision = Precision::kFp8;
-  else if (o.precision != "bf16")
-    throw InputError("--precision", "",
-                     fmt::format("'{}' is not one of bf16, fp32, fp8", o.precision));
+  req.overlap = named<bool>("--overlap", o.overlap, {{"on", true}, {"off", false}}, true);
+  req.attention = named<AttentionMode>(
+      "--attention", o.attention,
+      {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}}, true);
+  req.precision = *named<Precision>(
+      "--precision", o.precision,
+      {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}}, false);
   if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
     throw InputError("--precision", "",
                      fmt::format("{} in {} has no fp8 peak (node/gpu/peak_TFLOPS/fp8)",
