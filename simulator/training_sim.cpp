@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -495,6 +496,26 @@ class Training {
       ++report_.tasks;
       std::fill(tail.begin(), tail.end(), static_cast<int64_t>(g.size() - 1));
     };
+    // ZeRO-3: each layer's weights are gathered before its first operator, the next layer's
+    // gather running while this one computes (FSDP's prefetch of one layer); a pass's compute
+    // stalls on the DP stream when the gathers cannot keep up.
+    std::map<int64_t, uint32_t> gather_of;
+    std::vector<uint32_t> gate;  // what the next chain's first operators also wait for
+    if (plan_.zero_stage >= 3 && st.sync.all_gather.value() > 0 && end > begin) {
+      const Seconds per_layer =
+          st.sync.all_gather * (1.0 / static_cast<double>(v)) / static_cast<double>(end - begin);
+      for (int64_t k = 0; k < end - begin; ++k) {
+        const int64_t l = id.forward ? begin + k : end - 1 - k;
+        g.push_back(comm_task(st, "ZeRO-3 parameter all-gather", kDpStream, per_layer,
+                              st.sync.crosses_nodes));
+        ++report_.tasks;
+        gather_of[l] = static_cast<uint32_t>(g.size() - 1);
+      }
+    }
+    auto gate_on = [&](int64_t layer) {
+      gate.clear();
+      if (auto it = gather_of.find(layer); it != gather_of.end()) gate.push_back(it->second);
+    };
     // Runs `ops` as `slices` pipelined chains continuing from the tails. `alloc_first` and
     // `alloc_token` tag the first op and the token op of slice 0; `release` tags slice
     // (slices - 1)'s last op.
@@ -510,6 +531,7 @@ class Training {
               q > 0 ? after_tail(j)
                     : (barrier < 0 ? std::vector<uint32_t>{}
                                    : std::vector<uint32_t>{static_cast<uint32_t>(barrier)});
+          if (q == 0) after.insert(after.end(), gate.begin(), gate.end());
           const uint32_t i = add_op(g, st, ops[q], share, compute_scale, std::move(after), load);
           if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
           if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
@@ -530,6 +552,7 @@ class Training {
             st, {l, id.micro, L.chunks, full ? L.checkpoint : L.sequence_part, Bytes(0)});
         const int64_t a_token =
             full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0)});
+        gate_on(l);
         chain(L.forward, 1.0, L.token_op, a_first, a_token, 0, L.load);
       }
       if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
@@ -539,6 +562,7 @@ class Training {
         const LayerState& L = layers_[static_cast<size_t>(l)];
         const Bytes held =
             full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
+        gate_on(l);
         if (full) {
           const int64_t a_first =
               add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
@@ -566,17 +590,11 @@ class Training {
 
     // Data-parallel synchronisation, asynchronous as Megatron overlaps it: ZeRO-1 reduce-
     // scatters gradients from the start of the stage's last backward, ZeRO-2 from the start of
-    // every backward (the optimizer step waits for them). ZeRO-3 gathers the weights for every
-    // pass, which the pass cannot finish without.
+    // every backward (the optimizer step waits for them). ZeRO-3's weight gathers are above.
     const double per_chunk = 1.0 / static_cast<double>(v);
     if (!id.forward && (plan_.zero_stage >= 2 || last_pass)) {
       dp_async(id.stage, "DP gradient reduce-scatter",
                st.sync.reduce_scatter * (plan_.zero_stage >= 2 ? per_chunk : 1.0));
-    }
-    if (plan_.zero_stage >= 3 && st.sync.all_gather.value() > 0) {
-      g.push_back(comm_task(st, "ZeRO-3 parameter all-gather", kDpStream,
-                            st.sync.all_gather * per_chunk, st.sync.crosses_nodes));
-      ++report_.tasks;
     }
     if (first_pass) {
       done = [this, s = id.stage, done = std::move(done)]() mutable {

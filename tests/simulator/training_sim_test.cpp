@@ -82,6 +82,25 @@ TEST(TrainingSim, SharedLinksSlowBothAlike) {
   EXPECT_LT(std::abs(three / estimate_time(ctx, c).iteration - 1.0), 0.10);
 }
 
+TEST(TrainingSim, Zero3GathersStallComputeOnTheDpStream) {
+  // ZeRO-3 gathers each layer's weights before it runs (one layer prefetched). On a 100 Gb/s
+  // NIC the gathers outrun compute: the stage's time is its compute, its waits by stream and
+  // its time outside passes, and the DP stream takes the bulk of the waits.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  ClusterSpec cl = cluster("megascale-h800-240");
+  for (Nic& nic : cl.node.nics) nic.bandwidth = BytesPerSec(100e9 / 8);
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  PlanChoice c = choice(m, "tp=2,pp=1,ep=8,etp=1,dp=8,mbs=2,gbs=64");
+  c.zero_stage = 3;
+  const TrainingReport r = simulate_training(ctx, cl, c, {});
+  const StageReport& st = r.stages[0];
+  Seconds waited(0);
+  for (int k = 0; k < kStreams; ++k) waited += st.waited[k];
+  EXPECT_NEAR((st.compute_busy + waited + st.pipeline_wait) / r.mean_iteration, 1.0, 0.02);
+  EXPECT_GT(st.waited[kDpStream], r.mean_iteration * 0.5);
+  EXPECT_LT(std::abs(r.mean_iteration / estimate_time(ctx, c).iteration - 1.0), 0.10);
+}
+
 TEST(TrainingSim, CommunicationPrioritiesPutExpertTrafficFirst) {
   // MoNTA's EP << PP << CP << DP: with ZeRO-3's gathers on the NIC beside the expert all-to-all,
   // serving EP first cuts the compute stream's wait on EP.
