@@ -92,10 +92,12 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
     // The baselines load every expert and run it on the GPU.
     t.load = fixed.load_mha + fixed.load_gate;
     for (const aptmoe::ExpertCost& e : experts) t.gpu += e.gpu, t.load += e.load;
+    t.expert_load = t.load - fixed.load_mha - fixed.load_gate;
     return t;
   }
   const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
   t.load = a.load_time;
+  t.expert_load = std::max(Seconds(0), a.load_time - fixed.load_mha - fixed.load_gate);
   t.cpu = a.cpu_time;
   t.loaded_share = 0;
   for (size_t i = 0; i < a.experts.size(); ++i) {

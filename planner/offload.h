@@ -47,6 +47,7 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
 // the weights the GPU loads. APTMoE splits experts by eq. (1); the baselines load them all.
 struct OffloadLayer {
   Seconds gpu, cpu, load;
+  Seconds expert_load;        // the part of `load` that is routed experts (what a predictor picks)
   double loaded_share = 1.0;  // of the routed experts
   double cpu_tokens = 0;      // routed tokens the CPU experts take (their activations cross PCIe)
 };

@@ -45,14 +45,14 @@ void GpuStreams::run(std::vector<Task> graph, std::function<void()> done) {
 
 void GpuStreams::ready(uint32_t task) {
   const int s = graph_[task].stream;
-  ready_[static_cast<size_t>(s)].push(task);
+  ready_[static_cast<size_t>(s)].push({graph_[task].rank, task});
   dispatch(s);
 }
 
 void GpuStreams::dispatch(int stream) {
   const size_t s = static_cast<size_t>(stream);
   if (running_[s] || ready_[s].empty()) return;
-  const uint32_t id = ready_[s].top();
+  const uint32_t id = ready_[s].top().second;
   ready_[s].pop();
   running_[s] = true;
   const SimTime start = queue_.now();

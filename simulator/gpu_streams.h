@@ -3,7 +3,8 @@
 // A stream runs one task at a time: compute tasks for their duration, communication tasks as a
 // flow over their links (sharing bandwidth with every other flow there). Tasks on different
 // streams run concurrently; a task starts when its dependencies are done and its stream is free.
-// When several tasks of a stream are ready, the earliest in the graph's order goes first: the
+// When several tasks of a stream are ready, the lowest `rank` goes first, then the earliest in
+// the graph's order: the
 // order a well-scheduled framework issues kernels in (MegaScale-MoE orders its overlapped
 // operators by hand), rather than CUDA's strict per-stream FIFO, which would stall on the first
 // task that waits for communication.
@@ -29,6 +30,8 @@ struct Task {
   std::vector<int> links;  // communication tasks: a flow of `bytes` over these
   Bytes bytes;
   int priority = 0;             // of its flow (FlowNetwork::send)
+  int rank = 0;                 // among a stream's ready tasks, lower goes first (APTMoE's
+                                // on-demand loads before prefetches)
   std::vector<uint32_t> after;  // indices of earlier tasks this one waits for
   int64_t tag = 0;              // the caller's, passed back to the hooks
 };
@@ -61,8 +64,9 @@ class GpuStreams {
   std::vector<Task> graph_;
   std::vector<std::vector<uint32_t>> dependents_;
   std::vector<uint32_t> waiting_;
-  std::vector<int> released_by_;  // stream of the dependency that finished last
-  std::vector<std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<>>> ready_;
+  std::vector<int> released_by_;           // stream of the dependency that finished last
+  using Ready = std::pair<int, uint32_t>;  // (rank, task)
+  std::vector<std::priority_queue<Ready, std::vector<Ready>, std::greater<>>> ready_;
   std::vector<bool> running_;
   std::vector<SimTime> busy_, waited_;
   size_t left_ = 0;

@@ -158,14 +158,21 @@ class OffloadSim {
         }
         // Loads first (the copy stream serves them in this order), then every micro-batch
         // through the stage's layers in GPipe order, then the gradients back to the host.
+        // Forward, APTMoE prefetches the experts its predictor picks; the mispredicted share
+        // waits for the gate (backward knows the routing from forward).
+        const double missed =
+            apt && fwd ? 1.0 - std::clamp(run_.predictor_accuracy, 0.0, 1.0) : 0.0;
+        auto demand_of = [&](int64_t j) {
+          return costs[static_cast<size_t>(j)].expert_load * missed;
+        };
         std::vector<std::optional<uint32_t>> loads(static_cast<size_t>(count));
+        std::vector<std::optional<uint32_t>> demand(static_cast<size_t>(count));
         for (int64_t jj = 0; jj < count && !resident; ++jj) {
           const int64_t j = fwd ? jj : count - 1 - jj;
+          const Seconds ahead = costs[static_cast<size_t>(j)].load - demand_of(j);
           loads[static_cast<size_t>(j)] =
-              apt ? add(transfer(
-                        g, kH2d, fwd ? "load layer" : "load layer (backward)",
-                        Bytes(costs[static_cast<size_t>(j)].load.value() * rates_.pcie.value()),
-                        load_after))
+              apt ? add(transfer(g, kH2d, fwd ? "load layer" : "load layer (backward)",
+                                 Bytes(ahead.value() * rates_.pcie.value()), load_after))
                   : static_cast<uint32_t>(stage_load_task);
         }
         std::vector<std::vector<uint32_t>> layer_done(static_cast<size_t>(count));
@@ -175,6 +182,16 @@ class OffloadSim {
             const int64_t j = fwd ? jj : count - 1 - jj;
             const OffloadLayer& c = costs[static_cast<size_t>(j)];
             if (loads[static_cast<size_t>(j)]) after.push_back(*loads[static_cast<size_t>(j)]);
+            if (i == 0 && !resident && demand_of(j).value() > 0) {
+              // The first micro-batch reaching the layer's gate names the experts the predictor
+              // missed: they load then, ahead of every queued prefetch (inter-expert before
+              // inter-layer loading).
+              Task t = transfer(g, kH2d, "load mispredicted experts",
+                                Bytes(demand_of(j).value() * rates_.pcie.value()), after);
+              t.rank = -1;
+              demand[static_cast<size_t>(j)] = add(std::move(t));
+            }
+            if (demand[static_cast<size_t>(j)]) after.push_back(*demand[static_cast<size_t>(j)]);
             std::vector<uint32_t> joined = {
                 add(work(g, kGpu, fwd ? "layer forward" : "layer backward", c.gpu / m, after))};
             if (c.cpu.value() > 0) {

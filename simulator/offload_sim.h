@@ -13,7 +13,9 @@
 //   APTMoE        the same mapping and memory budget, but loading by layer (inter-stage and
 //                 inter-layer phases), experts split by eq. (1) between GPU and CPU, the CPU
 //                 experts' tokens sent to the host and their outputs back over PCIe, and the
-//                 load queue served in demand order (current layer first).
+//                 load queue served in demand order (current layer first). With a popularity
+//                 predictor below 1, the GPU experts it misses load only once the first
+//                 micro-batch reaches the layer's gate, ahead of any queued prefetch.
 // Backward sends each loaded layer's gradients back to the host over the other direction; CPU
 // experts' gradients are already there. The optimizer step runs on the CPUs at the end.
 // Activations between stages (a few MB per micro-batch) are not modelled.
@@ -38,6 +40,11 @@ struct OffloadRun {
   int64_t global_batch = 1;
   Precision precision = Precision::kFp32;
   OffloadSystem system = OffloadSystem::kAptMoe;
+  // APTMoE's popularity predictor (Sec. III-B): the share of the GPU experts' bytes it picks
+  // right ahead of the gate (the paper: 0.85 one layer ahead with 8 experts, 0.64 four layers
+  // ahead with 128). The rest is loaded on demand once the gate has run (inter-expert phase),
+  // ahead of any prefetch still queued. 1: an oracle, every load prefetched.
+  double predictor_accuracy = 1.0;
   bool record_trace = false;
   size_t max_trace_spans = 200000;
 };

@@ -424,6 +424,14 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   const Result r = run("simulate " + pair + " --plan " + plan + " --skew G=0.5 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
+  // A predictor that misses experts makes APTMoE load them on demand: never faster.
+  const Result missed =
+      run("simulate " + pair + " --plan " + plan + " --skew G=0.5 --predictor-accuracy 0.5 --json");
+  ASSERT_EQ(missed.code, 0) << missed.err;
+  EXPECT_LE(nlohmann::json::parse(missed.out)["systems"]["APTMoE"]["tokens_per_s"].get<double>(),
+            j["systems"]["APTMoE"]["tokens_per_s"].get<double>());
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --predictor-accuracy 1.5"),
+                        "--predictor-accuracy", 2);
   for (const char* s : {"APTMoE", "Mobius", "GPipeOffload"})
     EXPECT_GT(j["systems"][s]["tokens_per_s"].get<double>(), 0.0) << s;
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.5);

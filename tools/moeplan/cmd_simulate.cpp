@@ -28,6 +28,7 @@ struct SimulateOptions {
   std::optional<double> static_override_gb;
   bool json = false;
   bool comm_priorities = false;
+  double predictor_accuracy = 1.0;
 };
 
 std::string percent(Seconds part, Seconds whole) {
@@ -52,6 +53,7 @@ void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec
        {OffloadSystem::kAptMoe, OffloadSystem::kMobius, OffloadSystem::kGPipeOffload}) {
     sim::OffloadRun run = sim::offload_run(choice, s);
     run.record_trace = !o.trace.empty() && s == OffloadSystem::kAptMoe;
+    run.predictor_accuracy = o.predictor_accuracy;
     reports[s] = sim::simulate_offload(ctx, c, run);
   }
   if (!o.trace.empty()) {
@@ -273,6 +275,10 @@ void add_simulate(CLI::App& app) {
                 "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
                 "sharing them fairly");
   cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
+  cmd->add_option("--predictor-accuracy", o->predictor_accuracy,
+                  "offload plans: share of the GPU experts APTMoE's predictor picks ahead of the "
+                  "gate; the rest load on demand (default 1, an oracle; the paper: 0.85 or 0.64)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_simulate(*o); });
 }
