@@ -29,6 +29,12 @@ struct Efficiencies {
   // 8K-sequence crossover where MoNTA Fig. 14 measured it (O1 best at <= 16K); calibrate it with
   // the pipelined AllToAll on the user's cluster.
   Seconds pipeline_chunk_overhead = Seconds(150e-6);
+  // Intra-operator overlap (MegaScale-MoE Sec. 4.2) gives "a few SMs" to communication: 8 of an
+  // H800's 132, so a fused GEMM runs 6 % slower while its communication is in flight; a fused
+  // pair pays one tile wave of the shorter side before the two overlap (tiles: waves of the
+  // fused kernel).
+  double intra_overlap_comm_sm_share = 8.0 / 132.0;
+  double intra_overlap_tiles = 8;
 };
 
 // Defaults: planner/default_efficiency.h; any named curve in `curves` replaces its default.

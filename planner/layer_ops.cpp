@@ -83,10 +83,34 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false) {
     if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens});
   };
+  // A GEMM and the communication MegaScale fuses into it, tile by tile: while communication
+  // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
+  // side sets the time, plus one tile wave of the shorter to fill the pipeline.
+  auto fused = [&](Seconds gemm, Seconds comm) {
+    const double f = ctx.eff.intra_overlap_comm_sm_share;
+    const Seconds shared = std::min(comm, gemm / (1.0 - f));
+    return std::max(comm, gemm + shared * f) + std::min(gemm, comm) / ctx.eff.intra_overlap_tiles;
+  };
 
-  // Attention: the projections as one GEMM of their total width, then the fused core.
-  add("attention projections", OpKind::kCompute,
-      gemm_time(ctx, peak, rows, h, lp.attention / h / split));
+  // Attention: the projections as one GEMM of their total width, then the fused core; with
+  // intra-operator overlap the TP or SP communication rides inside the projections.
+  const Seconds projections = gemm_time(ctx, peak, rows, h, lp.attention / h / split);
+  Seconds attention_comm;
+  if (t > 1 && !ulysses) {
+    attention_comm = tp_pair();
+  } else if (t > 1) {
+    const double ratio =
+        static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);
+    const double nn = static_cast<double>(t);
+    // Eq. (2) is what each rank sends; the all-to-all carries it as (n-1)/n of its buffer.
+    const Bytes sent(megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
+                     static_cast<double>(cp) * kActivationBytes);
+    attention_comm = alltoall_time(ctx, sent * (nn / (nn - 1)), t, 1);
+  }
+  const bool fuse_attention = c.intra_overlap && attention_comm.value() > 0;
+  add(fuse_attention ? "attention projections (fused TP/SP communication)"
+                     : "attention projections",
+      OpKind::kCompute, fuse_attention ? fused(projections, attention_comm) : projections);
   const Seconds core = core_attention_time(ctx, c);
   add("core attention", OpKind::kCompute, core);
   // Context parallelism: K and V of the local chunk travel around the ring, hidden behind core
@@ -102,20 +126,22 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
                          ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
     add("context-parallel K/V ring", OpKind::kCp, std::max(Seconds(0), send - core));
   }
-  if (t > 1) {
-    if (!ulysses) {
-      add("attention TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
-    } else {
-      const double ratio = static_cast<double>(m.attention.num_heads) /
-                           static_cast<double>(m.attention.num_kv_heads);
-      const double nn = static_cast<double>(t);
-      // Eq. (2) is what each rank sends; the all-to-all carries it as (n-1)/n of its buffer.
-      const Bytes sent(
-          megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
-          static_cast<double>(cp) * kActivationBytes);
-      add("Ulysses SP all-to-all", OpKind::kTp, alltoall_time(ctx, sent * (nn / (nn - 1)), t, 1));
-    }
+  if (!fuse_attention) {
+    add(ulysses ? "Ulysses SP all-to-all" : "attention TP all-gather + reduce-scatter", OpKind::kTp,
+        attention_comm);
   }
+
+  // A dense or shared FFN under TP: its all-gather and reduce-scatter, fused into it with
+  // intra-operator overlap.
+  auto add_ffn = [&](const char* name, const char* comm_name, Seconds gemm) {
+    const Seconds comm = t > 1 && !ulysses ? tp_pair() : Seconds(0);
+    if (c.intra_overlap && comm.value() > 0) {
+      add(name, OpKind::kCompute, fused(gemm, comm));
+      return;
+    }
+    add(name, OpKind::kCompute, gemm);
+    add(comm_name, OpKind::kTp, comm);
+  };
 
   // Memory-bound bytes per token: two norms (8h), two residual adds (12h), FFN activations.
   double bytes_per_token = 20.0 * h;
@@ -177,7 +203,11 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const Seconds pair = pair_at(1.0);
     const Seconds dispatch_pair = fp8_wire < 1.0 ? pair_at(fp8_wire) : pair;
     const Seconds combine_pair = ep == 1 && etp > 1 ? dispatch_pair : pair;
-    add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true);
+    // MegaScale fuses dispatch (all-gather + scatter) and combine (gather + reduce-scatter)
+    // into the grouped GEMM; MoNTA's pipelined AllToAll (expert TP across EP) keeps its own.
+    const bool fuse_experts =
+        c.intra_overlap && !(etp > 1 && ep > 1) && (dispatch_pair + combine_pair).value() > 0;
+    if (!fuse_experts) add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true);
     // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
     // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
     const double local_experts = static_cast<double>(m.num_routed_experts / ep);
@@ -185,27 +215,32 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         k * tokens * static_cast<double>(etp) * expert_load / local_experts / chunks;
     const double g = static_cast<double>(m.expert_ffn_size) / static_cast<double>(etp);
     const double calls = local_experts * chunks;
-    add("routed experts", OpKind::kCompute,
+    const Seconds experts =
         gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls, local_experts) +
-            gemm_time(ctx, peak, per_expert, g, h, calls, local_experts),
-        true);
-    add("combine", OpKind::kEp, combine_pair * 0.5);
+        gemm_time(ctx, peak, per_expert, g, h, calls, local_experts);
+    if (fuse_experts) {
+      add("routed experts (fused dispatch and combine)", OpKind::kCompute,
+          fused(experts, (dispatch_pair + combine_pair) * 0.5), true);
+    } else {
+      add("routed experts", OpKind::kCompute, experts, true);
+      add("combine", OpKind::kEp, combine_pair * 0.5);
+    }
     if (m.shared_ffn_total() > 0) {
-      add("shared experts", OpKind::kCompute, ffn(static_cast<double>(m.shared_ffn_total())));
+      add_ffn("shared experts", "shared FFN TP all-gather + reduce-scatter",
+              ffn(static_cast<double>(m.shared_ffn_total())));
       bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
-      if (t > 1 && !ulysses)
-        add("shared FFN TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
     }
     // Permute + unpermute (8kh) of every routed row this GPU's experts see: expert TP gathers
     // the etp group's tokens, so each rank sorts and scatters all of them at full width h
     // (Megatron-Core's all-gather dispatcher with TP), while the expert activation (gated:
-    // 6 k g_e) is cut over etp with the FFN.
-    bytes_per_token += 8.0 * k * h * expert_load * static_cast<double>(etp) +
-                       2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * expert_load;
+    // 6 k g_e) is cut over etp with the FFN. Fused, the scatter and gather happen in the
+    // GEMM's loads and stores instead.
+    if (!fuse_experts) bytes_per_token += 8.0 * k * h * expert_load * static_cast<double>(etp);
+    bytes_per_token += 2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * expert_load;
   } else {
-    add("dense FFN", OpKind::kCompute, ffn(static_cast<double>(m.dense_ffn_size)));
+    add_ffn("dense FFN", "FFN TP all-gather + reduce-scatter",
+            ffn(static_cast<double>(m.dense_ffn_size)));
     bytes_per_token += 2.0 * gated * static_cast<double>(m.dense_ffn_size);
-    if (t > 1 && !ulysses) add("FFN TP all-gather + reduce-scatter", OpKind::kTp, tp_pair());
   }
   add("norms, residuals, activations", OpKind::kCompute,
       Bytes(bytes_per_token * kActivationBytes * tokens) / (ctx.links.hbm * ctx.eff.memory_bound));

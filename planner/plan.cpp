@@ -47,6 +47,7 @@ std::string PlanChoice::describe() const {
   }
   if (mact) out += fmt::format(" mact={}", fcda_chunks);
   if (dp_bf16_compression) out += " dp-bf16";
+  if (intra_overlap) out += " intra-overlap";
   if (gpipe) out += " gpipe";
   if (zero_stage != 1) out += fmt::format(" zero={}", zero_stage);
   if (!overlap) out += " no-overlap";

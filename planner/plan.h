@@ -38,6 +38,9 @@ struct PlanChoice {
   int64_t fcda_chunks = 1;  // the chunk count MACT settled on
   bool dp_bf16_compression = false;
   bool overlap = true;  // inter-operator overlap of communication with independent compute
+  // MegaScale-MoE Sec. 4.2 intra-operator overlap: TP/SP and expert communication fused with
+  // their GEMMs tile by tile on a few SMs (a MegaScale system feature Megatron-LM lacks).
+  bool intra_overlap = false;
   // APTMoE: weights live in host memory; each stage's attention, gate and hot experts are
   // loaded over PCIe, cold experts run on the CPU (planner/offload.h). pp counts stages, which
   // may exceed the GPUs (Mobius-style cross mapping).

@@ -26,6 +26,15 @@ const char* objective_name(Objective o) {
 
 namespace {
 
+// Every (overlap, intra_overlap) pair to try, in order.
+std::vector<std::pair<bool, bool>> switch_pairs(const std::vector<bool>& overlaps,
+                                                const std::vector<bool>& intras) {
+  std::vector<std::pair<bool, bool>> out;
+  for (bool o : overlaps)
+    for (bool i : intras) out.emplace_back(o, i);
+  return out;
+}
+
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> out;
   for (int64_t d = 1; d <= n; ++d) {
@@ -278,6 +287,9 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
                      : std::vector<AttentionMode>{AttentionMode::kTensor};
         const std::vector<bool> overlaps =
             req.overlap ? std::vector<bool>{*req.overlap} : std::vector<bool>{true, false};
+        const std::vector<bool> intras = req.intra_overlap ? std::vector<bool>{*req.intra_overlap}
+                                                           : std::vector<bool>{false, true};
+        const std::vector<std::pair<bool, bool>> overlap_switches = switch_pairs(overlaps, intras);
         std::vector<megascale::Dispatcher> dispatchers = {megascale::Dispatcher::kAllToAll};
         if (ep > 1 && etp == 1) dispatchers.push_back(megascale::Dispatcher::kAllGather);
         std::vector<std::pair<monta::Strategy, int64_t>> a2as = {{monta::Strategy::kBaseline, 1}};
@@ -331,7 +343,8 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               for (megascale::Dispatcher d : dispatchers) {
                 for (const auto& [a2a, n] : a2as) {
                   for (bool bf16 : compress) {
-                    for (bool overlap : overlaps) {
+                    for (const auto& [overlap, intra] : overlap_switches) {
+                      c.intra_overlap = intra;
                       c.dispatcher = d;
                       c.alltoall = a2a;
                       c.alltoall_chunks = n;

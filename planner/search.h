@@ -27,9 +27,12 @@ const char* objective_name(Objective o);
 struct SearchRequest {
   int64_t num_gpus = 0;
   int64_t global_batch = 0;
-  ParallelConfig fixed;                    // any subset; unset sizes are searched
-  std::optional<Recompute> recompute;      // fixed, or searched
-  std::optional<bool> overlap;             // fixed, or searched
+  ParallelConfig fixed;                // any subset; unset sizes are searched
+  std::optional<Recompute> recompute;  // fixed, or searched
+  std::optional<bool> overlap;         // fixed, or searched
+  // MegaScale's intra-operator overlap: off unless asked (Megatron-LM has no such kernels);
+  // nullopt searches it.
+  std::optional<bool> intra_overlap = false;
   std::optional<AttentionMode> attention;  // fixed, or searched
   std::optional<int> zero;                 // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
   bool gpipe = false;                      // GPipe schedule instead of (interleaved) 1F1B

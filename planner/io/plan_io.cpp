@@ -100,6 +100,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
             {"fcda_chunks", ch.fcda_chunks},
             {"dp_bf16_compression", ch.dp_bf16_compression},
             {"overlap", ch.overlap},
+            {"intra_overlap", ch.intra_overlap},
             {"offload", ch.offload},
             {"gpipe", ch.gpipe},
             {"zero_stage", ch.zero_stage},
@@ -183,6 +184,7 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.fcda_chunks = positive(s, "fcda_chunks");
   c.dp_bf16_compression = s.boolean_or("dp_bf16_compression", false);
   c.overlap = s.boolean_or("overlap", true);
+  c.intra_overlap = s.boolean_or("intra_overlap", false);
   c.offload = s.boolean_or("offload", false);
   c.gpipe = s.boolean_or("gpipe", false);
   c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));

@@ -241,6 +241,36 @@ TEST(TimeModel, Fp8MovesHalfTheBytesAndRunsLinearLayersAtTheFp8Peak) {
   EXPECT_NEAR((b - f).value() / b.value(), 1.0 / 18.0, 1e-9);  // 2 + 4 + 12 -> 1 + 4 + 12
 }
 
+TEST(TimeModel, IntraOperatorOverlapFusesCommunicationIntoGemms) {
+  // MegaScale-MoE Sec. 4.2 on SP+EP: the all-to-alls ride inside the projections and the
+  // grouped GEMM, no communication op is left, and each fused op lies between the slower of its
+  // parts and their sum.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  const char* layout = "tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=8";
+  const auto apart = forward_ops(s, layout, AttentionMode::kUlysses);
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel(layout));
+  c.attention = AttentionMode::kUlysses;
+  c.intra_overlap = true;
+  std::map<std::string, Seconds> together;
+  for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1)) {
+    EXPECT_EQ(op.kind, OpKind::kCompute) << op.name;
+    together[op.name] = op.time;
+  }
+  const Seconds proj = apart.at("attention projections"), a2a = apart.at("Ulysses SP all-to-all");
+  const Seconds attn = together.at("attention projections (fused TP/SP communication)");
+  EXPECT_GE(attn, std::max(proj, a2a));
+  EXPECT_LT(attn, proj + a2a);
+  const Seconds experts = apart.at("routed experts"),
+                moved = apart.at("dispatch") + apart.at("combine");
+  const Seconds fused = together.at("routed experts (fused dispatch and combine)");
+  EXPECT_GE(fused, std::max(experts, moved));
+  EXPECT_LT(fused, experts + moved);
+  // The scatter and gather happen in the fused GEMM's loads and stores.
+  EXPECT_LT(together.at("norms, residuals, activations"),
+            apart.at("norms, residuals, activations"));
+}
+
 TEST(PlanFile, RoundTripsTheChoices) {
   const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
   const SearchResult r = search_plans(s.ctx, request(8, 64));
@@ -250,6 +280,16 @@ TEST(PlanFile, RoundTripsTheChoices) {
   const PlanChoice back = io::plan_choice_from_json(j, "plan.json");
   EXPECT_EQ(back.describe(), best.choice.describe());
   EXPECT_EQ(j["format"], "moeplan-plan/1");
+  // Switches the search leaves at their defaults travel too.
+  Plan tuned = best;
+  tuned.choice.intra_overlap = true;
+  tuned.choice.precision = Precision::kFp8;
+  tuned.choice.zero_stage = 0;
+  const PlanChoice tuned_back =
+      io::plan_choice_from_json(io::plan_to_json(tuned, s.model, s.cluster), "plan.json");
+  EXPECT_TRUE(tuned_back.intra_overlap);
+  EXPECT_EQ(tuned_back.precision, Precision::kFp8);
+  EXPECT_EQ(tuned_back.zero_stage, 0);
   EXPECT_DOUBLE_EQ(j["predicted"]["iteration_s"].get<double>(), best.score.time.iteration.value());
 }
 

@@ -23,7 +23,7 @@ struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
                                                      save;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
-                         schedule = "1f1b";
+                         intra_overlap = "off", schedule = "1f1b";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2;
@@ -127,6 +127,8 @@ void run_plan(const PlanOptions& o) {
     }
   }
   req.overlap = named<bool>("--overlap", o.overlap, {{"on", true}, {"off", false}}, true);
+  req.intra_overlap =
+      named<bool>("--intra-overlap", o.intra_overlap, {{"on", true}, {"off", false}}, true);
   req.attention = named<AttentionMode>(
       "--attention", o.attention,
       {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}}, true);
@@ -317,6 +319,9 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--schedule", o->schedule,
                   "pipeline schedule: 1f1b (interleaved when vpp > 1) | gpipe");
   cmd->add_option("--overlap", o->overlap, "communication overlap: on | off | search");
+  cmd->add_option("--intra-overlap", o->intra_overlap,
+                  "MegaScale-MoE intra-operator overlap (communication fused into GEMMs; not in "
+                  "Megatron-LM): off (default) | on | search");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
       ->check(CLI::Range(0.01, 1.0));
