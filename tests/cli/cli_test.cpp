@@ -59,6 +59,21 @@ Result run(const std::string& args) {
   return r;
 }
 
+// A points.csv's rows below its header, split at commas (the quoted plan column last).
+std::vector<std::vector<std::string>> csv_rows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream lines_in(text);
+  std::string line;
+  std::getline(lines_in, line);
+  while (std::getline(lines_in, line)) {
+    std::vector<std::string> f;
+    std::stringstream in(line);
+    for (std::string v; std::getline(in, v, ',');) f.push_back(v);
+    rows.push_back(std::move(f));
+  }
+  return rows;
+}
+
 size_t lines(const std::string& s) {
   return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
 }
@@ -541,21 +556,13 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
   // Every point's split: compute, exposed communication and bubble add up to at most the
   // iteration, and compute is most of it.
   EXPECT_NE(csv.find("peak_memory_GB,compute_s,exposed_comm_s,bubble_s,plan"), std::string::npos);
-  {
-    std::istringstream lines_in(csv);
-    std::string line;
-    std::getline(lines_in, line);
-    while (std::getline(lines_in, line)) {
-      std::vector<std::string> f;
-      std::stringstream in(line);
-      for (std::string v; std::getline(in, v, ',');) f.push_back(v);
-      ASSERT_GE(f.size(), 11u) << line;
-      // point, skew, seq-len, status, iteration, tokens, mfu, peak, compute, comm, bubble
-      const double iteration = std::stod(f[4]), compute = std::stod(f[8]), comm = std::stod(f[9]),
-                   bubble = std::stod(f[10]);
-      EXPECT_LE(compute + comm + bubble, iteration * (1 + 1e-9)) << line;
-      EXPECT_GT(compute, 0.5 * iteration) << line;
-    }
+  for (const auto& f : csv_rows(csv)) {
+    ASSERT_GE(f.size(), 11u) << f[0];
+    // point, skew, seq-len, status, iteration, tokens, mfu, peak, compute, comm, bubble
+    const double iteration = std::stod(f[4]), compute = std::stod(f[8]), comm = std::stod(f[9]),
+                 bubble = std::stod(f[10]);
+    EXPECT_LE(compute + comm + bubble, iteration * (1 + 1e-9)) << f[0];
+    EXPECT_GT(compute, 0.5 * iteration) << f[0];
   }
   EXPECT_EQ(html.find("<script"), std::string::npos);  // no script, no network
   // A wider sweep keeps the four finished points.
@@ -589,20 +596,12 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
                        " --sweep gpu=H800,A100 --sweep nic-Gbps=50,400 --out " + dir);
   ASSERT_EQ(r.code, 0) << r.err;
   std::map<std::string, double> tokens, comm;
-  std::istringstream csv(read_file(dir + "/points.csv"));
-  std::string line;
-  std::getline(csv, line);
-  while (std::getline(csv, line)) {
-    const size_t cut = line.find(',');
-    const std::string rest = line.substr(cut + 1);
-    // point,gpu,nic-Gbps,status,iteration_s,tokens_per_s,mfu,peak,compute_s,exposed_comm_s
-    std::vector<std::string> f;
-    std::stringstream in(rest);
-    for (std::string v; std::getline(in, v, ',');) f.push_back(v);
-    ASSERT_GE(f.size(), 5u) << line;
-    EXPECT_EQ(f[2], "ok") << line;
-    tokens[f[0] + "/" + f[1]] = std::stod(f[4]);
-    comm[f[0] + "/" + f[1]] = std::stod(f[8]);
+  for (const auto& f : csv_rows(read_file(dir + "/points.csv"))) {
+    // point, gpu, nic-Gbps, status, iteration_s, tokens_per_s, mfu, peak, compute_s, comm_s
+    ASSERT_GE(f.size(), 10u) << f[0];
+    EXPECT_EQ(f[3], "ok") << f[0];
+    tokens[f[1] + "/" + f[2]] = std::stod(f[5]);
+    comm[f[1] + "/" + f[2]] = std::stod(f[9]);
   }
   ASSERT_EQ(tokens.size(), 4u);
   EXPECT_LT(tokens["H800/50"], tokens["H800/400"]);
@@ -616,6 +615,23 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   const std::string tp_csv = read_file(dir + "/tp/points.csv");
   EXPECT_NE(tp_csv.find("\"tp=1,"), std::string::npos) << tp_csv;
   EXPECT_NE(tp_csv.find("\"tp=2,"), std::string::npos) << tp_csv;
+  // Switches are plan fields too: FP8 beats BF16 on the fixed plan; a search told to use
+  // MegaScale's intra-operator overlap returns plans that do.
+  const Result prec = run("whatif " + pair + " --plan " + plan +
+                          " --sweep precision=bf16,fp8 --out " + dir + "/prec");
+  ASSERT_EQ(prec.code, 0) << prec.err;
+  std::map<std::string, double> by_precision;
+  for (const auto& f : csv_rows(read_file(dir + "/prec/points.csv"))) {
+    ASSERT_GE(f.size(), 6u) << f[0];
+    by_precision[f[1]] = std::stod(f[4]);  // point, precision, status, iteration_s, tokens/s
+  }
+  EXPECT_GT(by_precision["fp8"], by_precision["bf16"]);
+  const Result intra = run("whatif " + pair +
+                           " --search --global-batch 64 --sweep gpus=16 --sweep intra-overlap=on "
+                           "--out " +
+                           dir + "/intra");
+  ASSERT_EQ(intra.code, 0) << intra.err;
+  EXPECT_NE(read_file(dir + "/intra/points.csv").find("intra-overlap"), std::string::npos);
   // A GPU name two cluster files share is a failed point naming both; chunks need a plan.
   const Result a = run("whatif " + pair + " --plan " + plan + " --sweep gpu=A800 --out " + dir);
   ASSERT_EQ(a.code, 0) << a.err;

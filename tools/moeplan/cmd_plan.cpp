@@ -41,23 +41,6 @@ Objective parse_objective(const std::string& s) {
                    fmt::format("'{}' is not one of throughput, memory, cost", s));
 }
 
-// A switch flag's named value; "search" (where the flag allows it) leaves the switch to the
-// search.
-template <class E>
-std::optional<E> named(const char* option, const std::string& value,
-                       std::initializer_list<std::pair<const char*, E>> names, bool search) {
-  std::vector<std::string> known;
-  for (const auto& [name, v] : names) {
-    if (value == name) return v;
-    known.emplace_back(name);
-  }
-  if (search) {
-    if (value == "search") return std::nullopt;
-    known.emplace_back("search");
-  }
-  throw InputError(option, "", fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
-}
-
 std::string ms(Seconds s) {
   return fmt::format("{:.1f} ms", s.value() * 1e3);
 }

@@ -33,10 +33,11 @@ namespace {
 // The planner's flag names where it has one; hardware axes rewrite the cluster file's fields;
 // the parallel sizes and switches are plan fields (fixed in the plan, or fixed for the search).
 const std::vector<std::string> kAxes = {
-    "seq-len",     "global-batch", "gpus",        "skew",     "top-k",    "experts",
-    "expert-size", "gpu",          "nvlink-GBps", "nic-Gbps", "pcie-gen", "cpu-cores-per-gpu",
-    "chunks",      "recompute",    "tp",          "pp",       "ep",       "etp",
-    "cp",          "vpp",          "mbs"};
+    "seq-len",     "global-batch", "gpus",        "skew",     "top-k",         "experts",
+    "expert-size", "gpu",          "nvlink-GBps", "nic-Gbps", "pcie-gen",      "cpu-cores-per-gpu",
+    "chunks",      "recompute",    "precision",   "overlap",  "intra-overlap", "attention",
+    "zero",        "tp",           "pp",          "ep",       "etp",           "cp",
+    "vpp",         "mbs"};
 const std::string kAxisList = fmt::format("{}", fmt::join(kAxes, ", "));
 
 struct WhatifOptions {
@@ -157,11 +158,21 @@ struct PointInputs {
   ParallelConfig sizes;  // the parallel sizes the point fixes
   std::optional<Recompute> recompute;
   std::optional<int64_t> chunks;
+  std::optional<Precision> precision;
+  std::optional<bool> overlap, intra_overlap;
+  std::optional<AttentionMode> attention;
+  std::optional<int> zero;
 };
 
 PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& c,
                          const GpuCatalog& catalog, const Point& p) {
-  PointInputs in{base, c, o.seq_len, o.global_batch, c.num_gpus(), o.skew, {}, {}, {}};
+  PointInputs in;
+  in.model = base;
+  in.cluster = c;
+  in.seq = o.seq_len;
+  in.gbs = o.global_batch;
+  in.gpus = c.num_gpus();
+  in.skew = o.skew;
   NodeSpec& node = in.cluster.node;
   for (const auto& [axis, v] : p.at) {
     if (axis == "seq-len") in.seq = positive(axis, v);
@@ -199,6 +210,25 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
         throw InputError("--sweep", "recompute",
                          fmt::format("'{}' is not one of none, selective, full, sar", v));
     }
+    const std::string option = "--sweep " + axis;
+    if (axis == "precision") {
+      in.precision = named<Precision>(
+          option.c_str(), v,
+          {{"bf16", Precision::kBf16}, {"fp8", Precision::kFp8}, {"fp32", Precision::kFp32}},
+          false);
+    }
+    if (axis == "overlap")
+      in.overlap = named<bool>(option.c_str(), v, {{"on", true}, {"off", false}}, false);
+    if (axis == "intra-overlap")
+      in.intra_overlap = named<bool>(option.c_str(), v, {{"on", true}, {"off", false}}, false);
+    if (axis == "attention") {
+      in.attention = named<AttentionMode>(
+          option.c_str(), v, {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}},
+          false);
+    }
+    if (axis == "zero") {
+      in.zero = named<int>(option.c_str(), v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false);
+    }
     for (const ParallelField& f : parallel_fields())
       if (axis == f.key) in.sizes.*f.member = positive(axis, v);
   }
@@ -226,6 +256,11 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
     plan.parallel = resolve(plan.parallel);
   }
   if (in.recompute) plan.recompute = *in.recompute;
+  if (in.precision) plan.precision = *in.precision;
+  if (in.overlap) plan.overlap = *in.overlap;
+  if (in.intra_overlap) plan.intra_overlap = *in.intra_overlap;
+  if (in.attention) plan.attention = *in.attention;
+  if (in.zero) plan.zero_stage = *in.zero;
   if (in.chunks) {
     plan.fcda_chunks = *in.chunks;
     plan.mact = false;
@@ -284,6 +319,11 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
     req.global_batch = gbs;
     req.fixed = in.sizes;
     req.recompute = in.recompute;
+    if (in.precision) req.precision = *in.precision;
+    req.overlap = in.overlap;
+    if (in.intra_overlap) req.intra_overlap = in.intra_overlap;
+    req.attention = in.attention;
+    req.zero = in.zero;
     req.threads = 1;
     const SearchResult s = search_plans(ctx, req);
     if (s.ranked.empty()) return Result::failed("nothing fits");

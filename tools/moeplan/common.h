@@ -2,10 +2,18 @@
 // --parallel string into a checked layout for a model.
 #pragma once
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <initializer_list>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "planner/cluster_spec.h"
 #include "planner/efficiencies.h"
+#include "planner/errors.h"
 #include "planner/model_spec.h"
 #include "planner/parallel.h"
 #include "planner/routing_skew.h"
@@ -22,5 +30,22 @@ RoutingSkew skew_for(const std::string& text, const ModelSpec& m);
 // The efficiency curves of a calibration file over the defaults; the defaults alone for "".
 Efficiencies efficiencies_from(const std::string& calibration_file);
 Dtype parse_dtype(const std::string& text, const std::string& option);
+
+// A switch flag's named value; "search" (where the flag allows it) leaves the switch to the
+// search.
+template <class E>
+std::optional<E> named(const char* option, const std::string& value,
+                       std::initializer_list<std::pair<const char*, E>> names, bool search) {
+  std::vector<std::string> known;
+  for (const auto& [name, v] : names) {
+    if (value == name) return v;
+    known.emplace_back(name);
+  }
+  if (search) {
+    if (value == "search") return std::nullopt;
+    known.emplace_back("search");
+  }
+  throw InputError(option, "", fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
+}
 
 }  // namespace moe::cli
