@@ -83,12 +83,14 @@ struct PlanScore {
   TimeBreakdown time;
   MemoryReport memory;
   double tokens_per_second = 0;
-  double mfu = 0;                  // model FLOPs over peak BF16 (FP32 for FP32 plans)
-  double tgs = 0;                  // MemFine eq. (10)
-  Bytes peak_bytes;                // largest stage total
-  Bytes headroom;                  // alpha x capacity - peak
-  double oom_received_tokens = 0;  // s'' at which the tightest stage runs out (eq. 8)
-  Bytes host_bytes;                // offload: weights and optimizer states per node in host memory
+  double mfu = 0;    // model FLOPs over peak BF16 (FP32 for FP32 plans)
+  double tgs = 0;    // MemFine eq. (10)
+  Bytes peak_bytes;  // largest stage total
+  Bytes headroom;    // alpha x capacity - peak
+  // s'' at which the tightest stage runs out: eq. (8)'s per-chunk s'_max times the plan's FCDA
+  // chunks, or MACT's largest bin.
+  double oom_received_tokens = 0;
+  Bytes host_bytes;  // offload: weights and optimizer states per node in host memory
 };
 
 struct Plan {

@@ -158,6 +158,10 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
       s.oom_received_tokens = std::min(s.oom_received_tokens, st.max_received_tokens);
   }
   if (s.oom_received_tokens == 1e300) s.oom_received_tokens = 0;
+  // max_received_tokens is per FCDA chunk (eq. 8): a fixed chunk count takes that many times
+  // as many, and MACT can go up to its largest bin before the layer runs out.
+  s.oom_received_tokens *= static_cast<double>(c.mact ? MemoryRequest{}.chunk_bins.back()
+                                                      : std::max<int64_t>(c.fcda_chunks, 1));
   s.headroom = capacity * alpha - s.peak_bytes;
   return s;
 }

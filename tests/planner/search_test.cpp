@@ -271,6 +271,22 @@ TEST(TimeModel, IntraOperatorOverlapFusesCommunicationIntoGemms) {
             apart.at("norms, residuals, activations"));
 }
 
+TEST(Search, OutOfMemorySkewCountsTheChunks) {
+  // Eq. (8) gives s'_max per FCDA chunk: fixed c chunks take c times as many received tokens,
+  // and MACT up to its largest bin (8) before the plan runs out.
+  const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=1,pp=1,ep=8,dp=8,mbs=1,gbs=64"));
+  c.seq_len = 4096;
+  const Bytes cap = s.cluster.node.gpu.hbm_capacity;
+  const double per_chunk = score_plan(s.ctx, c, cap, 1.0).memory.stages[0].max_received_tokens;
+  EXPECT_NEAR(score_plan(s.ctx, c, cap, 1.0).oom_received_tokens, per_chunk, 1e-6 * per_chunk);
+  c.fcda_chunks = 4;
+  EXPECT_NEAR(score_plan(s.ctx, c, cap, 1.0).oom_received_tokens, 4 * per_chunk, 1e-6 * per_chunk);
+  c.mact = true;
+  EXPECT_NEAR(score_plan(s.ctx, c, cap, 1.0).oom_received_tokens, 8 * per_chunk, 1e-6 * per_chunk);
+}
+
 TEST(PlanFile, RoundTripsTheChoices) {
   const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
   const SearchResult r = search_plans(s.ctx, request(8, 64));

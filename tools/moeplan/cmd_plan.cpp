@@ -251,11 +251,11 @@ void run_plan(const PlanOptions& o) {
   if (!best.choice.offload)
     fmt::print(
         "Memory per GPU by stage (headroom {}; runs out at s'' = {:.0f} received tokens, {:.1f}x "
-        "balanced):\n{}\n",
+        "balanced{}):\n{}\n",
         as_gb(best.score.headroom.value()), best.score.oom_received_tokens,
         m.is_moe() ? best.score.oom_received_tokens / (static_cast<double>(o.seq_len * m.top_k))
                    : 0.0,
-        mt.render());
+        best.choice.mact ? ", MACT chunking up to 8" : "", mt.render());
   const std::vector<std::string> args = megatron_arguments(best, m);
   if (args.empty()) {
     fmt::print(
