@@ -712,6 +712,10 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   EXPECT_EQ(ours("memfine", "Table 4 Model I method 1 (no chunks) runs out of memory"), 1.0);
   EXPECT_EQ(ours("memfine", "Table 4 Model I method 3 (MACT) fits"), 1.0);
   EXPECT_GT(ours("memfine", "Fig. 4 Model I TGS, method 3 (MACT) over method 2 (c = 8)"), 1.0);
+  // Fig. 5: MACT picks c = 2 at the skewed start (Table 4) and fewer chunks once routing settles.
+  EXPECT_EQ(ours("memfine", "Fig. 5 Model I largest MACT chunk count, first iteration"), 2.0);
+  EXPECT_LT(ours("memfine", "Fig. 5 Model I largest MACT chunk count, last simulated iteration"),
+            2.0);
   EXPECT_LT(ours("memfine", "Fig. 4 Model II TGS, method 2 over method 1"), 1.0);
   EXPECT_GE(ours("memfine", "Fig. 4 Model II TGS, method 3 over method 1"), 1.0);
   // MegaScale-MoE Table 3: the speedup within 15 % at every scale (the tolerance; -12 %
