@@ -707,6 +707,19 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   EXPECT_EQ(ours("monta", "Fig. 14 strategy chosen at 8K tokens"), 1.0);
   EXPECT_GE(ours("monta", "Fig. 14 strategy chosen at 64K tokens"), 2.0);
   EXPECT_GE(ours("monta", "Fig. 14 strategy chosen at 256K tokens"), 2.0);
+  // MoNTA Fig. 11: priorities cut the EP all-to-all's wait behind ZeRO-3 traffic (to 5 %).
+  EXPECT_LT(
+      ours("monta", "Fig. 11 EP all-to-all wait with priorities over fair sharing (ZeRO-3 DP)"),
+      0.5);
+  // APTMoE Sec. III-B: a predictor that misses costs throughput, more the more it misses.
+  const double p85 = ours("aptmoe",
+                          "Sec. III-B APTMoE throughput at predictor accuracy 0.85 over an oracle, "
+                          "MoE-S-16, C1+G2, batch 16");
+  const double p64 = ours("aptmoe",
+                          "Sec. III-B APTMoE throughput at predictor accuracy 0.64 over an oracle, "
+                          "MoE-S-16, C1+G2, batch 16");
+  EXPECT_LT(p85, 1.0);
+  EXPECT_LT(p64, p85);
   // MemFine Table 4 and Fig. 4 (directions): method 1 runs out of memory on Model I, MACT fits
   // and beats c = 8; on Model II c = 8 loses to no chunks and MACT does not.
   EXPECT_EQ(ours("memfine", "Table 4 Model I method 1 (no chunks) runs out of memory"), 1.0);

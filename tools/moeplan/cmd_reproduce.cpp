@@ -149,6 +149,16 @@ std::vector<Row> aptmoe_rows(const std::string& root) {
   return rows;
 }
 
+// A number for the table: "-" where there is none (a paper that draws but prints no value, or a
+// case that fits nowhere).
+std::string shown(double v, const char* format = "{:.6g}") {
+  return std::isfinite(v) ? fmt::format(fmt::runtime(format), v) : "-";
+}
+
+std::string shown_error(const Row& r) {
+  return shown(100 * (r.ours / r.paper - 1.0), "{:+.2f} %");
+}
+
 void write_report(const std::string& dir, const std::string& paper, const std::vector<Row>& rows) {
   std::string csv = "source,quantity,paper,ours,unit,relative_error,note\n";
   std::string table = fmt::format(
@@ -160,10 +170,9 @@ void write_report(const std::string& dir, const std::string& paper, const std::v
     csv += fmt::format("{},{},{},{},{},{},{}\n", csv_field(r.source), csv_field(r.quantity),
                        r.paper, r.ours, csv_field(r.unit), err, csv_field(r.note));
     table += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{:.6g}</td><td>{:.6g}</td><td>{}</td><td>{:+.2f} %</td>"
-        "<td>{}</td></tr>\n",
-        html_escape(r.source), html_escape(r.quantity), r.paper, r.ours, html_escape(r.unit),
-        100 * err, html_escape(r.note));
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        html_escape(r.source), html_escape(r.quantity), shown(r.paper), shown(r.ours),
+        html_escape(r.unit), shown_error(r), html_escape(r.note));
   }
   const std::string html = html_page(paper + " reproduced", table + "</table>\n");
   std::filesystem::create_directories(dir);
@@ -196,8 +205,7 @@ void run_reproduce(const std::string& which, const std::string& out, const std::
     write_report(out, paper, rows);
     Table t({"source", "quantity", "paper", "moeplan", "unit", "error"});
     for (const Row& r : rows) {
-      t.add({r.source, r.quantity, fmt::format("{:.6g}", r.paper), fmt::format("{:.6g}", r.ours),
-             r.unit, fmt::format("{:+.2f} %", 100 * (r.ours / r.paper - 1.0))});
+      t.add({r.source, r.quantity, shown(r.paper), shown(r.ours), r.unit, shown_error(r)});
     }
     fmt::print("== {} ==\n{}", paper, t.render());
     for (const Row& r : rows) {
