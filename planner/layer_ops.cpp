@@ -71,13 +71,12 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
            gemm_time(ctx, peak, rows, width / split, h);
   };
   const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
+  // What FP8 does to the bytes TP collectives and the expert dispatch move (1 otherwise).
+  const double fp8_wire = comm_element_bytes(c.precision) / kActivationBytes;
   // Megatron's TP with sequence parallelism: all-gather before and reduce-scatter after a block.
   // Under FP8 both travel in FP8 (MegaScale Sec. 5: FP8 all-to-all for the forward
   // reduce-scatter, FP8 all-gather for the backward; reductions in FP32).
-  auto tp_pair = [&] {
-    return ring_time(ctx, sequence * (comm_element_bytes(c.precision) / kActivationBytes), t, t) *
-           2.0;
-  };
+  auto tp_pair = [&] { return ring_time(ctx, sequence * fp8_wire, t, t) * 2.0; };
 
   std::vector<LayerOp> ops;
   auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false) {
@@ -199,7 +198,6 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     };
     // Under FP8 the dispatch moves FP8 tokens and the combine BF16 outputs (DeepSeek-V3, and
     // MegaScale's FP8 TP collectives when the experts are tensor-parallel).
-    const double fp8_wire = comm_element_bytes(c.precision) / kActivationBytes;
     const Seconds pair = pair_at(1.0);
     const Seconds dispatch_pair = fp8_wire < 1.0 ? pair_at(fp8_wire) : pair;
     const Seconds combine_pair = ep == 1 && etp > 1 ? dispatch_pair : pair;

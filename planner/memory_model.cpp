@@ -166,6 +166,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
   MemoryReport report;
   report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element);
   report.received_tokens = r.received_tokens.value_or(balanced_received_tokens(m, r.seq_len));
+  if (!r.chunk_bins.empty()) report.largest_chunk_bin = r.chunk_bins.back();
   report.fits = true;
   const bool full = r.recompute == Recompute::kFull;
   for (int64_t stage = 0; stage < *p.pp; ++stage) {

@@ -79,7 +79,8 @@ struct MemoryReport {
   std::vector<StageMemory> stages;
   double received_tokens = 0;
   memfine::LayerShape moe_shape;
-  int64_t mact_chunks = 0;  // the largest over stages: what the job needs; 0 if none fits
+  int64_t mact_chunks = 0;        // the largest over stages: what the job needs; 0 if none fits
+  int64_t largest_chunk_bin = 1;  // the request's largest MACT bin: how far MACT can chunk
   bool fits = false;
 };
 

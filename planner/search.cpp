@@ -109,18 +109,17 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.alpha = alpha;
   r.attention_replicated = c.attention == AttentionMode::kUlysses;
   r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
+  // The weights as stored: FP32, BF16, or FP8 (Megatron's --fp8-param-gather keeps no BF16
+  // copy; FP32 main gradients and Adam states as under BF16).
+  r.static_bytes.param = parameter_bytes(c.precision);
   if (c.precision == Precision::kFp32) {
     // FP32 training: FP32 weights and gradients and three FP32 optimizer buffers, 20 bytes per
     // parameter, as APTMoE Table I's memory column implies (111 GB for 4.5 B parameters with
     // activations; 707 GB for 35.4 B).
-    r.static_bytes.param = 4;
     r.static_bytes.grad = 4;
     r.static_bytes.optimizer_states = 3;
     r.bytes_per_element = 4;
   }
-  // FP8 weights (Megatron's --fp8-param-gather keeps no BF16 copy); FP32 main gradients and
-  // Adam states as under BF16.
-  if (c.precision == Precision::kFp8) r.static_bytes.param = 1;
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
@@ -160,8 +159,8 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
   if (s.oom_received_tokens == 1e300) s.oom_received_tokens = 0;
   // max_received_tokens is per FCDA chunk (eq. 8): a fixed chunk count takes that many times
   // as many, and MACT can go up to its largest bin before the layer runs out.
-  s.oom_received_tokens *= static_cast<double>(c.mact ? MemoryRequest{}.chunk_bins.back()
-                                                      : std::max<int64_t>(c.fcda_chunks, 1));
+  s.oom_received_tokens *=
+      static_cast<double>(c.mact ? memory.largest_chunk_bin : std::max<int64_t>(c.fcda_chunks, 1));
   s.headroom = capacity * alpha - s.peak_bytes;
   return s;
 }

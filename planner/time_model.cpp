@@ -35,6 +35,18 @@ double comm_element_bytes(Precision p) {
   return p == Precision::kFp8 ? 1.0 : kActivationBytes;
 }
 
+double parameter_bytes(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return 4.0;
+    case Precision::kFp8:
+      return 1.0;  // --fp8-param-gather
+    case Precision::kBf16:
+      break;
+  }
+  return 2.0;
+}
+
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
                               const RoutingSkew& skew, int64_t seq_len) {
   TimeContext ctx;
@@ -265,9 +277,7 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
     expert += l.routed_experts / static_cast<double>(ep * etp);
   }
   const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
-  const double param_bytes = c.precision == Precision::kFp32  ? 4.0
-                             : c.precision == Precision::kFp8 ? 1.0  // --fp8-param-gather
-                                                              : 2.0;
+  const double param_bytes = parameter_bytes(c.precision);
   DpSync out;
   out.reduce_scatter = ring_time(ctx, Bytes(dense * grad_bytes), dp, t * cp * dp) +
                        ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);

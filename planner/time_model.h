@@ -67,6 +67,8 @@ FlopsPerSec peak_of(const TimeContext& ctx, Precision p);
 FlopsPerSec reference_peak_of(const TimeContext& ctx, Precision p);
 // Bytes per element of TP collectives and the expert dispatch: 1 under FP8, else 2.
 double comm_element_bytes(Precision p);
+// Bytes of one stored (and DP-gathered) weight: 4 in FP32, 2 in BF16, 1 in FP8.
+double parameter_bytes(Precision p);
 
 // Per micro-batch times of one pipeline stage.
 struct StageTimes {

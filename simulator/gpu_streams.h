@@ -4,10 +4,9 @@
 // flow over their links (sharing bandwidth with every other flow there). Tasks on different
 // streams run concurrently; a task starts when its dependencies are done and its stream is free.
 // When several tasks of a stream are ready, the lowest `rank` goes first, then the earliest in
-// the graph's order: the
-// order a well-scheduled framework issues kernels in (MegaScale-MoE orders its overlapped
-// operators by hand), rather than CUDA's strict per-stream FIFO, which would stall on the first
-// task that waits for communication.
+// the graph's order: the order a well-scheduled framework issues kernels in (MegaScale-MoE
+// orders its overlapped operators by hand), rather than CUDA's strict per-stream FIFO, which
+// would stall on the first task that waits for communication.
 //
 // Compute on the main stream (stream 0) is what the GPU spends its SMs on; time it sits idle
 // while a graph is unfinished is charged to the stream whose task it was waiting for (exposed

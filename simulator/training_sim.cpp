@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -499,9 +498,10 @@ class Training {
     // ZeRO-3: each layer's weights are gathered before its first operator, the next layer's
     // gather running while this one computes (FSDP's prefetch of one layer); a pass's compute
     // stalls on the DP stream when the gathers cannot keep up.
-    std::map<int64_t, uint32_t> gather_of;
-    std::vector<uint32_t> gate;  // what the next chain's first operators also wait for
+    std::vector<int64_t> gather_of;  // task index by layer - begin
+    std::vector<uint32_t> gate;      // what the next chain's first operators also wait for
     if (plan_.zero_stage >= 3 && st.sync.all_gather.value() > 0 && end > begin) {
+      gather_of.assign(static_cast<size_t>(end - begin), -1);
       const Seconds per_layer =
           st.sync.all_gather * (1.0 / static_cast<double>(v)) / static_cast<double>(end - begin);
       for (int64_t k = 0; k < end - begin; ++k) {
@@ -509,12 +509,13 @@ class Training {
         g.push_back(comm_task(st, "ZeRO-3 parameter all-gather", kDpStream, per_layer,
                               st.sync.crosses_nodes));
         ++report_.tasks;
-        gather_of[l] = static_cast<uint32_t>(g.size() - 1);
+        gather_of[static_cast<size_t>(l - begin)] = static_cast<int64_t>(g.size() - 1);
       }
     }
     auto gate_on = [&](int64_t layer) {
       gate.clear();
-      if (auto it = gather_of.find(layer); it != gather_of.end()) gate.push_back(it->second);
+      if (gather_of.empty()) return;
+      gate.push_back(static_cast<uint32_t>(gather_of[static_cast<size_t>(layer - begin)]));
     };
     // Runs `ops` as `slices` pipelined chains continuing from the tails. `alloc_first` and
     // `alloc_token` tag the first op and the token op of slice 0; `release` tags slice

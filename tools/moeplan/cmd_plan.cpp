@@ -253,9 +253,11 @@ void run_plan(const PlanOptions& o) {
         "Memory per GPU by stage (headroom {}; runs out at s'' = {:.0f} received tokens, {:.1f}x "
         "balanced{}):\n{}\n",
         as_gb(best.score.headroom.value()), best.score.oom_received_tokens,
-        m.is_moe() ? best.score.oom_received_tokens / (static_cast<double>(o.seq_len * m.top_k))
-                   : 0.0,
-        best.choice.mact ? ", MACT chunking up to 8" : "", mt.render());
+        m.is_moe() ? best.score.oom_received_tokens / balanced_received_tokens(m, o.seq_len) : 0.0,
+        best.choice.mact
+            ? fmt::format(", MACT chunking up to {}", best.score.memory.largest_chunk_bin)
+            : "",
+        mt.render());
   const std::vector<std::string> args = megatron_arguments(best, m);
   if (args.empty()) {
     fmt::print(
