@@ -26,14 +26,6 @@ struct MemoryOptions {
   bool json = false, explain = false;
 };
 
-Recompute parse_recompute(const std::string& s) {
-  const std::optional<Recompute> r = recompute_from_name(s);
-  if (!r)
-    throw InputError("--recompute", "",
-                     fmt::format("'{}' is not one of none, selective, full, sar", s));
-  return *r;
-}
-
 void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m) {
   const memfine::LayerShape& s = r.moe_shape;
   fmt::print("\nHow these numbers arise (MemFine, 000_540cfe3acc6ce862):\n");

@@ -102,22 +102,11 @@ void run_plan(const PlanOptions& o) {
         "--schedule", "",
         fmt::format("'{}' is not one of 1f1b (interleaved when vpp > 1), gpipe", o.schedule));
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
-  if (!o.recompute.empty()) {
-    req.recompute = recompute_from_name(o.recompute);
-    if (!req.recompute) {
-      throw InputError("--recompute", "",
-                       fmt::format("'{}' is not one of none, selective, full, sar", o.recompute));
-    }
-  }
-  req.overlap = named<bool>("--overlap", o.overlap, {{"on", true}, {"off", false}}, true);
-  req.intra_overlap =
-      named<bool>("--intra-overlap", o.intra_overlap, {{"on", true}, {"off", false}}, true);
-  req.attention = named<AttentionMode>(
-      "--attention", o.attention,
-      {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}}, true);
-  req.precision = *named<Precision>(
-      "--precision", o.precision,
-      {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}}, false);
+  if (!o.recompute.empty()) req.recompute = parse_recompute(o.recompute);
+  req.overlap = parse_on_off(o.overlap, "--overlap", true);
+  req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
+  req.attention = parse_attention(o.attention, "--attention", true);
+  req.precision = parse_precision(o.precision, "--precision");
   if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
     throw InputError("--precision", "",
                      fmt::format("{} in {} has no fp8 peak (node/gpu/peak_TFLOPS/fp8)",

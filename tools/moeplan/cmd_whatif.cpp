@@ -204,31 +204,13 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
       }
     }
     if (axis == "chunks") in.chunks = positive(axis, v);
-    if (axis == "recompute") {
-      in.recompute = recompute_from_name(v);
-      if (!in.recompute)
-        throw InputError("--sweep", "recompute",
-                         fmt::format("'{}' is not one of none, selective, full, sar", v));
-    }
-    const std::string option = "--sweep " + axis;
-    if (axis == "precision") {
-      in.precision = named<Precision>(
-          option.c_str(), v,
-          {{"bf16", Precision::kBf16}, {"fp8", Precision::kFp8}, {"fp32", Precision::kFp32}},
-          false);
-    }
-    if (axis == "overlap")
-      in.overlap = named<bool>(option.c_str(), v, {{"on", true}, {"off", false}}, false);
-    if (axis == "intra-overlap")
-      in.intra_overlap = named<bool>(option.c_str(), v, {{"on", true}, {"off", false}}, false);
-    if (axis == "attention") {
-      in.attention = named<AttentionMode>(
-          option.c_str(), v, {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}},
-          false);
-    }
-    if (axis == "zero") {
-      in.zero = named<int>(option.c_str(), v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false);
-    }
+    if (axis == "recompute") in.recompute = parse_recompute(v, "--sweep", axis);
+    if (axis == "precision") in.precision = parse_precision(v, "--sweep", axis);
+    if (axis == "overlap") in.overlap = parse_on_off(v, "--sweep", false, axis);
+    if (axis == "intra-overlap") in.intra_overlap = parse_on_off(v, "--sweep", false, axis);
+    if (axis == "attention") in.attention = parse_attention(v, "--sweep", false, axis);
+    if (axis == "zero")
+      in.zero = named<int>("--sweep", v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false, axis);
     for (const ParallelField& f : parallel_fields())
       if (axis == f.key) in.sizes.*f.member = positive(axis, v);
   }

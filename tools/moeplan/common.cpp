@@ -9,6 +9,36 @@
 
 namespace moe::cli {
 
+Recompute parse_recompute(const std::string& value, const std::string& option,
+                          const std::string& where) {
+  const std::optional<Recompute> r = recompute_from_name(value);
+  if (!r) {
+    throw InputError(option, where,
+                     fmt::format("'{}' is not one of none, selective, full, sar", value));
+  }
+  return *r;
+}
+
+Precision parse_precision(const std::string& value, const std::string& option,
+                          const std::string& where) {
+  return *named<Precision>(
+      option, value,
+      {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}}, false,
+      where);
+}
+
+std::optional<AttentionMode> parse_attention(const std::string& value, const std::string& option,
+                                             bool search, const std::string& where) {
+  return named<AttentionMode>(
+      option, value, {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}}, search,
+      where);
+}
+
+std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,
+                                 const std::string& where) {
+  return named<bool>(option, value, {{"on", true}, {"off", false}}, search, where);
+}
+
 ParallelConfig layout_for(const std::string& text, const ModelSpec& m) {
   try {
     ParallelConfig p = resolve(parse_parallel(text));

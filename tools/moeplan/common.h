@@ -14,8 +14,10 @@
 #include "planner/cluster_spec.h"
 #include "planner/efficiencies.h"
 #include "planner/errors.h"
+#include "planner/memory_model.h"
 #include "planner/model_spec.h"
 #include "planner/parallel.h"
+#include "planner/plan.h"
 #include "planner/routing_skew.h"
 
 namespace moe::cli {
@@ -31,11 +33,12 @@ RoutingSkew skew_for(const std::string& text, const ModelSpec& m);
 Efficiencies efficiencies_from(const std::string& calibration_file);
 Dtype parse_dtype(const std::string& text, const std::string& option);
 
-// A switch flag's named value; "search" (where the flag allows it) leaves the switch to the
-// search.
+// A switch's named value; "search" (where the switch allows it) leaves it to the search. Errors
+// name `option` (and `where` in it, a --sweep axis).
 template <class E>
-std::optional<E> named(const char* option, const std::string& value,
-                       std::initializer_list<std::pair<const char*, E>> names, bool search) {
+std::optional<E> named(const std::string& option, const std::string& value,
+                       std::initializer_list<std::pair<const char*, E>> names, bool search,
+                       const std::string& where = "") {
   std::vector<std::string> known;
   for (const auto& [name, v] : names) {
     if (value == name) return v;
@@ -45,7 +48,18 @@ std::optional<E> named(const char* option, const std::string& value,
     if (value == "search") return std::nullopt;
     known.emplace_back("search");
   }
-  throw InputError(option, "", fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
+  throw InputError(option, where,
+                   fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
 }
+
+// The switch names every command takes: plan's flags and whatif's axes alike.
+Recompute parse_recompute(const std::string& value, const std::string& option = "--recompute",
+                          const std::string& where = "");
+Precision parse_precision(const std::string& value, const std::string& option,
+                          const std::string& where = "");
+std::optional<AttentionMode> parse_attention(const std::string& value, const std::string& option,
+                                             bool search, const std::string& where = "");
+std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,
+                                 const std::string& where = "");
 
 }  // namespace moe::cli

@@ -124,60 +124,54 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
                     best_speedup, "x", "the paper: up to 1.58x"});
   }
 
-  // Fig. 13: one 8 x H800 node, GBS 32, the paper's other optimizations off (no overlap).
+  // One 8 x H800 node, GBS 32, six models of Table 2, no overlap (the paper's other
+  // optimizations off). Fig. 13: SP+EP against TP+TP. Fig. 15 and Sec. 6.2: SP+EP with
+  // intra-operator overlap against the same layout without: each fused pair's time against its
+  // parts (the all-to-all with the attention projections; dispatch, scatter/gather and combine
+  // with the grouped GEMM), and the iteration.
   const ClusterSpec node = io::load_cluster(root + "/topologies/megascale-h800-240.json");
-  std::vector<double> gains;
+  std::vector<double> gains, pair_cuts, iteration_cuts;
   for (const char* file :
        {"megascale-internal-352b.json", "mixtral-8x7b.json", "mixtral-8x22b.json",
         "hunyuan-large.json", "phi-3.5-moe.json", "deepseekmoe-16b.json"}) {
     const ModelSpec model = io::load_model(root + "/models/" + file);
     const TimeContext one = make_time_context(model, node, efficiencies(), RoutingSkew{}, 4096);
-    auto mfu = [&](const char* layout, AttentionMode attention) {
+    auto choice_for = [](const char* layout, AttentionMode attention) {
       PlanChoice choice;
       choice.parallel = resolve(parse_parallel(layout));
       choice.attention = attention;
       choice.overlap = false;
+      return choice;
+    };
+    auto mfu = [&](const PlanChoice& choice) {
       return score_plan(one, choice, node.node.gpu.hbm_capacity, 1.0).mfu;
     };
-    gains.push_back(mfu("tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=32", AttentionMode::kUlysses) /
-                        mfu("tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=32", AttentionMode::kTensor) -
+    PlanChoice spep = choice_for("tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=32", AttentionMode::kUlysses);
+    gains.push_back(mfu(spep) / mfu(choice_for("tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=32",
+                                               AttentionMode::kTensor)) -
                     1.0);
-  }
-  // Fig. 15 and Sec. 6.2: intra-operator overlap on the same node, SP+EP, against the same
-  // layout without any overlap: each fused pair's time against its parts (the all-to-all with
-  // the attention projections; dispatch, scatter/gather and combine with the grouped GEMM),
-  // and the iteration.
-  std::vector<double> pair_cuts, iteration_cuts;
-  for (const char* file :
-       {"megascale-internal-352b.json", "mixtral-8x7b.json", "mixtral-8x22b.json",
-        "hunyuan-large.json", "phi-3.5-moe.json", "deepseekmoe-16b.json"}) {
-    const ModelSpec model = io::load_model(root + "/models/" + file);
-    const TimeContext one = make_time_context(model, node, efficiencies(), RoutingSkew{}, 4096);
-    PlanChoice choice;
-    choice.parallel = resolve(parse_parallel("tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=32"));
-    choice.attention = AttentionMode::kUlysses;
-    choice.overlap = false;
+
     const size_t moe_layer = static_cast<size_t>(
         std::find(model.moe_layer.begin(), model.moe_layer.end(), true) - model.moe_layer.begin());
     auto ops = [&](bool intra) {
-      choice.intra_overlap = intra;
+      spep.intra_overlap = intra;
       std::map<std::string, double> by_name;
       for (const LayerOp& op :
-           layer_forward_ops(one, choice, one.params.layers[moe_layer], true, 1.0, 1))
+           layer_forward_ops(one, spep, one.params.layers[moe_layer], true, 1.0, 1))
         by_name[op.name] = op.time.value();
       return by_name;
     };
-    auto apart = ops(false), together = ops(true);
+    const auto apart = ops(false), together = ops(true);
     const char* kMemory = "norms, residuals, activations";
-    pair_cuts.push_back((apart["attention projections"] + apart["Ulysses SP all-to-all"]) /
-                        together["attention projections (fused TP/SP communication)"]);
-    pair_cuts.push_back((apart["dispatch"] + apart["routed experts"] + apart["combine"] +
-                         apart[kMemory] - together[kMemory]) /
-                        together["routed experts (fused dispatch and combine)"]);
-    choice.intra_overlap = false;
-    const double base = estimate_time(one, choice).iteration.value();
-    choice.intra_overlap = true;
-    iteration_cuts.push_back(1.0 - estimate_time(one, choice).iteration.value() / base);
+    pair_cuts.push_back((apart.at("attention projections") + apart.at("Ulysses SP all-to-all")) /
+                        together.at("attention projections (fused TP/SP communication)"));
+    pair_cuts.push_back((apart.at("dispatch") + apart.at("routed experts") + apart.at("combine") +
+                         apart.at(kMemory) - together.at(kMemory)) /
+                        together.at("routed experts (fused dispatch and combine)"));
+    spep.intra_overlap = false;
+    const double base = estimate_time(one, spep).iteration.value();
+    spep.intra_overlap = true;
+    iteration_cuts.push_back(1.0 - estimate_time(one, spep).iteration.value() / base);
   }
   const auto [pair_lo, pair_hi] = std::minmax_element(pair_cuts.begin(), pair_cuts.end());
   const auto [it_lo, it_hi] = std::minmax_element(iteration_cuts.begin(), iteration_cuts.end());
