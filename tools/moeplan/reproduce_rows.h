@@ -15,13 +15,16 @@ struct Row {
 };
 
 // MegaScale-MoE Table 3 (both systems and the speedup), Fig. 11 (weak scaling), Fig. 12 (MFU on
-// H800, A100 and H20) and Fig. 13 (SP+EP over TP+TP on one node for the six models of Table 2).
+// H800, A100 and H20), Fig. 13 (SP+EP over TP+TP on one node for the six models of Table 2) and
+// Fig. 15 / Sec. 6.2 (intra-operator overlap).
 std::vector<Row> megascale_end_to_end(const std::string& root);
-// MoNTA Fig. 14: the AllToAll strategy the planner picks from 8K to 256K tokens.
+// MoNTA Fig. 14 (the AllToAll strategy the planner picks from 8K to 256K tokens) and Fig. 11
+// (the EP all-to-all's wait under communication priorities).
 std::vector<Row> monta_end_to_end(const std::string& root);
 // MemFine Fig. 4-5: methods 1-3 over simulated iterations (OOM, TGS, MACT's chunks).
 std::vector<Row> memfine_end_to_end(const std::string& root);
-// APTMoE Fig. 11, 13 and 14: simulated throughput against Mobius, per topology, and over GPUs.
+// APTMoE Fig. 11, 13 and 14 (simulated throughput against Mobius, per topology, over GPUs),
+// Sec. III-B (the predictor's accuracy) and Sec. IV-D3 (MoE-L-8).
 std::vector<Row> aptmoe_end_to_end(const std::string& root);
 
 }  // namespace moe::cli

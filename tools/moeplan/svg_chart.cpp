@@ -24,17 +24,22 @@ std::string number(double v) {
   return fmt::format("{:.3g}", v);
 }
 
+// Where value y sits on a chart whose axis tops out at y1.
+double y_pixel(double y, double y1) {
+  return kHeight - kBottom - y / y1 * (kHeight - kTop - kBottom);
+}
+
 // The <svg> element, its title, the axes with grid lines at quarters of y1 (the top, already
 // padded) and the axis labels: what both chart kinds share.
 std::string svg_frame(const std::string& title, const std::string& x_label,
                       const std::string& y_label, double y1) {
-  auto py = [&](double y) { return kHeight - kBottom - y / y1 * (kHeight - kTop - kBottom); };
+  auto py = [&](double y) { return y_pixel(y, y1); };
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" role=\"img\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n<title>{}</title>\n"
       "<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>\n",
       kWidth, kHeight, html_escape(title), kLeft, html_escape(title));
-  // Axes, y ticks at quarters, x ticks at the data's x values.
+  // Axes, y ticks at quarters.
   out += fmt::format(
       "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#333\"/>"
       "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{3}\" stroke=\"#333\"/>\n",
@@ -80,7 +85,7 @@ std::string svg_line_chart(const Chart& c) {
     const double f = log_x ? std::log(x / x0) / std::log(x1 / x0) : (x - x0) / (x1 - x0);
     return kLeft + f * (kWidth - kLeft - kRight);
   };
-  auto py = [&](double y) { return kHeight - kBottom - y / y1 * (kHeight - kTop - kBottom); };
+  auto py = [&](double y) { return y_pixel(y, y1); };
   std::string out = svg_frame(c.title, c.x_label + (log_x ? " (log)" : ""), c.y_label, y1);
   std::vector<double> ticks;
   for (const Series& s : c.series) ticks.insert(ticks.end(), s.x.begin(), s.x.end());
@@ -128,7 +133,7 @@ std::string svg_stacked_bars(const StackedBars& c) {
   }
   if (y1 <= 0) y1 = 1;
   y1 *= 1.08;
-  auto py = [&](double y) { return kHeight - kBottom - y / y1 * (kHeight - kTop - kBottom); };
+  auto py = [&](double y) { return y_pixel(y, y1); };
   std::string out = svg_frame(c.title, "point (numbered as in the table)", c.y_label, y1);
   const double slot = (kWidth - kLeft - kRight) / static_cast<double>(std::max<size_t>(n, 1));
   for (size_t i = 0; i < n; ++i) {
