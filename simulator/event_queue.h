@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <queue>
+#include <unordered_set>
 #include <vector>
 
 #include "simulator/sim_time.h"
@@ -16,10 +17,14 @@ namespace moe::sim {
 class EventQueue {
  public:
   using Action = std::function<void()>;
+  using EventId = uint64_t;
 
   // Schedules `action` at absolute time `t` (not before now()).
-  void at(SimTime t, Action action);
-  void after(SimTime delay, Action action) { at(now_ + delay, std::move(action)); }
+  EventId at(SimTime t, Action action);
+  EventId after(SimTime delay, Action action) { return at(now_ + delay, std::move(action)); }
+  // A cancelled event neither runs nor moves the clock (a flow whose rate changed drops its old
+  // completion, which would otherwise stretch the run's end).
+  void cancel(EventId id) { cancelled_.insert(id); }
   // Runs events until none is left. Returns the number executed.
   uint64_t run();
   SimTime now() const { return now_; }
@@ -37,6 +42,7 @@ class EventQueue {
     }
   };
   std::priority_queue<Event, std::vector<Event>, Later> heap_;
+  std::unordered_set<EventId> cancelled_;
   SimTime now_;
   uint64_t next_seq_ = 0;
 };

@@ -16,6 +16,10 @@ constexpr double kDoneFraction = 1e-9;
 int FlowNetwork::add_link(BytesPerSec capacity) {
   if (!(capacity.value() > 0)) throw std::invalid_argument("link capacity must be positive");
   links_.push_back(capacity.value());
+  on_link_.emplace_back();
+  link_seen_.push_back(0);
+  left_.push_back(0);
+  unfrozen_on_.push_back(0);
   return static_cast<int>(links_.size()) - 1;
 }
 
@@ -27,6 +31,8 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
   }
   if (!(bytes.value() >= 0) || !std::isfinite(bytes.value()))
     throw std::invalid_argument("flow size must be finite and not negative");
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
   Flow f;
   f.links = std::move(links);
   f.bytes = f.remaining = bytes.value();
@@ -37,6 +43,7 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
   size_t id = flows_.size();
   if (free_.empty()) {
     flows_.push_back(std::move(f));
+    flow_seen_.push_back(0);
   } else {
     id = free_.back();
     free_.pop_back();
@@ -50,20 +57,16 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
 }
 
 size_t FlowNetwork::active_flows() const {
-  return active_.size();
+  return active_count_;
 }
 
 BytesPerSec FlowNetwork::link_load(int link) const {
   double load = 0;
-  for (size_t id : active_) {
-    const Flow& f = flows_[id];
-    if (std::find(f.links.begin(), f.links.end(), link) != f.links.end()) load += f.rate;
-  }
+  for (size_t id : on_link_.at(static_cast<size_t>(link))) load += flows_[id].rate;
   return BytesPerSec(load);
 }
 
 void FlowNetwork::activate(size_t id) {
-  drain();
   Flow& f = flows_[id];
   if (f.links.empty() || f.remaining <= 0) {
     delivered_ += f.bytes;
@@ -74,56 +77,112 @@ void FlowNetwork::activate(size_t id) {
     return;
   }
   f.active = true;
-  active_.push_back(id);
-  solve();
-  schedule_next();
+  f.since = queue_.now();
+  ++active_count_;
+  for (int l : f.links) on_link_[static_cast<size_t>(l)].push_back(id);
+  resolve_around(f.links);
 }
 
-void FlowNetwork::drain() {
-  const double dt = to_seconds(queue_.now() - last_drain_).value();
-  last_drain_ = queue_.now();
-  if (dt <= 0) return;
-  for (size_t id : active_) {
-    Flow& f = flows_[id];
-    f.remaining = std::max(0.0, f.remaining - f.rate * dt);
+void FlowNetwork::complete(size_t id) {
+  Flow& f = flows_[id];
+  f.completion.reset();
+  const double left = f.remaining - f.rate * to_seconds(queue_.now() - f.since).value();
+  if (left > std::max(f.bytes * kDoneFraction, 1e-3)) {
+    // Rounding put the event a hair early: come back when the rest has drained.
+    f.remaining = left;
+    f.since = queue_.now();
+    schedule(id);
+    return;
   }
+  f.active = false;
+  f.rate = 0;
+  f.remaining = 0;
+  --active_count_;
+  delivered_ += f.bytes;
+  for (int l : f.links) {
+    std::vector<size_t>& on = on_link_[static_cast<size_t>(l)];
+    on.erase(std::find(on.begin(), on.end(), id));
+  }
+  Done done = std::move(f.done);
+  const std::vector<int> links = std::move(f.links);
+  free_.push_back(id);
+  resolve_around(links);
+  if (done) done(queue_.now());
 }
 
-void FlowNetwork::solve() {
+void FlowNetwork::resolve_around(const std::vector<int>& seeds) {
   ++solves_;
-  std::vector<double> left = links_;
-  std::vector<int> classes;
-  for (size_t id : active_) classes.push_back(flows_[id].priority);
-  std::sort(classes.begin(), classes.end());
-  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
-  for (int cls : classes) {
-    std::vector<size_t> members;
-    for (size_t id : active_) {
-      if (flows_[id].priority == cls) members.push_back(id);
+  // The connected component: links reached from the seeds through the flows crossing them.
+  std::vector<int> links;
+  std::vector<size_t> members;
+  for (int l : seeds) {
+    if (!link_seen_[static_cast<size_t>(l)]) {
+      link_seen_[static_cast<size_t>(l)] = 1;
+      links.push_back(l);
     }
-    fill(members, left);
   }
+  for (size_t next = 0; next < links.size(); ++next) {
+    for (size_t id : on_link_[static_cast<size_t>(links[next])]) {
+      if (flow_seen_[id]) continue;
+      flow_seen_[id] = 1;
+      members.push_back(id);
+      for (int l : flows_[id].links) {
+        if (!link_seen_[static_cast<size_t>(l)]) {
+          link_seen_[static_cast<size_t>(l)] = 1;
+          links.push_back(l);
+        }
+      }
+    }
+  }
+  for (int l : links) link_seen_[static_cast<size_t>(l)] = 0;
+  for (size_t id : members) flow_seen_[id] = 0;
+  if (members.empty()) return;
+  // Bring every member to now at its old rate, then fill class by class.
+  const SimTime now = queue_.now();
+  for (size_t id : members) {
+    Flow& f = flows_[id];
+    f.remaining = std::max(0.0, f.remaining - f.rate * to_seconds(now - f.since).value());
+    f.since = now;
+  }
+  std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
+    return flows_[a].priority != flows_[b].priority ? flows_[a].priority < flows_[b].priority
+                                                    : a < b;
+  });
+  for (int l : links) left_[static_cast<size_t>(l)] = links_[static_cast<size_t>(l)];
+  for (size_t begin = 0; begin < members.size();) {
+    size_t end = begin;
+    while (end < members.size() && flows_[members[end]].priority == flows_[members[begin]].priority)
+      ++end;
+    fill({members.begin() + static_cast<std::ptrdiff_t>(begin),
+          members.begin() + static_cast<std::ptrdiff_t>(end)},
+         links);
+    begin = end;
+  }
+  for (size_t id : members) schedule(id);
 }
 
-void FlowNetwork::fill(const std::vector<size_t>& members, std::vector<double>& left) {
-  std::vector<int> unfrozen_on(links_.size(), 0);
+void FlowNetwork::fill(const std::vector<size_t>& members, const std::vector<int>& links) {
   std::vector<char> frozen(members.size(), 0);
   for (size_t i = 0; i < members.size(); ++i) {
     Flow& f = flows_[members[i]];
     f.rate = 0;
-    for (int l : f.links) ++unfrozen_on[l];
+    for (int l : f.links) ++unfrozen_on_[static_cast<size_t>(l)];
   }
   size_t unfrozen = members.size();
   while (unfrozen > 0) {
     // The smallest equal share any link can still give its unfrozen flows.
     double step = std::numeric_limits<double>::infinity();
-    for (size_t l = 0; l < links_.size(); ++l) {
-      if (unfrozen_on[l] > 0) step = std::min(step, std::max(left[l], 0.0) / unfrozen_on[l]);
+    for (int l : links) {
+      const size_t k = static_cast<size_t>(l);
+      if (unfrozen_on_[k] > 0) step = std::min(step, std::max(left_[k], 0.0) / unfrozen_on_[k]);
     }
     for (size_t i = 0; i < members.size(); ++i) {
       if (!frozen[i]) flows_[members[i]].rate += step;
     }
-    for (size_t l = 0; l < links_.size(); ++l) left[l] -= step * unfrozen_on[l];
+    for (int l : links) {
+      const size_t k = static_cast<size_t>(l);
+      left_[k] -= step * unfrozen_on_[k];
+    }
     // Freeze the flows of every link that is now full. The link that set the step is full by
     // construction; the tolerance only absorbs rounding, and the fallback below guarantees
     // progress if rounding hides it.
@@ -131,59 +190,34 @@ void FlowNetwork::fill(const std::vector<size_t>& members, std::vector<double>& 
     for (size_t i = 0; i < members.size(); ++i) {
       if (frozen[i]) continue;
       const Flow& f = flows_[members[i]];
-      const bool saturated = std::any_of(f.links.begin(), f.links.end(),
-                                         [&](int l) { return left[l] <= links_[l] * 1e-12; });
+      const bool saturated = std::any_of(f.links.begin(), f.links.end(), [&](int l) {
+        return left_[static_cast<size_t>(l)] <= links_[static_cast<size_t>(l)] * 1e-12;
+      });
       if (!saturated) continue;
       frozen[i] = 1;
       --unfrozen;
-      for (int l : f.links) --unfrozen_on[l];
+      for (int l : f.links) --unfrozen_on_[static_cast<size_t>(l)];
     }
     if (unfrozen == before) {
-      size_t tightest = 0;
-      for (size_t l = 0; l < links_.size(); ++l) {
-        if (unfrozen_on[l] > 0 && (unfrozen_on[tightest] == 0 || left[l] < left[tightest]))
+      int tightest = -1;
+      for (int l : links) {
+        const size_t k = static_cast<size_t>(l);
+        if (unfrozen_on_[k] > 0 &&
+            (tightest < 0 || left_[k] < left_[static_cast<size_t>(tightest)]))
           tightest = l;
       }
-      left[tightest] = 0;
+      left_[static_cast<size_t>(tightest)] = 0;
     }
   }
 }
 
-void FlowNetwork::schedule_next() {
-  double soonest = std::numeric_limits<double>::infinity();
-  for (size_t id : active_) {
-    const Flow& f = flows_[id];
-    if (f.rate > 0) soonest = std::min(soonest, f.remaining / f.rate);
-  }
-  if (!std::isfinite(soonest)) return;
-  const uint64_t generation = ++generation_;
-  queue_.after(to_sim_time(Seconds(soonest)), [this, generation] {
-    if (generation == generation_) complete_due();
-  });
-}
-
-void FlowNetwork::complete_due() {
-  drain();
-  std::vector<Done> finished;
-  std::vector<size_t> still;
-  for (size_t id : active_) {
-    Flow& f = flows_[id];
-    if (f.remaining <= std::max(f.bytes * kDoneFraction, 1e-3)) {
-      f.active = false;
-      f.rate = 0;
-      delivered_ += f.bytes;
-      finished.push_back(std::move(f.done));
-      free_.push_back(id);
-    } else {
-      still.push_back(id);
-    }
-  }
-  active_ = std::move(still);
-  solve();
-  schedule_next();
-  for (Done& d : finished) {
-    if (d) d(queue_.now());
-  }
+void FlowNetwork::schedule(size_t id) {
+  Flow& f = flows_[id];
+  if (f.completion) queue_.cancel(*f.completion);
+  f.completion.reset();
+  if (!(f.rate > 0)) return;  // starved by a higher class: rescheduled when that one ends
+  f.completion =
+      queue_.after(to_sim_time(Seconds(f.remaining / f.rate)), [this, id] { complete(id); });
 }
 
 }  // namespace moe::sim

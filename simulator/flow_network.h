@@ -5,13 +5,18 @@
 // Max-min fair rates come from progressive filling: raise every unfrozen flow's rate at the same
 // pace until a link is full, freeze the flows that cross it, repeat until every flow is frozen
 // (the system SimGrid's lmm solver handles; packet-level effects are out of scope). Rates are
-// re-solved when a flow starts or ends; in between each flow drains at its rate, so completion
-// times are exact up to the picosecond rounding of SimTime. Flows may carry a priority class:
-// classes are filled one after another, each from what the ones before left.
+// re-solved when a flow starts or ends, but only for the flows that share a link with it,
+// directly or through other flows (its connected component): a flow elsewhere keeps its rate, so
+// a cluster of thousands of GPUs with their own ports costs per event what one port does (as
+// SimGrid's lmm solver re-solves only modified constraints). In between each flow drains at its
+// rate, and its completion is an event of its own, so completion times are exact up to the
+// picosecond rounding of SimTime. Flows may carry a priority class: classes are filled one after
+// another, each from what the ones before left.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "planner/units.h"
@@ -46,27 +51,32 @@ class FlowNetwork {
   struct Flow {
     std::vector<int> links;
     double bytes = 0;
-    double remaining = 0;
+    double remaining = 0;  // as of `since`
     double rate = 0;
+    SimTime since;
+    std::optional<EventQueue::EventId> completion;  // its pending completion event
     Done done;
     bool active = false;
     int priority = 0;
   };
 
   void activate(size_t flow);
-  void drain();  // move every active flow forward to now at its current rate
-  void solve();  // progressive filling, class by class
-  void fill(const std::vector<size_t>& members, std::vector<double>& left);
-  void schedule_next();  // the earliest completion, tagged with the current generation
-  void complete_due();
+  void complete(size_t flow);
+  // Re-solves the flows connected to `seeds` (links) and reschedules their completions.
+  void resolve_around(const std::vector<int>& seeds);
+  void fill(const std::vector<size_t>& members, const std::vector<int>& links);
+  void schedule(size_t flow);
 
   EventQueue& queue_;
-  std::vector<double> links_;  // capacity in bytes/s
+  std::vector<double> links_;                 // capacity in bytes/s
+  std::vector<std::vector<size_t>> on_link_;  // active flows crossing each link
   std::vector<Flow> flows_;
-  std::vector<size_t> active_;  // indices into flows_
-  std::vector<size_t> free_;    // slots of finished flows
-  SimTime last_drain_;
-  uint64_t generation_ = 0;
+  std::vector<size_t> free_;  // slots of finished flows
+  size_t active_count_ = 0;
+  // Scratch for resolve_around, sized to the links and flows, reset after each use.
+  std::vector<char> link_seen_, flow_seen_;
+  std::vector<double> left_;
+  std::vector<int> unfrozen_on_;
   uint64_t solves_ = 0;
   double sent_ = 0;
   double delivered_ = 0;

@@ -37,6 +37,49 @@ TEST(EventQueue, EqualTimesRunInInsertionOrder) {
   EXPECT_THROW(q.at(us(1), [] {}), std::logic_error);
 }
 
+TEST(EventQueue, CancelledEventsNeitherRunNorMoveTheClock) {
+  EventQueue q;
+  bool ran = false;
+  q.at(us(1), [] {});
+  const EventQueue::EventId late = q.at(us(9), [&] { ran = true; });
+  q.cancel(late);
+  EXPECT_EQ(q.run(), 1u);
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(q.now(), us(1));
+}
+
+TEST(FlowNetwork, ARateChangeLeavesNoLateCompletion) {
+  // A (1 GB) runs alone at 100 GB/s, shares with B (0.2 GB) from 2 ms: both at 50 GB/s, B ends
+  // at 6 ms, A has 0.6 GB left at 100 GB/s and ends at 12 ms. A's first completion (10 ms) was
+  // dropped when B joined, so the run ends at A's real end, not later.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(gigabytes_per_sec(100));
+  SimTime a, b;
+  net.send({link}, Bytes(kGB), SimTime{0}, [&](SimTime t) { a = t; });
+  net.send({link}, Bytes(0.2 * kGB), us(2000), [&](SimTime t) { b = t; });
+  q.run();
+  EXPECT_NEAR(to_seconds(b).value(), 0.006, 1e-11);
+  EXPECT_NEAR(to_seconds(a).value(), 0.012, 1e-11);
+  EXPECT_EQ(q.now(), a);
+}
+
+TEST(FlowNetwork, FlowsOnDisjointLinksKeepTheirRates) {
+  // Only a flow's connected component is re-solved: a thousand ports with their own flows,
+  // starting at different times, each finish at latency + B / W as if alone.
+  EventQueue q;
+  FlowNetwork net(q);
+  std::vector<SimTime> done(1000);
+  for (int i = 0; i < 1000; ++i) {
+    const int link = net.add_link(gigabytes_per_sec(10 + i % 7));
+    net.send({link}, Bytes(kGB * (1 + i % 3)), us(i), [&, i](SimTime t) { done[i] = t; });
+  }
+  q.run();
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_NEAR(to_seconds(done[i]).value(), i * 1e-6 + (1 + i % 3) / (10.0 + i % 7), 1e-10);
+  EXPECT_EQ(net.active_flows(), 0u);
+}
+
 TEST(FlowNetwork, OneFlowTakesLatencyPlusBytesOverBandwidth) {
   // latency + B / W = 2 us + 1 GB / 100 GB/s = 10.002 ms.
   EventQueue q;
