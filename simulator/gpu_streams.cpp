@@ -13,39 +13,56 @@ GpuStreams::GpuStreams(EventQueue& queue, FlowNetwork& net, int streams, StreamH
       busy_(static_cast<size_t>(streams)),
       waited_(static_cast<size_t>(streams)) {}
 
-void GpuStreams::run(std::vector<Task> graph, std::function<void()> done) {
-  if (left_ != 0) throw std::logic_error("a GPU runs one task graph at a time");
-  graph_ = std::move(graph);
-  done_ = std::move(done);
-  left_ = graph_.size();
-  dependents_.assign(graph_.size(), {});
-  waiting_.assign(graph_.size(), 0);
-  released_by_.assign(graph_.size(), 0);
-  for (uint32_t i = 0; i < graph_.size(); ++i) {
-    const Task& t = graph_[i];
-    if (t.stream < 0 || static_cast<size_t>(t.stream) >= ready_.size())
-      throw std::invalid_argument("task on an unknown stream");
-    for (uint32_t d : t.after) {
+TaskGraph::TaskGraph(std::vector<Task> tasks) : tasks_(std::move(tasks)) {
+  const size_t n = tasks_.size();
+  waiting_.assign(n, 0);
+  first_dependent_.assign(n + 1, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t d : tasks_[i].after) {
       if (d >= i) throw std::invalid_argument("task depends on a later one");
-      dependents_[d].push_back(i);
+      ++first_dependent_[d + 1];
       ++waiting_[i];
     }
   }
+  for (size_t i = 0; i < n; ++i) first_dependent_[i + 1] += first_dependent_[i];
+  dependents_.resize(first_dependent_[n]);
+  std::vector<uint32_t> next(first_dependent_.begin(), first_dependent_.end() - 1);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t d : tasks_[i].after) dependents_[next[d]++] = i;
+  }
+}
+
+void GpuStreams::run(std::vector<Task> graph, std::function<void()> done) {
+  run(std::make_shared<const TaskGraph>(std::move(graph)), std::move(done));
+}
+
+void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done) {
+  if (left_ != 0) throw std::logic_error("a GPU runs one task graph at a time");
+  for (const Task& t : graph->tasks()) {
+    if (t.stream < 0 || static_cast<size_t>(t.stream) >= ready_.size())
+      throw std::invalid_argument("task on an unknown stream");
+  }
+  graph_ = std::move(graph);
+  done_ = std::move(done);
+  left_ = graph_->size();
+  waiting_ = graph_->waiting_;
+  released_by_.assign(graph_->size(), 0);
   idle_ = true;
   idle_since_ = queue_.now();
-  if (graph_.empty()) {
+  if (left_ == 0) {
     auto finish = std::move(done_);
     finish();
     return;
   }
-  for (uint32_t i = 0; i < graph_.size(); ++i) {
+  for (uint32_t i = 0; i < graph_->size(); ++i) {
     if (waiting_[i] == 0) ready(i);
   }
 }
 
 void GpuStreams::ready(uint32_t task) {
-  const int s = graph_[task].stream;
-  ready_[static_cast<size_t>(s)].push({graph_[task].rank, task});
+  const Task& t = graph_->tasks_[task];
+  ready_[static_cast<size_t>(t.stream)].push({t.rank, task});
+  const int s = t.stream;
   dispatch(s);
 }
 
@@ -63,10 +80,13 @@ void GpuStreams::dispatch(int stream) {
         waited_[static_cast<size_t>(released_by_[id])] + (start - idle_since_);
     idle_ = false;
   }
-  const Task& t = graph_[id];
+  const Task& t = graph_->tasks_[id];
   if (hooks_.on_start) hooks_.on_start(t);
   if (t.links.empty()) {
-    queue_.after(t.duration, [this, id, start] { finished(id, start); });
+    const SimTime duration = hooks_.duration ? hooks_.duration(id, t) : t.duration;
+    queue_.after(duration, [this, id, start] { finished(id, start); });
+  } else if (hooks_.communicate) {
+    hooks_.communicate(id, t, [this, id, start] { finished(id, start); });
   } else {
     net_.send(
         t.links, t.bytes, SimTime{}, [this, id, start](SimTime) { finished(id, start); },
@@ -75,13 +95,14 @@ void GpuStreams::dispatch(int stream) {
 }
 
 void GpuStreams::finished(uint32_t id, SimTime start) {
-  const Task& t = graph_[id];
+  const Task& t = graph_->tasks_[id];
   const size_t s = static_cast<size_t>(t.stream);
   const SimTime now = queue_.now();
   busy_[s] = busy_[s] + (now - start);
   running_[s] = false;
   if (hooks_.on_end) hooks_.on_end(t, start, now);
-  for (uint32_t d : dependents_[id]) {
+  for (uint32_t k = graph_->first_dependent_[id]; k < graph_->first_dependent_[id + 1]; ++k) {
+    const uint32_t d = graph_->dependents_[k];
     released_by_[d] = t.stream;
     if (--waiting_[d] == 0) ready(d);
   }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <vector>
 
@@ -38,6 +39,29 @@ struct Task {
 struct StreamHooks {
   std::function<void(const Task&)> on_start;  // before it runs (memory allocation)
   std::function<void(const Task&, SimTime start, SimTime end)> on_end;
+  // For GPUs that run one shared graph (every GPU of a pipeline stage runs the same operators;
+  // their durations, sizes and links are their own): `duration` gives this GPU's time for a
+  // compute task, `communicate` runs a communication task (a collective that waits for its
+  // group) and calls `done` when it has landed. Unset, a compute task takes its `duration` and a
+  // communication task is one flow over its `links`.
+  std::function<SimTime(uint32_t id, const Task&)> duration;
+  std::function<void(uint32_t id, const Task&, std::function<void()> done)> communicate;
+};
+
+// A task graph checked and indexed once, for any number of GPUs to run.
+class TaskGraph {
+ public:
+  // Throws std::invalid_argument when a task depends on itself or a later one.
+  explicit TaskGraph(std::vector<Task> tasks);
+  const std::vector<Task>& tasks() const { return tasks_; }
+  size_t size() const { return tasks_.size(); }
+
+ private:
+  friend class GpuStreams;
+  std::vector<Task> tasks_;
+  std::vector<uint32_t> first_dependent_;  // CSR: dependents of i are [first[i], first[i + 1])
+  std::vector<uint32_t> dependents_;
+  std::vector<uint32_t> waiting_;  // dependencies of each task
 };
 
 class GpuStreams {
@@ -47,6 +71,7 @@ class GpuStreams {
   // Runs a graph (tasks in issue order; `after` must point backwards); `done` runs when every
   // task has finished. One graph at a time.
   void run(std::vector<Task> graph, std::function<void()> done);
+  void run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done);
 
   // Main-stream idle time inside graphs, by the stream of the task it waited for.
   const std::vector<SimTime>& waited_on() const { return waited_; }
@@ -60,8 +85,7 @@ class GpuStreams {
   EventQueue& queue_;
   FlowNetwork& net_;
   StreamHooks hooks_;
-  std::vector<Task> graph_;
-  std::vector<std::vector<uint32_t>> dependents_;
+  std::shared_ptr<const TaskGraph> graph_;
   std::vector<uint32_t> waiting_;
   std::vector<int> released_by_;           // stream of the dependency that finished last
   using Ready = std::pair<int, uint32_t>;  // (rank, task)
