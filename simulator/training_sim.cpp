@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <memory>
 #include <stdexcept>
+#include <tuple>
 
 #include "planner/layer_ops.h"
 #include "planner/memfine.h"
@@ -62,6 +64,17 @@ struct LayerState {
   Bytes token_part;                       // allocated at dispatch (one chunk of s'')
   Bytes checkpoint;                       // full recompute: the layer input kept from forward
   int64_t token_op = -1;                  // index in `forward` where the token part is allocated
+  // Every-GPU mode, MoE layers under uneven routing: per EP rank, each forward op's time over
+  // the busiest rank's (what scales that rank's copy of the shared graph) and its token part.
+  std::vector<std::vector<double>> rank_ratio;
+  std::vector<Bytes> rank_token_part;
+};
+
+// Which layer operator a task of a pass graph runs (op indexes the layer's forward list; a
+// backward task names the forward op it mirrors). layer < 0: not a layer operator.
+struct OpRef {
+  int32_t layer = -1;
+  int32_t op = 0;
 };
 
 struct DpCollective {
@@ -70,30 +83,59 @@ struct DpCollective {
   std::function<void()> then;
 };
 
-// What a task does to memory, and where to report it.
+// What a task does to memory, and where to report it. `tokens`: the amounts hold the layer's
+// token part at the busiest rank's load, which each GPU swaps for its own.
 struct MemAction {
   int64_t layer = 0, micro = 0, chunks = 1;
   Bytes alloc;    // at start
   Bytes release;  // at end
+  bool tokens = false;
 };
 
-struct StageState {
-  int nvlink = 0, nic = 0;  // link indices
+struct GpuState {
+  int64_t stage = 0, local = 0, ep_rank = 0;
+  int64_t group[kStreams] = {};  // key of its TP, EP, CP and DP groups, by stream
+  int nvlink = 0, nic = 0;       // link indices
   std::unique_ptr<GpuStreams> gpu;
-  Bytes static_bytes, current, peak;
-  double max_received = 0;  // MACT's s'_max for the stage
-  int64_t first_layer = 0, num_layers = 0;
-  DpSync sync;
+  Bytes current, peak;
   int active_nvlink = 0, active_nic = 0;
   SimTime nvlink_since, nic_since;
-  std::vector<MemAction> actions;  // of the running pass graph; tags index it (1-based)
   // Asynchronous data-parallel collectives, one after another on the DP stream.
   std::deque<DpCollective> dp_queue;
   bool dp_busy = false;
+  int64_t dp_serial = 0;                // collectives started on the DP stream
   bool params_pending = false;          // the iteration's parameter all-gather is in flight
   std::function<void()> deferred_done;  // the first pass, finished before its parameters
   bool optimizer_waiting = false;       // the last pass is done; gradients still reducing
 };
+
+struct StageState {
+  int64_t first_gpu = 0, num_gpus = 1;  // its GPUs in Training::gpus_
+  Bytes static_bytes;
+  double max_received = 0;  // MACT's s'_max for the stage
+  int64_t first_layer = 0, num_layers = 0;
+  DpSync sync;
+  std::vector<MemAction> actions;  // of the running pass graph; tags index it (1-based)
+  std::vector<OpRef> refs;         // of the running pass graph, by task (every-GPU mode)
+  int64_t pass_serial = 0;         // passes started
+  int64_t gpus_left = 0;           // GPUs still running the current pass
+  std::function<void()> pass_done;
+};
+
+// A collective of one group being joined: flows start once every member has arrived and all
+// members go on when the last flow has landed.
+struct Member {
+  int64_t gpu = 0;
+  int link = 0;
+  Bytes bytes;
+  std::function<void()> done;
+};
+struct Joining {
+  int priority = 0;
+  std::vector<Member> members;
+  size_t flows_left = 0;
+};
+using CollectiveKey = std::tuple<int64_t, int64_t, uint32_t, int, int64_t>;
 
 class Training {
  public:
@@ -110,8 +152,16 @@ class Training {
     memory_ = estimate_memory(m_, ctx.params, p_, request);
     shape_ = moe_layer_shape(m_, p_, ctx.seq_len, request.bytes_per_element);
     microbatches_ = *p_.gbs / (*p_.mbs * *p_.dp);
+    per_stage_ = o.every_gpu ? p_.world() / *p_.pp : 1;
+    group_size_[kTpStream] = *p_.tp;
+    group_size_[kEpStream] = *p_.ep;
+    group_size_[kCpStream] = *p_.cp;
+    group_size_[kDpStream] = *p_.dp * *p_.cp;
     report_.stages.resize(static_cast<size_t>(*p_.pp));
     report_.chunk_histogram.assign(static_cast<size_t>(o.chunk_bins.back() + 1), 0);
+    report_.gpus_simulated = *p_.pp * per_stage_;
+    compute_total_.assign(static_cast<size_t>(report_.gpus_simulated), Seconds(0));
+    peak_total_.assign(static_cast<size_t>(report_.gpus_simulated), Bytes(0));
   }
 
   TrainingReport run() {
@@ -124,6 +174,20 @@ class Training {
     Seconds sum;
     for (Seconds t : report_.iteration_times) sum += t;
     report_.mean_iteration = sum / static_cast<double>(report_.iteration_times.size());
+    for (int64_t s = 0; s < *p_.pp; ++s) {
+      StageReport& r = report_.stages[static_cast<size_t>(s)];
+      r.gpus = per_stage_;
+      r.compute_busy_min = r.compute_busy_max = compute_total_[static_cast<size_t>(s * per_stage_)];
+      for (int64_t k = 0; k < per_stage_; ++k) {
+        const size_t g = static_cast<size_t>(s * per_stage_ + k);
+        r.compute_busy_min = std::min(r.compute_busy_min, compute_total_[g]);
+        r.compute_busy_max = std::max(r.compute_busy_max, compute_total_[g]);
+        if (peak_total_[g] > r.peak_bytes) {
+          r.peak_bytes = peak_total_[g];
+          r.peak_gpu = k;
+        }
+      }
+    }
     TimeBreakdown time;
     time.iteration = report_.mean_iteration;
     time.microbatches = microbatches_;
@@ -135,6 +199,8 @@ class Training {
   }
 
  private:
+  bool every_gpu() const { return per_stage_ > 1; }
+
   // Routing, chunks and costs of every layer for iteration `it`.
   void plan_layers(int64_t it) {
     layers_.assign(static_cast<size_t>(m_.num_layers), {});
@@ -145,9 +211,12 @@ class Training {
       for (int64_t l = st.first_layer; l < st.first_layer + st.num_layers; ++l) {
         LayerState& L = layers_[static_cast<size_t>(l)];
         L.moe = m_.moe_layer[static_cast<size_t>(l)];
+        const LayerParams& params = ctx_.params.layers[static_cast<size_t>(l)];
         double received = static_cast<double>(ctx_.seq_len);
+        std::vector<double> loads;
         if (L.moe) {
-          L.load = routing_.busiest_load(l, it, *p_.ep);
+          loads = routing_.rank_loads(l, it, *p_.ep);
+          L.load = std::max(1.0, *std::max_element(loads.begin(), loads.end()));
           received = static_cast<double>(ctx_.seq_len) * static_cast<double>(m_.top_k) * L.load;
           L.chunks = std::max<int64_t>(plan_.fcda_chunks, 1);
           if (plan_.mact) {
@@ -159,8 +228,7 @@ class Training {
           ++report_.chunk_histogram[static_cast<size_t>(std::min<int64_t>(
               L.chunks, static_cast<int64_t>(report_.chunk_histogram.size()) - 1))];
         }
-        L.forward = layer_forward_ops(ctx_, plan_, ctx_.params.layers[static_cast<size_t>(l)],
-                                      L.moe, L.load, L.chunks);
+        L.forward = layer_forward_ops(ctx_, plan_, params, L.moe, L.load, L.chunks);
         L.backward.assign(L.forward.rbegin(), L.forward.rend());
         for (const LayerOp& op : L.forward)
           (op.kind == OpKind::kCompute ? L.forward_compute : L.forward_comm) += op.time;
@@ -175,6 +243,24 @@ class Training {
         for (size_t q = 0; q < L.forward.size() && L.token_op < 0; ++q) {
           if (L.forward[q].receives_tokens) L.token_op = static_cast<int64_t>(q);
         }
+        const bool uneven =
+            std::any_of(loads.begin(), loads.end(), [&](double x) { return x != L.load; });
+        if (every_gpu() && L.moe && uneven) {
+          for (double load : loads) {
+            const std::vector<LayerOp> own =
+                layer_forward_ops(ctx_, plan_, params, true, load, L.chunks);
+            std::vector<double> ratio(L.forward.size(), 1.0);
+            for (size_t q = 0; q < own.size() && q < ratio.size(); ++q) {
+              if (L.forward[q].time.value() > 0) ratio[q] = own[q].time / L.forward[q].time;
+            }
+            L.rank_ratio.push_back(std::move(ratio));
+            const double own_received =
+                static_cast<double>(ctx_.seq_len) * static_cast<double>(m_.top_k) * load;
+            L.rank_token_part.push_back(
+                layer_activation_bytes(m_, p_, shape_, true, own_received, L.chunks, rc) -
+                L.sequence_part);
+          }
+        }
       }
     }
   }
@@ -188,24 +274,44 @@ class Training {
     offset_ = offset;
     stages_.clear();
     stages_.resize(static_cast<size_t>(*p_.pp));
+    gpus_.clear();
+    gpus_.resize(static_cast<size_t>(*p_.pp * per_stage_));
+    joining_.clear();
     const int64_t span = boundary_span(p_);
     PipelineHooks hooks;
     hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
     for (int64_t s = 0; s < *p_.pp; ++s) {
       StageState& st = stages_[static_cast<size_t>(s)];
-      st.nvlink = net.add_link(ctx_.links.intra);
-      st.nic = net.add_link(ctx_.links.inter);
       const StageMemory& sm = memory_.stages[static_cast<size_t>(s)];
-      st.static_bytes = st.current = st.peak = sm.static_bytes;
+      st.first_gpu = s * per_stage_;
+      st.num_gpus = per_stage_;
+      st.static_bytes = sm.static_bytes;
       st.max_received = sm.max_received_tokens;
       st.first_layer = sm.first_layer;
       st.num_layers = sm.num_layers;
       st.sync = dp_sync_times(ctx_, plan_, s);
-      st.gpu = std::make_unique<GpuStreams>(queue, net, kStreams, stream_hooks(s));
-      const int link = ctx_.links.crosses_nodes(span) ? st.nic : st.nvlink;
+      for (int64_t k = 0; k < per_stage_; ++k) {
+        const int64_t g = st.first_gpu + k;
+        GpuState& x = gpus_[static_cast<size_t>(g)];
+        x.stage = s;
+        x.local = k;
+        // Megatron's rank order inside a stage: tp, cp, dp for attention; etp, ep, edp for
+        // the experts.
+        x.ep_rank = (k / *p_.etp) % *p_.ep;
+        x.group[kTpStream] = k / *p_.tp;
+        x.group[kEpStream] = k - x.ep_rank * *p_.etp;
+        x.group[kCpStream] = k - ((k / *p_.tp) % *p_.cp) * *p_.tp;
+        x.group[kDpStream] = k % *p_.tp;
+        x.nvlink = net.add_link(ctx_.links.intra);
+        x.nic = net.add_link(ctx_.links.inter);
+        x.current = x.peak = st.static_bytes;
+        x.gpu = std::make_unique<GpuStreams>(queue, net, kStreams, stream_hooks(g));
+        sample_memory(x);
+      }
+      const GpuState& first = gpus_[static_cast<size_t>(st.first_gpu)];
+      const int link = ctx_.links.crosses_nodes(span) ? first.nic : first.nvlink;
       hooks.down_links.push_back({link});
       hooks.up_links.push_back({link});
-      sample_memory(s);
     }
     plan_layers(it);
 
@@ -217,42 +323,51 @@ class Training {
     spec.boundary_bytes = boundary_bytes(ctx_, plan_);
     spec.boundary_bandwidth = ctx_.links.bandwidth(span);
     spec.boundary_latency = to_sim_time(ctx_.links.latency(span));
-    passes_done_.assign(static_cast<size_t>(*p_.pp), 0);
     hooks.run = [this](const PassId& id, std::function<void()> done) {
       run_pass(id, std::move(done));
     };
     hooks.on_stage_done = [this](int64_t s) {
-      StageState& st = stages_[static_cast<size_t>(s)];
-      st.optimizer_waiting = true;
-      maybe_step(s);
+      const StageState& st = stages_[static_cast<size_t>(s)];
+      for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {
+        gpus_[static_cast<size_t>(g)].optimizer_waiting = true;
+        maybe_step(g);
+      }
     };
     // Each stage gathers its parameters for this iteration at the start (Megatron's distributed
     // optimizer with --overlap-param-gather): the first pass may run meanwhile but does not end
     // before they are in.
-    for (int64_t s = 0; s < *p_.pp; ++s) {
-      StageState& st = stages_[static_cast<size_t>(s)];
+    for (int64_t g = 0; g < static_cast<int64_t>(gpus_.size()); ++g) {
+      GpuState& x = gpus_[static_cast<size_t>(g)];
+      const StageState& st = stages_[static_cast<size_t>(x.stage)];
       // ZeRO-3 gathers weights for every pass instead (in run_pass).
       if (st.sync.all_gather.value() <= 0 || plan_.zero_stage >= 3) continue;
-      st.params_pending = true;
-      dp_async(s, "DP parameter all-gather", st.sync.all_gather, [this, s] {
-        StageState& x = stages_[static_cast<size_t>(s)];
-        x.params_pending = false;
-        if (x.deferred_done) std::exchange(x.deferred_done, {})();
+      x.params_pending = true;
+      dp_async(g, "DP parameter all-gather", st.sync.all_gather, [this, g] {
+        GpuState& y = gpus_[static_cast<size_t>(g)];
+        y.params_pending = false;
+        if (y.deferred_done) std::exchange(y.deferred_done, {})();
       });
     }
     PipelineDriver driver(spec, queue, net, std::move(hooks));
     driver.start();
     report_.events += queue.run();
+    if (!joining_.empty()) throw std::logic_error("a collective was never joined by its group");
     const PipelineResult pr = driver.finish();
     const SimTime end = queue.now();
+    const double share = 1.0 / static_cast<double>(per_stage_);
     for (int64_t s = 0; s < *p_.pp; ++s) {
-      StageState& st = stages_[static_cast<size_t>(s)];
+      const StageState& st = stages_[static_cast<size_t>(s)];
       StageReport& r = report_.stages[static_cast<size_t>(s)];
-      r.compute_busy += to_seconds(st.gpu->busy(kCompute));
-      for (int k = 0; k < kStreams; ++k) r.waited[k] += to_seconds(st.gpu->waited_on()[k]);
+      for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {
+        const GpuState& x = gpus_[static_cast<size_t>(g)];
+        const Seconds busy = to_seconds(x.gpu->busy(kCompute));
+        r.compute_busy += busy * share;
+        compute_total_[static_cast<size_t>(g)] += busy;
+        for (int k = 0; k < kStreams; ++k) r.waited[k] += to_seconds(x.gpu->waited_on()[k]) * share;
+        peak_total_[static_cast<size_t>(g)] = std::max(peak_total_[static_cast<size_t>(g)], x.peak);
+      }
       r.pipeline_wait += to_seconds(end - pr.busy[static_cast<size_t>(s)]);
       r.static_bytes = st.static_bytes;
-      r.peak_bytes = std::max(r.peak_bytes, st.peak);
     }
     if (o_.record_trace) {
       for (const Span& sp : pr.spans) {
@@ -263,110 +378,182 @@ class Training {
     return end;
   }
 
-  // Queues a data-parallel collective on the stage's DP stream; `then` runs when it lands.
-  void dp_async(int64_t s, const char* name, Seconds time, std::function<void()> then = {}) {
+  // Queues a data-parallel collective on the GPU's DP stream; `then` runs when it lands.
+  void dp_async(int64_t g, const char* name, Seconds time, std::function<void()> then = {}) {
     if (time.value() <= 0) {
       if (then) then();
       return;
     }
-    stages_[static_cast<size_t>(s)].dp_queue.push_back({name, time, std::move(then)});
-    dp_next(s);
+    gpus_[static_cast<size_t>(g)].dp_queue.push_back({name, time, std::move(then)});
+    dp_next(g);
   }
 
-  void dp_next(int64_t s) {
-    StageState& st = stages_[static_cast<size_t>(s)];
-    if (st.dp_busy || st.dp_queue.empty()) return;
-    DpCollective next = std::move(st.dp_queue.front());
-    st.dp_queue.pop_front();
-    st.dp_busy = true;
+  void dp_next(int64_t g) {
+    GpuState& x = gpus_[static_cast<size_t>(g)];
+    if (x.dp_busy || x.dp_queue.empty()) return;
+    DpCollective next = std::move(x.dp_queue.front());
+    x.dp_queue.pop_front();
+    x.dp_busy = true;
+    const StageState& st = stages_[static_cast<size_t>(x.stage)];
     const Task t = comm_task(st, next.name, kDpStream, next.time, st.sync.crosses_nodes);
     const SimTime start = queue_->now();
-    link_activity(st, t, +1);
-    net_->send(
-        t.links, t.bytes, SimTime{},
-        [this, s, t, start, then = std::move(next.then)](SimTime end) {
-          StageState& x = stages_[static_cast<size_t>(s)];
-          link_activity(x, t, -1);
-          if (o_.record_trace)
-            report_.spans.push_back({s, "dp", t.name, offset_ + start, offset_ + end});
-          x.dp_busy = false;
-          if (then) then();
-          dp_next(s);
-          maybe_step(s);
-        },
-        t.priority);
+    link_activity(x, t, +1);
+    auto landed = [this, g, t, start, then = std::move(next.then)] {
+      GpuState& y = gpus_[static_cast<size_t>(g)];
+      link_activity(y, t, -1);
+      if (o_.record_trace && y.local == 0)
+        report_.spans.push_back({y.stage, "dp", t.name, offset_ + start, offset_ + queue_->now()});
+      y.dp_busy = false;
+      if (then) then();
+      dp_next(g);
+      maybe_step(g);
+    };
+    if (every_gpu()) {
+      join(g, {x.stage, -1, x.dp_serial++, kDpStream, x.group[kDpStream]}, t, 1.0,
+           std::move(landed));
+    } else {
+      net_->send(
+          t.links, t.bytes, SimTime{}, [landed = std::move(landed)](SimTime) { landed(); },
+          t.priority);
+    }
   }
 
-  // The optimizer step, once the stage's passes are done and its gradients reduced.
-  void maybe_step(int64_t s) {
-    StageState& st = stages_[static_cast<size_t>(s)];
-    if (!st.optimizer_waiting || st.dp_busy || !st.dp_queue.empty()) return;
-    st.optimizer_waiting = false;
+  // A member reaches a collective of its group; the flows start when the whole group is there.
+  void join(int64_t g, CollectiveKey key, const Task& t, double ratio, std::function<void()> done) {
+    const GpuState& x = gpus_[static_cast<size_t>(g)];
+    const int size = group_size_[t.stream] > 0 ? static_cast<int>(group_size_[t.stream]) : 1;
+    std::get<4>(key) = size > 1 ? x.group[t.stream] : x.local;
+    Joining& j = joining_[key];
+    j.priority = t.priority;
+    j.members.push_back({g, on_nic(x, t) ? x.nic : x.nvlink, t.bytes * ratio, std::move(done)});
+    if (static_cast<int>(j.members.size()) < size) return;
+    ++report_.collectives;
+    Joining all = std::move(j);
+    joining_.erase(key);
+    auto shared = std::make_shared<Joining>(std::move(all));
+    shared->flows_left = shared->members.size();
+    for (const Member& mb : shared->members) {
+      net_->send(
+          {mb.link}, mb.bytes, SimTime{},
+          [shared](SimTime) {
+            if (--shared->flows_left > 0) return;
+            for (Member& done : shared->members) done.done();
+          },
+          shared->priority);
+    }
+  }
+
+  // The optimizer step, once the GPU's passes are done and its gradients reduced.
+  void maybe_step(int64_t g) {
+    GpuState& x = gpus_[static_cast<size_t>(g)];
+    if (!x.optimizer_waiting || x.dp_busy || !x.dp_queue.empty()) return;
+    x.optimizer_waiting = false;
     Task step;
     step.name = "optimizer step";
-    step.duration = to_sim_time(st.sync.optimizer);
-    st.gpu->run({step}, [] {});
+    step.duration = to_sim_time(stages_[static_cast<size_t>(x.stage)].sync.optimizer);
+    x.gpu->run(std::vector<Task>{step}, [] {});
   }
 
-  StreamHooks stream_hooks(int64_t s) {
+  // The GPU's own size of a task of the shared graph (1 off the busiest rank's layers).
+  double ratio(const GpuState& x, uint32_t id) const {
+    const StageState& st = stages_[static_cast<size_t>(x.stage)];
+    if (id >= st.refs.size()) return 1.0;
+    const OpRef r = st.refs[id];
+    if (r.layer < 0) return 1.0;
+    const LayerState& L = layers_[static_cast<size_t>(r.layer)];
+    if (L.rank_ratio.empty()) return 1.0;
+    return L.rank_ratio[static_cast<size_t>(x.ep_rank)][static_cast<size_t>(r.op)];
+  }
+
+  Bytes own_bytes(const GpuState& x, const MemAction& a, Bytes amount) const {
+    if (!a.tokens || amount.value() <= 0) return amount;
+    const LayerState& L = layers_[static_cast<size_t>(a.layer)];
+    if (L.rank_token_part.empty()) return amount;
+    return amount - L.token_part + L.rank_token_part[static_cast<size_t>(x.ep_rank)];
+  }
+
+  StreamHooks stream_hooks(int64_t g) {
     StreamHooks h;
-    h.on_start = [this, s](const Task& t) {
-      StageState& st = stages_[static_cast<size_t>(s)];
-      link_activity(st, t, +1);
+    h.on_start = [this, g](const Task& t) {
+      GpuState& x = gpus_[static_cast<size_t>(g)];
+      link_activity(x, t, +1);
       if (t.tag == 0) return;
+      const StageState& st = stages_[static_cast<size_t>(x.stage)];
       const MemAction& a = st.actions[static_cast<size_t>(t.tag - 1)];
-      if (a.alloc.value() <= 0) return;
-      st.current += a.alloc;
-      st.peak = std::max(st.peak, st.current);
-      sample_memory(s);
-      if (st.current > capacity_ * o_.alpha) {
+      const Bytes alloc = own_bytes(x, a, a.alloc);
+      if (alloc.value() <= 0) return;
+      x.current += alloc;
+      x.peak = std::max(x.peak, x.current);
+      sample_memory(x);
+      if (x.current > capacity_ * o_.alpha) {
         ++report_.oom_count;
         if (report_.ooms.size() < o_.max_oom_events) {
-          report_.ooms.push_back({iteration_, s, a.layer, a.micro, 1, a.chunks, t.name, st.current,
-                                  capacity_ * o_.alpha});
+          report_.ooms.push_back({iteration_, x.stage, a.layer, a.micro, x.local, 1, a.chunks,
+                                  t.name, x.current, capacity_ * o_.alpha});
         }
       }
     };
-    h.on_end = [this, s](const Task& t, SimTime start, SimTime end) {
-      StageState& st = stages_[static_cast<size_t>(s)];
-      link_activity(st, t, -1);
-      if (o_.record_trace) {
+    h.on_end = [this, g](const Task& t, SimTime start, SimTime end) {
+      GpuState& x = gpus_[static_cast<size_t>(g)];
+      link_activity(x, t, -1);
+      if (o_.record_trace && x.local == 0) {
         if (report_.spans.size() < o_.max_trace_spans) {
           report_.spans.push_back(
-              {s, stream_name(t.stream), t.name, offset_ + start, offset_ + end});
+              {x.stage, stream_name(t.stream), t.name, offset_ + start, offset_ + end});
         } else {
           report_.trace_truncated = true;
         }
       }
       if (t.tag == 0) return;
+      const StageState& st = stages_[static_cast<size_t>(x.stage)];
       const MemAction& a = st.actions[static_cast<size_t>(t.tag - 1)];
-      if (a.release.value() <= 0) return;
-      st.current -= a.release;
-      sample_memory(s);
+      const Bytes release = own_bytes(x, a, a.release);
+      if (release.value() <= 0) return;
+      x.current -= release;
+      sample_memory(x);
     };
+    if (every_gpu()) {
+      h.duration = [this, g](uint32_t id, const Task& t) {
+        const double r = ratio(gpus_[static_cast<size_t>(g)], id);
+        return r == 1.0 ? t.duration : to_sim_time(to_seconds(t.duration) * r);
+      };
+      h.communicate = [this, g](uint32_t id, const Task& t, std::function<void()> done) {
+        const GpuState& x = gpus_[static_cast<size_t>(g)];
+        const StageState& st = stages_[static_cast<size_t>(x.stage)];
+        join(g, {x.stage, st.pass_serial, id, t.stream, 0}, t, ratio(x, id), std::move(done));
+      };
+    }
     return h;
   }
 
-  void link_activity(StageState& st, const Task& t, int delta) {
+  // Whether a communication task crosses the NIC (tasks are built on the stage's first GPU).
+  bool on_nic(const GpuState& x, const Task& t) const {
+    return !t.links.empty() &&
+           t.links.front() ==
+               gpus_[static_cast<size_t>(stages_[static_cast<size_t>(x.stage)].first_gpu)].nic;
+  }
+
+  void link_activity(GpuState& x, const Task& t, int delta) {
     if (t.links.empty()) return;
-    const bool nic = t.links.front() == st.nic;
-    int& active = nic ? st.active_nic : st.active_nvlink;
-    SimTime& since = nic ? st.nic_since : st.nvlink_since;
+    const bool nic = on_nic(x, t);
+    int& active = nic ? x.active_nic : x.active_nvlink;
+    SimTime& since = nic ? x.nic_since : x.nvlink_since;
     const SimTime now = queue_->now();
-    if (o_.record_trace) {
-      report_.links.push_back({&st - stages_.data(), nic, offset_ + now, active + delta});
+    if (o_.record_trace && x.local == 0) {
+      report_.links.push_back({x.stage, nic, offset_ + now, active + delta});
     }
     if (delta > 0 && active++ == 0) since = now;
     if (delta < 0 && --active == 0) {
-      StageReport& r = report_.stages[static_cast<size_t>(&st - stages_.data())];
-      (nic ? r.nic_busy : r.nvlink_busy) += to_seconds(now - since);
+      StageReport& r = report_.stages[static_cast<size_t>(x.stage)];
+      (nic ? r.nic_busy : r.nvlink_busy) +=
+          to_seconds(now - since) * (1.0 / static_cast<double>(per_stage_));
     }
   }
 
-  void sample_memory(int64_t s) {
-    if (!o_.record_trace) return;
+  void sample_memory(const GpuState& x) {
+    if (!o_.record_trace || x.local != 0) return;
     const SimTime now = queue_ ? queue_->now() : SimTime{};
-    report_.memory.push_back({s, offset_ + now, stages_[static_cast<size_t>(s)].current});
+    report_.memory.push_back({x.stage, offset_ + now, x.current});
   }
 
   static Task compute_task(const char* name, int stream, Seconds time) {
@@ -398,7 +585,8 @@ class Training {
     Task t;
     t.name = name;
     t.stream = stream;
-    t.links = {nic ? st.nic : st.nvlink};
+    const GpuState& first = gpus_[static_cast<size_t>(st.first_gpu)];
+    t.links = {nic ? first.nic : first.nvlink};
     t.bytes = Bytes(time.value() * (nic ? ctx_.links.inter : ctx_.links.intra).value());
     t.priority = priority_of(stream);
     return t;
@@ -427,9 +615,7 @@ class Training {
     const Seconds overhead = n > 1 ? prob.chunk_overhead : Seconds(0);
     auto push = [&](Task t, std::vector<uint32_t> deps) {
       t.after = std::move(deps);
-      g.push_back(std::move(t));
-      ++report_.tasks;
-      return static_cast<uint32_t>(g.size() - 1);
+      return append(g, std::move(t));
     };
     uint32_t last = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -455,8 +641,18 @@ class Training {
                  : comm_task(st, op.name, stream_of(op.kind), op.time * scale,
                              crosses_nodes(ctx_, p_, op.kind));
     t.after = std::move(after);
+    return append(g, std::move(t));
+  }
+
+  // Appends a task of the pass being built, naming the layer operator it runs (ref_).
+  uint32_t append(std::vector<Task>& g, Task t) {
     g.push_back(std::move(t));
     ++report_.tasks;
+    if (every_gpu()) {
+      StageState& st = stages_[static_cast<size_t>(building_stage_)];
+      st.refs.resize(g.size(), OpRef{});
+      st.refs.back() = ref_;
+    }
     return static_cast<uint32_t>(g.size() - 1);
   }
 
@@ -468,6 +664,9 @@ class Training {
   void run_pass(const PassId& id, std::function<void()> done) {
     StageState& st = stages_[static_cast<size_t>(id.stage)];
     st.actions.clear();
+    st.refs.clear();
+    building_stage_ = id.stage;
+    ref_ = OpRef{};
     const int64_t v = *p_.vpp;
     const int64_t begin = st.first_layer + st.num_layers * id.chunk / v;
     const int64_t end = st.first_layer + st.num_layers * (id.chunk + 1) / v;
@@ -490,9 +689,9 @@ class Training {
     };
     auto head_task = [&](const char* name, Seconds time) {
       if (time.value() <= 0) return;
-      g.push_back(compute_task(name, kCompute, time));
-      g.back().after = all_tails();
-      ++report_.tasks;
+      Task t = compute_task(name, kCompute, time);
+      t.after = all_tails();
+      append(g, std::move(t));
       std::fill(tail.begin(), tail.end(), static_cast<int64_t>(g.size() - 1));
     };
     // ZeRO-3: each layer's weights are gathered before its first operator, the next layer's
@@ -506,9 +705,8 @@ class Training {
           st.sync.all_gather * (1.0 / static_cast<double>(v)) / static_cast<double>(end - begin);
       for (int64_t k = 0; k < end - begin; ++k) {
         const int64_t l = id.forward ? begin + k : end - 1 - k;
-        g.push_back(comm_task(st, "ZeRO-3 parameter all-gather", kDpStream, per_layer,
-                              st.sync.crosses_nodes));
-        ++report_.tasks;
+        append(g, comm_task(st, "ZeRO-3 parameter all-gather", kDpStream, per_layer,
+                            st.sync.crosses_nodes));
         gather_of[static_cast<size_t>(l - begin)] = static_cast<int64_t>(g.size() - 1);
       }
     }
@@ -517,11 +715,13 @@ class Training {
       if (gather_of.empty()) return;
       gate.push_back(static_cast<uint32_t>(gather_of[static_cast<size_t>(layer - begin)]));
     };
-    // Runs `ops` as `slices` pipelined chains continuing from the tails. `alloc_first` and
-    // `alloc_token` tag the first op and the token op of slice 0; `release` tags slice
-    // (slices - 1)'s last op.
-    auto chain = [&](const std::vector<LayerOp>& ops, double compute_scale, int64_t token_op,
-                     int64_t alloc_first, int64_t alloc_token, int64_t release, double load) {
+    // Runs layer `layer`'s `ops` (its forward list, or reversed: backward) as `slices` pipelined
+    // chains continuing from the tails. `alloc_first` and `alloc_token` tag the first op and the
+    // token op of slice 0; `release` tags slice (slices - 1)'s last op.
+    auto chain = [&](int64_t layer, bool reversed, double compute_scale, int64_t token_op,
+                     int64_t alloc_first, int64_t alloc_token, int64_t release) {
+      const LayerState& L = layers_[static_cast<size_t>(layer)];
+      const std::vector<LayerOp>& ops = reversed ? L.backward : L.forward;
       // Slices pipeline inside a layer; a layer starts once the one before has ended, so its
       // memory is released before the next allocates (and each layer pays its own pipeline
       // fill, as the planner's overlap residual has it).
@@ -533,7 +733,10 @@ class Training {
                     : (barrier < 0 ? std::vector<uint32_t>{}
                                    : std::vector<uint32_t>{static_cast<uint32_t>(barrier)});
           if (q == 0) after.insert(after.end(), gate.begin(), gate.end());
-          const uint32_t i = add_op(g, st, ops[q], share, compute_scale, std::move(after), load);
+          const size_t forward_index = reversed ? ops.size() - 1 - q : q;
+          ref_ = {static_cast<int32_t>(layer), static_cast<int32_t>(forward_index)};
+          const uint32_t i = add_op(g, st, ops[q], share, compute_scale, std::move(after), L.load);
+          ref_ = OpRef{};
           if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
           if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
           if (j == slices - 1 && q + 1 == ops.size() && release) g[i].tag = release;
@@ -542,7 +745,7 @@ class Training {
       }
     };
     const int64_t passes_per_iteration = 2 * microbatches_ * v;
-    const int64_t pass_index = passes_done_[static_cast<size_t>(id.stage)]++;
+    const int64_t pass_index = st.pass_serial++;
     const bool first_pass = pass_index == 0;
     const bool last_pass = pass_index == passes_per_iteration - 1;
 
@@ -552,9 +755,9 @@ class Training {
         const int64_t a_first = add_action(
             st, {l, id.micro, L.chunks, full ? L.checkpoint : L.sequence_part, Bytes(0)});
         const int64_t a_token =
-            full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0)});
+            full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
         gate_on(l);
-        chain(L.forward, 1.0, L.token_op, a_first, a_token, 0, L.load);
+        chain(l, false, 1.0, L.token_op, a_first, a_token, 0);
       }
       if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
     } else {
@@ -567,8 +770,9 @@ class Training {
         if (full) {
           const int64_t a_first =
               add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
-          const int64_t a_token = add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0)});
-          chain(L.forward, 1.0, L.token_op, a_first, a_token, 0, L.load);
+          const int64_t a_token =
+              add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
+          chain(l, false, 1.0, L.token_op, a_first, a_token, 0);
         } else if (plan_.recompute != Recompute::kNone) {
           // Selective recompute and rematerialization redo the element-wise work (5 % of the
           // forward); rematerialization also replays the all-gather half of TP/EP
@@ -584,8 +788,8 @@ class Training {
             tail[static_cast<size_t>(j)] = i;
           }
         }
-        const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held});
-        chain(L.backward, 2.0, -1, 0, 0, a_release, L.load);
+        const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
+        chain(l, true, 2.0, -1, 0, 0, a_release);
       }
     }
 
@@ -594,20 +798,34 @@ class Training {
     // every backward (the optimizer step waits for them). ZeRO-3's weight gathers are above.
     const double per_chunk = 1.0 / static_cast<double>(v);
     if (!id.forward && (plan_.zero_stage >= 2 || last_pass)) {
-      dp_async(id.stage, "DP gradient reduce-scatter",
-               st.sync.reduce_scatter * (plan_.zero_stage >= 2 ? per_chunk : 1.0));
+      for (int64_t k = st.first_gpu; k < st.first_gpu + st.num_gpus; ++k) {
+        dp_async(k, "DP gradient reduce-scatter",
+                 st.sync.reduce_scatter * (plan_.zero_stage >= 2 ? per_chunk : 1.0));
+      }
     }
-    if (first_pass) {
-      done = [this, s = id.stage, done = std::move(done)]() mutable {
-        StageState& x = stages_[static_cast<size_t>(s)];
-        if (x.params_pending) {
-          x.deferred_done = std::move(done);
-        } else {
-          done();
-        }
+    // Every GPU of the stage runs the graph; the pass ends when the last one is through (the
+    // first pass of an iteration not before that GPU's parameters are in).
+    auto graph = std::make_shared<const TaskGraph>(std::move(g));
+    report_.tasks += graph->size() * static_cast<uint64_t>(st.num_gpus - 1);
+    st.gpus_left = st.num_gpus;
+    st.pass_done = std::move(done);
+    for (int64_t k = st.first_gpu; k < st.first_gpu + st.num_gpus; ++k) {
+      std::function<void()> finish = [this, s = id.stage] {
+        StageState& y = stages_[static_cast<size_t>(s)];
+        if (--y.gpus_left == 0) std::exchange(y.pass_done, {})();
       };
+      if (first_pass) {
+        finish = [this, k, finish = std::move(finish)]() mutable {
+          GpuState& x = gpus_[static_cast<size_t>(k)];
+          if (x.params_pending) {
+            x.deferred_done = std::move(finish);
+          } else {
+            finish();
+          }
+        };
+      }
+      gpus_[static_cast<size_t>(k)].gpu->run(graph, std::move(finish));
     }
-    st.gpu->run(std::move(g), std::move(done));
   }
 
   const TimeContext& ctx_;
@@ -626,9 +844,16 @@ class Training {
   FlowNetwork* net_ = nullptr;
   int64_t iteration_ = 0;
   SimTime offset_;
+  int64_t per_stage_ = 1;  // GPUs simulated per stage
+  int64_t group_size_[kStreams] = {};
+  std::vector<Seconds> compute_total_;  // per GPU, all iterations
+  std::vector<Bytes> peak_total_;
   std::vector<StageState> stages_;
+  std::vector<GpuState> gpus_;
   std::vector<LayerState> layers_;
-  std::vector<int64_t> passes_done_;
+  std::map<CollectiveKey, Joining> joining_;
+  int64_t building_stage_ = 0;  // the stage whose pass graph is being built
+  OpRef ref_;                   // the layer operator the tasks being appended run
 };
 
 }  // namespace

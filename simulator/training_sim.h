@@ -54,6 +54,10 @@ struct TrainingOptions {
   // MoNTA's communication priorities, EP (and TP) << PP << CP << DP: on a shared link a class
   // only gets what the ones before it leave. Off: every flow shares max-min fairly (NCCL).
   bool comm_priorities = false;
+  // Simulate every GPU rather than one representative per stage: each has its own streams,
+  // NVLink port, NIC and memory; its EP rank's experts get that rank's tokens; TP, EP, CP and DP
+  // collectives wait for their whole group and end when the slowest member's flow has landed.
+  bool every_gpu = false;
   size_t max_oom_events = 32;
   // Operator spans kept for the trace; past this only passes, DP and sends are (a trace of
   // millions of events is more than Perfetto opens comfortably).
@@ -62,6 +66,7 @@ struct TrainingOptions {
 
 struct OomEvent {
   int64_t iteration = 0, stage = 0, layer = 0, microbatch = 0;
+  int64_t gpu = 0;  // within the stage (every-GPU mode; 0 for the representative)
   int64_t chunk = 1, chunks = 1;  // the FCDA chunk being allocated, of how many
   std::string op;
   Bytes needed, capacity;
@@ -71,12 +76,17 @@ struct OomEvent {
 enum Stream { kCompute = 0, kTpStream, kEpStream, kCpStream, kDpStream, kCopyStream, kStreams };
 const char* stream_name(int stream);
 
+// Times are per GPU over all iterations: with every GPU simulated, the mean over the stage's
+// GPUs, with the least and most busy beside it.
 struct StageReport {
   Seconds compute_busy;      // all iterations
   Seconds waited[kStreams];  // compute idle inside passes, by the stream it waited for
   Seconds pipeline_wait;     // idle between passes (bubble and boundary transfers)
   Seconds nvlink_busy, nic_busy;
   Bytes static_bytes, peak_bytes;
+  int64_t gpus = 1;  // simulated
+  Seconds compute_busy_min, compute_busy_max;
+  int64_t peak_gpu = 0;  // the GPU (within the stage) that reached peak_bytes
 };
 
 struct TraceSpan {
@@ -108,6 +118,8 @@ struct TrainingReport {
   std::vector<int64_t> chunk_histogram;  // MoE layer passes per FCDA chunk count, index = c
   uint64_t events = 0;
   uint64_t tasks = 0;
+  int64_t gpus_simulated = 0;
+  uint64_t collectives = 0;  // group operations joined (every-GPU mode)
   std::vector<TraceSpan> spans;  // when record_trace
   bool trace_truncated = false;
   std::vector<MemorySample> memory;

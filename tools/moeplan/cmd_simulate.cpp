@@ -28,6 +28,7 @@ struct SimulateOptions {
   std::optional<double> static_override_gb;
   bool json = false;
   bool comm_priorities = false;
+  bool every_gpu = false;
   double predictor_accuracy = 1.0;
 };
 
@@ -133,6 +134,7 @@ void run_simulate(const SimulateOptions& o) {
   if (o.static_override_gb) opt.static_override = gigabytes(*o.static_override_gb);
   opt.record_trace = !o.trace.empty();
   opt.comm_priorities = o.comm_priorities;
+  opt.every_gpu = o.every_gpu;
   const auto wall_start = std::chrono::steady_clock::now();
   const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
   const double wall =
@@ -156,12 +158,17 @@ void run_simulate(const SimulateOptions& o) {
                         {"nvlink_busy_fraction", s.nvlink_busy.value() / total.value()},
                         {"nic_busy_fraction", s.nic_busy.value() / total.value()},
                         {"static_bytes", s.static_bytes.value()},
-                        {"peak_bytes", s.peak_bytes.value()}});
+                        {"peak_bytes", s.peak_bytes.value()},
+                        {"gpus", s.gpus},
+                        {"compute_busy_fraction_min", s.compute_busy_min.value() / total.value()},
+                        {"compute_busy_fraction_max", s.compute_busy_max.value() / total.value()},
+                        {"peak_gpu", s.peak_gpu}});
     }
     nlohmann::json ooms = nlohmann::json::array();
     for (const sim::OomEvent& e : r.ooms) {
       ooms.push_back({{"iteration", e.iteration},
                       {"stage", e.stage},
+                      {"gpu", e.gpu},
                       {"layer", e.layer},
                       {"microbatch", e.microbatch},
                       {"op", e.op},
@@ -187,14 +194,18 @@ void run_simulate(const SimulateOptions& o) {
                 {"oom_count", r.oom_count},
                 {"oom_events", ooms},
                 {"fcda_chunk_histogram", r.chunk_histogram},
+                {"gpus_simulated", r.gpus_simulated},
+                {"collectives", r.collectives},
                 {"events", r.events},
                 {"tasks", r.tasks},
                 {"wall_s", wall}});
     return;
   }
   fmt::print("{} on {}: {}\n", m.name, c.name, choice.describe());
-  fmt::print("routing {}; {} iteration(s), seed {}\n\n", generator.describe(), o.iterations,
-             o.seed);
+  fmt::print("routing {}; {} iteration(s), seed {}; {}\n\n", generator.describe(), o.iterations,
+             o.seed,
+             o.every_gpu ? fmt::format("every GPU simulated ({})", r.gpus_simulated)
+                         : std::string("one representative GPU per stage"));
   Table t({"", "iteration", "tokens/s", "MFU", "TGS"});
   const PlanScore planned = [&] {
     PlanScore s;
@@ -230,6 +241,18 @@ void run_simulate(const SimulateOptions& o) {
                         as_gb(c.node.gpu.hbm_capacity.value()))});
   }
   fmt::print("{}", st.render());
+  if (o.every_gpu) {
+    // Under uneven routing the EP ranks' compute differs; the lighter ones wait at the
+    // collectives for the busiest.
+    Table spread({"stage", "GPUs", "compute least busy", "mean", "most busy", "peak on GPU"});
+    for (size_t s = 0; s < r.stages.size(); ++s) {
+      const sim::StageReport& x = r.stages[s];
+      spread.add({std::to_string(s), std::to_string(x.gpus), percent(x.compute_busy_min, total),
+                  percent(x.compute_busy, total), percent(x.compute_busy_max, total),
+                  std::to_string(x.peak_gpu)});
+    }
+    fmt::print("\nper GPU within each stage\n{}", spread.render());
+  }
   std::string hist;
   for (size_t k = 1; k < r.chunk_histogram.size(); ++k) {
     if (r.chunk_histogram[k] > 0) hist += fmt::format(" c={}: {}", k, r.chunk_histogram[k]);
@@ -240,9 +263,9 @@ void run_simulate(const SimulateOptions& o) {
                as_gb(r.ooms.front().capacity.value()));
     for (size_t i = 0; i < r.ooms.size() && i < 8; ++i) {
       const sim::OomEvent& e = r.ooms[i];
-      fmt::print("  iteration {}, stage {}, layer {}, micro-batch {}, {} (chunk {} of {}): {}\n",
-                 e.iteration, e.stage, e.layer, e.microbatch, e.op, e.chunk, e.chunks,
-                 as_gb(e.needed.value()));
+      fmt::print("  iteration {}, stage {}{}, layer {}, micro-batch {}, {} (chunk {} of {}): {}\n",
+                 e.iteration, e.stage, o.every_gpu ? fmt::format(" GPU {}", e.gpu) : "", e.layer,
+                 e.microbatch, e.op, e.chunk, e.chunks, as_gb(e.needed.value()));
     }
   } else {
     fmt::print("no out-of-memory event\n");
@@ -274,6 +297,10 @@ void add_simulate(CLI::App& app) {
   cmd->add_flag("--comm-priorities", o->comm_priorities,
                 "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
                 "sharing them fairly");
+  cmd->add_flag("--every-gpu", o->every_gpu,
+                "simulate every GPU (its own links, memory and EP rank's tokens; collectives wait "
+                "for their group) instead of one representative per pipeline stage; the trace "
+                "shows each stage's first GPU");
   cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
   cmd->add_option("--predictor-accuracy", o->predictor_accuracy,
                   "offload plans: share of the GPU experts APTMoE's predictor picks ahead of the "
