@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <functional>
 #include <queue>
-#include <unordered_set>
 #include <vector>
 
 #include "simulator/sim_time.h"
@@ -24,25 +23,33 @@ class EventQueue {
   EventId after(SimTime delay, Action action) { return at(now_ + delay, std::move(action)); }
   // A cancelled event neither runs nor moves the clock (a flow whose rate changed drops its old
   // completion, which would otherwise stretch the run's end).
-  void cancel(EventId id) { cancelled_.insert(id); }
+  void cancel(EventId id);
   // Runs events until none is left. Returns the number executed.
   uint64_t run();
   SimTime now() const { return now_; }
   bool empty() const { return heap_.empty(); }
 
  private:
-  struct Event {
+  // The heap orders small keys; actions wait in slots (a heap of std::function moves each
+  // action log n times per event).
+  struct Key {
     SimTime time;
     uint64_t seq = 0;
-    Action action;
+    uint32_t slot = 0;
   };
   struct Later {
-    bool operator()(const Event& a, const Event& b) const {
+    bool operator()(const Key& a, const Key& b) const {
       return a.time != b.time ? a.time > b.time : a.seq > b.seq;
     }
   };
-  std::priority_queue<Event, std::vector<Event>, Later> heap_;
-  std::unordered_set<EventId> cancelled_;
+  struct Slot {
+    Action action;
+    uint64_t seq = 0;
+    bool cancelled = false;
+  };
+  std::priority_queue<Key, std::vector<Key>, Later> heap_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
   SimTime now_;
   uint64_t next_seq_ = 0;
 };

@@ -213,11 +213,14 @@ void FlowNetwork::fill(const std::vector<size_t>& members, const std::vector<int
 
 void FlowNetwork::schedule(size_t id) {
   Flow& f = flows_[id];
-  if (f.completion) queue_.cancel(*f.completion);
-  f.completion.reset();
   if (!(f.rate > 0)) return;  // starved by a higher class: rescheduled when that one ends
-  f.completion =
-      queue_.after(to_sim_time(Seconds(f.remaining / f.rate)), [this, id] { complete(id); });
+  const SimTime due = queue_.now() + to_sim_time(Seconds(f.remaining / f.rate));
+  // A pending completion at or before the new one stays: it finds bytes left and comes back
+  // (a long flow slowed by short ones would otherwise leave a cancelled event per change).
+  if (f.completion && f.due <= due) return;
+  if (f.completion) queue_.cancel(*f.completion);
+  f.due = due;
+  f.completion = queue_.at(due, [this, id] { complete(id); });
 }
 
 }  // namespace moe::sim

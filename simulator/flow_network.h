@@ -54,7 +54,8 @@ class FlowNetwork {
     double remaining = 0;  // as of `since`
     double rate = 0;
     SimTime since;
-    std::optional<EventQueue::EventId> completion;  // its pending completion event
+    std::optional<EventQueue::EventId> completion;  // its pending completion event, at `due`
+    SimTime due;
     Done done;
     bool active = false;
     int priority = 0;

@@ -10,6 +10,7 @@ GpuStreams::GpuStreams(EventQueue& queue, FlowNetwork& net, int streams, StreamH
       hooks_(std::move(hooks)),
       ready_(static_cast<size_t>(streams)),
       running_(static_cast<size_t>(streams), false),
+      started_(static_cast<size_t>(streams)),
       busy_(static_cast<size_t>(streams)),
       waited_(static_cast<size_t>(streams)) {}
 
@@ -61,18 +62,39 @@ void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void(
 
 void GpuStreams::ready(uint32_t task) {
   const Task& t = graph_->tasks_[task];
+  if (caller_started(t.stream)) {
+    hooks_.on_ready(task, t);
+    return;
+  }
   ready_[static_cast<size_t>(t.stream)].push({t.rank, task});
-  const int s = t.stream;
-  dispatch(s);
+  dispatch(t.stream);
 }
 
 void GpuStreams::dispatch(int stream) {
   const size_t s = static_cast<size_t>(stream);
+  if (caller_started(stream)) {
+    if (!running_[s] && hooks_.on_free) hooks_.on_free(stream);
+    return;
+  }
   if (running_[s] || ready_[s].empty()) return;
   const uint32_t id = ready_[s].top().second;
   ready_[s].pop();
+  launch(id);
+}
+
+void GpuStreams::start(uint32_t id) {
+  if (!graph_ || id >= graph_->size() || waiting_[id] != 0 ||
+      running_[static_cast<size_t>(graph_->tasks_[id].stream)])
+    throw std::logic_error("started a task that is not ready or whose stream is busy");
+  launch(id);
+}
+
+void GpuStreams::launch(uint32_t id) {
+  const int stream = graph_->tasks_[id].stream;
+  const size_t s = static_cast<size_t>(stream);
   running_[s] = true;
   const SimTime start = queue_.now();
+  started_[s] = start;
   if (stream == 0 && idle_) {
     // The main stream waited: charge it to whatever released this task (itself at a graph's
     // start, which the caller accounts as pipeline wait).
@@ -84,20 +106,20 @@ void GpuStreams::dispatch(int stream) {
   if (hooks_.on_start) hooks_.on_start(t);
   if (t.links.empty()) {
     const SimTime duration = hooks_.duration ? hooks_.duration(id, t) : t.duration;
-    queue_.after(duration, [this, id, start] { finished(id, start); });
+    queue_.after(duration, [this, id] { finished(id); });
   } else if (hooks_.communicate) {
-    hooks_.communicate(id, t, [this, id, start] { finished(id, start); });
+    hooks_.communicate(id, t, [this, id] { finished(id); });
   } else {
     net_.send(
-        t.links, t.bytes, SimTime{}, [this, id, start](SimTime) { finished(id, start); },
-        t.priority);
+        t.links, t.bytes, SimTime{}, [this, id](SimTime) { finished(id); }, t.priority);
   }
 }
 
-void GpuStreams::finished(uint32_t id, SimTime start) {
+void GpuStreams::finished(uint32_t id) {
   const Task& t = graph_->tasks_[id];
   const size_t s = static_cast<size_t>(t.stream);
   const SimTime now = queue_.now();
+  const SimTime start = started_[s];
   busy_[s] = busy_[s] + (now - start);
   running_[s] = false;
   if (hooks_.on_end) hooks_.on_end(t, start, now);

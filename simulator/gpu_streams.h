@@ -46,6 +46,12 @@ struct StreamHooks {
   // communication task is one flow over its `links`.
   std::function<SimTime(uint32_t id, const Task&)> duration;
   std::function<void(uint32_t id, const Task&, std::function<void()> done)> communicate;
+  // Streams whose tasks the caller starts (collectives, which start together on every member
+  // of their group, as NCCL requires one issue order per communicator): a ready task there is
+  // reported to `on_ready`, a stream that frees up to `on_free`, and the caller calls start().
+  std::vector<bool> caller_started;
+  std::function<void(uint32_t id, const Task&)> on_ready;
+  std::function<void(int stream)> on_free;
 };
 
 // A task graph checked and indexed once, for any number of GPUs to run.
@@ -73,6 +79,10 @@ class GpuStreams {
   void run(std::vector<Task> graph, std::function<void()> done);
   void run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done);
 
+  // Starts ready task `id` of a caller-started stream, which must be free.
+  void start(uint32_t id);
+  bool stream_free(int stream) const { return !running_[static_cast<size_t>(stream)]; }
+
   // Main-stream idle time inside graphs, by the stream of the task it waited for.
   const std::vector<SimTime>& waited_on() const { return waited_; }
   SimTime busy(int stream) const { return busy_[static_cast<size_t>(stream)]; }
@@ -80,7 +90,12 @@ class GpuStreams {
  private:
   void ready(uint32_t task);
   void dispatch(int stream);
-  void finished(uint32_t task, SimTime start);
+  void launch(uint32_t task);
+  bool caller_started(int stream) const {
+    return static_cast<size_t>(stream) < hooks_.caller_started.size() &&
+           hooks_.caller_started[static_cast<size_t>(stream)];
+  }
+  void finished(uint32_t task);
 
   EventQueue& queue_;
   FlowNetwork& net_;
@@ -91,6 +106,7 @@ class GpuStreams {
   using Ready = std::pair<int, uint32_t>;  // (rank, task)
   std::vector<std::priority_queue<Ready, std::vector<Ready>, std::greater<>>> ready_;
   std::vector<bool> running_;
+  std::vector<SimTime> started_;  // of the task running on each stream
   std::vector<SimTime> busy_, waited_;
   size_t left_ = 0;
   bool idle_ = false;

@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -97,6 +98,10 @@ struct GpuState {
   int64_t group[kStreams] = {};  // key of its TP, EP, CP and DP groups, by stream
   int nvlink = 0, nic = 0;       // link indices
   std::unique_ptr<GpuStreams> gpu;
+  // Every-GPU mode: its group on each communication stream, and the collectives of the
+  // running pass it has ready there, by (rank, task).
+  const std::vector<int64_t>* peers[kStreams] = {};
+  std::set<std::pair<int, uint32_t>> ready_collectives[kStreams];
   Bytes current, peak;
   int active_nvlink = 0, active_nic = 0;
   SimTime nvlink_since, nic_since;
@@ -110,7 +115,8 @@ struct GpuState {
 };
 
 struct StageState {
-  int64_t first_gpu = 0, num_gpus = 1;  // its GPUs in Training::gpus_
+  int64_t first_gpu = 0, num_gpus = 1;                       // its GPUs in Training::gpus_
+  std::map<int64_t, std::vector<int64_t>> groups[kStreams];  // by group key
   Bytes static_bytes;
   double max_received = 0;  // MACT's s'_max for the stage
   int64_t first_layer = 0, num_layers = 0;
@@ -302,11 +308,18 @@ class Training {
         x.group[kEpStream] = k - x.ep_rank * *p_.etp;
         x.group[kCpStream] = k - ((k / *p_.tp) % *p_.cp) * *p_.tp;
         x.group[kDpStream] = k % *p_.tp;
+        for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
+          st.groups[k2][x.group[k2]].push_back(g);
         x.nvlink = net.add_link(ctx_.links.intra);
         x.nic = net.add_link(ctx_.links.inter);
         x.current = x.peak = st.static_bytes;
         x.gpu = std::make_unique<GpuStreams>(queue, net, kStreams, stream_hooks(g));
         sample_memory(x);
+      }
+      for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {
+        GpuState& x = gpus_[static_cast<size_t>(g)];
+        for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
+          x.peers[k2] = &st.groups[k2].at(x.group[k2]);
       }
       const GpuState& first = gpus_[static_cast<size_t>(st.first_gpu)];
       const int link = ctx_.links.crosses_nodes(span) ? first.nic : first.nvlink;
@@ -522,8 +535,35 @@ class Training {
         const StageState& st = stages_[static_cast<size_t>(x.stage)];
         join(g, {x.stage, st.pass_serial, id, t.stream, 0}, t, ratio(x, id), std::move(done));
       };
+      h.caller_started.assign(kStreams, false);
+      for (int k : {kTpStream, kEpStream, kCpStream, kDpStream}) h.caller_started[k] = true;
+      h.on_ready = [this, g](uint32_t id, const Task& t) {
+        gpus_[static_cast<size_t>(g)].ready_collectives[t.stream].insert({t.rank, id});
+        start_collectives(g, t.stream);
+      };
+      h.on_free = [this, g](int stream) { start_collectives(g, stream); };
     }
     return h;
+  }
+
+  // Starts, on every member at once, the first collective of GPU g's group on `stream` that all
+  // members have ready while their streams are free. A collective never holds a member while
+  // it waits for another, so GPUs that run ahead (lighter experts) cannot deadlock with the
+  // ones behind, and each group issues its collectives in one order.
+  void start_collectives(int64_t g, int stream) {
+    const GpuState& x = gpus_[static_cast<size_t>(g)];
+    const std::vector<int64_t>& peers = *x.peers[stream];
+    for (const auto& ready : x.ready_collectives[stream]) {
+      const std::pair<int, uint32_t> key = ready;  // erased below
+      const bool startable = std::all_of(peers.begin(), peers.end(), [&](int64_t p) {
+        const GpuState& y = gpus_[static_cast<size_t>(p)];
+        return y.gpu->stream_free(stream) && y.ready_collectives[stream].count(key) > 0;
+      });
+      if (!startable) continue;
+      for (int64_t p : peers) gpus_[static_cast<size_t>(p)].ready_collectives[stream].erase(key);
+      for (int64_t p : peers) gpus_[static_cast<size_t>(p)].gpu->start(key.second);
+      return;
+    }
   }
 
   // Whether a communication task crosses the NIC (tasks are built on the stage's first GPU).

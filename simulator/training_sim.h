@@ -66,7 +66,7 @@ struct TrainingOptions {
 
 struct OomEvent {
   int64_t iteration = 0, stage = 0, layer = 0, microbatch = 0;
-  int64_t gpu = 0;  // within the stage (every-GPU mode; 0 for the representative)
+  int64_t gpu = 0;                // within the stage (every-GPU mode; 0 for the representative)
   int64_t chunk = 1, chunks = 1;  // the FCDA chunk being allocated, of how many
   std::string op;
   Bytes needed, capacity;
@@ -119,7 +119,7 @@ struct TrainingReport {
   uint64_t events = 0;
   uint64_t tasks = 0;
   int64_t gpus_simulated = 0;
-  uint64_t collectives = 0;  // group operations joined (every-GPU mode)
+  uint64_t collectives = 0;      // group operations joined (every-GPU mode)
   std::vector<TraceSpan> spans;  // when record_trace
   bool trace_truncated = false;
   std::vector<MemorySample> memory;

@@ -277,3 +277,54 @@ TEST(TrainingSim, MontaStrategiesRunAsPipelinedChunks) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, EveryGpuMatchesTheRepresentativeUnderBalancedRouting) {
+  // With balanced routing every GPU of a stage does the same work, so simulating all of them
+  // (their own links, collectives joined by whole groups) gives the representative's times.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  for (const char* layout :
+       {"tp=2,pp=2,ep=8,etp=1,dp=4,mbs=1,gbs=16", "tp=2,pp=1,ep=4,etp=2,dp=8,cp=1,mbs=1,gbs=16"}) {
+    PlanChoice c = choice(m, layout);
+    c.zero_stage = 3;
+    TrainingOptions every;
+    every.every_gpu = true;
+    const TrainingReport one = simulate_training(ctx, cl, c, {});
+    const TrainingReport all = simulate_training(ctx, cl, c, every);
+    EXPECT_EQ(all.gpus_simulated, c.parallel.world()) << layout;
+    EXPECT_GT(all.collectives, 0u);
+    EXPECT_NEAR(all.mean_iteration / one.mean_iteration, 1.0, 1e-6) << layout;
+    for (size_t s = 0; s < all.stages.size(); ++s) {
+      EXPECT_EQ(all.stages[s].peak_bytes, one.stages[s].peak_bytes);
+      EXPECT_NEAR(all.stages[s].compute_busy_max / all.stages[s].compute_busy_min, 1.0, 1e-9);
+    }
+  }
+}
+
+TEST(TrainingSim, EveryGpuShowsTheLightRanksWaitingForTheBusiestOne) {
+  // G = 0.5 puts the hottest experts on EP rank 0: its GPUs compute the most and peak highest,
+  // the other ranks finish their experts early and wait at the combine. The collective waits
+  // for the slowest member, so the iteration is the representative's (which is that rank).
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx =
+      make_time_context(m, cl, efficiencies(), parse_skew("G=0.5", m), 4096);
+  const PlanChoice c = choice(m, "tp=1,pp=1,ep=8,etp=1,dp=8,mbs=1,gbs=16");
+  TrainingOptions every;
+  every.every_gpu = true;
+  const TrainingReport one = simulate_training(ctx, cl, c, {});
+  const TrainingReport all = simulate_training(ctx, cl, c, every);
+  const StageReport& s = all.stages[0];
+  EXPECT_NEAR(all.mean_iteration / one.mean_iteration, 1.0, 0.02);
+  EXPECT_GT(s.compute_busy_max / s.compute_busy_min, 1.2);
+  EXPECT_NEAR(s.compute_busy_max / one.stages[0].compute_busy, 1.0, 0.01);
+  EXPECT_LT(s.compute_busy, s.compute_busy_max);
+  EXPECT_GT(s.waited[kEpStream], one.stages[0].waited[kEpStream]);
+  EXPECT_EQ(s.peak_gpu % 8, 0);  // EP rank 0 (tp = etp = 1: local index = ep rank + 8 x dp rank)
+  EXPECT_NEAR(s.peak_bytes / one.stages[0].peak_bytes, 1.0, 1e-9);
+}
+
+}  // namespace moe::sim
