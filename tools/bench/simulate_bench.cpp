@@ -1,6 +1,7 @@
 // Google Benchmark of the simulator (issue 4 targets): one iteration of the Internal-352B model
-// on 1,440 H800 in the symmetric mode (a representative GPU per pipeline stage) under 1 s, and a
-// DeepSeek-V3 iteration on 16,384 H800 that completes. Reports simulated events per second.
+// on 1,440 H800 in the symmetric mode (a representative GPU per pipeline stage) under 1 s and
+// with every GPU simulated under 10 s, and a DeepSeek-V3 iteration on 16,384 H800 that
+// completes. Reports simulated events per second.
 // Run through tools/bench.sh, which also records the CLI's wall time and peak memory.
 #include <benchmark/benchmark.h>
 
@@ -17,7 +18,8 @@
 namespace {
 
 void simulate_benchmark(benchmark::State& state, const char* model, const char* cluster,
-                        const char* layout, int64_t seq, moe::AttentionMode attention) {
+                        const char* layout, int64_t seq, moe::AttentionMode attention,
+                        bool every_gpu = false) {
   const std::string root = MOEPLAN_SOURCE_DIR;
   const moe::ModelSpec m = moe::io::load_model(root + "/models/" + model);
   const moe::ClusterSpec c = moe::io::load_cluster(root + "/topologies/" + cluster);
@@ -29,9 +31,11 @@ void simulate_benchmark(benchmark::State& state, const char* model, const char* 
   plan.seq_len = seq;
   plan.attention = attention;
   plan.dp_bf16_compression = true;
+  moe::sim::TrainingOptions options;
+  options.every_gpu = every_gpu;
   uint64_t events = 0, tasks = 0;
   for (auto _ : state) {
-    const moe::sim::TrainingReport r = moe::sim::simulate_training(ctx, c, plan, {});
+    const moe::sim::TrainingReport r = moe::sim::simulate_training(ctx, c, plan, options);
     benchmark::DoNotOptimize(r.mean_iteration);
     events += r.events;
     tasks += r.tasks;
@@ -51,6 +55,18 @@ void BM_Simulate352BOn1440H800(benchmark::State& state) {
   simulate_benchmark(state, "megascale-internal-352b.json", "megascale-h800-1440.json",
                      "tp=8,pp=15,ep=8,dp=12,mbs=1,gbs=720", 8192, moe::AttentionMode::kUlysses);
 }
+// Every one of the 1,440 GPUs simulated: MegaScale-MoE's layout (96 GPUs a stage, 15 stages)
+// and the planner's best (tp=4, no pipeline, 1,440 GPUs in one stage).
+void BM_Simulate352BOn1440H800EveryGpu(benchmark::State& state) {
+  simulate_benchmark(state, "megascale-internal-352b.json", "megascale-h800-1440.json",
+                     "tp=8,pp=15,ep=8,dp=12,mbs=1,gbs=720", 8192, moe::AttentionMode::kUlysses,
+                     true);
+}
+void BM_Simulate352BOn1440H800PlannersBestEveryGpu(benchmark::State& state) {
+  simulate_benchmark(state, "megascale-internal-352b.json", "megascale-h800-1440.json",
+                     "tp=4,pp=1,ep=32,dp=360,mbs=2,gbs=720", 8192, moe::AttentionMode::kUlysses,
+                     true);
+}
 void BM_Simulate352BOn240H800(benchmark::State& state) {
   simulate_benchmark(state, "megascale-internal-352b.json", "megascale-h800-240.json",
                      "tp=8,pp=15,ep=8,dp=2,mbs=1,gbs=720", 8192, moe::AttentionMode::kUlysses);
@@ -63,6 +79,10 @@ void BM_SimulateDeepSeekV3On16384H800(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Simulate352BOn1440H800)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Simulate352BOn1440H800EveryGpu)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Simulate352BOn1440H800PlannersBestEveryGpu)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Simulate352BOn240H800)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SimulateDeepSeekV3On16384H800)->Unit(benchmark::kMillisecond)->UseRealTime();
 
