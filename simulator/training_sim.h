@@ -4,12 +4,13 @@
 // layer (dispatch and combine wait for the slowest rank, so its expert work sets the pace; the
 // symmetric mode of the issue). With TrainingOptions::every_gpu every GPU of the plan runs: the
 // stage's pass graph is shared, each GPU scales its MoE operators to its EP rank's load, and
-// collectives start together on their whole group (see start_collectives). Its work runs on five streams: compute, TP, EP, CP and DP
-// communication, plus pipeline sends. Every operator of planner/layer_ops.h is a task: compute
-// for the planner's duration; communication as a flow over the stage's NVLink port or NIC
-// (whichever its group crosses) sized so that, alone, it takes the planner's time. So without
-// contention the simulator reproduces the closed form, and where flows meet (expert all-to-all
-// with gradient sync or pipeline sends on one NIC) it slows down by max-min sharing.
+// collectives start together on their whole group (see start_collectives). Its work runs on five
+// streams: compute, TP, EP, CP and DP communication, plus pipeline sends. Every operator of
+// planner/layer_ops.h is a task: compute for the planner's duration; communication as a flow over
+// the stage's NVLink port or NIC (whichever its group crosses) sized so that, alone, it takes the
+// planner's time. So without contention the simulator reproduces the closed form, and where flows
+// meet (expert all-to-all with gradient sync or pipeline sends on one NIC) it slows down by max-min
+// sharing.
 //
 // Overlap (PlanChoice::overlap, MegaScale-MoE Sec. 4.1) splits every layer into kOverlapSlices
 // token slices whose operators pipeline across the compute and communication streams; without

@@ -419,6 +419,19 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
     }
   }
   EXPECT_GE(complete, 2u * 4 * 64);  // a forward and a backward per stage and micro-batch
+  // Every GPU simulated: the same iteration under balanced routing; under skew the EP ranks'
+  // compute spreads and the table says so.
+  const Result every = run("simulate " + pair + " --plan " + plan + " --every-gpu --json");
+  ASSERT_EQ(every.code, 0) << every.err;
+  const auto e = nlohmann::json::parse(every.out);
+  EXPECT_EQ(e["gpus_simulated"].get<int64_t>(), 64);
+  EXPECT_GT(e["collectives"].get<int64_t>(), 0);
+  EXPECT_NEAR(e["simulated_iteration_s"].get<double>(), j["simulated_iteration_s"].get<double>(),
+              1e-6 * j["simulated_iteration_s"].get<double>());
+  const Result skewed = run("simulate " + pair + " --plan " + plan + " --every-gpu --skew G=0.5");
+  ASSERT_EQ(skewed.code, 0) << skewed.err;
+  EXPECT_NE(skewed.out.find("every GPU simulated (64)"), std::string::npos) << skewed.out;
+  EXPECT_NE(skewed.out.find("compute least busy"), std::string::npos) << skewed.out;
   std::remove(plan.c_str());
   std::remove(trace.c_str());
   expect_one_line_error(run("simulate " + pair + " --plan /nonexistent/plan.json"),

@@ -310,8 +310,7 @@ TEST(TrainingSim, EveryGpuShowsTheLightRanksWaitingForTheBusiestOne) {
   // for the slowest member, so the iteration is the representative's (which is that rank).
   const ModelSpec m = testing_models::mixtral_8x7b();
   const ClusterSpec cl = cluster("megascale-h800-240");
-  const TimeContext ctx =
-      make_time_context(m, cl, efficiencies(), parse_skew("G=0.5", m), 4096);
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), parse_skew("G=0.5", m), 4096);
   const PlanChoice c = choice(m, "tp=1,pp=1,ep=8,etp=1,dp=8,mbs=1,gbs=16");
   TrainingOptions every;
   every.every_gpu = true;
