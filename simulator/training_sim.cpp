@@ -101,6 +101,9 @@ struct GpuState {
   // Every-GPU mode: its group on each communication stream, and the collectives of the
   // running pass it has ready there, by (rank, task).
   const std::vector<int64_t>* peers[kStreams] = {};
+  // The layer operator of each task of the graph it runs (every-GPU mode; null while it runs
+  // anything else, such as the optimizer step).
+  std::shared_ptr<const std::vector<OpRef>> refs;
   std::set<std::pair<int, uint32_t>> ready_collectives[kStreams];
   Bytes current, peak;
   int active_nvlink = 0, active_nic = 0;
@@ -122,7 +125,7 @@ struct StageState {
   int64_t first_layer = 0, num_layers = 0;
   DpSync sync;
   std::vector<MemAction> actions;  // of the running pass graph; tags index it (1-based)
-  std::vector<OpRef> refs;         // of the running pass graph, by task (every-GPU mode)
+  std::vector<OpRef> refs;         // of the pass graph being built, by task (every-GPU mode)
   int64_t pass_serial = 0;         // passes started
   int64_t gpus_left = 0;           // GPUs still running the current pass
   std::function<void()> pass_done;
@@ -131,7 +134,6 @@ struct StageState {
 // A collective of one group being joined: flows start once every member has arrived and all
 // members go on when the last flow has landed.
 struct Member {
-  int64_t gpu = 0;
   int link = 0;
   Bytes bytes;
   std::function<void()> done;
@@ -438,7 +440,7 @@ class Training {
     std::get<4>(key) = size > 1 ? x.group[t.stream] : x.local;
     Joining& j = joining_[key];
     j.priority = t.priority;
-    j.members.push_back({g, on_nic(x, t) ? x.nic : x.nvlink, t.bytes * ratio, std::move(done)});
+    j.members.push_back({on_nic(x, t) ? x.nic : x.nvlink, t.bytes * ratio, std::move(done)});
     if (static_cast<int>(j.members.size()) < size) return;
     ++report_.collectives;
     Joining all = std::move(j);
@@ -464,14 +466,14 @@ class Training {
     Task step;
     step.name = "optimizer step";
     step.duration = to_sim_time(stages_[static_cast<size_t>(x.stage)].sync.optimizer);
+    x.refs.reset();  // the step is not a layer operator: it runs at its own duration
     x.gpu->run(std::vector<Task>{step}, [] {});
   }
 
   // The GPU's own size of a task of the shared graph (1 off the busiest rank's layers).
   double ratio(const GpuState& x, uint32_t id) const {
-    const StageState& st = stages_[static_cast<size_t>(x.stage)];
-    if (id >= st.refs.size()) return 1.0;
-    const OpRef r = st.refs[id];
+    if (!x.refs) return 1.0;
+    const OpRef r = x.refs->at(id);
     if (r.layer < 0) return 1.0;
     const LayerState& L = layers_[static_cast<size_t>(r.layer)];
     if (L.rank_ratio.empty()) return 1.0;
@@ -845,6 +847,9 @@ class Training {
     }
     // Every GPU of the stage runs the graph; the pass ends when the last one is through (the
     // first pass of an iteration not before that GPU's parameters are in).
+    // append() kept one OpRef per task in every-GPU mode; the graph's GPUs share them.
+    std::shared_ptr<const std::vector<OpRef>> refs;
+    if (every_gpu()) refs = std::make_shared<const std::vector<OpRef>>(std::move(st.refs));
     auto graph = std::make_shared<const TaskGraph>(std::move(g));
     report_.tasks += graph->size() * static_cast<uint64_t>(st.num_gpus - 1);
     st.gpus_left = st.num_gpus;
@@ -864,7 +869,9 @@ class Training {
           }
         };
       }
-      gpus_[static_cast<size_t>(k)].gpu->run(graph, std::move(finish));
+      GpuState& x = gpus_[static_cast<size_t>(k)];
+      x.refs = refs;
+      x.gpu->run(graph, std::move(finish));
     }
   }
 

@@ -327,3 +327,35 @@ TEST(TrainingSim, EveryGpuShowsTheLightRanksWaitingForTheBusiestOne) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, EveryGpuRunsEachOptimizerStepAtItsOwnDuration) {
+  // The hottest expert sits on the last EP rank, so GPU 0 of each stage (EP rank 0, the one the
+  // trace shows) is light and runs its layer operators scaled below the busiest rank's. The
+  // optimizer step is no layer operator: it must take its full time on every GPU (it once took
+  // the scale of whatever task had its index in the stage's last pass graph).
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  RoutingSkew skew;
+  skew.kind = RoutingSkew::Kind::kPopularity;
+  skew.proportions = {{0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.65}};
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), skew, 4096);
+  const PlanChoice c = choice(m, "tp=1,pp=2,ep=8,etp=1,dp=8,mbs=1,gbs=16");
+  TrainingOptions every;
+  every.every_gpu = true;
+  every.record_trace = true;
+  const TrainingReport r = simulate_training(ctx, cl, c, every);
+  EXPECT_GT(r.stages[0].compute_busy_max / r.stages[0].compute_busy_min, 1.2);
+  int steps = 0;
+  for (const TraceSpan& sp : r.spans) {
+    if (sp.name != std::string("optimizer step")) continue;
+    ++steps;
+    EXPECT_NEAR(to_seconds(sp.end - sp.start).value(),
+                dp_sync_times(ctx, c, sp.stage).optimizer.value(), 1e-9)
+        << "stage " << sp.stage;
+  }
+  EXPECT_EQ(steps, 2);
+}
+
+}  // namespace moe::sim
