@@ -32,7 +32,8 @@ class FlowNetwork {
 
   // Returns the link's index. Capacity is per direction; a link object carries one direction.
   int add_link(BytesPerSec capacity);
-  // Sends `bytes` over `links` (indices from add_link): the flow starts after `latency`, shares
+  // Sends `bytes` over `links` (indices from add_link; a link named twice counts once): the flow
+  // starts after `latency`, shares
   // bandwidth with every flow on its links, and `done` runs when its last byte arrives. A flow
   // over no links (a copy inside one device) completes right after its latency.
   // `priority`: 0 is served first; a class only gets what the classes before it left on a link

@@ -105,9 +105,14 @@ std::vector<double> RoutingGenerator::rank_loads(int64_t layer, int64_t iteratio
   return loads;
 }
 
+double RoutingGenerator::busiest_of(const std::vector<double>& rank_loads) {
+  double busiest = 1.0;
+  for (double load : rank_loads) busiest = std::max(busiest, load);
+  return busiest;
+}
+
 double RoutingGenerator::busiest_load(int64_t layer, int64_t iteration, int64_t ep) const {
-  const std::vector<double> loads = rank_loads(layer, iteration, ep);
-  return std::max(1.0, *std::max_element(loads.begin(), loads.end()));
+  return busiest_of(rank_loads(layer, iteration, ep));
 }
 
 std::string RoutingGenerator::describe() const {

@@ -40,6 +40,8 @@ class RoutingGenerator {
   // Every EP rank's received tokens over its balanced share (their mean is 1). A skew given as a
   // load puts it on rank 0 and spreads the rest evenly.
   std::vector<double> rank_loads(int64_t layer, int64_t iteration, int64_t ep) const;
+  // The busiest of rank_loads(): never below balanced.
+  static double busiest_of(const std::vector<double>& rank_loads);
   // Per-expert token proportions (sums to 1); empty for skews given as a load (capacity, worst).
   std::vector<double> proportions(int64_t layer, int64_t iteration) const;
   std::string describe() const;

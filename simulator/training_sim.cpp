@@ -224,7 +224,7 @@ class Training {
         std::vector<double> loads;
         if (L.moe) {
           loads = routing_.rank_loads(l, it, *p_.ep);
-          L.load = std::max(1.0, *std::max_element(loads.begin(), loads.end()));
+          L.load = RoutingGenerator::busiest_of(loads);
           received = static_cast<double>(ctx_.seq_len) * static_cast<double>(m_.top_k) * L.load;
           L.chunks = std::max<int64_t>(plan_.fcda_chunks, 1);
           if (plan_.mact) {

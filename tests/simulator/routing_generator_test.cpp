@@ -31,6 +31,26 @@ TEST(RoutingGenerator, WithoutDynamicsItIsThePlannersImbalance) {
   }
 }
 
+TEST(RoutingGenerator, RankLoadsAverageOneAndPeakAtTheBusiestLoad) {
+  // Every EP rank's load (the every-GPU simulation's): a distribution keeps its mean at
+  // balanced, and a load spec puts its imbalance on rank 0 and spreads the rest evenly.
+  for (const char* spec : {"G=0.3", "capacity=2.5", "worst"}) {
+    const RoutingGenerator g(kMemFine, parse_skew(spec, kMemFine), {}, 1);
+    for (int64_t ep : {8, 32}) {
+      const std::vector<double> loads = g.rank_loads(3, 0, ep);
+      ASSERT_EQ(loads.size(), static_cast<size_t>(ep));
+      EXPECT_NEAR(std::accumulate(loads.begin(), loads.end(), 0.0) / static_cast<double>(ep), 1.0,
+                  1e-9)
+          << spec;
+      EXPECT_DOUBLE_EQ(RoutingGenerator::busiest_of(loads), g.busiest_load(3, 0, ep)) << spec;
+    }
+  }
+  const RoutingGenerator capacity(kMemFine, parse_skew("capacity=2.5", kMemFine), {}, 1);
+  const std::vector<double> loads = capacity.rank_loads(3, 0, 8);
+  EXPECT_DOUBLE_EQ(loads[0], 2.5);
+  EXPECT_DOUBLE_EQ(loads[7], (8.0 - 2.5) / 7.0);
+}
+
 TEST(RoutingGenerator, DriftGrowsWithDepthAndSettlesOverIterations) {
   const RoutingGenerator g(kMemFine, parse_skew("capacity=18.21", kMemFine), {5.0, 0.0}, 1);
   // Iteration 0: the excess over balanced grows as (l + 1) / L; the last layer sees all of it.
