@@ -1,5 +1,6 @@
 #include "simulator/gpu_streams.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace moe::sim {
@@ -19,6 +20,8 @@ TaskGraph::TaskGraph(std::vector<Task> tasks) : tasks_(std::move(tasks)) {
   waiting_.assign(n, 0);
   first_dependent_.assign(n + 1, 0);
   for (uint32_t i = 0; i < n; ++i) {
+    min_stream_ = std::min(min_stream_, tasks_[i].stream);
+    max_stream_ = std::max(max_stream_, tasks_[i].stream);
     for (uint32_t d : tasks_[i].after) {
       if (d >= i) throw std::invalid_argument("task depends on a later one");
       ++first_dependent_[d + 1];
@@ -39,10 +42,8 @@ void GpuStreams::run(std::vector<Task> graph, std::function<void()> done) {
 
 void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done) {
   if (left_ != 0) throw std::logic_error("a GPU runs one task graph at a time");
-  for (const Task& t : graph->tasks()) {
-    if (t.stream < 0 || static_cast<size_t>(t.stream) >= ready_.size())
-      throw std::invalid_argument("task on an unknown stream");
-  }
+  if (graph->min_stream() < 0 || static_cast<size_t>(graph->max_stream()) >= ready_.size())
+    throw std::invalid_argument("task on an unknown stream");
   graph_ = std::move(graph);
   done_ = std::move(done);
   left_ = graph_->size();

@@ -61,6 +61,9 @@ class TaskGraph {
   explicit TaskGraph(std::vector<Task> tasks);
   const std::vector<Task>& tasks() const { return tasks_; }
   size_t size() const { return tasks_.size(); }
+  // The range of the tasks' streams (checked once per GPU run, not once per task).
+  int min_stream() const { return min_stream_; }
+  int max_stream() const { return max_stream_; }
 
  private:
   friend class GpuStreams;
@@ -68,6 +71,7 @@ class TaskGraph {
   std::vector<uint32_t> first_dependent_;  // CSR: dependents of i are [first[i], first[i + 1])
   std::vector<uint32_t> dependents_;
   std::vector<uint32_t> waiting_;  // dependencies of each task
+  int min_stream_ = 0, max_stream_ = 0;
 };
 
 class GpuStreams {

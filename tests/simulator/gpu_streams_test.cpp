@@ -86,4 +86,20 @@ TEST(GpuStreams, RejectsForwardDependencies) {
   EXPECT_THROW(gpu.run({compute(1, {1}), compute(1)}, [] {}), std::invalid_argument);
 }
 
+TEST(GpuStreams, RejectsTasksOnStreamsItDoesNotHave) {
+  EventQueue q;
+  FlowNetwork net(q);
+  GpuStreams gpu(q, net, 2, {});
+  Task high = compute(1);
+  high.stream = 2;
+  Task negative = compute(1);
+  negative.stream = -1;
+  EXPECT_THROW(gpu.run({compute(1), high}, [] {}), std::invalid_argument);
+  EXPECT_THROW(gpu.run({negative, compute(1)}, [] {}), std::invalid_argument);
+  bool done = false;
+  gpu.run({compute(1), comm(net.add_link(gigabytes_per_sec(1)), 1e6)}, [&] { done = true; });
+  q.run();
+  EXPECT_TRUE(done);  // a rejected graph leaves the GPU free for the next
+}
+
 }  // namespace moe::sim
