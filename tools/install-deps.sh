@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages moeplan builds with. A no-op when all are present.
+# Installs the Debian packages moeplan builds and tests with (Chromium opens the HTML reports
+# in tests/cli/report_renders_test.sh). A no-op when all are present.
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build
   libboost-graph-dev nlohmann-json3-dev libcli11-dev libfmt-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
+  chromium-headless-shell python3
 )
 missing=()
 for p in "${packages[@]}"; do

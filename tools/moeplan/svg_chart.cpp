@@ -96,10 +96,11 @@ std::string svg_line_chart(const Chart& c) {
                        kHeight - kBottom + 15, number(x));
   }
   if (c.limit) {
+    // Labelled inside the plot, above the line's right end: the legend owns the right margin.
     out += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#000\" "
-        "stroke-dasharray=\"5,4\"/><text x=\"{3}\" y=\"{4:.1f}\">{5}</text>\n",
-        kLeft, py(*c.limit), kWidth - kRight, kWidth - kRight + 5, py(*c.limit) + 4,
+        "stroke-dasharray=\"5,4\"/><text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        kLeft, py(*c.limit), kWidth - kRight, kWidth - kRight - 4, py(*c.limit) - 4,
         html_escape(c.limit_label));
   }
   for (size_t k = 0; k < c.series.size(); ++k) {
