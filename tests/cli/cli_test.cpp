@@ -561,8 +561,13 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
   size_t charts = 0;
   for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
     ++charts;
-  // tokens/s, MFU, iteration, exposed communication, peak memory; the stacked breakdown.
-  EXPECT_EQ(charts, 6u);
+  // tokens/s, MFU, iteration, exposed communication, peak memory against each of the two axes;
+  // the stacked breakdown.
+  EXPECT_EQ(charts, 11u);
+  EXPECT_NE(html.find("<h2>Against skew</h2>"), std::string::npos);
+  EXPECT_NE(html.find("MFU vs seq-len"), std::string::npos);
+  EXPECT_NE(html.find("MFU vs skew"), std::string::npos);
+  EXPECT_NE(html.find(">G=0.3</text>"), std::string::npos);  // a categorical axis's tick
   EXPECT_NE(html.find("GPU memory"), std::string::npos);
   EXPECT_NE(html.find("Iteration time breakdown"), std::string::npos);
   EXPECT_NE(html.find("<rect"), std::string::npos);
@@ -755,6 +760,10 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   within("megascale", "Fig. 11 smallest speedup over Megatron-LM (480-1,440 GPUs)", 0.08);
   within("megascale", "Fig. 11 largest speedup over Megatron-LM (480-1,440 GPUs)", 0.08);
   EXPECT_GT(ours("megascale", "Fig. 13 smallest MFU gain of SP+EP over TP+TP"), 0.0);
+  EXPECT_EQ(
+      ours("megascale", "Fig. 13 SP+EP has the highest MFU of the four strategies for all six"),
+      1.0);
+  EXPECT_GT(ours("megascale", "Fig. 13 Mixtral-8x7B: SP+EP MFU over TP+TP"), 0.0);
   // Fig. 15 / Sec. 6.2: intra-operator overlap cuts a fused pair by at least the paper's 1.2x
   // (within 10 %; our largest, 1.59x, is below its 4.7x: a fused pair cannot beat the slower of
   // its two sides) and the iteration by 7.9-15.4 % (paper 7.1-12.9 %, within 20 %).

@@ -398,9 +398,8 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
                         const std::vector<Axis>& axes,
                         const std::vector<std::pair<Point, Result>>& rows) {
   std::string body;
-  // One chart per metric against the first axis, one series per value of the others.
-  const Axis& x = axes.front();
-  std::map<std::string, Series> series_of;
+  // One chart per metric against each axis, one series per combination of the other axes'
+  // values.
   struct Metric {
     const char* title;
     const char* unit;
@@ -412,8 +411,16 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
                             {"Iteration time", "s", &Result::iteration_s, 1.0},
                             {"Exposed communication", "s", &Result::exposed_comm_s, 1.0},
                             {"Peak memory per GPU", "GB", &Result::peak_gb, 1.0}};
-  for (const Metric& k : metrics) {
-    Chart chart{k.title + std::string(" vs ") + x.name, x.name, k.unit, {}, {}, {}};
+  auto metric_chart = [&](const Metric& k, const Axis& x) {
+    Chart chart{k.title + std::string(" vs ") + x.name, x.name, k.unit, {}, {}, {}, {}};
+    // An axis with a value that is not a number (skew=G=0.3, recompute=full) is drawn in sweep
+    // order, its values as tick labels.
+    const bool categorical = std::any_of(x.values.begin(), x.values.end(), [](const auto& v) {
+      char* end = nullptr;
+      std::strtod(v.c_str(), &end);
+      return v.empty() || *end != '\0';
+    });
+    if (categorical) chart.categories = x.values;
     std::map<std::string, size_t> index;
     for (const auto& [p, r] : rows) {
       std::string others;
@@ -424,11 +431,13 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
         chart.series.push_back({others.empty() ? "all" : others, {}, {}});
       }
       Series& s = chart.series[index[others]];
+      const std::string& value = p.at.at(x.name);
       double xv = NAN;
-      try {
-        xv = std::stod(p.at.at(x.name));
-      } catch (const std::exception&) {
-        xv = static_cast<double>(s.x.size());  // categorical axis: in sweep order
+      if (categorical) {
+        xv = static_cast<double>(std::find(x.values.begin(), x.values.end(), value) -
+                                 x.values.begin());
+      } else {
+        xv = std::stod(value);
       }
       s.x.push_back(xv);
       s.y.push_back(r.*k.field * k.scale);
@@ -437,7 +446,11 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
       chart.limit = c.node.gpu.hbm_capacity.value() / 1e9;
       chart.limit_label = "GPU memory";
     }
-    body += svg_line_chart(chart);
+    return svg_line_chart(chart);
+  };
+  for (const Axis& x : axes) {
+    if (axes.size() > 1) body += fmt::format("<h2>Against {}</h2>\n", html_escape(x.name));
+    for (const Metric& k : metrics) body += metric_chart(k, x);
   }
   // Where each point's iteration goes, one stacked bar per point (numbered as in the table).
   StackedBars split{

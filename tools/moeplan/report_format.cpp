@@ -32,7 +32,8 @@ std::string html_page(const std::string& title, const std::string& body) {
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\n"
       "<style>body{{font-family:sans-serif;margin:2em}}svg{{margin:0.5em}}"
       "table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;"
-      "font-size:12px}}td:last-child{{overflow-wrap:anywhere}}</style></head><body>\n{}</body></html>\n",
+      "font-size:12px}}td:last-child{{overflow-wrap:anywhere}}</style></head><body>\n{}</body></"
+      "html>\n",
       html_escape(title), body);
 }
 

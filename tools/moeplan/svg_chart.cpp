@@ -80,7 +80,8 @@ std::string svg_line_chart(const Chart& c) {
   if (x1 <= x0) x1 = x0 + 1;
   if (y1 <= 0) y1 = 1;
   y1 *= 1.08;
-  const bool log_x = x0 > 0 && x1 / x0 > 10;
+  if (!c.categories.empty()) x0 = -0.5, x1 = static_cast<double>(c.categories.size()) - 0.5;
+  const bool log_x = c.categories.empty() && x0 > 0 && x1 / x0 > 10;
   auto px = [&](double x) {
     const double f = log_x ? std::log(x / x0) / std::log(x1 / x0) : (x - x0) / (x1 - x0);
     return kLeft + f * (kWidth - kLeft - kRight);
@@ -91,9 +92,15 @@ std::string svg_line_chart(const Chart& c) {
   for (const Series& s : c.series) ticks.insert(ticks.end(), s.x.begin(), s.x.end());
   std::sort(ticks.begin(), ticks.end());
   ticks.erase(std::unique(ticks.begin(), ticks.end()), ticks.end());
+  if (!c.categories.empty()) {
+    ticks.clear();
+    for (size_t i = 0; i < c.categories.size(); ++i) ticks.push_back(static_cast<double>(i));
+  }
   for (double x : ticks) {
+    const std::string label =
+        c.categories.empty() ? number(x) : html_escape(c.categories[static_cast<size_t>(x)]);
     out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", px(x),
-                       kHeight - kBottom + 15, number(x));
+                       kHeight - kBottom + 15, label);
   }
   if (c.limit) {
     // Labelled inside the plot, above the line's right end: the legend owns the right margin.

@@ -1,6 +1,6 @@
 // Line charts as inline SVG for self-contained HTML reports (no script, no network): numeric x
-// axes (log-scaled when they span more than 10x), one polyline per series, an optional
-// horizontal limit line (a GPU's memory capacity).
+// axes (log-scaled when they span more than 10x) or categorical ones, one polyline per series, an
+// optional horizontal limit line (a GPU's memory capacity).
 #pragma once
 
 #include <optional>
@@ -19,6 +19,8 @@ struct Chart {
   std::vector<Series> series;
   std::optional<double> limit;  // drawn as a dashed line
   std::string limit_label;
+  // A categorical x axis: x = i stands for categories[i], spaced evenly and labelled by name.
+  std::vector<std::string> categories;
 };
 
 std::string svg_line_chart(const Chart& c);
