@@ -103,6 +103,13 @@ std::vector<Row> megascale_rows(const std::string& /*root*/) {
   RatioInputs nvlink{14336, gigabytes_per_sec(400), teraflops_per_sec(989), 8, 2};
   RatioInputs rdma = nvlink;
   rdma.bandwidth = gigabytes_per_sec(50);
+  // Table 4's A100 (312 TFLOPS, NVLink 600 GB/s) and H20 (148 TFLOPS, 900 GB/s): the paper
+  // gives no R for them; ours shows how much more room they leave to hide communication.
+  RatioInputs a100 = nvlink, h20 = nvlink;
+  a100.peak = teraflops_per_sec(312);
+  a100.bandwidth = gigabytes_per_sec(600);
+  h20.peak = teraflops_per_sec(148);
+  h20.bandwidth = gigabytes_per_sec(900);
   std::vector<Row> rows = {
       {"eq. (1)-(2)", "SP / TP attention volume, n = 8, m = 4", 0.3125,
        sp_attention_volume(1, 8192, 4096, 8, 4) / tp_attention_volume(1, 8192, 4096, 8), "",
@@ -114,6 +121,10 @@ std::vector<Row> megascale_rows(const std::string& /*root*/) {
       {"eq. (9)", "R without n/(n-1), NVLink", 8.70, compute_comm_ratio_approx(nvlink), "", ""},
       {"eq. (8)", "R over 50 GB/s RDMA", 1.24, compute_comm_ratio(rdma), "", ""},
       {"eq. (9)", "R without n/(n-1), RDMA", 1.09, compute_comm_ratio_approx(rdma), "", ""},
+      {"eq. (8)", "R, Mixtral h_ffn, A100, NVLink 600 GB/s", NAN, compute_comm_ratio(a100), "",
+       "Table 4 specifications; no paper value"},
+      {"eq. (8)", "R, Mixtral h_ffn, H20, NVLink 900 GB/s", NAN, compute_comm_ratio(h20), "",
+       "Table 4 specifications; no paper value"},
       {"App. A.2", "activation per MoE layer, Mixtral, no remat", 54.25,
        activation_units_full(8, 2, 3.5, 4), "bsh/n", ""},
       {"App. A.2", "activation per MoE layer, Mixtral, with remat", 18.5,
