@@ -1,7 +1,10 @@
 #include "simulator/offload_sim.h"
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -45,6 +48,26 @@ class OffloadSim {
     build();
     OffloadReport r;
     StreamHooks hooks;
+    GpuStreams* streams_of = nullptr;
+    const bool windowed = run_.system == OffloadSystem::kAptMoe && run_.load_window > 0;
+    if (windowed) {
+      copy_.assign(static_cast<size_t>(run_.gpus), CopyQueue{});
+      hooks.caller_started.assign(static_cast<size_t>(run_.gpus * kLanes), false);
+      for (int64_t g = 0; g < run_.gpus; ++g)
+        hooks.caller_started[static_cast<size_t>(stream(g, kH2d))] = true;
+      hooks.on_ready = [&](uint32_t id, const Task& t) {
+        copy_[static_cast<size_t>(t.stream / kLanes)].pending.push_back(id);
+        pump(*streams_of, t.stream / kLanes);
+      };
+      hooks.on_free = [&](int s) { pump(*streams_of, s / kLanes); };
+      hooks.on_start = [&](const Task& t) {
+        // The stage whose layers the GPU now runs: its loads become inter-layer loads.
+        if (t.stream % kLanes == kGpu) {
+          int64_t& current = copy_[static_cast<size_t>(t.stream / kLanes)].current_visit;
+          current = std::max(current, t.tag);
+        }
+      };
+    }
     if (run_.record_trace) {
       hooks.on_end = [&](const Task& t, SimTime start, SimTime end) {
         if (end == start) return;  // joins ("stage done")
@@ -58,8 +81,10 @@ class OffloadSim {
       };
     }
     GpuStreams streams(queue, net, static_cast<int>(run_.gpus * kLanes), std::move(hooks));
+    streams_of = &streams;
     SimTime end;
-    streams.run(std::move(graph_), [&] { end = queue.now(); });
+    graph_of_ = std::make_shared<const TaskGraph>(std::move(graph_));
+    streams.run(graph_of_, [&] { end = queue.now(); });
     r.events = queue.run();
     r.tasks = tasks_;
     r.optimizer = offload_optimizer_time(ctx_, cluster_, run_.gpus);
@@ -81,7 +106,42 @@ class OffloadSim {
 
   int stream(int64_t g, Lane lane) const { return static_cast<int>(g * kLanes + lane); }
 
+  // Demand-priority scheduling with a bounded launch window (OffloadRun::load_window).
+  struct CopyQueue {
+    std::vector<uint32_t> pending;  // ready, not yet launched
+    std::deque<uint32_t> launched;  // launched, not yet started, in stream order
+    int64_t current_visit = -1;
+  };
+  // 0 inter-expert, 1 inter-layer, 2 inter-stage: lower is more urgent.
+  int urgency(const CopyQueue& q, const Task& t) const {
+    if (t.rank < 0) return 0;
+    return t.tag <= q.current_visit ? 1 : 2;
+  }
+  // Launches the next batch: the window's worth of the most urgent pending loads.
+  void launch_batch(CopyQueue& q) {
+    const auto& tasks = graph_of_->tasks();
+    auto key = [&](uint32_t id) { return std::pair{urgency(q, tasks[id]), id}; };
+    std::sort(q.pending.begin(), q.pending.end(),
+              [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
+    const size_t n = std::min(q.pending.size(), static_cast<size_t>(run_.load_window));
+    q.launched.insert(q.launched.end(), q.pending.begin(), q.pending.begin() + n);
+    q.pending.erase(q.pending.begin(), q.pending.begin() + n);
+  }
+  void pump(GpuStreams& streams, int64_t g) {
+    CopyQueue& q = copy_[static_cast<size_t>(g)];
+    // Nothing launched (the batch event has fired, or the stream was idle): the polling host
+    // launches what is pending now.
+    if (q.launched.empty()) launch_batch(q);
+    if (q.launched.empty() || !streams.stream_free(stream(g, kH2d))) return;
+    const uint32_t id = q.launched.front();
+    q.launched.pop_front();
+    streams.start(id);
+    // The event sits before the batch's last load: once that load starts, the next batch goes.
+    if (q.launched.empty()) launch_batch(q);
+  }
+
   uint32_t add(Task t) {
+    t.tag = visits_;
     graph_.push_back(std::move(t));
     ++tasks_;
     return static_cast<uint32_t>(graph_.size() - 1);
@@ -165,15 +225,39 @@ class OffloadSim {
         auto demand_of = [&](int64_t j) {
           return costs[static_cast<size_t>(j)].expert_load * missed;
         };
-        std::vector<std::optional<uint32_t>> loads(static_cast<size_t>(count));
-        std::vector<std::optional<uint32_t>> demand(static_cast<size_t>(count));
+        // APTMoE loads by block: the layer's attention and gate, then each of its GPU experts.
+        // How many experts `share` of a layer's GPU experts is (at least one when it moves bytes).
+        auto experts_in = [&](const OffloadLayer& c, Seconds expert_time, double share) {
+          const double n =
+              std::ceil(c.loaded_share * static_cast<double>(m_.num_routed_experts) * share);
+          return expert_time.value() > 0 ? std::max<int64_t>(1, static_cast<int64_t>(n)) : 0;
+        };
+        auto add_blocks = [&](const char* name, Seconds time, int64_t pieces,
+                              const std::vector<uint32_t>& after, int rank,
+                              std::vector<uint32_t>& into) {
+          for (int64_t k = 0; k < pieces; ++k) {
+            Task t = transfer(
+                g, kH2d, name,
+                Bytes(time.value() / static_cast<double>(pieces) * rates_.pcie.value()), after);
+            t.rank = rank;
+            into.push_back(add(std::move(t)));
+          }
+        };
+        std::vector<std::vector<uint32_t>> loads(static_cast<size_t>(count));
+        std::vector<std::vector<uint32_t>> demand(static_cast<size_t>(count));
         for (int64_t jj = 0; jj < count && !resident; ++jj) {
           const int64_t j = fwd ? jj : count - 1 - jj;
-          const Seconds ahead = costs[static_cast<size_t>(j)].load - demand_of(j);
-          loads[static_cast<size_t>(j)] =
-              apt ? add(transfer(g, kH2d, fwd ? "load layer" : "load layer (backward)",
-                                 Bytes(ahead.value() * rates_.pcie.value()), load_after))
-                  : static_cast<uint32_t>(stage_load_task);
+          const OffloadLayer& c = costs[static_cast<size_t>(j)];
+          auto& into = loads[static_cast<size_t>(j)];
+          if (!apt) {
+            into.push_back(static_cast<uint32_t>(stage_load_task));
+            continue;
+          }
+          const Seconds experts_ahead = c.expert_load - demand_of(j);
+          add_blocks(fwd ? "load attention and gate" : "load attention and gate (backward)",
+                     c.load - c.expert_load, 1, load_after, 0, into);
+          add_blocks(fwd ? "load expert" : "load expert (backward)", experts_ahead,
+                     experts_in(c, experts_ahead, 1.0 - missed), load_after, 0, into);
         }
         std::vector<std::vector<uint32_t>> layer_done(static_cast<size_t>(count));
         for (int64_t i = 0; i < micro_; ++i) {
@@ -181,17 +265,18 @@ class OffloadSim {
           for (int64_t jj = 0; jj < count; ++jj) {
             const int64_t j = fwd ? jj : count - 1 - jj;
             const OffloadLayer& c = costs[static_cast<size_t>(j)];
-            if (loads[static_cast<size_t>(j)]) after.push_back(*loads[static_cast<size_t>(j)]);
+            const auto& loaded = loads[static_cast<size_t>(j)];
+            after.insert(after.end(), loaded.begin(), loaded.end());
             if (i == 0 && !resident && demand_of(j).value() > 0) {
               // The first micro-batch reaching the layer's gate names the experts the predictor
               // missed: they load then, ahead of every queued prefetch (inter-expert before
               // inter-layer loading).
-              Task t = transfer(g, kH2d, "load mispredicted experts",
-                                Bytes(demand_of(j).value() * rates_.pcie.value()), after);
-              t.rank = -1;
-              demand[static_cast<size_t>(j)] = add(std::move(t));
+              add_blocks("load mispredicted expert", demand_of(j),
+                         experts_in(c, demand_of(j), missed), after, -1,
+                         demand[static_cast<size_t>(j)]);
             }
-            if (demand[static_cast<size_t>(j)]) after.push_back(*demand[static_cast<size_t>(j)]);
+            const auto& urgent = demand[static_cast<size_t>(j)];
+            after.insert(after.end(), urgent.begin(), urgent.end());
             std::vector<uint32_t> joined = {
                 add(work(g, kGpu, fwd ? "layer forward" : "layer backward", c.gpu / m, after))};
             if (c.cpu.value() > 0) {
@@ -222,6 +307,7 @@ class OffloadSim {
         out[static_cast<size_t>(s)] = input;
         // The visit ends when its last layer has run every micro-batch.
         const uint32_t end = add(work(g, kGpu, "stage done", Seconds(0), done_all));
+        ++visits_;
         visits.push_back(end);
         last_compute[static_cast<size_t>(g)] = end;
       }
@@ -240,6 +326,9 @@ class OffloadSim {
   std::map<SwitchKey, int> h2d_, d2h_;
   std::vector<SwitchKey> switch_of_;
   std::vector<Task> graph_;
+  std::shared_ptr<const TaskGraph> graph_of_;
+  std::vector<CopyQueue> copy_;
+  int64_t visits_ = 0;  // tasks carry their visit's number in Task::tag
   uint64_t tasks_ = 0;
 };
 

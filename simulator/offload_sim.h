@@ -10,8 +10,9 @@
 //   Mobius        stages cross-mapped (stage s on GPU s mod G); a stage's load may start while
 //                 the GPU runs the one before (two stages fit in memory), and its compute waits
 //                 for the whole stage.
-//   APTMoE        the same mapping and memory budget, but loading by layer (inter-stage and
-//                 inter-layer phases), experts split by eq. (1) between GPU and CPU, the CPU
+//   APTMoE        the same mapping and memory budget, but loading by block (a layer's
+//                 attention and gate, then each GPU expert: inter-stage and inter-layer
+//                 phases), experts split by eq. (1) between GPU and CPU, the CPU
 //                 experts' tokens sent to the host and their outputs back over PCIe, and the
 //                 load queue served in demand order (current layer first). With a popularity
 //                 predictor below 1, the GPU experts it misses load only once the first
@@ -45,6 +46,15 @@ struct OffloadRun {
   // ahead with 128). The rest is loaded on demand once the gate has run (inter-expert phase),
   // ahead of any prefetch still queued. 1: an oracle, every load prefetched.
   double predictor_accuracy = 1.0;
+  // APTMoE's demand-priority scheduling (Sec. III-C, Fig. 10): the host launches up to this many
+  // block loads (an attention block with its gate, or one expert) onto the copy stream at once,
+  // with an event before the last; when it fires the host launches the next batch, most urgent
+  // first: inter-expert (experts the predictor missed), then inter-layer (the stage the GPU is
+  // running), then inter-stage (the next one). A load already launched is never overtaken, so a
+  // larger window hides the host's launches but makes an urgent load wait longer. 0: an ideal
+  // scheduler that picks the most urgent ready load each time the copy engine frees (the paper
+  // does not give its number).
+  int64_t load_window = 0;
   bool record_trace = false;
   size_t max_trace_spans = 200000;
 };

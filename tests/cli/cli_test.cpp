@@ -460,6 +460,14 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
             j["systems"]["APTMoE"]["tokens_per_s"].get<double>());
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --predictor-accuracy 1.5"),
                         "--predictor-accuracy", 2);
+  // A launch window makes those urgent loads wait behind launched prefetches: never faster.
+  const Result windowed = run("simulate " + pair + " --plan " + plan +
+                              " --skew G=0.5 --predictor-accuracy 0.5 --load-window 16 --json");
+  ASSERT_EQ(windowed.code, 0) << windowed.err;
+  EXPECT_LE(nlohmann::json::parse(windowed.out)["systems"]["APTMoE"]["tokens_per_s"].get<double>(),
+            nlohmann::json::parse(missed.out)["systems"]["APTMoE"]["tokens_per_s"].get<double>());
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --load-window -1"),
+                        "--load-window", 2);
   for (const char* s : {"APTMoE", "Mobius", "GPipeOffload"})
     EXPECT_GT(j["systems"][s]["tokens_per_s"].get<double>(), 0.0) << s;
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.5);

@@ -30,6 +30,7 @@ struct SimulateOptions {
   bool comm_priorities = false;
   bool every_gpu = false;
   double predictor_accuracy = 1.0;
+  int64_t load_window = 0;
 };
 
 std::string percent(Seconds part, Seconds whole) {
@@ -55,6 +56,7 @@ void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec
     sim::OffloadRun run = sim::offload_run(choice, s);
     run.record_trace = !o.trace.empty() && s == OffloadSystem::kAptMoe;
     run.predictor_accuracy = o.predictor_accuracy;
+    run.load_window = o.load_window;
     reports[s] = sim::simulate_offload(ctx, c, run);
   }
   if (!o.trace.empty()) {
@@ -306,6 +308,11 @@ void add_simulate(CLI::App& app) {
                   "offload plans: share of the GPU experts APTMoE's predictor picks ahead of the "
                   "gate; the rest load on demand (default 1, an oracle; the paper: 0.85 or 0.64)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--load-window", o->load_window,
+                  "offload plans: block loads APTMoE launches onto the copy stream at a time, "
+                  "most urgent first (a launched load is never overtaken); 0 (default): an ideal "
+                  "scheduler that picks the most urgent ready load whenever the copy engine frees")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_simulate(*o); });
 }
