@@ -4,6 +4,24 @@
 
 namespace moe::sim {
 
+uint32_t EventQueue::bucket_at(SimTime t) {
+  if (t == last_time_) return last_bucket_;
+  auto [it, added] = bucket_of_.try_emplace(t.ps, 0);
+  if (added) {
+    if (free_buckets_.empty()) {
+      it->second = static_cast<uint32_t>(buckets_.size());
+      buckets_.emplace_back();
+    } else {
+      it->second = free_buckets_.back();
+      free_buckets_.pop_back();
+    }
+    heap_.push({t, it->second});
+  }
+  last_time_ = t;
+  last_bucket_ = it->second;
+  return it->second;
+}
+
 // An EventId is the slot (low 32 bits) and the sequence number's low 32 bits: a slot is reused
 // once its event has run, and a stale id then names another sequence number.
 EventQueue::EventId EventQueue::at(SimTime t, Action action) {
@@ -18,7 +36,7 @@ EventQueue::EventId EventQueue::at(SimTime t, Action action) {
   }
   const uint64_t seq = next_seq_++;
   slots_[slot] = Slot{std::move(action), seq, false};
-  heap_.push(Key{t, seq, slot});
+  buckets_[bucket_at(t)].push_back(slot);
   return ((seq & 0xffffffffu) << 32) | slot;
 }
 
@@ -30,18 +48,27 @@ void EventQueue::cancel(EventId id) {
 uint64_t EventQueue::run() {
   uint64_t executed = 0;
   while (!heap_.empty()) {
-    const Key k = heap_.top();
+    const auto [time, bucket] = heap_.top();
+    // Events this one schedules at the same time join the bucket's end (an index, not an
+    // iterator: the vector may grow).
+    for (size_t i = 0; i < buckets_[bucket].size(); ++i) {
+      const uint32_t slot = buckets_[bucket][i];
+      Slot& s = slots_[slot];
+      // Move the action out and free its slot first: it may schedule more events.
+      Action action = std::move(s.action);
+      s.action = nullptr;
+      const bool cancelled = s.cancelled;
+      free_slots_.push_back(slot);
+      if (cancelled) continue;
+      now_ = time;
+      action();
+      ++executed;
+    }
     heap_.pop();
-    Slot& s = slots_[k.slot];
-    // Move the action out and free its slot first: it may schedule more events.
-    Action action = std::move(s.action);
-    s.action = nullptr;
-    const bool cancelled = s.cancelled;
-    free_slots_.push_back(k.slot);
-    if (cancelled) continue;
-    now_ = k.time;
-    action();
-    ++executed;
+    bucket_of_.erase(time.ps);
+    if (last_time_ == time) last_time_ = SimTime{-1};
+    buckets_[bucket].clear();
+    free_buckets_.push_back(bucket);
   }
   return executed;
 }

@@ -113,8 +113,11 @@ void FlowNetwork::complete(size_t id) {
 void FlowNetwork::resolve_around(const std::vector<int>& seeds) {
   ++solves_;
   // The connected component: links reached from the seeds through the flows crossing them.
-  std::vector<int> links;
-  std::vector<size_t> members;
+  // Reused buffers: nothing a solve calls solves again.
+  std::vector<int>& links = component_links_;
+  std::vector<size_t>& members = component_flows_;
+  links.clear();
+  members.clear();
   for (int l : seeds) {
     if (!link_seen_[static_cast<size_t>(l)]) {
       link_seen_[static_cast<size_t>(l)] = 1;
@@ -153,16 +156,15 @@ void FlowNetwork::resolve_around(const std::vector<int>& seeds) {
     size_t end = begin;
     while (end < members.size() && flows_[members[end]].priority == flows_[members[begin]].priority)
       ++end;
-    fill({members.begin() + static_cast<std::ptrdiff_t>(begin),
-          members.begin() + static_cast<std::ptrdiff_t>(end)},
-         links);
+    fill(std::span<const size_t>(members).subspan(begin, end - begin), links);
     begin = end;
   }
   for (size_t id : members) schedule(id);
 }
 
-void FlowNetwork::fill(const std::vector<size_t>& members, const std::vector<int>& links) {
-  std::vector<char> frozen(members.size(), 0);
+void FlowNetwork::fill(std::span<const size_t> members, const std::vector<int>& links) {
+  std::vector<char>& frozen = frozen_;
+  frozen.assign(members.size(), 0);
   for (size_t i = 0; i < members.size(); ++i) {
     Flow& f = flows_[members[i]];
     f.rate = 0;

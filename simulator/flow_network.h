@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "planner/units.h"
@@ -66,7 +67,7 @@ class FlowNetwork {
   void complete(size_t flow);
   // Re-solves the flows connected to `seeds` (links) and reschedules their completions.
   void resolve_around(const std::vector<int>& seeds);
-  void fill(const std::vector<size_t>& members, const std::vector<int>& links);
+  void fill(std::span<const size_t> members, const std::vector<int>& links);
   void schedule(size_t flow);
 
   EventQueue& queue_;
@@ -79,6 +80,9 @@ class FlowNetwork {
   std::vector<char> link_seen_, flow_seen_;
   std::vector<double> left_;
   std::vector<int> unfrozen_on_;
+  std::vector<int> component_links_;     // resolve_around's scratch
+  std::vector<size_t> component_flows_;  // (kept to spare an allocation per solve)
+  std::vector<char> frozen_;
   uint64_t solves_ = 0;
   double sent_ = 0;
   double delivered_ = 0;

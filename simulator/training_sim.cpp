@@ -104,7 +104,8 @@ struct GpuState {
   // The layer operator of each task of the graph it runs (every-GPU mode; null while it runs
   // anything else, such as the optimizer step).
   std::shared_ptr<const std::vector<OpRef>> refs;
-  std::set<std::pair<int, uint32_t>> ready_collectives[kStreams];
+  // (rank, task), sorted: a handful at a time, so a sorted vector beats a tree's allocations.
+  std::vector<std::pair<int, uint32_t>> ready_collectives[kStreams];
   Bytes current, peak;
   int active_nvlink = 0, active_nic = 0;
   SimTime nvlink_since, nic_since;
@@ -439,6 +440,7 @@ class Training {
     const int size = group_size_[t.stream] > 0 ? static_cast<int>(group_size_[t.stream]) : 1;
     std::get<4>(key) = size > 1 ? x.group[t.stream] : x.local;
     Joining& j = joining_[key];
+    if (j.members.empty()) j.members.reserve(static_cast<size_t>(size));
     j.priority = t.priority;
     j.members.push_back({on_nic(x, t) ? x.nic : x.nvlink, t.bytes * ratio, std::move(done)});
     if (static_cast<int>(j.members.size()) < size) return;
@@ -540,7 +542,9 @@ class Training {
       h.caller_started.assign(kStreams, false);
       for (int k : {kTpStream, kEpStream, kCpStream, kDpStream}) h.caller_started[k] = true;
       h.on_ready = [this, g](uint32_t id, const Task& t) {
-        gpus_[static_cast<size_t>(g)].ready_collectives[t.stream].insert({t.rank, id});
+        auto& ready = gpus_[static_cast<size_t>(g)].ready_collectives[t.stream];
+        const std::pair<int, uint32_t> key{t.rank, id};
+        ready.insert(std::lower_bound(ready.begin(), ready.end(), key), key);
         start_collectives(g, t.stream);
       };
       h.on_free = [this, g](int stream) { start_collectives(g, stream); };
@@ -559,10 +563,14 @@ class Training {
       const std::pair<int, uint32_t> key = ready;  // erased below
       const bool startable = std::all_of(peers.begin(), peers.end(), [&](int64_t p) {
         const GpuState& y = gpus_[static_cast<size_t>(p)];
-        return y.gpu->stream_free(stream) && y.ready_collectives[stream].count(key) > 0;
+        const auto& ready = y.ready_collectives[stream];
+        return y.gpu->stream_free(stream) && std::binary_search(ready.begin(), ready.end(), key);
       });
       if (!startable) continue;
-      for (int64_t p : peers) gpus_[static_cast<size_t>(p)].ready_collectives[stream].erase(key);
+      for (int64_t p : peers) {
+        auto& ready = gpus_[static_cast<size_t>(p)].ready_collectives[stream];
+        ready.erase(std::lower_bound(ready.begin(), ready.end(), key));
+      }
       for (int64_t p : peers) gpus_[static_cast<size_t>(p)].gpu->start(key.second);
       return;
     }
