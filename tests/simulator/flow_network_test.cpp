@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <random>
 
 namespace moe::sim {
 
@@ -35,6 +38,46 @@ TEST(EventQueue, EqualTimesRunInInsertionOrder) {
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5}));
   EXPECT_EQ(q.now(), us(5));
   EXPECT_THROW(q.at(us(1), [] {}), std::logic_error);
+}
+
+TEST(EventQueue, RunsARandomScheduleInTimeThenSchedulingOrder) {
+  // The queue buckets events by time. Whatever the schedule (times that repeat, events that
+  // schedule more at their own time, cancellations mid-run), it must run exactly the events not
+  // cancelled, ordered by (time, order scheduled): what one heap of (time, sequence) does.
+  EventQueue q;
+  std::mt19937 rng(7);
+  std::vector<int> order;
+  std::vector<SimTime> time_of;
+  std::vector<EventQueue::EventId> id_of;
+  std::vector<bool> cancelled;
+  std::function<void(SimTime)> schedule = [&](SimTime t) {
+    const int id = static_cast<int>(time_of.size());
+    time_of.push_back(t);
+    cancelled.push_back(false);
+    id_of.push_back(q.at(t, [&, id] {
+      EXPECT_EQ(q.now(), time_of[static_cast<size_t>(id)]);
+      order.push_back(id);
+      if (time_of.size() >= 3000) return;
+      for (int k = 0; k < 2; ++k) schedule(q.now() + us(static_cast<int>(rng() % 4)));
+      const size_t victim = rng() % time_of.size();
+      const bool ran = std::find(order.begin(), order.end(), victim) != order.end();
+      if (rng() % 4 == 0 && !ran && !cancelled[victim]) {
+        cancelled[victim] = true;
+        q.cancel(id_of[victim]);
+      }
+    }));
+  };
+  for (int k = 0; k < 8; ++k) schedule(us(static_cast<int>(rng() % 3)));
+  const uint64_t executed = q.run();
+  EXPECT_EQ(executed, order.size());
+  std::vector<int> expected;
+  for (size_t id = 0; id < time_of.size(); ++id)
+    if (!cancelled[id]) expected.push_back(static_cast<int>(id));
+  std::stable_sort(expected.begin(), expected.end(), [&](int a, int b) {
+    return time_of[static_cast<size_t>(a)] < time_of[static_cast<size_t>(b)];
+  });
+  EXPECT_EQ(order, expected);
+  EXPECT_GT(std::count(cancelled.begin(), cancelled.end(), true), 10);
 }
 
 TEST(EventQueue, CancelledEventsNeitherRunNorMoveTheClock) {
