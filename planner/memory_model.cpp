@@ -98,23 +98,28 @@ double remat_ratio(const ModelSpec& m, const ParallelConfig& p, bool moe_layer) 
 }
 
 struct StageParams {
-  double dense = 0;   // sharded over DP
-  double expert = 0;  // sharded over expert-DP
+  double dense = 0;       // sharded over DP
+  double replicated = 0;  // whole on each SP rank: sharded over SP x DP
+  double expert = 0;      // sharded over expert-DP
 };
 
 StageParams stage_params(const ModelSpec& m, const ModelParams& all, const ParallelConfig& p,
                          int64_t stage, bool attention_replicated) {
   const double tp = static_cast<double>(*p.tp);
-  const double attn_shards = attention_replicated ? 1.0 : tp;
   const double expert_shards = static_cast<double>(*p.ep * *p.etp);
   StageParams out;
   const int64_t first = first_layer_of_stage(m, p, stage);
   const int64_t count = layers_in_stage(m, p, stage);
   for (int64_t i = first; i < first + count; ++i) {
     const LayerParams& l = all.layers[i];
-    // Norms and the router are replicated across TP; projections and FFNs are split.
-    out.dense +=
-        l.norms + l.router + l.attention / attn_shards + (l.shared_experts + l.dense_ffn) / tp;
+    // Norms and the router are replicated across TP; projections and FFNs are split. Ulysses SP
+    // keeps attention, shared experts and dense FFNs whole on every SP rank (layer_ops runs
+    // them unsplit on the rank's tokens); the SP group is data-parallel for them, so the
+    // distributed optimizer shards them over SP x DP (MegaScale Sec. 6.2: SP costs 1.7-8.1 %
+    // more parameter memory, not the t-fold a replica per rank would).
+    const double split_weights = l.attention + l.shared_experts + l.dense_ffn;
+    out.dense += l.norms + l.router + (attention_replicated ? 0.0 : split_weights / tp);
+    out.replicated += attention_replicated ? split_weights : 0.0;
     out.expert += l.routed_experts / expert_shards;
   }
   if (stage == 0) out.dense += all.embedding / tp;
@@ -177,7 +182,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
       s.num_moe_layers += m.moe_layer[i];
     const StageParams params = stage_params(m, all, p, stage, r.attention_replicated);
-    s.params_per_gpu = params.dense + params.expert;
+    s.params_per_gpu = params.dense + params.replicated + params.expert;
     s.expert_params_per_gpu = params.expert;
     const double schedule_mg = r.gpipe_microbatches
                                    ? static_cast<double>(*r.gpipe_microbatches)
@@ -188,8 +193,10 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     if (r.static_override) {
       s.static_bytes = *r.static_override;
     } else {
-      s.static_bytes = sharded_static(params.dense, *p.dp, r.zero_stage, r.static_bytes) +
-                       sharded_static(params.expert, p.expert_dp(), r.zero_stage, r.static_bytes);
+      s.static_bytes =
+          sharded_static(params.dense, *p.dp, r.zero_stage, r.static_bytes) +
+          sharded_static(params.replicated, *p.dp * *p.tp, r.zero_stage, r.static_bytes) +
+          sharded_static(params.expert, p.expert_dp(), r.zero_stage, r.static_bytes);
       if (full)
         s.checkpoint_bytes =
             memfine::recompute_checkpoints(report.moe_shape, schedule_mg, layers_per_chunk);

@@ -267,21 +267,35 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   const int64_t t = *p.tp, cp = *p.cp, dp = *p.dp, ep = *p.ep, etp = *p.etp, edp = *p.edp;
-  // Gradient reduce-scatter and parameter all-gather of the stage's weights.
-  double dense = 0, expert = 0;
+  // Gradient reduce-scatter and parameter all-gather of the stage's weights. Ulysses SP keeps
+  // attention, shared experts and dense FFNs whole on each of the t SP ranks (`replicated`).
+  double dense = 0, replicated = 0, expert = 0;
+  const bool ulysses = c.attention == AttentionMode::kUlysses;
   const int64_t first = first_layer_of_stage(m, p, stage);
   for (int64_t i = first; i < first + layers_in_stage(m, p, stage); ++i) {
     const LayerParams& l = ctx.params.layers[i];
-    dense += l.norms + l.router +
-             (l.attention + l.shared_experts + l.dense_ffn) / static_cast<double>(t);
+    const double split_weights = l.attention + l.shared_experts + l.dense_ffn;
+    dense += l.norms + l.router + (ulysses ? 0.0 : split_weights / static_cast<double>(t));
+    replicated += ulysses ? split_weights : 0.0;
     expert += l.routed_experts / static_cast<double>(ep * etp);
   }
   const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
   const double param_bytes = parameter_bytes(c.precision);
+  // MegaScale App. A.1: the replicated weights sync hierarchically, a reduce-scatter inside the
+  // node's SP group over NVLink, then across DP on 1/t of them (the bytes TP's shards move),
+  // and the mirror for the all-gather; a flat ring over all t x dp ranks would send t times
+  // the bytes through the NICs.
+  auto hierarchical = [&](double bytes_per_param) {
+    const Bytes whole(replicated * bytes_per_param);
+    return ring_time(ctx, whole, t, t) +
+           ring_time(ctx, whole / static_cast<double>(t), dp, t * cp * dp);
+  };
   DpSync out;
   out.reduce_scatter = ring_time(ctx, Bytes(dense * grad_bytes), dp, t * cp * dp) +
+                       hierarchical(grad_bytes) +
                        ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);
   out.all_gather = ring_time(ctx, Bytes(dense * param_bytes), dp, t * cp * dp) +
+                   hierarchical(param_bytes) +
                    ring_time(ctx, Bytes(expert * param_bytes), edp, etp * ep * edp);
   out.crosses_nodes =
       ctx.links.crosses_nodes(t * cp * dp) || ctx.links.crosses_nodes(etp * ep * edp);
@@ -289,6 +303,7 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   // the local shard.
   const bool sharded = c.zero_stage >= 1;
   const double local = dense / (sharded ? static_cast<double>(dp) : 1.0) +
+                       replicated / (sharded ? static_cast<double>(dp * t) : 1.0) +
                        expert / (sharded ? static_cast<double>(edp) : 1.0);
   out.optimizer = Bytes(local * 28.0) / (ctx.links.hbm * ctx.eff.memory_bound);
   return out;
