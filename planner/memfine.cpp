@@ -12,15 +12,20 @@ double tc(const LayerShape& s) {
 }  // namespace
 
 Bytes sequence_activation(const LayerShape& s) {
-  const double per_token = 5.0 * s.hidden + static_cast<double>(s.heads * s.head_dim) +
-                           2.0 * static_cast<double>(s.kv_heads * s.head_dim) +
-                           static_cast<double>(s.experts);
-  return Bytes(s.bytes_per_element * s.micro_batch * static_cast<double>(s.seq_len) * per_token /
-               tc(s));
+  // Rows 2 (QKV input) and 6 (output projection input) feed GEMMs; the rest do not.
+  const double per_token =
+      s.bytes_per_element *
+          (3.0 * s.hidden + static_cast<double>(s.heads * s.head_dim) +
+           2.0 * static_cast<double>(s.kv_heads * s.head_dim) + static_cast<double>(s.experts)) +
+      s.gemm_input() * 2.0 * s.hidden;
+  return Bytes(s.micro_batch * static_cast<double>(s.seq_len) * per_token / tc(s));
 }
 
 Bytes activation_per_received_token(const LayerShape& s) {
-  return Bytes(s.bytes_per_element * s.micro_batch * (2.0 * s.hidden + 2.0 * s.expert_ffn) / tc(s));
+  // Row 11 (FC1 input) and the activation output of row 12 (FC2 input) feed GEMMs; FC1's
+  // output (row 12's other half) and the score multiply (row 13) do not.
+  const double h = static_cast<double>(s.hidden), g = static_cast<double>(s.expert_ffn);
+  return Bytes(s.micro_batch * (s.bytes_per_element + s.gemm_input()) * (h + g) / tc(s));
 }
 
 double stored_microbatches(int64_t pp, int64_t vpp, int64_t stage, bool full_recompute) {

@@ -36,6 +36,11 @@ struct LayerShape {
   int64_t expert_ffn = 0;        // g_e
   int64_t tp = 1;                // t
   int64_t cp = 1;                // c (context parallel)
+  // Bytes of the rows that are inputs of FP8 GEMMs (Table 2's rows 2, 6, 11 and the FC2 half
+  // of 12): Transformer Engine keeps the FP8 copy it cast for the forward GEMM to compute the
+  // weight gradient. 0: D_t, as the paper's BF16 training has it.
+  double gemm_input_bytes = 0;
+  double gemm_input() const { return gemm_input_bytes > 0 ? gemm_input_bytes : bytes_per_element; }
 };
 
 // First term of eq. (2) without m_g: D_t b s (5h + a h_d + 2 k_a h_d + e_n) / (tc).

@@ -77,7 +77,7 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
     // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
     const double tc = static_cast<double>(s.tp * s.cp);
     seq -= Bytes(2.0 * s.bytes_per_element * s.micro_batch * s.seq_len * s.hidden / tc);
-    per_token -= Bytes(s.bytes_per_element * s.micro_batch * s.expert_ffn / tc);
+    per_token -= Bytes(s.gemm_input() * s.micro_batch * s.expert_ffn / tc);
   }
   const Bytes layer = seq + per_token * memfine::tokens_per_chunk(received_tokens, chunks);
   return recompute == Recompute::kRematerialize ? layer * remat_ratio : layer;
@@ -170,6 +170,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
                              const MemoryRequest& r) {
   MemoryReport report;
   report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element);
+  report.moe_shape.gemm_input_bytes = r.gemm_input_bytes;
   report.received_tokens = r.received_tokens.value_or(balanced_received_tokens(m, r.seq_len));
   if (!r.chunk_bins.empty()) report.largest_chunk_bin = r.chunk_bins.back();
   report.fits = true;

@@ -38,6 +38,7 @@ struct MemoryRequest {
   int64_t seq_len = 4096;
   Recompute recompute = Recompute::kNone;
   double bytes_per_element = 2;  // D_t of activations
+  double gemm_input_bytes = 0;   // of activations kept for FP8 GEMMs' backward; 0: D_t
   memfine::StaticBytesPerParam static_bytes;
   int zero_stage = 1;  // 0: replicated; 1: optimizer sharded (distributed optimizer); 2; 3
   // s'': tokens one GPU's MoE layer receives; unset means balanced routing (s x top-k).

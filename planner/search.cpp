@@ -120,6 +120,8 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
     r.static_bytes.optimizer_states = 3;
     r.bytes_per_element = 4;
   }
+  // FP8 (Transformer Engine): the inputs of the linear layers are kept in FP8 for backward.
+  if (c.precision == Precision::kFp8) r.gemm_input_bytes = 1;
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
