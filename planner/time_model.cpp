@@ -285,12 +285,17 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   // node's SP group over NVLink, then across DP on 1/t of them (the bytes TP's shards move),
   // and the mirror for the all-gather; a flat ring over all t x dp ranks would send t times
   // the bytes through the NICs.
+  auto in_node = [&](double bytes_per_param) {
+    return ring_time(ctx, Bytes(replicated * bytes_per_param), t, t);
+  };
   auto hierarchical = [&](double bytes_per_param) {
-    const Bytes whole(replicated * bytes_per_param);
-    return ring_time(ctx, whole, t, t) +
-           ring_time(ctx, whole / static_cast<double>(t), dp, t * cp * dp);
+    return in_node(bytes_per_param) +
+           ring_time(ctx, Bytes(replicated * bytes_per_param / static_cast<double>(t)), dp,
+                     t * cp * dp);
   };
   DpSync out;
+  out.reduce_scatter_in_node = in_node(grad_bytes);
+  out.all_gather_in_node = in_node(param_bytes);
   out.reduce_scatter = ring_time(ctx, Bytes(dense * grad_bytes), dp, t * cp * dp) +
                        hierarchical(grad_bytes) +
                        ring_time(ctx, Bytes(expert * grad_bytes), edp, etp * ep * edp);
@@ -367,8 +372,12 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.dp_comm += (pass - per_mb) * mb;
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration.
-  const Seconds once =
-      (c.zero_stage <= 1 ? rs : Seconds(0)) + (c.zero_stage <= 2 ? ag : Seconds(0));
+  // (less the in-node stage of a hierarchical sync when DP crosses nodes: that rides NVLink).
+  Seconds once = (c.zero_stage <= 1 ? rs : Seconds(0)) + (c.zero_stage <= 2 ? ag : Seconds(0));
+  if (sync.crosses_nodes) {
+    once -= (c.zero_stage <= 1 ? sync.reduce_scatter_in_node : Seconds(0)) +
+            (c.zero_stage <= 2 ? sync.all_gather_in_node : Seconds(0));
+  }
   const Seconds on_dp_link = (sync.crosses_nodes ? nic : fabric) * mb + once;
   out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + out.dp_comm));
 

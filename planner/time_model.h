@@ -81,6 +81,9 @@ StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stag
 // gradient reduce-scatter and parameter all-gather over DP (dense) and expert-DP (experts).
 struct DpSync {
   Seconds reduce_scatter, all_gather, optimizer;
+  // The part of each that stays inside the node: the first stage of MegaScale's hierarchical
+  // sync of the weights Ulysses SP replicates (App. A.1), on NVLink whatever DP crosses.
+  Seconds reduce_scatter_in_node, all_gather_in_node;
   bool crosses_nodes = false;
 };
 DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);

@@ -81,6 +81,7 @@ struct OpRef {
 struct DpCollective {
   const char* name = "";
   Seconds time;
+  bool nic = false;  // crosses nodes (else NVLink)
   std::function<void()> then;
 };
 
@@ -358,11 +359,16 @@ class Training {
       // ZeRO-3 gathers weights for every pass instead (in run_pass).
       if (st.sync.all_gather.value() <= 0 || plan_.zero_stage >= 3) continue;
       x.params_pending = true;
-      dp_async(g, "DP parameter all-gather", st.sync.all_gather, [this, g] {
-        GpuState& y = gpus_[static_cast<size_t>(g)];
-        y.params_pending = false;
-        if (y.deferred_done) std::exchange(y.deferred_done, {})();
-      });
+      // Hierarchical (App. A.1) for SP-replicated weights: across nodes first, then in the node.
+      dp_async(g, "DP parameter all-gather", st.sync.all_gather - st.sync.all_gather_in_node);
+      dp_async(
+          g, "DP parameter all-gather (in node)", st.sync.all_gather_in_node,
+          [this, g] {
+            GpuState& y = gpus_[static_cast<size_t>(g)];
+            y.params_pending = false;
+            if (y.deferred_done) std::exchange(y.deferred_done, {})();
+          },
+          false);
     }
     PipelineDriver driver(spec, queue, net, std::move(hooks));
     driver.start();
@@ -395,12 +401,20 @@ class Training {
   }
 
   // Queues a data-parallel collective on the GPU's DP stream; `then` runs when it lands.
-  void dp_async(int64_t g, const char* name, Seconds time, std::function<void()> then = {}) {
+  // `across` false keeps it on NVLink even when the stage's DP group crosses nodes.
+  void dp_async(int64_t g, const char* name, Seconds time, std::function<void()> then = {},
+                bool across = true) {
+    GpuState& x = gpus_[static_cast<size_t>(g)];
     if (time.value() <= 0) {
-      if (then) then();
-      return;
+      // Nothing to move: runs once what is queued before it has landed (FIFO like the rest).
+      if (!then) return;
+      if (!x.dp_busy && x.dp_queue.empty()) {
+        then();
+        return;
+      }
     }
-    gpus_[static_cast<size_t>(g)].dp_queue.push_back({name, time, std::move(then)});
+    const bool nic = across && stages_[static_cast<size_t>(x.stage)].sync.crosses_nodes;
+    x.dp_queue.push_back({name, time, nic, std::move(then)});
     dp_next(g);
   }
 
@@ -411,7 +425,14 @@ class Training {
     x.dp_queue.pop_front();
     x.dp_busy = true;
     const StageState& st = stages_[static_cast<size_t>(x.stage)];
-    const Task t = comm_task(st, next.name, kDpStream, next.time, st.sync.crosses_nodes);
+    if (next.time.value() <= 0) {  // an empty stage that only orders its `then`
+      x.dp_busy = false;
+      if (next.then) next.then();
+      dp_next(g);
+      maybe_step(g);
+      return;
+    }
+    const Task t = comm_task(st, next.name, kDpStream, next.time, next.nic);
     const SimTime start = queue_->now();
     link_activity(x, t, +1);
     auto landed = [this, g, t, start, then = std::move(next.then)] {
@@ -849,8 +870,12 @@ class Training {
     const double per_chunk = 1.0 / static_cast<double>(v);
     if (!id.forward && (plan_.zero_stage >= 2 || last_pass)) {
       for (int64_t k = st.first_gpu; k < st.first_gpu + st.num_gpus; ++k) {
+        // Hierarchical (App. A.1) for SP-replicated weights: in the node first, then across.
+        const double share = plan_.zero_stage >= 2 ? per_chunk : 1.0;
+        dp_async(k, "DP gradient reduce-scatter (in node)", st.sync.reduce_scatter_in_node * share,
+                 {}, false);
         dp_async(k, "DP gradient reduce-scatter",
-                 st.sync.reduce_scatter * (plan_.zero_stage >= 2 ? per_chunk : 1.0));
+                 (st.sync.reduce_scatter - st.sync.reduce_scatter_in_node) * share);
       }
     }
     // Every GPU of the stage runs the graph; the pass ends when the last one is through (the

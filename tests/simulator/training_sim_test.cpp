@@ -359,3 +359,50 @@ TEST(TrainingSim, EveryGpuRunsEachOptimizerStepAtItsOwnDuration) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, SpReplicatedWeightsSyncInTheNodeThenAcross) {
+  // MegaScale App. A.1: with Ulysses SP the attention weights are whole on each of the node's
+  // 8 SP ranks. Their gradients reduce-scatter over NVLink inside the node first, then 1/8 of
+  // them crosses the NICs with the experts'; the parameter all-gather mirrors it. The trace
+  // shows the in-node stage on its own, before the cross-node one, each at least its planned
+  // time (the gradient one shares NVLink with the last backward's SP and EP traffic: 9.0 ms
+  // against 7.4 ms planned); TP attention has no in-node stage.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  for (AttentionMode attention : {AttentionMode::kUlysses, AttentionMode::kTensor}) {
+    PlanChoice c = choice(m, "tp=8,pp=4,ep=8,etp=1,dp=2,mbs=1,gbs=8");
+    c.attention = attention;
+    const DpSync sync = dp_sync_times(ctx, c, 0);
+    ASSERT_TRUE(sync.crosses_nodes);
+    TrainingOptions o;
+    o.record_trace = true;
+    const TrainingReport r = simulate_training(ctx, cl, c, o);
+    std::map<std::string, Seconds> took;
+    std::map<std::string, SimTime> began;
+    for (const TraceSpan& sp : r.spans) {
+      if (sp.stage != 0 || sp.lane != "dp") continue;
+      took[sp.name] = to_seconds(sp.end - sp.start);
+      began[sp.name] = sp.start;
+    }
+    const bool sp_attention = attention == AttentionMode::kUlysses;
+    EXPECT_EQ(took.count("DP gradient reduce-scatter (in node)"), sp_attention ? 1u : 0u);
+    EXPECT_EQ(took.count("DP parameter all-gather (in node)"), sp_attention ? 1u : 0u);
+    if (!sp_attention) {
+      EXPECT_EQ(sync.reduce_scatter_in_node.value(), 0.0);
+      continue;
+    }
+    EXPECT_GT(sync.reduce_scatter_in_node.value(), 0.0);
+    const double in_node = took["DP gradient reduce-scatter (in node)"].value();
+    EXPECT_GE(in_node, sync.reduce_scatter_in_node.value() * (1 - 1e-9));
+    EXPECT_LT(in_node, sync.reduce_scatter_in_node.value() * 1.5);
+    EXPECT_LT(began["DP gradient reduce-scatter (in node)"], began["DP gradient reduce-scatter"]);
+    EXPECT_LT(began["DP parameter all-gather"], began["DP parameter all-gather (in node)"]);
+    EXPECT_GE(took["DP parameter all-gather"].value(),
+              (sync.all_gather - sync.all_gather_in_node).value() * (1 - 1e-9));
+  }
+}
+
+}  // namespace moe::sim
