@@ -19,6 +19,9 @@ namespace {
 // still share the PCIe link with it.
 enum Lane { kGpu = 0, kH2d, kD2h, kCpu, kTokensH2d, kTokensD2h, kLanes };
 
+// The forward load of one GPU expert (compared by address: the one name for such tasks).
+constexpr const char* kLoadExpert = "load expert";
+
 class OffloadSim {
  public:
   OffloadSim(const TimeContext& ctx, const ClusterSpec& cluster, const OffloadRun& run)
@@ -49,9 +52,39 @@ class OffloadSim {
     OffloadReport r;
     StreamHooks hooks;
     GpuStreams* streams_of = nullptr;
-    const bool windowed = run_.system == OffloadSystem::kAptMoe && run_.load_window > 0;
-    if (windowed) {
-      copy_.assign(static_cast<size_t>(run_.gpus), CopyQueue{});
+    const bool apt = run_.system == OffloadSystem::kAptMoe;
+    copy_.assign(static_cast<size_t>(run_.gpus), CopyQueue{});
+    if (apt) {
+      hooks.on_start = [&](const Task& t) {
+        // The stage whose layers the GPU now runs: its loads become inter-layer loads.
+        if (t.stream % kLanes == kGpu) {
+          int64_t& current = copy_[static_cast<size_t>(t.stream / kLanes)].current_visit;
+          current = std::max(current, t.tag);
+        }
+      };
+    }
+    if (apt && run_.historical_accuracy < 1.0) {
+      hooks.communicate = [&](uint32_t, const Task& t, std::function<void()> done) {
+        CopyQueue& q = copy_[static_cast<size_t>(t.stream / kLanes)];
+        // An expert picked in the inter-stage phase is a historical pick: one in
+        // 1 / (1 - accuracy) of them is the wrong expert, and the right one follows it.
+        bool wrong = false;
+        if (t.name == kLoadExpert && t.tag > q.current_visit) {
+          q.wrong_picks += 1.0 - std::clamp(run_.historical_accuracy, 0.0, 1.0);
+          wrong = q.wrong_picks >= 1.0;
+          if (wrong) q.wrong_picks -= 1.0;
+        }
+        net.send(
+            t.links, t.bytes, SimTime{},
+            [&net, &t, wrong, done = std::move(done)](SimTime) {
+              if (!wrong) return done();
+              net.send(
+                  t.links, t.bytes, SimTime{}, [done](SimTime) { done(); }, t.priority);
+            },
+            t.priority);
+      };
+    }
+    if (apt && run_.load_window > 0) {
       hooks.caller_started.assign(static_cast<size_t>(run_.gpus * kLanes), false);
       for (int64_t g = 0; g < run_.gpus; ++g)
         hooks.caller_started[static_cast<size_t>(stream(g, kH2d))] = true;
@@ -60,13 +93,6 @@ class OffloadSim {
         pump(*streams_of, t.stream / kLanes);
       };
       hooks.on_free = [&](int s) { pump(*streams_of, s / kLanes); };
-      hooks.on_start = [&](const Task& t) {
-        // The stage whose layers the GPU now runs: its loads become inter-layer loads.
-        if (t.stream % kLanes == kGpu) {
-          int64_t& current = copy_[static_cast<size_t>(t.stream / kLanes)].current_visit;
-          current = std::max(current, t.tag);
-        }
-      };
     }
     if (run_.record_trace) {
       hooks.on_end = [&](const Task& t, SimTime start, SimTime end) {
@@ -111,6 +137,7 @@ class OffloadSim {
     std::vector<uint32_t> pending;  // ready, not yet launched
     std::deque<uint32_t> launched;  // launched, not yet started, in stream order
     int64_t current_visit = -1;
+    double wrong_picks = 0;  // historical picks owed a miss (OffloadRun::historical_accuracy)
   };
   // 0 inter-expert, 1 inter-layer, 2 inter-stage: lower is more urgent.
   int urgency(const CopyQueue& q, const Task& t) const {
@@ -256,7 +283,7 @@ class OffloadSim {
           const Seconds experts_ahead = c.expert_load - demand_of(j);
           add_blocks(fwd ? "load attention and gate" : "load attention and gate (backward)",
                      c.load - c.expert_load, 1, load_after, 0, into);
-          add_blocks(fwd ? "load expert" : "load expert (backward)", experts_ahead,
+          add_blocks(fwd ? kLoadExpert : "load expert (backward)", experts_ahead,
                      experts_in(c, experts_ahead, 1.0 - missed), load_after, 0, into);
         }
         std::vector<std::vector<uint32_t>> layer_done(static_cast<size_t>(count));

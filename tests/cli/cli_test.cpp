@@ -468,6 +468,14 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
             nlohmann::json::parse(missed.out)["systems"]["APTMoE"]["tokens_per_s"].get<double>());
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --load-window -1"),
                         "--load-window", 2);
+  // Wrong historical picks load experts in vain: never faster.
+  const Result history = run("simulate " + pair + " --plan " + plan +
+                             " --skew G=0.5 --historical-accuracy 0.5 --json");
+  ASSERT_EQ(history.code, 0) << history.err;
+  EXPECT_LE(nlohmann::json::parse(history.out)["systems"]["APTMoE"]["tokens_per_s"].get<double>(),
+            j["systems"]["APTMoE"]["tokens_per_s"].get<double>());
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --historical-accuracy 2"),
+                        "--historical-accuracy", 2);
   for (const char* s : {"APTMoE", "Mobius", "GPipeOffload"})
     EXPECT_GT(j["systems"][s]["tokens_per_s"].get<double>(), 0.0) << s;
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.5);

@@ -173,3 +173,37 @@ TEST(OffloadSim, ALaunchedLoadIsNeverOvertakenSoAWiderWindowDelaysUrgentLoads) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(OffloadSim, WrongHistoricalPicksCostTheInterStagePhaseLoads) {
+  // APTMoE Sec. III-B: the inter-stage phase loads experts by last iteration's popularity; a
+  // wrong pick moves an expert the layer does not use, and the right one still has to come.
+  // On C1+G4 (loading-bound) throughput falls as fewer picks are right; a perfect history
+  // changes nothing, and Mobius (no phases, every expert loaded) is untouched.
+  Fixture f;
+  RoutingSkew skew;
+  skew.kind = RoutingSkew::Kind::kPopularity;
+  skew.proportions = {aptmoe::proportions_for_g(f.model.num_routed_experts, 0.3)};
+  const TimeContext ctx = make_time_context(f.model, f.cluster, efficiencies(), skew, 512);
+  auto throughput = [&](OffloadSystem system, double historical) {
+    OffloadRun run;
+    run.gpus = 4;
+    run.stages = 16;
+    run.global_batch = 16;
+    run.system = system;
+    run.historical_accuracy = historical;
+    return simulate_offload(ctx, f.cluster, run).tokens_per_second;
+  };
+  double last = throughput(OffloadSystem::kAptMoe, 1.0);
+  const double perfect = last;
+  for (double historical : {0.733, 0.5, 0.0}) {
+    const double t = throughput(OffloadSystem::kAptMoe, historical);
+    EXPECT_LT(t, last) << historical;
+    last = t;
+  }
+  EXPECT_LT(last, 0.92 * perfect);  // every pick wrong: measured -12 %
+  EXPECT_EQ(throughput(OffloadSystem::kMobius, 0.0), throughput(OffloadSystem::kMobius, 1.0));
+}
+
+}  // namespace moe::sim
