@@ -45,6 +45,11 @@ struct PlanChoice {
   // loaded over PCIe, cold experts run on the CPU (planner/offload.h). pp counts stages, which
   // may exceed the GPUs (Mobius-style cross mapping).
   bool offload = false;
+  // How an offload plan's loads are scheduled (simulator/offload_sim.h has the meanings):
+  // APTMoE's predictor and historical popularity accuracies, and its launch window (0: ideal).
+  double predictor_accuracy = 1.0;
+  double historical_accuracy = 1.0;
+  int64_t load_window = 0;
   bool gpipe = false;        // GPipe instead of 1F1B: same bubble, every micro-batch held
   int64_t offload_gpus = 0;  // GPUs an offload plan runs on
 

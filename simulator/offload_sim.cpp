@@ -369,6 +369,9 @@ OffloadRun offload_run(const PlanChoice& plan, OffloadSystem system) {
   r.global_batch = *plan.parallel.gbs;
   r.precision = plan.precision;
   r.system = system;
+  r.predictor_accuracy = plan.predictor_accuracy;
+  r.historical_accuracy = plan.historical_accuracy;
+  r.load_window = plan.load_window;
   return r;
 }
 

@@ -102,6 +102,9 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
             {"overlap", ch.overlap},
             {"intra_overlap", ch.intra_overlap},
             {"offload", ch.offload},
+            {"predictor_accuracy", ch.predictor_accuracy},
+            {"historical_accuracy", ch.historical_accuracy},
+            {"load_window", ch.load_window},
             {"gpipe", ch.gpipe},
             {"zero_stage", ch.zero_stage},
             {"precision", precision_name(ch.precision)}}},
@@ -186,6 +189,15 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.overlap = s.boolean_or("overlap", true);
   c.intra_overlap = s.boolean_or("intra_overlap", false);
   c.offload = s.boolean_or("offload", false);
+  auto share = [&](const char* key) {
+    const double v = s.number_or(key, 1.0);
+    if (!(v >= 0.0 && v <= 1.0)) s.fail(key, fmt::format("{} is not a share in [0, 1]", v));
+    return v;
+  };
+  c.predictor_accuracy = share("predictor_accuracy");
+  c.historical_accuracy = share("historical_accuracy");
+  c.load_window = s.integer_or("load_window", 0);
+  if (c.load_window < 0) s.fail("load_window", fmt::format("{} is negative", c.load_window));
   c.gpipe = s.boolean_or("gpipe", false);
   c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));
   if (c.zero_stage < 0 || c.zero_stage > 3)

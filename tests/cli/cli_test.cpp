@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -476,6 +477,21 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
             j["systems"]["APTMoE"]["tokens_per_s"].get<double>());
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --historical-accuracy 2"),
                         "--historical-accuracy", 2);
+  // The same switches from the plan file: as the flags give them, and checked.
+  nlohmann::json edited = nlohmann::json::parse(read_file(plan));
+  edited["switches"]["predictor_accuracy"] = 0.5;
+  edited["switches"]["load_window"] = 16;
+  const std::string scheduled = plan + ".scheduled.json";
+  std::ofstream(scheduled) << edited.dump();
+  const Result from_file =
+      run("simulate " + pair + " --plan " + scheduled + " --skew G=0.5 --json");
+  ASSERT_EQ(from_file.code, 0) << from_file.err;
+  EXPECT_EQ(nlohmann::json::parse(from_file.out)["systems"]["APTMoE"]["tokens_per_s"],
+            nlohmann::json::parse(windowed.out)["systems"]["APTMoE"]["tokens_per_s"]);
+  edited["switches"]["historical_accuracy"] = 1.5;
+  std::ofstream(scheduled) << edited.dump();
+  expect_one_line_error(run("simulate " + pair + " --plan " + scheduled), "historical_accuracy");
+  std::remove(scheduled.c_str());
   for (const char* s : {"APTMoE", "Mobius", "GPipeOffload"})
     EXPECT_GT(j["systems"][s]["tokens_per_s"].get<double>(), 0.0) << s;
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.5);

@@ -29,9 +29,9 @@ struct SimulateOptions {
   bool json = false;
   bool comm_priorities = false;
   bool every_gpu = false;
-  double predictor_accuracy = 1.0;
-  int64_t load_window = 0;
-  double historical_accuracy = 1.0;
+  // Unset: the plan file's (switches.predictor_accuracy, ...; absent there: 1, 1, 0).
+  std::optional<double> predictor_accuracy, historical_accuracy;
+  std::optional<int64_t> load_window;
 };
 
 std::string percent(Seconds part, Seconds whole) {
@@ -56,9 +56,9 @@ void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec
        {OffloadSystem::kAptMoe, OffloadSystem::kMobius, OffloadSystem::kGPipeOffload}) {
     sim::OffloadRun run = sim::offload_run(choice, s);
     run.record_trace = !o.trace.empty() && s == OffloadSystem::kAptMoe;
-    run.predictor_accuracy = o.predictor_accuracy;
-    run.load_window = o.load_window;
-    run.historical_accuracy = o.historical_accuracy;
+    run.predictor_accuracy = o.predictor_accuracy.value_or(run.predictor_accuracy);
+    run.load_window = o.load_window.value_or(run.load_window);
+    run.historical_accuracy = o.historical_accuracy.value_or(run.historical_accuracy);
     reports[s] = sim::simulate_offload(ctx, c, run);
   }
   if (!o.trace.empty()) {
