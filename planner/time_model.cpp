@@ -114,6 +114,13 @@ monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice&
   return prob;
 }
 
+double gemm_shape_factor(double m, double k, double n) {
+  const double tile = 128.0;
+  const double used = (m * n) / (std::ceil(m / tile) * tile * std::ceil(n / tile) * tile);
+  const double depth = (k / (k + tile)) / (8192.0 / (8192.0 + tile));
+  return used * std::min(depth, 1.0);
+}
+
 Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
                   double count, double grouped) {
   if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return Seconds(0);
@@ -125,12 +132,9 @@ Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, 
   // output tiles (Hopper/Ampere cuBLAS and CUTLASS kernels) cost like full ones, and a shallow K
   // leaves each tile's prologue and epilogue unamortised, K / (K + 128) relative to the 8192-deep
   // GEMM the curve was measured on (K = 176, DeepSeekMoE's expert cut 8 ways: 0.58).
-  const double tile = 128.0;
-  const double used = (m * n) / (std::ceil(m / tile) * tile * std::ceil(n / tile) * tile);
-  const double depth = (k / (k + tile)) / (8192.0 / (8192.0 + tile));
   const double launch = flops * std::clamp(grouped, 1.0, count);
   const Seconds compute =
-      Flops(flops * count) / (peak * ctx.eff.gemm.at(launch) * used * std::min(depth, 1.0));
+      Flops(flops * count) / (peak * ctx.eff.gemm.at(launch) * gemm_shape_factor(m, k, n));
   const Seconds memory = Bytes((m * k + k * n + m * n) * kActivationBytes * count) /
                          (ctx.links.hbm * ctx.eff.memory_bound);
   return std::max(compute, memory);

@@ -108,6 +108,10 @@ monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice&
 // MegaScale-MoE keeps experts whole.
 Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
                   double count = 1, double grouped = 1);
+// The shape discount gemm_time applies on top of the curve (partial tiles, shallow K): 1 for a
+// large square GEMM. Calibration divides a measured GEMM's efficiency by it, so that the curve
+// it writes reproduces the measurement through gemm_time.
+double gemm_shape_factor(double m, double k, double n);
 
 // Ring all-gather or reduce-scatter of `total` bytes (the gathered size) over n ranks whose
 // group spans `span` consecutive ranks.

@@ -569,7 +569,15 @@ TEST(Cli, CalibrateCpuWritesACurveFileThatResumes) {
   EXPECT_NE(again.out.find("kept from the earlier run"), std::string::npos) << again.out;
   expect_one_line_error(run("calibrate --only cpu,tpu --out " + out), "tpu");
   // The GPU parts need a GPU: without one (CI), one line and exit 1.
-  expect_one_line_error(run("calibrate --only gemm --out " + out), "GPU");
+  expect_one_line_error(run("calibrate --only gemm --out " + out), "--cluster");
+  // With the cluster file, a machine without a GPU says so (CI has none; a GPU box measures).
+  const Result gpu =
+      run("calibrate --only copy --quick --cluster topologies/h100-1.json --out " + out + ".gpu");
+  if (gpu.code != 0) {
+    EXPECT_NE(gpu.err.find("no GPU"), std::string::npos) << gpu.err;
+  }
+  std::remove((out + ".gpu").c_str());
+  expect_one_line_error(run("calibrate --only nccl --out " + out), "NCCL");
   std::remove(out.c_str());
 }
 

@@ -5,15 +5,19 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "calibrate/cpu_calibration.h"
 #include "calibrate/device_info.h"
+#include "calibrate/gpu_calibration.h"
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
@@ -28,8 +32,9 @@ namespace {
 const std::set<std::string> kParts = {"gemm", "copy", "pcie", "nccl", "cpu"};
 
 struct CalibrateOptions {
-  std::string out, only = "gemm,copy,pcie,nccl,cpu", model;
+  std::string out, only = "gemm,copy,pcie,cpu", model, cluster;
   bool quick = false, resume = false;
+  int device = 0;
 };
 
 std::string cpu_model() {
@@ -57,12 +62,21 @@ void run_calibrate(const CalibrateOptions& o) {
                        fmt::format("'{}' is not one of gemm, copy, pcie, nccl, cpu", p));
     parts.insert(p);
   }
-  const bool gpu = parts.size() > parts.count("cpu");
-  if (gpu) {
-    calibrate::probe_system();  // one line and exit 1 without a GPU
+  if (parts.count("nccl")) {
     throw InputError("--only", "",
-                     "the GPU microbenchmarks (gemm, copy, pcie, nccl) are not in this build yet; "
-                     "run --only cpu");
+                     "the NCCL collectives are not in this build yet (nccl-tests' all_gather_perf "
+                     "and alltoall_perf give the same curves); run gemm, copy, pcie, cpu");
+  }
+  const bool gpu = parts.size() > parts.count("cpu");
+  std::optional<calibrate::SystemInfo> system;
+  std::optional<ClusterSpec> cluster;
+  if (gpu) {
+    if (o.cluster.empty())
+      throw InputError("--cluster", "",
+                       "the GPU parts measure against a cluster file's peaks and bandwidths; "
+                       "give the one describing this machine");
+    cluster = io::load_cluster(o.cluster);
+    system = calibrate::probe_system();  // one line and exit 1 without a GPU
   }
 
   // What an earlier run finished (--resume) or a fresh document.
@@ -80,10 +94,51 @@ void run_calibrate(const CalibrateOptions& o) {
                        {"host", host},
                        {"cpu", cpu_model()},
                        {"hardware_threads", std::thread::hardware_concurrency()}};
+  if (system) {
+    const auto& dev = system->devices.at(static_cast<size_t>(
+        std::clamp<int>(o.device, 0, static_cast<int>(system->devices.size()) - 1)));
+    doc["provenance"]["gpu"] = {
+        {"name", dev.name},
+        {"index", dev.index},
+        {"memory_bytes", dev.memory_bytes},
+        {"multiprocessors", dev.multiprocessors},
+        {"compute_capability", fmt::format("{}.{}", dev.compute_major, dev.compute_minor)},
+        {"driver", system->driver_version},
+        {"cuda_runtime", system->runtime_version},
+        {"nccl", system->nccl_version},
+        {"cluster_file", cluster->name}};
+  }
+  auto save_curve = [&](const std::string& name, const nlohmann::json& curve) {
+    doc["curves"][name] = curve;
+    io::write_file_atomically(o.out, doc.dump(2) + "\n");
+  };
+  Table gpu_table({"curve", "measured", "time", "rate", "efficiency"});
+  std::unique_ptr<ModelSpec> model;
+  if (!o.model.empty()) model = std::make_unique<ModelSpec>(io::load_model(o.model));
+  if (gpu) {
+    calibrate::GpuSweep g;
+    g.parts = parts;
+    g.model = model.get();
+    g.quick = o.quick;
+    g.bench.device = o.device;
+    if (o.quick) g.bench.repeats = 5;
+    calibrate::run_gpu_sweep(
+        g, *cluster, done,
+        [&](const calibrate::GpuPoint& p) {
+          const bool flops = p.curve.rfind("gemm", 0) == 0;
+          const std::string rate = flops ? fmt::format("{:.1f} TFLOP/s", p.rate / 1e12)
+                                         : fmt::format("{:.1f} GB/s", p.rate / 1e9);
+          fmt::print(stderr, "{}: {} in {} ({}, {:.2f} of the file's)\n", p.curve, p.what,
+                     as_ms(p.seconds), rate, p.efficiency);
+          gpu_table.add(
+              {p.curve, p.what, as_ms(p.seconds), rate, fmt::format("{:.3f}", p.efficiency)});
+        },
+        save_curve);
+  }
 
   calibrate::CpuSweep sweep;
-  if (!o.model.empty()) {
-    const ModelSpec m = io::load_model(o.model);
+  if (model) {
+    const ModelSpec& m = *model;
     sweep.shape = {m.hidden_size, m.is_moe() ? m.expert_ffn_size : m.dense_ffn_size, m.gated_ffn};
   }
   if (o.quick) {
@@ -91,18 +146,17 @@ void run_calibrate(const CalibrateOptions& o) {
     sweep.repeats = 3;
   }
   std::vector<calibrate::CpuExpertTiming> all;
-  calibrate::run_cpu_sweep(
-      sweep, done,
-      [&](const calibrate::CpuExpertTiming& t) {
-        fmt::print(stderr, "cpu expert: {:>5} tokens, {} thread(s): {:.1f} GFLOP/s forward\n",
-                   t.tokens, t.threads, t.forward_flops / t.forward_s / 1e9);
-        all.push_back(t);
-      },
-      [&](const std::string& name, const nlohmann::json& curve) {
-        doc["curves"][name] = curve;
-        io::write_file_atomically(o.out, doc.dump(2) + "\n");
-      });
+  if (parts.count("cpu"))
+    calibrate::run_cpu_sweep(
+        sweep, done,
+        [&](const calibrate::CpuExpertTiming& t) {
+          fmt::print(stderr, "cpu expert: {:>5} tokens, {} thread(s): {:.1f} GFLOP/s forward\n",
+                     t.tokens, t.threads, t.forward_flops / t.forward_s / 1e9);
+          all.push_back(t);
+        },
+        save_curve);
   io::write_file_atomically(o.out, doc.dump(2) + "\n");
+  if (gpu) fmt::print("{}", gpu_table.render());
 
   Table t({"part", "threads", "tokens", "forward", "backward", "GFLOP/s fwd", "GFLOP/s bwd"});
   for (const calibrate::CpuExpertTiming& r : all) {
@@ -110,7 +164,7 @@ void run_calibrate(const CalibrateOptions& o) {
            as_ms(r.backward_s), fmt::format("{:.1f}", r.forward_flops / r.forward_s / 1e9),
            fmt::format("{:.1f}", r.backward_flops / r.backward_s / 1e9)});
   }
-  fmt::print("{}", t.render());
+  if (!all.empty()) fmt::print("{}", t.render());
   fmt::print("{} curve(s) in {}{}\n", doc["curves"].size(), o.out,
              done.empty() ? "" : fmt::format(" ({} kept from the earlier run)", done.size()));
 }
@@ -123,7 +177,12 @@ void add_calibrate(CLI::App& app) {
       "calibrate", "Measure efficiency curves on this machine and write a calibration file");
   cmd->add_option("--out", o->out, "calibration file to write")->required();
   cmd->add_option("--only", o->only,
-                  "comma-separated parts: gemm,copy,pcie,nccl,cpu (default all)");
+                  "comma-separated parts: gemm,copy,pcie,cpu (default all; nccl is not in this "
+                  "build yet)");
+  cmd->add_option("--cluster", o->cluster,
+                  "cluster file describing this machine: the GPU parts measure against its GPU "
+                  "peaks, HBM and PCIe bandwidths (required for gemm, copy, pcie)");
+  cmd->add_option("--device", o->device, "GPU index to measure")->check(CLI::NonNegativeNumber);
   cmd->add_option("--model", o->model, "take the expert shape (h, g, gated) from this model");
   cmd->add_flag("--quick", o->quick, "fewer sizes and repeats");
   cmd->add_flag("--resume", o->resume, "keep the curves an interrupted run already wrote");

@@ -1,0 +1,64 @@
+// GPU microbenchmarks: one GEMM through cuBLASLt, and copies (device to device, pinned host to
+// device and back, both directions at once), timed as METHOD-minded benchmarks are: random
+// inputs (never zeros), outputs poisoned first, a warm-up, CUDA events around each repeat, the
+// median kept, GEMM results checked against a float64 product of sampled entries.
+//
+// Built against the CUDA runtime and cuBLASLt when CMake finds them (gpu_bench_cuda.cpp);
+// otherwise every call throws NoGpuError (gpu_bench_none.cpp), as it does on a machine without
+// a GPU. A failing CUDA or cuBLAS call throws GpuError naming the call and its error.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "calibrate/device_info.h"
+
+namespace moe::calibrate {
+
+class GpuError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Operand types cuBLASLt multiplies: BF16/FP16/FP8 (E4M3) inputs accumulate in FP32 and write
+// BF16 (FP16 for FP16); TF32 reads and writes FP32.
+enum class GemmType { kBf16, kFp16, kFp8, kTf32 };
+const char* gemm_type_name(GemmType t);  // "bf16", "fp16", "fp8", "tf32"
+
+// C[m x n] = A[m x k] B[k x n].
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * k; }
+};
+
+struct BenchOptions {
+  int device = 0;
+  int warmup = 3;
+  int repeats = 20;
+};
+
+struct GemmTiming {
+  GemmShape shape;
+  GemmType type = GemmType::kBf16;
+  double seconds = 0;         // median of the repeats
+  double relative_error = 0;  // ||C - ref|| / ||ref|| over the sampled entries
+};
+
+// Throws GpuError when the product is wrong (relative error above the type's bound, or an
+// entry never written) or when no cuBLASLt algorithm fits the shape.
+GemmTiming time_gemm(const GemmShape& shape, GemmType type, const BenchOptions& o);
+
+enum class CopyKind { kDeviceToDevice, kHostToDevice, kDeviceToHost, kBothDirections };
+const char* copy_kind_name(CopyKind k);  // "d2d", "h2d", "d2h", "h2d+d2h"
+
+struct CopyTiming {
+  CopyKind kind = CopyKind::kDeviceToDevice;
+  double bytes = 0;    // copied per direction
+  double seconds = 0;  // median; both directions: until the later one lands
+};
+
+// Host memory is pinned. The copied bytes are checked on a sample after the timed repeats.
+CopyTiming time_copy(CopyKind kind, double bytes, const BenchOptions& o);
+
+}  // namespace moe::calibrate

@@ -1,0 +1,14 @@
+// A build without CUDA: the microbenchmarks exist as names, and running one says why it cannot.
+#include "calibrate/gpu_bench.h"
+
+namespace moe::calibrate {
+
+GemmTiming time_gemm(const GemmShape&, GemmType, const BenchOptions&) {
+  throw NoGpuError("no GPU: this build has no CUDA (the toolkit was not found at configure time)");
+}
+
+CopyTiming time_copy(CopyKind, double, const BenchOptions&) {
+  throw NoGpuError("no GPU: this build has no CUDA (the toolkit was not found at configure time)");
+}
+
+}  // namespace moe::calibrate

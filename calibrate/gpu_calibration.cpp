@@ -1,0 +1,90 @@
+#include "calibrate/gpu_calibration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "calibrate/gpu_curves.h"
+
+namespace moe::calibrate {
+
+namespace {
+
+bool skipped(const std::vector<std::string>& skip, const std::string& name) {
+  return std::find(skip.begin(), skip.end(), name) != skip.end();
+}
+
+std::string size_label(double bytes) {
+  if (bytes >= 1 << 30) return fmt::format("{:g} GiB", bytes / (1 << 30));
+  if (bytes >= 1 << 20) return fmt::format("{:g} MiB", bytes / (1 << 20));
+  return fmt::format("{:g} KiB", bytes / 1024);
+}
+
+}  // namespace
+
+void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
+                   const std::vector<std::string>& skip,
+                   const std::function<void(const GpuPoint&)>& progress, const CurveDone& done) {
+  const GpuSpec& gpu = cluster.node.gpu;
+  if (sweep.parts.count("gemm")) {
+    const std::vector<GemmShape> shapes = gemm_shapes(sweep.model, sweep.quick);
+    const std::pair<GemmType, Dtype> types[] = {{GemmType::kBf16, Dtype::kBf16},
+                                                {GemmType::kFp16, Dtype::kFp16},
+                                                {GemmType::kFp8, Dtype::kFp8},
+                                                {GemmType::kTf32, Dtype::kTf32}};
+    for (auto [type, dtype] : types) {
+      const std::string name = type == GemmType::kBf16
+                                   ? std::string("gemm")
+                                   : fmt::format("gemm_{}", gemm_type_name(type));
+      // A type the cluster file gives no peak for (FP8 on A100) is not measured.
+      if (skipped(skip, name) || !gpu.peak.count(dtype)) continue;
+      const FlopsPerSec peak = gpu.peak.at(dtype);
+      std::vector<GemmTiming> timings;
+      for (const GemmShape& s : shapes) {
+        const GemmTiming t = time_gemm(s, type, sweep.bench);
+        const double rate = s.flops() / t.seconds;
+        progress({name, fmt::format("{} {}x{}x{}", gemm_type_name(type), s.m, s.n, s.k), t.seconds,
+                  rate, rate / peak.value()});
+        timings.push_back(t);
+      }
+      done(name, gemm_curve(timings, peak,
+                            fmt::format("cuBLASLt {} GEMMs (TN layout), median of {} repeats, "
+                                        "against the cluster file's {} peak; efficiencies "
+                                        "divided by moeplan's shape factor",
+                                        gemm_type_name(type), sweep.bench.repeats, gpu.model)));
+    }
+  }
+  struct Transfer {
+    const char* part;
+    const char* name;
+    CopyKind kind;
+    BytesPerSec reference;
+  };
+  const Transfer transfers[] = {
+      {"copy", "d2d_copy", CopyKind::kDeviceToDevice, gpu.hbm_bandwidth},
+      {"pcie", "pcie_h2d", CopyKind::kHostToDevice, cluster.node.pcie_bandwidth()},
+      {"pcie", "pcie_d2h", CopyKind::kDeviceToHost, cluster.node.pcie_bandwidth()},
+      {"pcie", "pcie_both", CopyKind::kBothDirections, cluster.node.pcie_bandwidth()}};
+  for (const Transfer& x : transfers) {
+    if (!sweep.parts.count(x.part) || skipped(skip, x.name)) continue;
+    std::vector<CopyTiming> timings;
+    for (double bytes : transfer_sizes(sweep.quick)) {
+      const CopyTiming t = time_copy(x.kind, bytes, sweep.bench);
+      const double rate = bytes / t.seconds;
+      progress({x.name, fmt::format("{} {}", copy_kind_name(x.kind), size_label(bytes)), t.seconds,
+                rate, rate / x.reference.value()});
+      timings.push_back(t);
+    }
+    done(x.name,
+         transfer_curve(timings, x.reference,
+                        fmt::format("{} copies ({}), median of {} repeats, bytes per "
+                                    "direction per second against the cluster file's "
+                                    "figure",
+                                    copy_kind_name(x.kind),
+                                    x.kind == CopyKind::kDeviceToDevice ? "device memory"
+                                                                        : "pinned host memory",
+                                    sweep.bench.repeats)));
+  }
+}
+
+}  // namespace moe::calibrate

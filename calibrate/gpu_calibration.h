@@ -1,0 +1,42 @@
+// The GPU parts of `moeplan calibrate`: GEMMs per operand type ("gemm" for BF16, which the
+// planner reads, and "gemm_fp16", "gemm_fp8", "gemm_tf32"), the device-to-device copy
+// ("d2d_copy", which the planner reads for MoNTA's D2D stage) and pinned PCIe copies
+// ("pcie_h2d", "pcie_d2h", "pcie_both"), each measured against the cluster file's GPU peak,
+// HBM bandwidth or PCIe link bandwidth.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "calibrate/cpu_calibration.h"
+#include "calibrate/gpu_bench.h"
+#include "planner/cluster_spec.h"
+#include "planner/model_spec.h"
+
+namespace moe::calibrate {
+
+struct GpuSweep {
+  std::set<std::string> parts;       // of gemm, copy, pcie
+  const ModelSpec* model = nullptr;  // GEMM shapes from it when given
+  bool quick = false;
+  BenchOptions bench;
+};
+
+// One measurement finished, for progress and the closing table.
+struct GpuPoint {
+  std::string curve;
+  std::string what;  // "bf16 8192x8192x8192", "h2d 64 MiB"
+  double seconds = 0;
+  double rate = 0;  // FLOP/s or bytes/s
+  double efficiency = 0;
+};
+
+// Curves named in `skip` (--resume) are not measured again. Throws NoGpuError without a GPU,
+// GpuError when a measurement fails its check.
+void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
+                   const std::vector<std::string>& skip,
+                   const std::function<void(const GpuPoint&)>& progress, const CurveDone& done);
+
+}  // namespace moe::calibrate
