@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "planner/aptmoe.h"
 #include "planner/io/loaders.h"
 #include "planner/offload.h"
@@ -21,7 +23,8 @@ struct Fixture {
   ClusterSpec cluster = io::load_cluster(std::string(MOEPLAN_SOURCE_DIR) +
                                          "/topologies/aptmoe-4x-a800-40gb-c1g4.json");
 
-  double tokens_per_second(double g, OffloadSystem system, double accuracy = 1.0) const {
+  // MoE-S-16 at popularity G, 16 stages on 4 GPUs, batch 16; `adjust` sets the rest.
+  double run(double g, const std::function<void(OffloadRun&)>& adjust) const {
     RoutingSkew skew;
     skew.kind = RoutingSkew::Kind::kPopularity;
     skew.proportions = {aptmoe::proportions_for_g(model.num_routed_experts, g)};
@@ -30,9 +33,14 @@ struct Fixture {
     run.gpus = 4;
     run.stages = 16;
     run.global_batch = 16;
-    run.system = system;
-    run.predictor_accuracy = accuracy;
+    adjust(run);
     return simulate_offload(ctx, cluster, run).tokens_per_second;
+  }
+  double tokens_per_second(double g, OffloadSystem system, double accuracy = 1.0) const {
+    return run(g, [&](OffloadRun& r) {
+      r.system = system;
+      r.predictor_accuracy = accuracy;
+    });
   }
 };
 
@@ -148,18 +156,11 @@ TEST(OffloadSim, ALaunchedLoadIsNeverOvertakenSoAWiderWindowDelaysUrgentLoads) {
   Fixture f;
   f.cluster = io::load_cluster(std::string(MOEPLAN_SOURCE_DIR) +
                                "/topologies/aptmoe-4x-a800-40gb-c1g2.json");
-  RoutingSkew skew;
-  skew.kind = RoutingSkew::Kind::kPopularity;
-  skew.proportions = {aptmoe::proportions_for_g(f.model.num_routed_experts, 0.3)};
-  const TimeContext ctx = make_time_context(f.model, f.cluster, efficiencies(), skew, 512);
   auto throughput = [&](double accuracy, int64_t window) {
-    OffloadRun run;
-    run.gpus = 4;
-    run.stages = 16;
-    run.global_batch = 16;
-    run.predictor_accuracy = accuracy;
-    run.load_window = window;
-    return simulate_offload(ctx, f.cluster, run).tokens_per_second;
+    return f.run(0.3, [&](OffloadRun& r) {
+      r.predictor_accuracy = accuracy;
+      r.load_window = window;
+    });
   };
   const double ideal = throughput(0.85, 0);
   double last = ideal;
@@ -182,18 +183,11 @@ TEST(OffloadSim, WrongHistoricalPicksCostTheInterStagePhaseLoads) {
   // On C1+G4 (loading-bound) throughput falls as fewer picks are right; a perfect history
   // changes nothing, and Mobius (no phases, every expert loaded) is untouched.
   Fixture f;
-  RoutingSkew skew;
-  skew.kind = RoutingSkew::Kind::kPopularity;
-  skew.proportions = {aptmoe::proportions_for_g(f.model.num_routed_experts, 0.3)};
-  const TimeContext ctx = make_time_context(f.model, f.cluster, efficiencies(), skew, 512);
   auto throughput = [&](OffloadSystem system, double historical) {
-    OffloadRun run;
-    run.gpus = 4;
-    run.stages = 16;
-    run.global_batch = 16;
-    run.system = system;
-    run.historical_accuracy = historical;
-    return simulate_offload(ctx, f.cluster, run).tokens_per_second;
+    return f.run(0.3, [&](OffloadRun& r) {
+      r.system = system;
+      r.historical_accuracy = historical;
+    });
   };
   double last = throughput(OffloadSystem::kAptMoe, 1.0);
   const double perfect = last;
