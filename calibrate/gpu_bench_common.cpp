@@ -1,4 +1,10 @@
+#include <fmt/format.h>
+
+#include <cstring>
+#include <string>
+
 #include "calibrate/gpu_bench.h"
+#include "calibrate/nccl_bench.h"
 
 namespace moe::calibrate {
 
@@ -28,6 +34,67 @@ const char* copy_kind_name(CopyKind k) {
       return "h2d+d2h";
   }
   return "?";
+}
+
+}  // namespace moe::calibrate
+
+namespace moe::calibrate {
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kAllGather:
+      return "all_gather";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllToAll:
+      return "alltoall";
+    case Collective::kSendRecv:
+      return "sendrecv";
+  }
+  return "?";
+}
+
+double bus_factor(Collective c, int ranks) {
+  const double n = static_cast<double>(ranks);
+  if (ranks <= 1) return c == Collective::kSendRecv ? 1.0 : 0.0;
+  switch (c) {
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      return (n - 1) / n;
+    case Collective::kSendRecv:
+      return 1.0;
+  }
+  return 0.0;
+}
+
+NcclWorld world_from_environment(const std::function<const char*(const char*)>& getenv) {
+  auto first = [&](std::initializer_list<const char*> names, int fallback) {
+    for (const char* name : names) {
+      const char* v = getenv(name);
+      if (v == nullptr || *v == '\0') continue;
+      try {
+        size_t used = 0;
+        const int x = std::stoi(v, &used);
+        if (used == std::strlen(v)) return x;
+      } catch (const std::exception&) {
+      }
+      throw GpuError(fmt::format("{}='{}' is not an integer", name, v));
+    }
+    return fallback;
+  };
+  NcclWorld w;
+  w.rank = first({"MOEPLAN_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK"}, 0);
+  w.size = first({"MOEPLAN_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, 1);
+  w.local_rank = first({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, w.rank);
+  if (w.size < 1) throw GpuError(fmt::format("world size {} is below 1", w.size));
+  if (w.rank < 0 || w.rank >= w.size)
+    throw GpuError(fmt::format("rank {} is outside a world of {}", w.rank, w.size));
+  return w;
 }
 
 }  // namespace moe::calibrate

@@ -85,6 +85,41 @@ void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
                                                                         : "pinned host memory",
                                     sweep.bench.repeats)));
   }
+  if (!sweep.parts.count("nccl")) return;
+  NcclBench nccl(sweep.world, sweep.nccl_id_file);
+  // One node's GPUs talk over NVLink, more over the NICs (ranks fill nodes in order).
+  const bool inter = sweep.world.size > cluster.node.num_gpus;
+  const char* where = inter ? "inter" : "intra";
+  const BytesPerSec reference =
+      inter ? cluster.gpu_network_bandwidth() : cluster.node.nvlink_bandwidth;
+  const std::pair<Collective, const char*> ops[] = {{Collective::kAllGather, "allgather"},
+                                                    {Collective::kAllToAll, "alltoall"},
+                                                    {Collective::kReduceScatter, "reduce_scatter"},
+                                                    {Collective::kAllReduce, "all_reduce"},
+                                                    {Collective::kSendRecv, "sendrecv"}};
+  for (auto [op, stem] : ops) {
+    const std::string name = fmt::format("{}_{}", stem, where);
+    if (skipped(skip, name)) continue;
+    std::vector<NcclTiming> timings;
+    for (double bytes : transfer_sizes(sweep.quick)) {
+      const NcclTiming t = nccl.time(op, bytes, sweep.bench);
+      progress(
+          {name,
+           fmt::format("{} {} x {}", collective_name(op), size_label(t.bytes), sweep.world.size),
+           t.seconds, t.busbw, t.busbw / reference.value()});
+      timings.push_back(t);
+    }
+    // A world of one moves nothing between GPUs: there is no curve to write.
+    if (sweep.world.size > 1) {
+      done(name,
+           collective_curve(timings, reference,
+                            fmt::format("NCCL {} over {} ranks, median of {} repeats, bus "
+                                        "bandwidth (nccl-tests) against the cluster file's "
+                                        "{} per GPU",
+                                        collective_name(op), sweep.world.size, sweep.bench.repeats,
+                                        inter ? "NIC share" : "NVLink port")));
+    }
+  }
 }
 
 }  // namespace moe::calibrate

@@ -2,7 +2,10 @@
 // planner reads, and "gemm_fp16", "gemm_fp8", "gemm_tf32"), the device-to-device copy
 // ("d2d_copy", which the planner reads for MoNTA's D2D stage) and pinned PCIe copies
 // ("pcie_h2d", "pcie_d2h", "pcie_both"), each measured against the cluster file's GPU peak,
-// HBM bandwidth or PCIe link bandwidth.
+// HBM bandwidth or PCIe link bandwidth, and NCCL collectives over the launched world
+// ("allgather_intra" or "_inter" and "alltoall_...", which the planner reads, and
+// "reduce_scatter_...", "all_reduce_...", "sendrecv_...") against the NVLink port or the GPU's
+// NIC share.
 #pragma once
 
 #include <functional>
@@ -12,16 +15,19 @@
 
 #include "calibrate/cpu_calibration.h"
 #include "calibrate/gpu_bench.h"
+#include "calibrate/nccl_bench.h"
 #include "planner/cluster_spec.h"
 #include "planner/model_spec.h"
 
 namespace moe::calibrate {
 
 struct GpuSweep {
-  std::set<std::string> parts;       // of gemm, copy, pcie
+  std::set<std::string> parts;       // of gemm, copy, pcie, nccl
   const ModelSpec* model = nullptr;  // GEMM shapes from it when given
   bool quick = false;
   BenchOptions bench;
+  NcclWorld world;           // nccl: this process's rank (world_from_environment)
+  std::string nccl_id_file;  // nccl: where rank 0 leaves NCCL's unique id
 };
 
 // One measurement finished, for progress and the closing table.

@@ -87,6 +87,17 @@ nlohmann::json gemm_curve(const std::vector<GemmTiming>& timings, FlopsPerSec pe
           {"points", points_of(by_flops, "size_flops")}};
 }
 
+nlohmann::json collective_curve(const std::vector<NcclTiming>& timings, BytesPerSec reference,
+                                const std::string& note) {
+  std::map<double, std::vector<std::pair<double, double>>> by_bytes;
+  for (const NcclTiming& t : timings)
+    if (t.busbw > 0) by_bytes[t.bytes].push_back({t.busbw / reference.value(), t.seconds});
+  return {{"unit", "bytes (nccl-tests size)"},
+          {"reference_bandwidth", fmt::format("{:.6g} GB/s", reference.value() / 1e9)},
+          {"note", note},
+          {"points", points_of(by_bytes, "size_bytes")}};
+}
+
 nlohmann::json transfer_curve(const std::vector<CopyTiming>& timings, BytesPerSec reference,
                               const std::string& note) {
   std::map<double, std::vector<std::pair<double, double>>> by_bytes;

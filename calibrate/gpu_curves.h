@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "calibrate/gpu_bench.h"
+#include "calibrate/nccl_bench.h"
 #include "planner/model_spec.h"
 #include "planner/units.h"
 
@@ -26,6 +27,12 @@ std::vector<double> transfer_sizes(bool quick);
 // averaged, efficiencies capped at 1.5 (the loader's bound).
 nlohmann::json gemm_curve(const std::vector<GemmTiming>& timings, FlopsPerSec peak,
                           const std::string& note);
+
+// A collective's curve: points {size_bytes (nccl-tests' size), efficiency, seconds}, efficiency
+// being bus bandwidth over `reference` (the link a rank's traffic crosses). Timings of a world
+// of one (no bus bandwidth) give no points.
+nlohmann::json collective_curve(const std::vector<NcclTiming>& timings, BytesPerSec reference,
+                                const std::string& note);
 
 // A transfer curve: points {size_bytes, efficiency, seconds}, efficiency being bytes moved per
 // second (per direction) over `reference`, which the file records.

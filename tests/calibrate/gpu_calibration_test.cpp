@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "calibrate/gpu_bench.h"
 #include "calibrate/gpu_curves.h"
+#include "calibrate/nccl_bench.h"
 #include "planner/io/loaders.h"
 #include "planner/time_model.h"
 #include "test_models.h"
@@ -72,6 +74,48 @@ TEST(GpuCurves, TheWrittenCurvesReproduceTheMeasurementsThroughThePlanner) {
   for (const CopyTiming& c : copies)
     EXPECT_NEAR(ctx.eff.d2d_copy.at(c.bytes), c.bytes / c.seconds / hbm.value(), 1e-9);
   EXPECT_EQ(doc["curves"]["d2d_copy"]["points"].size(), 3u);
+}
+
+TEST(NcclBench, ReadsTheLaunchersWorldAndCountsBusBandwidthAsNcclTests) {
+  // nccl-tests' factors: 2(n-1)/n all-reduce, (n-1)/n all-gather/reduce-scatter/all-to-all,
+  // 1 for send/recv; a world of one moves nothing between GPUs.
+  EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllReduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllGather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllToAll, 16), 0.9375);
+  EXPECT_DOUBLE_EQ(bus_factor(Collective::kSendRecv, 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllGather, 1), 0.0);
+
+  auto world = [](std::map<std::string, std::string> env) {
+    return world_from_environment([env](const char* name) -> const char* {
+      auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+  };
+  const NcclWorld alone = world({});
+  EXPECT_EQ(alone.size, 1);
+  EXPECT_EQ(alone.rank, 0);
+  const NcclWorld mpi = world({{"OMPI_COMM_WORLD_RANK", "9"},
+                               {"OMPI_COMM_WORLD_SIZE", "16"},
+                               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  EXPECT_EQ(mpi.rank, 9);
+  EXPECT_EQ(mpi.size, 16);
+  EXPECT_EQ(mpi.local_rank, 1);
+  const NcclWorld slurm = world({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}});
+  EXPECT_EQ(slurm.local_rank, 3);  // no local rank given: the global one
+  EXPECT_EQ(world({{"MOEPLAN_RANK", "1"}, {"RANK", "5"}, {"MOEPLAN_WORLD_SIZE", "2"}}).rank, 1);
+  EXPECT_THROW(world({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), GpuError);
+  EXPECT_THROW(world({{"WORLD_SIZE", "two"}}), GpuError);
+
+  // A collective curve is bus bandwidth over the link; a world of one writes no points.
+  const BytesPerSec nvlink = gigabytes_per_sec(450);
+  const double bytes = 1 << 28;
+  const nlohmann::json curve = collective_curve(
+      {{Collective::kAllGather, bytes, bytes / 360e9 * 0.875, 360e9 / 0.875 * 1.0, 360e9}}, nvlink,
+      "test");
+  EXPECT_NEAR(curve["points"][0]["efficiency"].get<double>(), 0.8, 1e-12);
+  EXPECT_TRUE(collective_curve({{Collective::kAllGather, bytes, 1e-3, bytes / 1e-3, 0.0}}, nvlink,
+                               "test")["points"]
+                  .empty());
 }
 
 TEST(GpuBench, TimesAndChecksAGemmAndACopyWhereAGpuIsPresent) {

@@ -32,7 +32,7 @@ namespace {
 const std::set<std::string> kParts = {"gemm", "copy", "pcie", "nccl", "cpu"};
 
 struct CalibrateOptions {
-  std::string out, only = "gemm,copy,pcie,cpu", model, cluster;
+  std::string out, only = "gemm,copy,pcie,cpu", model, cluster, nccl_id_file;
   bool quick = false, resume = false;
   int device = 0;
 };
@@ -62,11 +62,18 @@ void run_calibrate(const CalibrateOptions& o) {
                        fmt::format("'{}' is not one of gemm, copy, pcie, nccl, cpu", p));
     parts.insert(p);
   }
-  if (parts.count("nccl")) {
-    throw InputError("--only", "",
-                     "the NCCL collectives are not in this build yet (nccl-tests' all_gather_perf "
-                     "and alltoall_perf give the same curves); run gemm, copy, pcie, cpu");
-  }
+  // Launched as several processes (mpirun, srun, torchrun) for the collectives: every rank runs
+  // them, rank 0 alone the rest, and only rank 0 writes and prints. Without nccl the launcher's
+  // variables are not ours to read.
+  const calibrate::NcclWorld world =
+      parts.count("nccl")
+          ? calibrate::world_from_environment([](const char* name) { return std::getenv(name); })
+          : calibrate::NcclWorld{};
+  if (world.size > 1 && parts.count("nccl") && o.nccl_id_file.empty())
+    throw InputError(
+        "--nccl-id-file", "",
+        fmt::format("{} ranks need a file all of them can read to meet through", world.size));
+  if (world.rank != 0) parts = {"nccl"};
   const bool gpu = parts.size() > parts.count("cpu");
   std::optional<calibrate::SystemInfo> system;
   std::optional<ClusterSpec> cluster;
@@ -109,6 +116,7 @@ void run_calibrate(const CalibrateOptions& o) {
         {"cluster_file", cluster->name}};
   }
   auto save_curve = [&](const std::string& name, const nlohmann::json& curve) {
+    if (world.rank != 0) return;
     doc["curves"][name] = curve;
     io::write_file_atomically(o.out, doc.dump(2) + "\n");
   };
@@ -122,9 +130,12 @@ void run_calibrate(const CalibrateOptions& o) {
     g.quick = o.quick;
     g.bench.device = o.device;
     if (o.quick) g.bench.repeats = 5;
+    g.world = world;
+    g.nccl_id_file = o.nccl_id_file;
     calibrate::run_gpu_sweep(
         g, *cluster, done,
         [&](const calibrate::GpuPoint& p) {
+          if (world.rank != 0) return;
           const bool flops = p.curve.rfind("gemm", 0) == 0;
           const std::string rate = flops ? fmt::format("{:.1f} TFLOP/s", p.rate / 1e12)
                                          : fmt::format("{:.1f} GB/s", p.rate / 1e9);
@@ -155,6 +166,7 @@ void run_calibrate(const CalibrateOptions& o) {
           all.push_back(t);
         },
         save_curve);
+  if (world.rank != 0) return;
   io::write_file_atomically(o.out, doc.dump(2) + "\n");
   if (gpu) fmt::print("{}", gpu_table.render());
 
@@ -177,11 +189,14 @@ void add_calibrate(CLI::App& app) {
       "calibrate", "Measure efficiency curves on this machine and write a calibration file");
   cmd->add_option("--out", o->out, "calibration file to write")->required();
   cmd->add_option("--only", o->only,
-                  "comma-separated parts: gemm,copy,pcie,cpu (default all; nccl is not in this "
-                  "build yet)");
+                  "comma-separated parts: gemm,copy,pcie,nccl,cpu (default all but nccl, which "
+                  "wants one process per GPU: mpirun, srun or torchrun)");
+  cmd->add_option("--nccl-id-file", o->nccl_id_file,
+                  "nccl with several ranks: a path every rank can read, where rank 0 leaves "
+                  "NCCL's unique id");
   cmd->add_option("--cluster", o->cluster,
                   "cluster file describing this machine: the GPU parts measure against its GPU "
-                  "peaks, HBM and PCIe bandwidths (required for gemm, copy, pcie)");
+                  "peaks, HBM, PCIe, NVLink and NIC bandwidths (required for the GPU parts)");
   cmd->add_option("--device", o->device, "GPU index to measure")->check(CLI::NonNegativeNumber);
   cmd->add_option("--model", o->model, "take the expert shape (h, g, gated) from this model");
   cmd->add_flag("--quick", o->quick, "fewer sizes and repeats");

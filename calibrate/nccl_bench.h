@@ -1,0 +1,63 @@
+// NCCL collectives timed as nccl-tests times them, one process per GPU.
+//
+// The world comes from the launcher's environment (mpirun: OMPI_COMM_WORLD_RANK/SIZE, srun:
+// SLURM_PROCID/NTASKS, torchrun: RANK/WORLD_SIZE, or MOEPLAN_RANK/MOEPLAN_WORLD_SIZE); without
+// one it is a world of one. Ranks meet through NCCL's own bootstrap: rank 0 writes the
+// ncclUniqueId to a file every rank can read, the others wait for it. `size` follows
+// nccl-tests: the whole buffer of an all-reduce or all-to-all, the gathered output of an
+// all-gather, the input of a reduce-scatter, the message of a send/recv; algbw = size / time
+// (GB = 1e9) and busbw = algbw x bus_factor.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "calibrate/gpu_bench.h"
+
+namespace moe::calibrate {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
+const char* collective_name(Collective c);  // "all_reduce", "all_gather", ...
+
+// nccl-tests' bus bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
+// reduce-scatter and all-to-all, 1 for send/recv.
+double bus_factor(Collective c, int ranks);
+
+struct NcclWorld {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // picks the GPU: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID
+};
+// Throws GpuError for a rank outside [0, size) or a size below 1.
+NcclWorld world_from_environment(const std::function<const char*(const char*)>& getenv);
+
+struct NcclTiming {
+  Collective op = Collective::kAllReduce;
+  double bytes = 0;    // nccl-tests' size
+  double seconds = 0;  // median over repeats, the slowest rank's
+  double algbw = 0;    // bytes / seconds
+  double busbw = 0;
+};
+
+// One communicator over the world, on this rank's GPU (local_rank modulo the visible GPUs).
+class NcclBench {
+ public:
+  // `id_file`: where rank 0 leaves the unique id (unused in a world of one). Throws NoGpuError
+  // without a GPU, GpuError when NCCL fails or the id does not arrive within `wait_seconds`.
+  NcclBench(const NcclWorld& world, const std::string& id_file, double wait_seconds = 120);
+  ~NcclBench();
+  NcclBench(const NcclBench&) = delete;
+  NcclBench& operator=(const NcclBench&) = delete;
+
+  // Every rank must call this with the same arguments, in the same order.
+  NcclTiming time(Collective op, double bytes, const BenchOptions& o);
+  const NcclWorld& world() const { return world_; }
+
+ private:
+  struct State;
+  NcclWorld world_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace moe::calibrate

@@ -1,0 +1,143 @@
+// NCCL collectives on this rank's GPU (calibrate/nccl_bench.h).
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "calibrate/cuda_util.h"
+#include "calibrate/nccl_bench.h"
+
+namespace moe::calibrate {
+
+namespace {
+
+void check_nccl(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess) throw GpuError(fmt::format("{}: {}", call, ncclGetErrorString(r)));
+}
+#define MOE_NCCL(call) check_nccl((call), #call)
+
+// Rank 0 writes the id next to the file and renames it into place (readers never see half of
+// it); the others poll for it.
+ncclUniqueId exchange_id(const NcclWorld& w, const std::string& path, double wait_seconds) {
+  ncclUniqueId id{};
+  if (w.size == 1) {
+    MOE_NCCL(ncclGetUniqueId(&id));
+    return id;
+  }
+  if (path.empty()) throw GpuError("a world of several ranks needs --nccl-id-file");
+  if (w.rank == 0) {
+    MOE_NCCL(ncclGetUniqueId(&id));
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(id.internal, sizeof id.internal);
+      if (!out) throw GpuError(fmt::format("{}: cannot write the NCCL id", tmp));
+    }
+    std::filesystem::rename(tmp, path);
+    return id;
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(wait_seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(path, std::ios::binary);
+    if (in.read(id.internal, sizeof id.internal)) return id;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  throw GpuError(fmt::format("{}: rank 0's NCCL id did not arrive in {:g} s", path, wait_seconds));
+}
+
+}  // namespace
+
+struct NcclBench::State {
+  ncclComm_t comm = nullptr;
+  cuda::Stream stream;
+  ~State() {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+};
+
+NcclBench::NcclBench(const NcclWorld& world, const std::string& id_file, double wait_seconds)
+    : world_(world) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    throw NoGpuError("no GPU: no CUDA device is visible");
+  cuda::use_device(world.local_rank % count);
+  const ncclUniqueId id = exchange_id(world, id_file, wait_seconds);
+  state_ = std::make_unique<State>();
+  MOE_NCCL(ncclCommInitRank(&state_->comm, world.size, id, world.rank));
+}
+
+NcclBench::~NcclBench() = default;
+
+NcclTiming NcclBench::time(Collective op, double bytes_d, const BenchOptions& o) {
+  const int n = world_.size, r = world_.rank;
+  // Float elements; a size is rounded down to what divides evenly over the ranks.
+  const size_t unit = sizeof(float) * static_cast<size_t>(n);
+  const size_t bytes = std::max(unit, static_cast<size_t>(bytes_d) / unit * unit);
+  const size_t count = bytes / sizeof(float);  // elements of the whole buffer
+  const size_t share = count / static_cast<size_t>(n);
+  cuda::DeviceBuffer send(bytes), recv(bytes);
+  std::vector<float> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = static_cast<float>((i * 7 + r) % 13) - 6.0f;
+  MOE_CUDA(cudaMemcpy(send.get(), host.data(), bytes, cudaMemcpyHostToDevice));
+  const cudaStream_t s = state_->stream.get();
+  ncclComm_t comm = state_->comm;
+  auto* in = static_cast<float*>(send.get());
+  auto* out = static_cast<float*>(recv.get());
+  auto run = [&](int) {
+    switch (op) {
+      case Collective::kAllReduce:
+        MOE_NCCL(ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, s));
+        break;
+      case Collective::kAllGather:
+        MOE_NCCL(ncclAllGather(in, out, share, ncclFloat, comm, s));
+        break;
+      case Collective::kReduceScatter:
+        MOE_NCCL(ncclReduceScatter(in, out, share, ncclFloat, ncclSum, comm, s));
+        break;
+      case Collective::kAllToAll:
+        MOE_NCCL(ncclGroupStart());
+        for (int peer = 0; peer < n; ++peer) {
+          MOE_NCCL(ncclSend(in + share * static_cast<size_t>(peer), share, ncclFloat, peer, comm, s));
+          MOE_NCCL(ncclRecv(out + share * static_cast<size_t>(peer), share, ncclFloat, peer, comm, s));
+        }
+        MOE_NCCL(ncclGroupEnd());
+        break;
+      case Collective::kSendRecv:
+        MOE_NCCL(ncclGroupStart());
+        MOE_NCCL(ncclSend(in, count, ncclFloat, (r + 1) % n, comm, s));
+        MOE_NCCL(ncclRecv(out, count, ncclFloat, (r + n - 1) % n, comm, s));
+        MOE_NCCL(ncclGroupEnd());
+        break;
+    }
+  };
+  NcclTiming t;
+  t.op = op;
+  t.bytes = static_cast<double>(bytes);
+  const double mine = cuda::median_seconds(s, o, run);
+  // Every rank reports the slowest rank's time, as the collective takes that long for all.
+  cuda::DeviceBuffer slowest(sizeof(double));
+  MOE_CUDA(cudaMemcpy(slowest.get(), &mine, sizeof mine, cudaMemcpyHostToDevice));
+  MOE_NCCL(ncclAllReduce(slowest.get(), slowest.get(), 1, ncclDouble, ncclMax, comm, s));
+  MOE_CUDA(cudaStreamSynchronize(s));
+  MOE_CUDA(cudaMemcpy(&t.seconds, slowest.get(), sizeof t.seconds, cudaMemcpyDeviceToHost));
+  // Spot-check the result: an all-reduce sums every rank's element i.
+  if (op == Collective::kAllReduce) {
+    float got = 0;
+    MOE_CUDA(cudaMemcpy(&got, out + 1, sizeof got, cudaMemcpyDeviceToHost));
+    float want = 0;
+    for (int k = 0; k < n; ++k) want += static_cast<float>((1 * 7 + k) % 13) - 6.0f;
+    if (got != want)
+      throw GpuError(fmt::format("all_reduce of {} bytes: element 1 is {}, not {}", bytes, got,
+                                 want));
+  }
+  t.algbw = t.bytes / t.seconds;
+  t.busbw = t.algbw * bus_factor(op, n);
+  return t;
+}
+
+}  // namespace moe::calibrate
