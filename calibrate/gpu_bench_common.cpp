@@ -50,6 +50,8 @@ const char* collective_name(Collective c) {
       return "reduce_scatter";
     case Collective::kAllToAll:
       return "alltoall";
+    case Collective::kAllToAllV:
+      return "alltoallv";
     case Collective::kSendRecv:
       return "sendrecv";
   }
@@ -65,11 +67,24 @@ double bus_factor(Collective c, int ranks) {
     case Collective::kAllGather:
     case Collective::kReduceScatter:
     case Collective::kAllToAll:
+    case Collective::kAllToAllV:
       return (n - 1) / n;
     case Collective::kSendRecv:
       return 1.0;
   }
   return 0.0;
+}
+
+std::vector<std::vector<double>> dispatch_matrix(const std::vector<double>& loads,
+                                                 double bytes_per_rank) {
+  const size_t n = loads.size();
+  double total = 0;
+  for (double l : loads) total += l;
+  std::vector<std::vector<double>> m(n, std::vector<double>(n, 0.0));
+  for (size_t src = 0; src < n; ++src)
+    for (size_t dst = 0; dst < n; ++dst)
+      m[src][dst] = total > 0 ? bytes_per_rank * loads[dst] / total : 0.0;
+  return m;
 }
 
 NcclWorld world_from_environment(const std::function<const char*(const char*)>& getenv) {

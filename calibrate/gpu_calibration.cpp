@@ -120,6 +120,25 @@ void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
                                         inter ? "NIC share" : "NVLink port")));
     }
   }
+  const std::string name = fmt::format("alltoallv_{}", where);
+  if (sweep.world.size < 2 || skipped(skip, name) ||
+      sweep.dispatch_loads.size() != static_cast<size_t>(sweep.world.size))
+    return;
+  std::vector<NcclTiming> timings;
+  for (double bytes : transfer_sizes(sweep.quick)) {
+    const NcclTiming t =
+        nccl.time_alltoallv(dispatch_matrix(sweep.dispatch_loads, bytes), sweep.bench);
+    progress({name,
+              fmt::format("alltoallv {} per rank, busiest receives {}", size_label(bytes),
+                          size_label(t.bytes)),
+              t.seconds, t.busbw, t.busbw / reference.value()});
+    timings.push_back(t);
+  }
+  done(name, collective_curve(timings, reference,
+                              fmt::format("NCCL all-to-all-v of one MoE dispatch under {} over "
+                                          "{} ranks; size and bus bandwidth of the busiest "
+                                          "receiver",
+                                          sweep.dispatch_skew, sweep.world.size)));
 }
 
 }  // namespace moe::calibrate

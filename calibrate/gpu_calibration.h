@@ -28,6 +28,10 @@ struct GpuSweep {
   BenchOptions bench;
   NcclWorld world;           // nccl: this process's rank (world_from_environment)
   std::string nccl_id_file;  // nccl: where rank 0 leaves NCCL's unique id
+  // nccl: one load per rank (RoutingSkew::rank_loads over the world as the EP group) adds an
+  // all-to-all-v of that dispatch ("alltoallv_..."), described by `dispatch_skew`.
+  std::vector<double> dispatch_loads;
+  std::string dispatch_skew;
 };
 
 // One measurement finished, for progress and the closing table.

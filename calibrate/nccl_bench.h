@@ -12,12 +12,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "calibrate/gpu_bench.h"
 
 namespace moe::calibrate {
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kAllToAllV, kSendRecv };
 const char* collective_name(Collective c);  // "all_reduce", "all_gather", ...
 
 // nccl-tests' bus bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
@@ -31,6 +32,12 @@ struct NcclWorld {
 };
 // Throws GpuError for a rank outside [0, size) or a size below 1.
 NcclWorld world_from_environment(const std::function<const char*(const char*)>& getenv);
+
+// One MoE dispatch as an all-to-all-v: every rank sends `bytes_per_rank`, split over the
+// receivers in proportion to their loads (RoutingSkew::rank_loads, mean 1), so row r is what
+// rank r sends and column d what rank d receives.
+std::vector<std::vector<double>> dispatch_matrix(const std::vector<double>& loads,
+                                                 double bytes_per_rank);
 
 struct NcclTiming {
   Collective op = Collective::kAllReduce;
@@ -52,9 +59,14 @@ class NcclBench {
 
   // Every rank must call this with the same arguments, in the same order.
   NcclTiming time(Collective op, double bytes, const BenchOptions& o);
+  // The all-to-all-v of a dispatch matrix (one row and column per rank): its size is the
+  // busiest receiver's bytes, its bus bandwidth those bytes over the time times (n-1)/n.
+  NcclTiming time_alltoallv(const std::vector<std::vector<double>>& matrix, const BenchOptions& o);
   const NcclWorld& world() const { return world_; }
 
  private:
+  // Every rank gets the slowest rank's time: the collective takes that long for all.
+  double slowest(double seconds);
   struct State;
   NcclWorld world_;
   std::unique_ptr<State> state_;

@@ -40,8 +40,8 @@ ncclUniqueId exchange_id(const NcclWorld& w, const std::string& path, double wai
     std::filesystem::rename(tmp, path);
     return id;
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(wait_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(path, std::ios::binary);
     if (in.read(id.internal, sizeof id.internal)) return id;
@@ -99,11 +99,14 @@ NcclTiming NcclBench::time(Collective op, double bytes_d, const BenchOptions& o)
       case Collective::kReduceScatter:
         MOE_NCCL(ncclReduceScatter(in, out, share, ncclFloat, ncclSum, comm, s));
         break;
+      case Collective::kAllToAllV:  // time_alltoallv() runs it
       case Collective::kAllToAll:
         MOE_NCCL(ncclGroupStart());
         for (int peer = 0; peer < n; ++peer) {
-          MOE_NCCL(ncclSend(in + share * static_cast<size_t>(peer), share, ncclFloat, peer, comm, s));
-          MOE_NCCL(ncclRecv(out + share * static_cast<size_t>(peer), share, ncclFloat, peer, comm, s));
+          MOE_NCCL(
+              ncclSend(in + share * static_cast<size_t>(peer), share, ncclFloat, peer, comm, s));
+          MOE_NCCL(
+              ncclRecv(out + share * static_cast<size_t>(peer), share, ncclFloat, peer, comm, s));
         }
         MOE_NCCL(ncclGroupEnd());
         break;
@@ -118,13 +121,7 @@ NcclTiming NcclBench::time(Collective op, double bytes_d, const BenchOptions& o)
   NcclTiming t;
   t.op = op;
   t.bytes = static_cast<double>(bytes);
-  const double mine = cuda::median_seconds(s, o, run);
-  // Every rank reports the slowest rank's time, as the collective takes that long for all.
-  cuda::DeviceBuffer slowest(sizeof(double));
-  MOE_CUDA(cudaMemcpy(slowest.get(), &mine, sizeof mine, cudaMemcpyHostToDevice));
-  MOE_NCCL(ncclAllReduce(slowest.get(), slowest.get(), 1, ncclDouble, ncclMax, comm, s));
-  MOE_CUDA(cudaStreamSynchronize(s));
-  MOE_CUDA(cudaMemcpy(&t.seconds, slowest.get(), sizeof t.seconds, cudaMemcpyDeviceToHost));
+  t.seconds = slowest(cuda::median_seconds(s, o, run));
   // Spot-check the result: an all-reduce sums every rank's element i.
   if (op == Collective::kAllReduce) {
     float got = 0;
@@ -132,11 +129,69 @@ NcclTiming NcclBench::time(Collective op, double bytes_d, const BenchOptions& o)
     float want = 0;
     for (int k = 0; k < n; ++k) want += static_cast<float>((1 * 7 + k) % 13) - 6.0f;
     if (got != want)
-      throw GpuError(fmt::format("all_reduce of {} bytes: element 1 is {}, not {}", bytes, got,
-                                 want));
+      throw GpuError(
+          fmt::format("all_reduce of {} bytes: element 1 is {}, not {}", bytes, got, want));
   }
   t.algbw = t.bytes / t.seconds;
   t.busbw = t.algbw * bus_factor(op, n);
+  return t;
+}
+
+double NcclBench::slowest(double seconds) {
+  cuda::DeviceBuffer slot(sizeof(double));
+  const cudaStream_t s = state_->stream.get();
+  MOE_CUDA(cudaMemcpy(slot.get(), &seconds, sizeof seconds, cudaMemcpyHostToDevice));
+  MOE_NCCL(ncclAllReduce(slot.get(), slot.get(), 1, ncclDouble, ncclMax, state_->comm, s));
+  MOE_CUDA(cudaStreamSynchronize(s));
+  MOE_CUDA(cudaMemcpy(&seconds, slot.get(), sizeof seconds, cudaMemcpyDeviceToHost));
+  return seconds;
+}
+
+NcclTiming NcclBench::time_alltoallv(const std::vector<std::vector<double>>& matrix,
+                                     const BenchOptions& o) {
+  const int n = world_.size, r = world_.rank;
+  if (matrix.size() != static_cast<size_t>(n))
+    throw GpuError(fmt::format("dispatch matrix has {} rows for {} ranks", matrix.size(), n));
+  // Whole floats per peer; offsets into one send and one receive buffer.
+  auto elems = [](double bytes) { return static_cast<size_t>(bytes) / sizeof(float); };
+  std::vector<size_t> send_off(static_cast<size_t>(n) + 1, 0), recv_off(send_off);
+  double busiest = 0;
+  for (int p = 0; p < n; ++p) {
+    send_off[static_cast<size_t>(p) + 1] =
+        send_off[static_cast<size_t>(p)] +
+        elems(matrix[static_cast<size_t>(r)].at(static_cast<size_t>(p)));
+    recv_off[static_cast<size_t>(p) + 1] =
+        recv_off[static_cast<size_t>(p)] +
+        elems(matrix[static_cast<size_t>(p)].at(static_cast<size_t>(r)));
+    double received = 0;
+    for (int q = 0; q < n; ++q)
+      received +=
+          static_cast<double>(elems(matrix[static_cast<size_t>(q)][static_cast<size_t>(p)]));
+    busiest = std::max(busiest, received * sizeof(float));
+  }
+  cuda::DeviceBuffer send(std::max<size_t>(send_off.back(), 1) * sizeof(float));
+  cuda::DeviceBuffer recv(std::max<size_t>(recv_off.back(), 1) * sizeof(float));
+  MOE_CUDA(cudaMemset(send.get(), 0x3f, send.bytes()));  // 0x3f3f3f3f: 0.747f, not zero
+  auto* in = static_cast<float*>(send.get());
+  auto* out = static_cast<float*>(recv.get());
+  const cudaStream_t s = state_->stream.get();
+  auto run = [&](int) {
+    MOE_NCCL(ncclGroupStart());
+    for (int p = 0; p < n; ++p) {
+      const size_t ps = static_cast<size_t>(p);
+      MOE_NCCL(ncclSend(in + send_off[ps], send_off[ps + 1] - send_off[ps], ncclFloat, p,
+                        state_->comm, s));
+      MOE_NCCL(ncclRecv(out + recv_off[ps], recv_off[ps + 1] - recv_off[ps], ncclFloat, p,
+                        state_->comm, s));
+    }
+    MOE_NCCL(ncclGroupEnd());
+  };
+  NcclTiming t;
+  t.op = Collective::kAllToAllV;
+  t.bytes = busiest;
+  t.seconds = slowest(cuda::median_seconds(s, o, run));
+  t.algbw = t.bytes / t.seconds;
+  t.busbw = t.algbw * bus_factor(t.op, n);
   return t;
 }
 

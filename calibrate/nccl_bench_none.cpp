@@ -15,4 +15,8 @@ NcclTiming NcclBench::time(Collective, double, const BenchOptions&) {
   throw NoGpuError("no GPU: this build has no CUDA or NCCL (not found at configure time)");
 }
 
+NcclTiming NcclBench::time_alltoallv(const std::vector<std::vector<double>>&, const BenchOptions&) {
+  throw NoGpuError("no GPU: this build has no CUDA or NCCL (not found at configure time)");
+}
+
 }  // namespace moe::calibrate

@@ -31,7 +31,10 @@ double RoutingSkew::imbalance(const ModelSpec& m, int64_t ep) const {
           top += layer[e];
         worst = std::max(worst, top * static_cast<double>(ep));
       }
-      return worst;
+      // A rank takes at most top-k copies of every token, however popular its experts.
+      return std::min(worst, static_cast<double>(ep) *
+                                 static_cast<double>(std::min(m.top_k, local)) /
+                                 static_cast<double>(m.top_k));
     }
   }
   return 1.0;
@@ -39,6 +42,53 @@ double RoutingSkew::imbalance(const ModelSpec& m, int64_t ep) const {
 
 double RoutingSkew::received_tokens(const ModelSpec& m, int64_t ep, double tokens) const {
   return tokens * static_cast<double>(std::max<int64_t>(m.top_k, 1)) * imbalance(m, ep);
+}
+
+namespace {
+// A rank cannot receive more than top-k copies of every token in the group.
+double rank_cap(const ModelSpec& m, int64_t ep) {
+  const int64_t local = m.num_routed_experts / ep;
+  return static_cast<double>(ep) * static_cast<double>(std::min(m.top_k, local)) /
+         static_cast<double>(m.top_k);
+}
+}  // namespace
+
+std::vector<double> rank_loads_of(const ModelSpec& m, int64_t ep, const std::vector<double>& p) {
+  if (!m.is_moe() || ep <= 1)
+    return std::vector<double>(static_cast<size_t>(std::max<int64_t>(ep, 1)), 1.0);
+  const int64_t local = m.num_routed_experts / ep;
+  std::vector<double> loads(static_cast<size_t>(ep), 1.0);
+  for (int64_t r = 0; r < ep; ++r) {
+    double share = 0;
+    for (int64_t e = r * local; e < (r + 1) * local && e < static_cast<int64_t>(p.size()); ++e)
+      share += p[static_cast<size_t>(e)];
+    loads[static_cast<size_t>(r)] = std::min(share * static_cast<double>(ep), rank_cap(m, ep));
+  }
+  return loads;
+}
+
+std::vector<double> rank_loads_with_busiest(const ModelSpec& m, int64_t ep, double busiest) {
+  if (!m.is_moe() || ep <= 1)
+    return std::vector<double>(static_cast<size_t>(std::max<int64_t>(ep, 1)), 1.0);
+  busiest = std::min(busiest, rank_cap(m, ep));
+  std::vector<double> loads(
+      static_cast<size_t>(ep),
+      std::max(0.0, (static_cast<double>(ep) - busiest) / static_cast<double>(ep - 1)));
+  loads[0] = busiest;
+  return loads;
+}
+
+std::vector<double> RoutingSkew::rank_loads(const ModelSpec& m, int64_t ep, int64_t layer) const {
+  switch (kind) {
+    case Kind::kBalanced:
+      return rank_loads_with_busiest(m, ep, 1.0);
+    case Kind::kCapacity:
+    case Kind::kWorst:
+      return rank_loads_with_busiest(m, ep, imbalance(m, ep));
+    case Kind::kPopularity:
+      return rank_loads_of(m, ep, layer_row(layer));
+  }
+  return {};
 }
 
 std::string RoutingSkew::describe() const {

@@ -33,8 +33,19 @@ struct RoutingSkew {
   // s'': tokens the busiest GPU's MoE layer receives for one micro-batch of `tokens` tokens
   // (per attention rank) from each of ep ranks.
   double received_tokens(const ModelSpec& m, int64_t ep, double tokens) const;
+  // Each EP rank's received tokens over its balanced share for `layer` (mean 1): rank 0 the
+  // busiest for capacity and worst, by expert placement for popularity. What calibration's
+  // all-to-all-v sends; the simulator's routing drifts the same forms.
+  std::vector<double> rank_loads(const ModelSpec& m, int64_t ep, int64_t layer = 0) const;
   std::string describe() const;
 };
+
+// Rank loads from per-expert proportions, rank r holding experts [r E/ep, (r+1) E/ep), each
+// capped at what a rank can take (top-k copies of every token of the group).
+std::vector<double> rank_loads_of(const ModelSpec& m, int64_t ep,
+                                  const std::vector<double>& proportions);
+// Rank 0 at `busiest` (capped likewise), the others sharing the rest evenly.
+std::vector<double> rank_loads_with_busiest(const ModelSpec& m, int64_t ep, double busiest);
 
 // Parses balanced | worst | capacity=F | G=x (x in [1/E, 1]). Throws InputError(option, ...).
 RoutingSkew parse_skew(const std::string& text, const ModelSpec& m,

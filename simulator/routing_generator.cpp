@@ -80,29 +80,12 @@ std::vector<double> RoutingGenerator::proportions(int64_t layer, int64_t iterati
 std::vector<double> RoutingGenerator::rank_loads(int64_t layer, int64_t iteration,
                                                  int64_t ep) const {
   const ModelSpec& m = *model_;
-  if (!m.is_moe() || ep <= 1)
-    return std::vector<double>(static_cast<size_t>(std::max<int64_t>(ep, 1)), 1.0);
-  // A rank cannot receive more than top-k copies of every token in the group.
-  const int64_t local = m.num_routed_experts / ep;
-  const double cap = static_cast<double>(ep) * static_cast<double>(std::min(m.top_k, local)) /
-                     static_cast<double>(m.top_k);
-  std::vector<double> loads(static_cast<size_t>(ep), 1.0);
   if (base_.kind == RoutingSkew::Kind::kCapacity || base_.kind == RoutingSkew::Kind::kWorst) {
     // A load, not a distribution: drift scales its excess over balanced.
-    const double busiest =
-        std::min(cap, 1.0 + weight(layer, iteration) * (base_.imbalance(m, ep) - 1.0));
-    loads[0] = busiest;
-    for (size_t r = 1; r < loads.size(); ++r)
-      loads[r] = std::max(0.0, (static_cast<double>(ep) - busiest) / static_cast<double>(ep - 1));
-    return loads;
+    return rank_loads_with_busiest(m, ep,
+                                   1.0 + weight(layer, iteration) * (base_.imbalance(m, ep) - 1.0));
   }
-  const std::vector<double> p = proportions(layer, iteration);
-  for (int64_t r = 0; r < ep; ++r) {
-    double share = 0;
-    for (int64_t e = r * local; e < (r + 1) * local; ++e) share += p[static_cast<size_t>(e)];
-    loads[static_cast<size_t>(r)] = std::min(share * static_cast<double>(ep), cap);
-  }
-  return loads;
+  return rank_loads_of(m, ep, proportions(layer, iteration));
 }
 
 double RoutingGenerator::busiest_of(const std::vector<double>& rank_loads) {

@@ -118,6 +118,19 @@ TEST(NcclBench, ReadsTheLaunchersWorldAndCountsBusBandwidthAsNcclTests) {
                   .empty());
 }
 
+TEST(NcclBench, ADispatchMatrixSendsEachRanksBytesByTheReceiversLoads) {
+  // Every rank sends 8 MB; rank 0 carries twice the balanced load (capacity=2 over 4 ranks).
+  const std::vector<double> loads = {2.0, 2.0 / 3, 2.0 / 3, 2.0 / 3};
+  const auto m = dispatch_matrix(loads, 8e6);
+  ASSERT_EQ(m.size(), 4u);
+  for (const auto& row : m) {
+    EXPECT_NEAR(row[0] + row[1] + row[2] + row[3], 8e6, 1e-6);
+    EXPECT_NEAR(row[0], 4e6, 1e-6);  // half of every rank's dispatch lands on rank 0
+    EXPECT_NEAR(row[1], 4e6 / 3, 1e-6);
+  }
+  EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllToAllV, 4), 0.75);
+}
+
 TEST(GpuBench, TimesAndChecksAGemmAndACopyWhereAGpuIsPresent) {
   BenchOptions o;
   o.warmup = 1;

@@ -22,6 +22,7 @@
 #include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/routing_skew.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/table.h"
 
@@ -32,7 +33,7 @@ namespace {
 const std::set<std::string> kParts = {"gemm", "copy", "pcie", "nccl", "cpu"};
 
 struct CalibrateOptions {
-  std::string out, only = "gemm,copy,pcie,cpu", model, cluster, nccl_id_file;
+  std::string out, only = "gemm,copy,pcie,cpu", model, cluster, nccl_id_file, skew;
   bool quick = false, resume = false;
   int device = 0;
 };
@@ -132,6 +133,13 @@ void run_calibrate(const CalibrateOptions& o) {
     if (o.quick) g.bench.repeats = 5;
     g.world = world;
     g.nccl_id_file = o.nccl_id_file;
+    if (!o.skew.empty()) {
+      if (!model) throw InputError("--skew", "", "needs --model (whose experts it routes to)");
+      // The world is the EP group: its ranks receive by the skew's rank loads.
+      const RoutingSkew skew = parse_skew(o.skew, *model);
+      g.dispatch_loads = skew.rank_loads(*model, world.size);
+      g.dispatch_skew = skew.describe();
+    }
     calibrate::run_gpu_sweep(
         g, *cluster, done,
         [&](const calibrate::GpuPoint& p) {
@@ -191,6 +199,9 @@ void add_calibrate(CLI::App& app) {
   cmd->add_option("--only", o->only,
                   "comma-separated parts: gemm,copy,pcie,nccl,cpu (default all but nccl, which "
                   "wants one process per GPU: mpirun, srun or torchrun)");
+  cmd->add_option("--skew", o->skew,
+                  "nccl: also time one MoE dispatch as an all-to-all-v, the world being the EP "
+                  "group routed by this skew (balanced, capacity=F, G=x, worst; needs --model)");
   cmd->add_option("--nccl-id-file", o->nccl_id_file,
                   "nccl with several ranks: a path every rank can read, where rank 0 leaves "
                   "NCCL's unique id");
