@@ -17,8 +17,7 @@ TEST(RoutingSkew, RankLoadsAverageOneAndPeakAtTheImbalance) {
     const std::vector<double> loads = skew.rank_loads(m, 8);
     ASSERT_EQ(loads.size(), 8u) << spec;
     EXPECT_NEAR(std::accumulate(loads.begin(), loads.end(), 0.0), 8.0, 1e-9) << spec;
-    EXPECT_NEAR(*std::max_element(loads.begin(), loads.end()), skew.imbalance(m, 8), 1e-9)
-        << spec;
+    EXPECT_NEAR(*std::max_element(loads.begin(), loads.end()), skew.imbalance(m, 8), 1e-9) << spec;
   }
   // capacity=2: rank 0 takes twice its share, the other seven split the rest.
   const std::vector<double> capped = parse_skew("capacity=2", m).rank_loads(m, 8);
