@@ -57,8 +57,10 @@ std::vector<double> transfer_sizes(bool quick) {
 
 namespace {
 // Points of equal size averaged, sorted by size.
-nlohmann::json points_of(const std::map<double, std::vector<std::pair<double, double>>>& by_size,
-                         const char* size_key) {
+// Measurements by size: (efficiency, seconds) of each.
+using Samples = std::map<double, std::vector<std::pair<double, double>>>;
+
+nlohmann::json points_of(const Samples& by_size, const char* size_key) {
   nlohmann::json points = nlohmann::json::array();
   for (const auto& [size, samples] : by_size) {
     double eff = 0, seconds = 0;
@@ -69,11 +71,20 @@ nlohmann::json points_of(const std::map<double, std::vector<std::pair<double, do
   }
   return points;
 }
+
+// A curve of bytes moved, against a reference bandwidth the file records.
+nlohmann::json bandwidth_curve(const Samples& by_bytes, BytesPerSec reference, const char* unit,
+                               const std::string& note) {
+  return {{"unit", unit},
+          {"reference_bandwidth", fmt::format("{:.6g} GB/s", reference.value() / 1e9)},
+          {"note", note},
+          {"points", points_of(by_bytes, "size_bytes")}};
+}
 }  // namespace
 
 nlohmann::json gemm_curve(const std::vector<GemmTiming>& timings, FlopsPerSec peak,
                           const std::string& note) {
-  std::map<double, std::vector<std::pair<double, double>>> by_flops;
+  Samples by_flops;
   for (const GemmTiming& t : timings) {
     const double achieved = t.shape.flops() / t.seconds / peak.value();
     const double shape =
@@ -89,24 +100,18 @@ nlohmann::json gemm_curve(const std::vector<GemmTiming>& timings, FlopsPerSec pe
 
 nlohmann::json collective_curve(const std::vector<NcclTiming>& timings, BytesPerSec reference,
                                 const std::string& note) {
-  std::map<double, std::vector<std::pair<double, double>>> by_bytes;
+  Samples by_bytes;
   for (const NcclTiming& t : timings)
     if (t.busbw > 0) by_bytes[t.bytes].push_back({t.busbw / reference.value(), t.seconds});
-  return {{"unit", "bytes (nccl-tests size)"},
-          {"reference_bandwidth", fmt::format("{:.6g} GB/s", reference.value() / 1e9)},
-          {"note", note},
-          {"points", points_of(by_bytes, "size_bytes")}};
+  return bandwidth_curve(by_bytes, reference, "bytes (nccl-tests size)", note);
 }
 
 nlohmann::json transfer_curve(const std::vector<CopyTiming>& timings, BytesPerSec reference,
                               const std::string& note) {
-  std::map<double, std::vector<std::pair<double, double>>> by_bytes;
+  Samples by_bytes;
   for (const CopyTiming& t : timings)
     by_bytes[t.bytes].push_back({t.bytes / t.seconds / reference.value(), t.seconds});
-  return {{"unit", "bytes per direction"},
-          {"reference_bandwidth", fmt::format("{:.6g} GB/s", reference.value() / 1e9)},
-          {"note", note},
-          {"points", points_of(by_bytes, "size_bytes")}};
+  return bandwidth_curve(by_bytes, reference, "bytes per direction", note);
 }
 
 }  // namespace moe::calibrate

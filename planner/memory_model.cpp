@@ -97,31 +97,37 @@ double remat_ratio(const ModelSpec& m, const ParallelConfig& p, bool moe_layer) 
          megascale::activation_units_full(n, k, f, heads);
 }
 
-struct StageParams {
-  double dense = 0;       // sharded over DP
-  double replicated = 0;  // whole on each SP rank: sharded over SP x DP
-  double expert = 0;      // sharded over expert-DP
-};
+}  // namespace
 
-StageParams stage_params(const ModelSpec& m, const ModelParams& all, const ParallelConfig& p,
-                         int64_t stage, bool attention_replicated) {
+LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
+                                 const ParallelConfig& p, int64_t stage, bool sp_attention) {
   const double tp = static_cast<double>(*p.tp);
   const double expert_shards = static_cast<double>(*p.ep * *p.etp);
-  StageParams out;
+  LayerWeights out;
   const int64_t first = first_layer_of_stage(m, p, stage);
-  const int64_t count = layers_in_stage(m, p, stage);
-  for (int64_t i = first; i < first + count; ++i) {
+  for (int64_t i = first; i < first + layers_in_stage(m, p, stage); ++i) {
     const LayerParams& l = all.layers[i];
     // Norms and the router are replicated across TP; projections and FFNs are split. Ulysses SP
     // keeps attention, shared experts and dense FFNs whole on every SP rank (layer_ops runs
     // them unsplit on the rank's tokens); the SP group is data-parallel for them, so the
     // distributed optimizer shards them over SP x DP (MegaScale Sec. 6.2: SP costs 1.7-8.1 %
-    // more parameter memory, not the t-fold a replica per rank would).
+    // more parameter memory, not the t-fold a replica per rank would) and their gradients
+    // sync hierarchically (App. A.1, time_model's dp_sync_times).
     const double split_weights = l.attention + l.shared_experts + l.dense_ffn;
-    out.dense += l.norms + l.router + (attention_replicated ? 0.0 : split_weights / tp);
-    out.replicated += attention_replicated ? split_weights : 0.0;
+    out.dense += l.norms + l.router + (sp_attention ? 0.0 : split_weights / tp);
+    out.replicated += sp_attention ? split_weights : 0.0;
     out.expert += l.routed_experts / expert_shards;
   }
+  return out;
+}
+
+namespace {
+
+// The stage's layer weights plus the embedding on the first stage and the head on the last.
+LayerWeights stage_params(const ModelSpec& m, const ModelParams& all, const ParallelConfig& p,
+                          int64_t stage, bool attention_replicated) {
+  const double tp = static_cast<double>(*p.tp);
+  LayerWeights out = stage_layer_weights(m, all, p, stage, attention_replicated);
   if (stage == 0) out.dense += all.embedding / tp;
   if (stage == *p.pp - 1) {
     // A tied head still needs the embedding on the last stage when pp > 1.
@@ -182,7 +188,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     s.num_layers = layers_in_stage(m, p, stage);
     for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
       s.num_moe_layers += m.moe_layer[i];
-    const StageParams params = stage_params(m, all, p, stage, r.attention_replicated);
+    const LayerWeights params = stage_params(m, all, p, stage, r.attention_replicated);
     s.params_per_gpu = params.dense + params.replicated + params.expert;
     s.expert_params_per_gpu = params.expert;
     const double schedule_mg = r.gpipe_microbatches

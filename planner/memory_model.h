@@ -85,6 +85,19 @@ struct MemoryReport {
   bool fits = false;
 };
 
+// The weights one GPU of a pipeline stage holds for the stage's layers, by how data parallelism
+// shards them: `dense` (norms, router, and attention, shared experts and dense FFNs split over
+// TP) over DP; `replicated` (attention, shared experts and dense FFNs, which Ulysses SP keeps
+// whole on every SP rank: the SP group is data-parallel for them) over SP x DP; `expert` (routed
+// experts split over EP x ETP) over expert-DP. Embedding and head are not included.
+struct LayerWeights {
+  double dense = 0;
+  double replicated = 0;
+  double expert = 0;
+};
+LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
+                                 const ParallelConfig& p, int64_t stage, bool sp_attention);
+
 // The MemFine layer shape of a model's MoE layers under a layout.
 memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
                                     double bytes_per_element);

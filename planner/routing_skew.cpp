@@ -9,6 +9,15 @@
 
 namespace moe {
 
+namespace {
+// A rank cannot receive more than top-k copies of every token in the group: the worst case.
+double rank_cap(const ModelSpec& m, int64_t ep) {
+  const int64_t local = m.num_routed_experts / ep;
+  return static_cast<double>(ep) * static_cast<double>(std::min(m.top_k, local)) /
+         static_cast<double>(m.top_k);
+}
+}  // namespace
+
 double RoutingSkew::imbalance(const ModelSpec& m, int64_t ep) const {
   if (!m.is_moe() || ep <= 1) return 1.0;
   const int64_t local = m.num_routed_experts / ep;
@@ -19,8 +28,7 @@ double RoutingSkew::imbalance(const ModelSpec& m, int64_t ep) const {
       return std::max(1.0, capacity_factor);
     case Kind::kWorst:
       // Every rank's tokens go to one rank, each token to as many local experts as top-k allows.
-      return static_cast<double>(ep) * static_cast<double>(std::min(m.top_k, local)) /
-             static_cast<double>(m.top_k);
+      return rank_cap(m, ep);
     case Kind::kPopularity: {
       // Experts sorted by popularity and placed contiguously: rank 0 holds the hottest ones.
       double worst = 1.0;
@@ -32,9 +40,7 @@ double RoutingSkew::imbalance(const ModelSpec& m, int64_t ep) const {
         worst = std::max(worst, top * static_cast<double>(ep));
       }
       // A rank takes at most top-k copies of every token, however popular its experts.
-      return std::min(worst, static_cast<double>(ep) *
-                                 static_cast<double>(std::min(m.top_k, local)) /
-                                 static_cast<double>(m.top_k));
+      return std::min(worst, rank_cap(m, ep));
     }
   }
   return 1.0;
@@ -43,15 +49,6 @@ double RoutingSkew::imbalance(const ModelSpec& m, int64_t ep) const {
 double RoutingSkew::received_tokens(const ModelSpec& m, int64_t ep, double tokens) const {
   return tokens * static_cast<double>(std::max<int64_t>(m.top_k, 1)) * imbalance(m, ep);
 }
-
-namespace {
-// A rank cannot receive more than top-k copies of every token in the group.
-double rank_cap(const ModelSpec& m, int64_t ep) {
-  const int64_t local = m.num_routed_experts / ep;
-  return static_cast<double>(ep) * static_cast<double>(std::min(m.top_k, local)) /
-         static_cast<double>(m.top_k);
-}
-}  // namespace
 
 std::vector<double> rank_loads_of(const ModelSpec& m, int64_t ep, const std::vector<double>& p) {
   if (!m.is_moe() || ep <= 1)

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "planner/layer_ops.h"
+#include "planner/memory_model.h"
 #include "planner/parallel.h"
 
 namespace moe {
@@ -271,18 +272,10 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   const int64_t t = *p.tp, cp = *p.cp, dp = *p.dp, ep = *p.ep, etp = *p.etp, edp = *p.edp;
-  // Gradient reduce-scatter and parameter all-gather of the stage's weights. Ulysses SP keeps
-  // attention, shared experts and dense FFNs whole on each of the t SP ranks (`replicated`).
-  double dense = 0, replicated = 0, expert = 0;
-  const bool ulysses = c.attention == AttentionMode::kUlysses;
-  const int64_t first = first_layer_of_stage(m, p, stage);
-  for (int64_t i = first; i < first + layers_in_stage(m, p, stage); ++i) {
-    const LayerParams& l = ctx.params.layers[i];
-    const double split_weights = l.attention + l.shared_experts + l.dense_ffn;
-    dense += l.norms + l.router + (ulysses ? 0.0 : split_weights / static_cast<double>(t));
-    replicated += ulysses ? split_weights : 0.0;
-    expert += l.routed_experts / static_cast<double>(ep * etp);
-  }
+  // Gradient reduce-scatter and parameter all-gather of the stage's layer weights.
+  const LayerWeights w =
+      stage_layer_weights(m, ctx.params, p, stage, c.attention == AttentionMode::kUlysses);
+  const double dense = w.dense, replicated = w.replicated, expert = w.expert;
   const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
   const double param_bytes = parameter_bytes(c.precision);
   // MegaScale App. A.1: the replicated weights sync hierarchically, a reduce-scatter inside the

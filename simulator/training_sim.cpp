@@ -423,15 +423,14 @@ class Training {
     if (x.dp_busy || x.dp_queue.empty()) return;
     DpCollective next = std::move(x.dp_queue.front());
     x.dp_queue.pop_front();
-    x.dp_busy = true;
-    const StageState& st = stages_[static_cast<size_t>(x.stage)];
     if (next.time.value() <= 0) {  // an empty stage that only orders its `then`
-      x.dp_busy = false;
       if (next.then) next.then();
       dp_next(g);
       maybe_step(g);
       return;
     }
+    x.dp_busy = true;
+    const StageState& st = stages_[static_cast<size_t>(x.stage)];
     const Task t = comm_task(st, next.name, kDpStream, next.time, next.nic);
     const SimTime start = queue_->now();
     link_activity(x, t, +1);

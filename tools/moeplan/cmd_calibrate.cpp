@@ -70,7 +70,7 @@ void run_calibrate(const CalibrateOptions& o) {
       parts.count("nccl")
           ? calibrate::world_from_environment([](const char* name) { return std::getenv(name); })
           : calibrate::NcclWorld{};
-  if (world.size > 1 && parts.count("nccl") && o.nccl_id_file.empty())
+  if (world.size > 1 && o.nccl_id_file.empty())
     throw InputError(
         "--nccl-id-file", "",
         fmt::format("{} ranks need a file all of them can read to meet through", world.size));

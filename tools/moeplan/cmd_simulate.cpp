@@ -306,19 +306,24 @@ void add_simulate(CLI::App& app) {
                 "for their group) instead of one representative per pipeline stage; the trace "
                 "shows each stage's first GPU");
   cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
-  cmd->add_option("--predictor-accuracy", o->predictor_accuracy,
-                  "offload plans: share of the GPU experts APTMoE's predictor picks ahead of the "
-                  "gate; the rest load on demand (default 1, an oracle; the paper: 0.85 or 0.64)")
+  cmd->add_option(
+         "--predictor-accuracy", o->predictor_accuracy,
+         "offload plans: share of the GPU experts APTMoE's predictor picks ahead of the "
+         "gate; the rest load on demand (default: the plan file's, else 1, an oracle; the paper: "
+         "0.85 or 0.64)")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--load-window", o->load_window,
-                  "offload plans: block loads APTMoE launches onto the copy stream at a time, "
-                  "most urgent first (a launched load is never overtaken); 0 (default): an ideal "
-                  "scheduler that picks the most urgent ready load whenever the copy engine frees")
+  cmd->add_option(
+         "--load-window", o->load_window,
+         "offload plans: block loads APTMoE launches onto the copy stream at a time, "
+         "most urgent first (a launched load is never overtaken); 0: an ideal scheduler that "
+         "picks the most urgent ready load whenever the copy engine frees (default: the "
+         "plan file's, else 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  cmd->add_option("--historical-accuracy", o->historical_accuracy,
-                  "offload plans: share of the experts APTMoE's inter-stage phase picks right by "
-                  "last iteration's popularity (default 1; the paper: 73.3 % on NLLB-MoE); a wrong "
-                  "pick loads an unused expert before the right one")
+  cmd->add_option(
+         "--historical-accuracy", o->historical_accuracy,
+         "offload plans: share of the experts APTMoE's inter-stage phase picks right by "
+         "last iteration's popularity (default: the plan file's, else 1; the paper: 73.3 % "
+         "on NLLB-MoE); a wrong pick loads an unused expert before the right one")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--json", o->json, "print one JSON document");
   cmd->callback([o] { run_simulate(*o); });
