@@ -94,10 +94,11 @@ MoeLayerCase layer_case_of(const TimeContext& ctx, const PlanChoice& c, int64_t 
   return out;
 }
 
-MoeLayerCase shrink(const MoeLayerCase& c, int64_t tokens) {
+MoeLayerCase shrink(const MoeLayerCase& c, int64_t tokens, int64_t experts) {
   MoeLayerCase out = c;
   out.tokens = std::min(c.tokens, tokens);
-  std::vector<double> share(c.expert_rows.begin(), c.expert_rows.end());
+  const int64_t keep = std::clamp(experts, c.top_k, c.experts());
+  std::vector<double> share(c.expert_rows.begin(), c.expert_rows.begin() + keep);
   out.expert_rows = apportion(share, out.tokens * out.top_k, out.tokens);
   return out;
 }

@@ -33,9 +33,10 @@ struct MoeLayerCase {
 // evenly). Throws InputError when the layer has no routed experts.
 MoeLayerCase layer_case_of(const TimeContext& ctx, const PlanChoice& c, int64_t layer);
 
-// A smaller case of the same widths and routing shape: what execute checks against the CPU
-// reference, where the full case would take minutes.
-MoeLayerCase shrink(const MoeLayerCase& c, int64_t tokens);
+// A smaller case of the same widths: `tokens` tokens over the first `experts` experts (at least
+// top-k), rows in the same proportions. What execute checks against the CPU reference, where
+// the full case would take minutes and gigabytes of host memory.
+MoeLayerCase shrink(const MoeLayerCase& c, int64_t tokens, int64_t experts);
 
 // Which rows a chunk's dispatch gathers and how its combine sums them back.
 struct ChunkRouting {

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
-#include <random>
 
 namespace moe::calibrate {
 
@@ -37,10 +36,20 @@ const char* layer_op_name(LayerOp op) {
 
 namespace {
 
-std::vector<float> random_values(int64_t n, float scale, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, scale);
+// Uniform with standard deviation `scale`, from a counter hash (splitmix64) rather than a
+// sequential engine: an 8-expert Mixtral layer has a billion weights to draw.
+std::vector<float> random_values(int64_t n, float scale, uint64_t seed, uint64_t stream) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
+  const float half_width = scale * std::sqrt(3.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + stream * 0xD1B54A32D192ED03ull +
+                 static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    v[static_cast<size_t>(i)] = (2.0f * u - 1.0f) * half_width;
+  }
   return v;
 }
 
@@ -55,14 +64,14 @@ struct ChunkIndices {
 }  // namespace
 
 LayerTensors make_layer_tensors(LayerDevice& d, const MoeLayerCase& c, uint32_t seed) {
-  std::mt19937 rng(seed);
   const int64_t n = c.tokens, h = c.hidden, g = c.ffn, e = c.experts(), up = up_width(c);
   LayerTensors t;
-  t.x = d.upload(random_values(n * h, 1.0f, rng), n, h);
-  t.d_out = d.upload(random_values(n * h, 1.0f, rng), n, h);
-  t.w13 =
-      d.upload(random_values(e * h * up, 1.0f / std::sqrt(static_cast<float>(h)), rng), e * h, up);
-  t.w2 = d.upload(random_values(e * g * h, 1.0f / std::sqrt(static_cast<float>(g)), rng), e * g, h);
+  t.x = d.upload(random_values(n * h, 1.0f, seed, 0), n, h);
+  t.d_out = d.upload(random_values(n * h, 1.0f, seed, 1), n, h);
+  t.w13 = d.upload(random_values(e * h * up, 1.0f / std::sqrt(static_cast<float>(h)), seed, 2),
+                   e * h, up);
+  t.w2 = d.upload(random_values(e * g * h, 1.0f / std::sqrt(static_cast<float>(g)), seed, 3), e * g,
+                  h);
   t.out = d.alloc(n, h);
   t.d_x = d.alloc(n, h);
   t.d_w13 = d.alloc(e * h, up);

@@ -11,6 +11,7 @@
 #include "calibrate/device_info.h"
 #include "calibrate/layer_device.h"
 #include "calibrate/moe_layer_case.h"
+#include "calibrate/moe_layer_execute.h"
 #include "calibrate/moe_layer_prediction.h"
 #include "calibrate/moe_layer_run.h"
 #include "planner/errors.h"
@@ -120,10 +121,12 @@ TEST(MoeLayerCase, TakesTheBusiestRanksRowsFromThePlan) {
   EXPECT_LE(c.expert_rows.front(), c.tokens);
   EXPECT_THROW(layer_case_of(ctx, mixtral_plan(2), 32), InputError);
 
-  const MoeLayerCase s = shrink(c, 64);
+  const MoeLayerCase s = shrink(c, 64, 3);
   EXPECT_EQ(s.tokens, 64);
+  EXPECT_EQ(s.experts(), 3);
   EXPECT_EQ(s.rows(), 128);
   EXPECT_GE(s.expert_rows.front(), s.expert_rows.back());
+  EXPECT_EQ(shrink(c, 64, 1).experts(), 2);  // never below top-k
 }
 
 // Chunked or not, the layer computes what each expert computes on its own tokens (cpu_expert's
@@ -240,6 +243,39 @@ TEST(MoeLayerRun, GpuDeviceSaysWhenThereIsNoGpu) {
   } catch (const NoGpuError& e) {
     EXPECT_NE(std::string(e.what()).find("no GPU"), std::string::npos);
   }
+}
+
+}  // namespace moe::calibrate
+
+namespace moe::calibrate {
+
+// The measurement loop on the CPU reference standing in for a GPU: the check finds no
+// difference, every chunk count gets a prediction and a measurement, the peaks fall with c.
+TEST(MoeLayerExecute, ChecksThenMeasuresEveryChunkCount) {
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = io::load_cluster(MOEPLAN_SOURCE_DIR "/topologies/h100-sxm-8.json");
+  const TimeContext ctx = make_time_context(m, cl, Efficiencies{}, RoutingSkew{}, 4096);
+  MoeLayerCase c = small_case(true);
+  c.tokens = 200;
+  c.expert_rows = {150, 100, 100, 50};
+  ExecuteOptions o;
+  o.chunks = {1, 4};
+  o.repeats = 2;
+  o.check_tokens = 16;
+  auto dev = make_cpu_layer_device();
+  std::vector<size_t> progress;
+  const LayerExecution e =
+      execute_layer(*dev, ctx, c, o, [&](size_t done, size_t) { progress.push_back(done); });
+  EXPECT_LT(e.check_error, 1e-6);
+  EXPECT_EQ(progress, (std::vector<size_t>{1, 2}));
+  ASSERT_EQ(e.runs.size(), 2u);
+  EXPECT_EQ(e.runs[1].chunks, 4);
+  EXPECT_GT(e.runs[0].measured.total_seconds, 0.0);
+  EXPECT_GT(e.runs[0].predicted.total_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(e.runs[0].measured.peak_bytes, e.runs[0].predicted.buffer_peak_bytes);
+  EXPECT_DOUBLE_EQ(e.runs[0].measured.peak_bytes / e.runs[1].measured.peak_bytes, 4.0);
+  o.chunks = {201};
+  EXPECT_THROW(execute_layer(*dev, ctx, c, o), InputError);
 }
 
 }  // namespace moe::calibrate

@@ -896,3 +896,30 @@ TEST(Cli, AffinityTablePrintsTheProfilersLookupTable) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+// execute: input errors are named on any machine; the run itself needs a GPU, and without one
+// (CI) it says so in one line and exits 1. With a GPU it prints predicted beside measured.
+TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
+  const std::string plan = ::testing::TempDir() + "moeplan_execute_plan.json";
+  const std::string pair =
+      "--model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json";
+  ASSERT_EQ(
+      run("plan " + pair + " --global-batch 256 --seq-len 4096 --gpus 32 --save " + plan).code, 0);
+  const std::string cmd = "execute " + pair + " --plan " + plan;
+  expect_one_line_error(run(cmd + " --chunks 1,0"), "--chunks");
+  expect_one_line_error(run(cmd + " --layer 32"), "no routed experts");
+  expect_one_line_error(run(cmd + " --repeats 0"), "--repeats");
+  expect_one_line_error(run(cmd + " --skew G=7"), "--skew");
+  const Result r = run(cmd + " --chunks 1,2 --repeats 2");
+  if (r.code != 0) {
+    expect_one_line_error(r, "no GPU");
+  } else {
+    EXPECT_NE(r.out.find("measured peak"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("up projection backward"), std::string::npos) << r.out;
+  }
+  std::remove(plan.c_str());
+}
+
+}  // namespace moe

@@ -18,6 +18,7 @@ void add_devices(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_simulate(CLI::App& app);
 void add_calibrate(CLI::App& app);
+void add_execute(CLI::App& app);
 void add_whatif(CLI::App& app);
 void add_reproduce(CLI::App& app);
 

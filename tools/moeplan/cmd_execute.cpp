@@ -1,0 +1,176 @@
+// moeplan execute: run a saved plan's MoE layer on this machine's GPU, MemFine-style in c chunks
+// with chunked recompute, and print the cost model's prediction beside what the GPU measured,
+// per operator and in total, with the peak memory the allocator saw.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "calibrate/layer_device.h"
+#include "calibrate/moe_layer_execute.h"
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
+#include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
+#include "tools/moeplan/table.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct ExecuteCliOptions {
+  std::string model, cluster, plan, calibration, skew = "balanced", json, chunks = "1,2,4,8";
+  int64_t layer = -1;
+  int repeats = 5, device = 0;
+  uint32_t seed = 1;
+};
+
+std::vector<int64_t> chunk_list(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 1)
+      throw InputError("--chunks", "", fmt::format("'{}' is not a positive chunk count", item));
+    out.push_back(v);
+  }
+  if (out.empty()) throw InputError("--chunks", "", "no chunk count given");
+  return out;
+}
+
+std::string error_pct(double predicted, double measured) {
+  return measured > 0 ? fmt::format("{:+.1f} %", 100.0 * (predicted - measured) / measured) : "-";
+}
+
+nlohmann::json to_json(const calibrate::LayerExecution& e, const PlanChoice& choice,
+                       int64_t layer) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& r : e.runs) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (int op = 0; op < calibrate::kLayerOps; ++op) {
+      const size_t i = static_cast<size_t>(op);
+      ops.push_back({{"op", calibrate::layer_op_name(static_cast<calibrate::LayerOp>(op))},
+                     {"predicted_s", r.predicted.seconds[i]},
+                     {"measured_s", r.measured.seconds[i]}});
+    }
+    runs.push_back({{"chunks", r.chunks},
+                    {"predicted_s", r.predicted.total_seconds},
+                    {"measured_s", r.measured.total_seconds},
+                    {"memfine_peak_bytes", r.predicted.memfine_peak_bytes},
+                    {"buffer_peak_bytes", r.predicted.buffer_peak_bytes},
+                    {"measured_peak_bytes", r.measured.peak_bytes},
+                    {"operators", ops}});
+  }
+  const auto& c = e.layer;
+  return {{"schema", "moeplan-execute/1"},
+          {"device", e.device},
+          {"plan", choice.describe()},
+          {"layer", layer},
+          {"case",
+           {{"hidden", c.hidden},
+            {"ffn", c.ffn},
+            {"gated", c.gated},
+            {"top_k", c.top_k},
+            {"tokens", c.tokens},
+            {"expert_rows", c.expert_rows}}},
+          {"check_relative_error", e.check_error},
+          {"runs", runs}};
+}
+
+void run_execute(const ExecuteCliOptions& o) {
+  const ModelSpec m = io::load_model(o.model);
+  const ClusterSpec cl = io::load_cluster(o.cluster);
+  const PlanChoice choice = io::load_plan_choice(o.plan);
+  if (choice.offload)
+    throw InputError(o.plan, "/switches/offload", "execute runs GPU-resident plans only");
+  try {
+    check(choice.parallel, m);
+  } catch (const ConfigError& e) {
+    throw InputError(o.plan, "/parallel", e.what());
+  }
+  if (o.repeats < 1)
+    throw InputError("--repeats", "", fmt::format("{} must be at least 1", o.repeats));
+  int64_t layer = o.layer;
+  if (layer < 0) {
+    for (layer = 0; layer < m.num_layers && !m.moe_layer[static_cast<size_t>(layer)];) ++layer;
+  }
+  calibrate::ExecuteOptions opt;
+  opt.chunks = chunk_list(o.chunks);
+  opt.repeats = o.repeats;
+  opt.seed = o.seed;
+  const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
+                                            skew_for(o.skew, m), choice.seq_len);
+  const calibrate::MoeLayerCase c = calibrate::layer_case_of(ctx, choice, layer);
+  // The GPU last: every input error above is reported on any machine.
+  std::unique_ptr<calibrate::LayerDevice> gpu = calibrate::make_gpu_layer_device(o.device);
+  const bool tty = isatty(fileno(stderr)) != 0;
+  const calibrate::LayerExecution e =
+      calibrate::execute_layer(*gpu, ctx, c, opt, [&](size_t done, size_t all) {
+        if (tty) fmt::print(stderr, "\rexecuting: {}/{} chunk counts", done, all);
+      });
+  if (tty) fmt::print(stderr, "\n");
+
+  fmt::print(
+      "{} layer {} on {}: {} rows of {} tokens (top-{}) over {} local experts, h = {}, "
+      "g = {}{}; output and gradients within {:.2g} of the CPU reference\n\n",
+      m.name, layer, e.device, c.rows(), c.tokens, c.top_k, c.experts(), c.hidden, c.ffn,
+      c.gated ? " (SwiGLU)" : "", e.check_error);
+  Table totals({"chunks", "predicted", "measured", "error", "MemFine eq.2 peak", "buffers peak",
+                "measured peak", "error"});
+  for (const auto& r : e.runs) {
+    totals.add({std::to_string(r.chunks), as_ms(r.predicted.total_seconds),
+                as_ms(r.measured.total_seconds),
+                error_pct(r.predicted.total_seconds, r.measured.total_seconds),
+                as_gb(r.predicted.memfine_peak_bytes), as_gb(r.predicted.buffer_peak_bytes),
+                as_gb(r.measured.peak_bytes),
+                error_pct(r.predicted.buffer_peak_bytes, r.measured.peak_bytes)});
+  }
+  fmt::print("{}\n", totals.render());
+  const auto& first = e.runs.front();
+  Table ops({"operator", "predicted", "measured", "error"});
+  for (int op = 0; op < calibrate::kLayerOps; ++op) {
+    const size_t i = static_cast<size_t>(op);
+    ops.add({calibrate::layer_op_name(static_cast<calibrate::LayerOp>(op)),
+             as_ms(first.predicted.seconds[i]), as_ms(first.measured.seconds[i]),
+             error_pct(first.predicted.seconds[i], first.measured.seconds[i])});
+  }
+  fmt::print("per operator at {} chunk{}, forward and backward:\n{}", first.chunks,
+             first.chunks == 1 ? "" : "s", ops.render());
+  if (!o.json.empty()) {
+    io::write_file_atomically(o.json, to_json(e, choice, layer).dump(2) + "\n");
+    fmt::print("written to {}\n", o.json);
+  }
+}
+
+}  // namespace
+
+void add_execute(CLI::App& app) {
+  auto o = std::make_shared<ExecuteCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "execute", "Run a saved plan's MoE layer on this GPU: predicted beside measured");
+  cmd->add_option("--model", o->model, "model file")->required();
+  cmd->add_option("--cluster", o->cluster, "cluster file (the GPU peaks predictions use)")
+      ->required();
+  cmd->add_option("--plan", o->plan, "plan file from `moeplan plan --save`")->required();
+  cmd->add_option("--layer", o->layer, "model layer to run (default: the first MoE layer)");
+  cmd->add_option("--chunks", o->chunks, "MemFine chunk counts to run (default 1,2,4,8)");
+  cmd->add_option("--skew", o->skew,
+                  "routing: balanced | capacity=F | G=x | worst | popularity file (.json)");
+  cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
+  cmd->add_option("--repeats", o->repeats, "timed runs per chunk count, median kept (default 5)");
+  cmd->add_option("--seed", o->seed, "seed of inputs, weights and routing (default 1)");
+  cmd->add_option("--device", o->device, "CUDA device index (default 0)");
+  cmd->add_option("--json", o->json, "also write the results to this file (atomically)");
+  cmd->callback([o] { run_execute(*o); });
+}
+
+}  // namespace moe::cli
