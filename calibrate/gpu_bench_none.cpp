@@ -1,4 +1,5 @@
 // A build without CUDA: the microbenchmarks exist as names, and running one says why it cannot.
+#include "calibrate/affinity_run.h"
 #include "calibrate/gpu_bench.h"
 #include "calibrate/layer_device.h"
 
@@ -13,6 +14,10 @@ CopyTiming time_copy(CopyKind, double, const BenchOptions&) {
 }
 
 std::unique_ptr<LayerDevice> make_gpu_layer_device(int) {
+  throw NoGpuError("no GPU: this build has no CUDA (the toolkit was not found at configure time)");
+}
+
+AffinityTimes run_affinity(const AffinityCase&, int, int, int) {
   throw NoGpuError("no GPU: this build has no CUDA (the toolkit was not found at configure time)");
 }
 

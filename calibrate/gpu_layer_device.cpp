@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "calibrate/cuda_gemm.h"
 #include "calibrate/cuda_util.h"
 #include "calibrate/layer_device.h"
 #include "calibrate/layer_kernels.h"
@@ -14,12 +15,6 @@
 namespace moe::calibrate {
 
 namespace {
-
-void check_blas(cublasStatus_t s, const char* call) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw GpuError(fmt::format("{}: cuBLAS status {}", call, static_cast<int>(s)));
-}
-#define MOE_BLAS(call) check_blas((call), #call)
 
 // What outlives the device object: buffers free themselves on its stream into its pool.
 struct GpuState {
@@ -87,17 +82,9 @@ class GpuLayerDevice final : public LayerDevice {
     return upload_plain(v.data(), v.size() * sizeof(float));
   }
 
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first.
   void gemm(RowSlice a, bool ta, RowSlice b, bool tb, RowSlice c, bool accumulate) override {
-    const int64_t m = ta ? a.m->cols : a.count, k = ta ? a.count : a.m->cols;
-    const int64_t n = tb ? b.count : b.m->cols;
-    if (m == 0 || n == 0) return;
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    MOE_BLAS(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-                          at(b), CUDA_R_16BF, static_cast<int>(b.m->cols), at(a), CUDA_R_16BF,
-                          static_cast<int>(a.m->cols), &beta, at(c), CUDA_R_16BF,
-                          static_cast<int>(c.m->cols), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cuda::gemm_bf16(blas_, {at(a), a.count, a.m->cols}, ta, {at(b), b.count, b.m->cols}, tb, at(c),
+                    c.m->cols, accumulate);
   }
   void gather_rows(RowSlice src, const void* index, const void* weight, RowSlice dst) override {
     MOE_CUDA(kernels::gather_rows(at(src), static_cast<const int32_t*>(index),

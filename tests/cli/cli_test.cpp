@@ -920,6 +920,18 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
     EXPECT_NE(r.out.find("up projection backward"), std::string::npos) << r.out;
   }
   std::remove(plan.c_str());
+  // APTMoE's split, executed: forward in BF16 only, and a GPU.
+  const std::string split =
+      "affinity --model models/aptmoe-moe-s-8.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.3 --execute";
+  expect_one_line_error(run(split), "--dtype bf16");
+  expect_one_line_error(run(split + " --dtype bf16 --pass backward"), "forward pass only");
+  const Result s = run(split + " --dtype bf16 --repeats 2");
+  if (s.code != 0) {
+    expect_one_line_error(s, "no GPU");
+  } else {
+    EXPECT_NE(s.out.find("split speedup"), std::string::npos) << s.out;
+  }
 }
 
 }  // namespace moe

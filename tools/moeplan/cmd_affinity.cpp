@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
+#include "calibrate/affinity_run.h"
 #include "planner/aptmoe.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
@@ -22,7 +24,41 @@ struct AffinityOptions {
   double tokens = 65536;
   int gpu = 0;
   bool json = false, table = false;
+  // --execute: run the split on this machine's GPU and CPU beside loading every expert.
+  bool execute = false;
+  int repeats = 5, device = 0, threads = 0;
 };
+
+// The allocation run for real (calibrate/affinity_run.h), predicted beside measured.
+nlohmann::json execute_split(const AffinityOptions& o, const ModelSpec& m,
+                             const aptmoe::Allocation& a) {
+  if (o.pass != "forward") throw InputError("--pass", "", "--execute runs the forward pass only");
+  if (o.dtype != "bf16")
+    throw InputError("--dtype", "", "--execute runs the GPU experts in BF16: give --dtype bf16");
+  if (o.repeats < 1)
+    throw InputError("--repeats", "", fmt::format("{} must be at least 1", o.repeats));
+  calibrate::AffinityCase c{m.hidden_size, m.expert_ffn_size, m.gated_ffn, {}};
+  for (size_t i = 0; i < a.experts.size(); ++i) {
+    const aptmoe::ExpertCost& e = a.experts[i];
+    c.experts.push_back({e.expert, std::max<int64_t>(1, std::llround(e.tokens)), a.on_gpu[i],
+                         e.load.value(), e.gpu.value(), e.cpu.value()});
+  }
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  const calibrate::AffinityTimes p = calibrate::predict_affinity(c);
+  const calibrate::AffinityTimes r = calibrate::run_affinity(c, o.device, threads, o.repeats);
+  auto row = [](double predicted, double measured) {
+    return nlohmann::json{{"predicted_s", predicted}, {"measured_s", measured}};
+  };
+  return {{"threads", threads},
+          {"load_all", row(p.load_all_s, r.load_all_s)},
+          {"split", row(p.split_s, r.split_s)},
+          {"split_gpu_path", row(p.split_gpu_s, r.split_gpu_s)},
+          {"split_cpu_path", row(p.split_cpu_s, r.split_cpu_s)},
+          {"speedup_predicted", p.load_all_s / p.split_s},
+          {"speedup_measured", r.load_all_s / r.split_s}};
+}
 
 // APTMoE's static profiler (Sec. III-A): one expert's CPU and GPU time for every token count it
 // can receive (1 to tokens x top-k, in doubling steps here), beside the load times of an MHA
@@ -139,6 +175,7 @@ void run_affinity(const AffinityOptions& o) {
                                           lp.one_routed_expert, bytes, rates, pass));
   }
   const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
+  const nlohmann::json execution = o.execute ? execute_split(o, m, a) : nlohmann::json();
 
   if (o.json) {
     nlohmann::json ex = nlohmann::json::array();
@@ -162,7 +199,8 @@ void run_affinity(const AffinityOptions& o) {
                 {"rates",
                  {{"cpu_flops", rates.cpu.value()},
                   {"gpu_flops", rates.gpu.value()},
-                  {"pcie_Bps", rates.pcie.value()}}}});
+                  {"pcie_Bps", rates.pcie.value()}}},
+                {"execution", execution}});
     return;
   }
   fmt::print(
@@ -186,6 +224,17 @@ void run_affinity(const AffinityOptions& o) {
   fmt::print("CPU work left {} vs loading {} (MHA {} + gate {} + experts)\n",
              as_ms(a.cpu_time.value()), as_ms(a.load_time.value()), as_ms(fixed.load_mha.value()),
              as_ms(fixed.load_gate.value()));
+  if (!o.execute) return;
+  fmt::print("\nexecuted forward on GPU {} and {} CPU threads (MHA and gate loads left out):\n",
+             o.device, execution["threads"].get<int>());
+  Table e({"schedule", "predicted", "measured", "error"});
+  for (const char* key : {"load_all", "split", "split_gpu_path", "split_cpu_path"}) {
+    const double p = execution[key]["predicted_s"], r = execution[key]["measured_s"];
+    e.add({key, as_ms(p), as_ms(r), fmt::format("{:+.1f} %", 100.0 * (p - r) / r)});
+  }
+  fmt::print("{}split speedup over loading all: predicted {:.2f}x, measured {:.2f}x\n", e.render(),
+             execution["speedup_predicted"].get<double>(),
+             execution["speedup_measured"].get<double>());
 }
 
 }  // namespace
@@ -214,6 +263,13 @@ void add_affinity(CLI::App& app) {
   cmd->add_flag("--table", o->table,
                 "print the profiler's table instead: one expert's CPU and GPU time per token "
                 "count, and the load times of an MHA block, a gate and an expert");
+  cmd->add_flag("--execute", o->execute,
+                "run the split on this GPU and CPU (forward, --dtype bf16) beside loading every "
+                "expert, predicted vs measured");
+  cmd->add_option("--repeats", o->repeats, "with --execute: timed runs, median kept (default 5)");
+  cmd->add_option("--device", o->device, "with --execute: CUDA device index (default 0)");
+  cmd->add_option("--threads", o->threads,
+                  "with --execute: CPU expert threads (default: hardware threads - 1)");
   cmd->callback([o] { run_affinity(*o); });
 }
 
