@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "calibrate/gpu_bench.h"
+#include "planner/monta.h"
 
 namespace moe::calibrate {
 
@@ -62,6 +63,15 @@ class NcclBench {
   // The all-to-all-v of a dispatch matrix (one row and column per rank): its size is the
   // busiest receiver's bytes, its bus bandwidth those bytes over the time times (n-1)/n.
   NcclTiming time_alltoallv(const std::vector<std::vector<double>>& matrix, const BenchOptions& o);
+  // MoNTA's dispatch over this world as tp x ep ranks (TP groups of `tp` consecutive ranks, EP
+  // groups of the ranks at one index in their TP group, each pair split off the world's
+  // communicator), `bytes` of tokens per rank: the baseline all-to-all of all of them over EP;
+  // O1's all-to-all of 1/tp over EP, all-gather over TP and the D2D copy that restores order;
+  // O2 and O3 in `chunks` chunks with the all-to-all, the all-gather (and under O3 the copy) on
+  // streams of their own, chunk j's all-gather waiting on its all-to-all by an event. Returns
+  // the slowest rank's median seconds; the baseline's received bytes are spot-checked.
+  double time_monta(monta::Strategy strategy, int64_t tp, double bytes, int64_t chunks,
+                    const BenchOptions& o);
   const NcclWorld& world() const { return world_; }
 
  private:

@@ -55,7 +55,12 @@ ncclUniqueId exchange_id(const NcclWorld& w, const std::string& path, double wai
 struct NcclBench::State {
   ncclComm_t comm = nullptr;
   cuda::Stream stream;
+  // MoNTA's TP and EP groups, split off `comm` for a TP size of split_tp.
+  ncclComm_t tp = nullptr, ep = nullptr;
+  int64_t split_tp = 0;
   ~State() {
+    if (tp != nullptr) ncclCommDestroy(tp);
+    if (ep != nullptr) ncclCommDestroy(ep);
     if (comm != nullptr) ncclCommDestroy(comm);
   }
 };
@@ -193,6 +198,106 @@ NcclTiming NcclBench::time_alltoallv(const std::vector<std::vector<double>>& mat
   t.algbw = t.bytes / t.seconds;
   t.busbw = t.algbw * bus_factor(t.op, n);
   return t;
+}
+
+double NcclBench::time_monta(monta::Strategy strategy, int64_t tp, double bytes_d, int64_t chunks,
+                             const BenchOptions& o) {
+  const int n = world_.size, r = world_.rank;
+  if (tp < 1 || n % tp != 0)
+    throw GpuError(fmt::format("a world of {} ranks has no TP groups of {}", n, tp));
+  const int64_t ep = n / tp;
+  if (state_->split_tp != tp) {
+    if (state_->tp != nullptr) MOE_NCCL(ncclCommDestroy(state_->tp));
+    if (state_->ep != nullptr) MOE_NCCL(ncclCommDestroy(state_->ep));
+    state_->tp = state_->ep = nullptr;
+    MOE_NCCL(ncclCommSplit(state_->comm, static_cast<int>(r / tp), r, &state_->tp, nullptr));
+    MOE_NCCL(ncclCommSplit(state_->comm, static_cast<int>(r % tp), r, &state_->ep, nullptr));
+    state_->split_tp = tp;
+  }
+  const bool pipelined = strategy == monta::Strategy::kO2 || strategy == monta::Strategy::kO3;
+  const size_t parts =
+      static_cast<size_t>(tp * ep * (pipelined ? std::max<int64_t>(chunks, 1) : 1));
+  const size_t bytes = std::max(parts, static_cast<size_t>(bytes_d) / parts * parts);
+  cuda::DeviceBuffer in(bytes), sent(bytes), gathered(bytes), ordered(bytes);
+  std::vector<unsigned char> host(bytes);
+  for (size_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>((r * 31 + i * 7) % 251);
+  MOE_CUDA(cudaMemcpy(in.get(), host.data(), bytes, cudaMemcpyHostToDevice));
+  auto at = [](const cuda::DeviceBuffer& b, size_t off) {
+    return static_cast<unsigned char*>(b.get()) + off;
+  };
+  // Each rank sends `per_peer` bytes from src to every EP peer, receiving as much into dst.
+  auto alltoall = [&](unsigned char* src, unsigned char* dst, size_t per_peer, cudaStream_t s) {
+    MOE_NCCL(ncclGroupStart());
+    for (int64_t p = 0; p < ep; ++p) {
+      const size_t off = static_cast<size_t>(p) * per_peer;
+      MOE_NCCL(ncclSend(src + off, per_peer, ncclInt8, static_cast<int>(p), state_->ep, s));
+      MOE_NCCL(ncclRecv(dst + off, per_peer, ncclInt8, static_cast<int>(p), state_->ep, s));
+    }
+    MOE_NCCL(ncclGroupEnd());
+  };
+  const cudaStream_t a = state_->stream.get();
+  cuda::Stream gather_stream, copy_stream;
+  const cudaStream_t g = gather_stream.get(), c = copy_stream.get();
+  const size_t n_chunks = pipelined ? static_cast<size_t>(chunks) : 1;
+  std::vector<cuda::Event> sent_ev(n_chunks), gathered_ev(n_chunks);
+  cuda::Event gather_done, copy_done;
+  const size_t slice = bytes / static_cast<size_t>(tp);  // what one TP rank sends across
+  auto run = [&](int) {
+    switch (strategy) {
+      case monta::Strategy::kBaseline:
+        alltoall(at(in, 0), at(sent, 0), bytes / static_cast<size_t>(ep), a);
+        return;
+      case monta::Strategy::kO1:
+        alltoall(at(in, 0), at(sent, 0), slice / static_cast<size_t>(ep), a);
+        MOE_NCCL(ncclAllGather(at(sent, 0), at(gathered, 0), slice, ncclInt8, state_->tp, a));
+        MOE_CUDA(
+            cudaMemcpyAsync(at(ordered, 0), at(gathered, 0), bytes, cudaMemcpyDeviceToDevice, a));
+        return;
+      case monta::Strategy::kO2:
+      case monta::Strategy::kO3:
+        break;
+    }
+    const size_t piece = slice / n_chunks;  // one chunk's all-to-all input per rank
+    for (size_t j = 0; j < n_chunks; ++j) {
+      alltoall(at(in, j * piece), at(sent, j * piece), piece / static_cast<size_t>(ep), a);
+      MOE_CUDA(cudaEventRecord(sent_ev[j].get(), a));
+      MOE_CUDA(cudaStreamWaitEvent(g, sent_ev[j].get(), 0));
+      const size_t out = j * piece * static_cast<size_t>(tp);
+      MOE_NCCL(
+          ncclAllGather(at(sent, j * piece), at(gathered, out), piece, ncclInt8, state_->tp, g));
+      if (strategy == monta::Strategy::kO3) {
+        MOE_CUDA(cudaEventRecord(gathered_ev[j].get(), g));
+        MOE_CUDA(cudaStreamWaitEvent(c, gathered_ev[j].get(), 0));
+        MOE_CUDA(cudaMemcpyAsync(at(ordered, out), at(gathered, out),
+                                 piece * static_cast<size_t>(tp), cudaMemcpyDeviceToDevice, c));
+      }
+    }
+    if (strategy == monta::Strategy::kO2) {
+      MOE_CUDA(
+          cudaMemcpyAsync(at(ordered, 0), at(gathered, 0), bytes, cudaMemcpyDeviceToDevice, g));
+    }
+    // The timing stream waits for the other two.
+    MOE_CUDA(cudaEventRecord(gather_done.get(), g));
+    MOE_CUDA(cudaEventRecord(copy_done.get(), c));
+    MOE_CUDA(cudaStreamWaitEvent(a, gather_done.get(), 0));
+    MOE_CUDA(cudaStreamWaitEvent(a, copy_done.get(), 0));
+  };
+  const double seconds = slowest(cuda::median_seconds(a, o, run));
+  if (strategy == monta::Strategy::kBaseline) {
+    // EP peer p (world rank p tp + r % tp) sent us block (r / tp) of its input.
+    const size_t per_peer = bytes / static_cast<size_t>(ep);
+    std::vector<unsigned char> got(bytes);
+    MOE_CUDA(cudaMemcpy(got.data(), sent.get(), bytes, cudaMemcpyDeviceToHost));
+    for (int64_t p = 0; p < ep; ++p) {
+      const int64_t src = p * tp + r % tp;
+      const size_t i = static_cast<size_t>(r / tp) * per_peer + per_peer / 2;
+      const auto want = static_cast<unsigned char>((src * 31 + i * 7) % 251);
+      if (got[static_cast<size_t>(p) * per_peer + per_peer / 2] != want)
+        throw GpuError(
+            fmt::format("MoNTA baseline all-to-all: the block from rank {} is wrong", src));
+    }
+  }
+  return seconds;
 }
 
 }  // namespace moe::calibrate

@@ -19,4 +19,8 @@ NcclTiming NcclBench::time_alltoallv(const std::vector<std::vector<double>>&, co
   throw NoGpuError("no GPU: this build has no CUDA or NCCL (not found at configure time)");
 }
 
+double NcclBench::time_monta(monta::Strategy, int64_t, double, int64_t, const BenchOptions&) {
+  throw NoGpuError("no GPU: this build has no CUDA or NCCL (not found at configure time)");
+}
+
 }  // namespace moe::calibrate

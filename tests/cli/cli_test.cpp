@@ -932,6 +932,19 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
   } else {
     EXPECT_NE(s.out.find("split speedup"), std::string::npos) << s.out;
   }
+  // MoNTA's strategies on NCCL: the launcher's world must be tp x ep ranks, several of them need
+  // an id file, and one rank with a GPU runs (tp = ep = 1) or says there is none.
+  const std::string a2a =
+      "a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --execute";
+  expect_one_line_error(run(a2a + " --tp 8 --ep 2"), "tp x ep = 8 x 2 = 16");
+  expect_one_line_error(run(a2a + " --tp 8 --ep 2", "MOEPLAN_RANK=0 MOEPLAN_WORLD_SIZE=16"),
+                        "--nccl-id-file");
+  const Result one = run(a2a + " --tp 1 --ep 1 --repeats 2");
+  if (one.code != 0) {
+    expect_one_line_error(one, "no GPU");
+  } else {
+    EXPECT_NE(one.out.find("fastest measured"), std::string::npos) << one.out;
+  }
 }
 
 }  // namespace moe
