@@ -1,8 +1,19 @@
 #include "calibrate/affinity_run.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace moe::calibrate {
+
+AffinityCase affinity_case(const ModelSpec& m, const aptmoe::Allocation& a) {
+  AffinityCase c{m.hidden_size, m.expert_ffn_size, m.gated_ffn, {}};
+  for (size_t i = 0; i < a.experts.size(); ++i) {
+    const aptmoe::ExpertCost& e = a.experts[i];
+    c.experts.push_back({e.expert, std::max<int64_t>(1, std::llround(e.tokens)), a.on_gpu[i],
+                         e.load.value(), e.gpu.value(), e.cpu.value()});
+  }
+  return c;
+}
 
 double two_slot_pipeline(const std::vector<double>& load, const std::vector<double>& run,
                          int slots) {

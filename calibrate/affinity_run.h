@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "planner/aptmoe.h"
+#include "planner/model_spec.h"
+
 namespace moe::calibrate {
 
 struct AffinityExpert {
@@ -33,6 +36,9 @@ struct AffinityTimes {
   double split_gpu_s = 0;  // the GPU experts' loads and runs
   double split_cpu_s = 0;  // the CPU experts, one after another on the host's threads
 };
+
+// The case of an eq. (1) allocation of model `m`'s experts (tokens rounded, at least 1 each).
+AffinityCase affinity_case(const ModelSpec& m, const aptmoe::Allocation& a);
 
 // Loads and GPU runs through `slots` device slots: a load waits for its slot to be freed by
 // the run two experts back; a run waits for its load and for the previous run.

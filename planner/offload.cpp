@@ -56,6 +56,30 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
   return rates;
 }
 
+aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
+                                  Precision precision) {
+  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  const LayerParams& lp = ctx.params.layers[static_cast<size_t>(layer)];
+  return {Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes) / rates.pcie,
+          Bytes(lp.router * weight_bytes) / rates.pcie};
+}
+
+aptmoe::Allocation offload_allocation(const TimeContext& ctx, const aptmoe::Rates& rates,
+                                      int64_t layer, aptmoe::Pass kind, double tokens,
+                                      Precision precision) {
+  const ModelSpec& m = *ctx.model;
+  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  const LayerParams& lp = ctx.params.layers[static_cast<size_t>(layer)];
+  const std::vector<double> p = layer_popularity(ctx.skew, m, layer);
+  std::vector<aptmoe::ExpertCost> experts;
+  for (size_t e = 0; e < p.size(); ++e) {
+    experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
+                                          tokens * static_cast<double>(m.top_k) * p[e],
+                                          lp.one_routed_expert, weight_bytes, rates, kind));
+  }
+  return aptmoe::allocate(experts, offload_fixed_loads(ctx, rates, layer, precision));
+}
+
 OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
                            aptmoe::Pass kind, double tokens, Precision precision,
                            OffloadSystem system) {
@@ -77,25 +101,16 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
     t.load = Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie;
     return t;
   }
-  const std::vector<double> p = layer_popularity(ctx.skew, m, layer);
-  std::vector<aptmoe::ExpertCost> experts;
-  for (size_t e = 0; e < p.size(); ++e) {
-    experts.push_back(aptmoe::expert_cost(static_cast<int>(e),
-                                          tokens * static_cast<double>(m.top_k) * p[e],
-                                          lp.one_routed_expert, weight_bytes, rates, kind));
-  }
-  const aptmoe::Fixed fixed{
-      Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes) / rates.pcie,
-      Bytes(lp.router * weight_bytes) / rates.pcie};
+  const aptmoe::Fixed fixed = offload_fixed_loads(ctx, rates, layer, precision);
+  const aptmoe::Allocation a = offload_allocation(ctx, rates, layer, kind, tokens, precision);
   t.gpu += gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens) * factor;
   if (system != OffloadSystem::kAptMoe) {
     // The baselines load every expert and run it on the GPU.
     t.load = fixed.load_mha + fixed.load_gate;
-    for (const aptmoe::ExpertCost& e : experts) t.gpu += e.gpu, t.load += e.load;
+    for (const aptmoe::ExpertCost& e : a.experts) t.gpu += e.gpu, t.load += e.load;
     t.expert_load = t.load - fixed.load_mha - fixed.load_gate;
     return t;
   }
-  const aptmoe::Allocation a = aptmoe::allocate(experts, fixed);
   t.load = a.load_time;
   t.expert_load = std::max(Seconds(0), a.load_time - fixed.load_mha - fixed.load_gate);
   t.cpu = a.cpu_time;

@@ -51,6 +51,14 @@ struct OffloadLayer {
   double loaded_share = 1.0;  // of the routed experts
   double cpu_tokens = 0;      // routed tokens the CPU experts take (their activations cross PCIe)
 };
+// The MHA block's (with norms and shared experts) and the gate's PCIe loads of a layer.
+aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
+                                  Precision precision);
+// APTMoE's eq. (1) split of a MoE layer's experts for a pass over `tokens` tokens, from the
+// skew's popularity: what offload_layer costs and `moeplan execute` runs.
+aptmoe::Allocation offload_allocation(const TimeContext& ctx, const aptmoe::Rates& rates,
+                                      int64_t layer, aptmoe::Pass kind, double tokens,
+                                      Precision precision);
 OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
                            aptmoe::Pass pass, double tokens, Precision precision,
                            OffloadSystem system);

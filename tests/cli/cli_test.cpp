@@ -932,6 +932,17 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
   } else {
     EXPECT_NE(s.out.find("split speedup"), std::string::npos) << s.out;
   }
+  // An offload plan (Mixtral-8x7B does not fit 8 x 80 GB): execute runs its APTMoE split.
+  const std::string offload = ::testing::TempDir() + "moeplan_execute_offload.json";
+  const std::string node = "--model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json";
+  ASSERT_EQ(run("plan " + node + " --global-batch 64 --seq-len 4096 --save " + offload).code, 0);
+  const Result off = run("execute " + node + " --plan " + offload + " --skew G=0.3 --repeats 1");
+  if (off.code != 0) {
+    expect_one_line_error(off, "no GPU");
+  } else {
+    EXPECT_NE(off.out.find("APTMoE offload plan"), std::string::npos) << off.out;
+  }
+  std::remove(offload.c_str());
   // MoNTA's strategies on NCCL: the launcher's world must be tp x ep ranks, several of them need
   // an id file, and one rank with a GPU runs (tp = ep = 1) or says there is none.
   const std::string a2a =

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "calibrate/affinity_run.h"
 #include "planner/aptmoe.h"
@@ -29,35 +28,13 @@ struct AffinityOptions {
   int repeats = 5, device = 0, threads = 0;
 };
 
-// The allocation run for real (calibrate/affinity_run.h), predicted beside measured.
+// The allocation run for real: forward, BF16 on the GPU.
 nlohmann::json execute_split(const AffinityOptions& o, const ModelSpec& m,
                              const aptmoe::Allocation& a) {
   if (o.pass != "forward") throw InputError("--pass", "", "--execute runs the forward pass only");
   if (o.dtype != "bf16")
     throw InputError("--dtype", "", "--execute runs the GPU experts in BF16: give --dtype bf16");
-  if (o.repeats < 1)
-    throw InputError("--repeats", "", fmt::format("{} must be at least 1", o.repeats));
-  calibrate::AffinityCase c{m.hidden_size, m.expert_ffn_size, m.gated_ffn, {}};
-  for (size_t i = 0; i < a.experts.size(); ++i) {
-    const aptmoe::ExpertCost& e = a.experts[i];
-    c.experts.push_back({e.expert, std::max<int64_t>(1, std::llround(e.tokens)), a.on_gpu[i],
-                         e.load.value(), e.gpu.value(), e.cpu.value()});
-  }
-  const int threads = o.threads > 0
-                          ? o.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
-  const calibrate::AffinityTimes p = calibrate::predict_affinity(c);
-  const calibrate::AffinityTimes r = calibrate::run_affinity(c, o.device, threads, o.repeats);
-  auto row = [](double predicted, double measured) {
-    return nlohmann::json{{"predicted_s", predicted}, {"measured_s", measured}};
-  };
-  return {{"threads", threads},
-          {"load_all", row(p.load_all_s, r.load_all_s)},
-          {"split", row(p.split_s, r.split_s)},
-          {"split_gpu_path", row(p.split_gpu_s, r.split_gpu_s)},
-          {"split_cpu_path", row(p.split_cpu_s, r.split_cpu_s)},
-          {"speedup_predicted", p.load_all_s / p.split_s},
-          {"speedup_measured", r.load_all_s / r.split_s}};
+  return execute_affinity(calibrate::affinity_case(m, a), o.device, o.threads, o.repeats);
 }
 
 // APTMoE's static profiler (Sec. III-A): one expert's CPU and GPU time for every token count it
@@ -225,16 +202,8 @@ void run_affinity(const AffinityOptions& o) {
              as_ms(a.cpu_time.value()), as_ms(a.load_time.value()), as_ms(fixed.load_mha.value()),
              as_ms(fixed.load_gate.value()));
   if (!o.execute) return;
-  fmt::print("\nexecuted forward on GPU {} and {} CPU threads (MHA and gate loads left out):\n",
-             o.device, execution["threads"].get<int>());
-  Table e({"schedule", "predicted", "measured", "error"});
-  for (const char* key : {"load_all", "split", "split_gpu_path", "split_cpu_path"}) {
-    const double p = execution[key]["predicted_s"], r = execution[key]["measured_s"];
-    e.add({key, as_ms(p), as_ms(r), fmt::format("{:+.1f} %", 100.0 * (p - r) / r)});
-  }
-  fmt::print("{}split speedup over loading all: predicted {:.2f}x, measured {:.2f}x\n", e.render(),
-             execution["speedup_predicted"].get<double>(),
-             execution["speedup_measured"].get<double>());
+  fmt::print("\n");
+  print_affinity_execution(execution, o.device);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/offload.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/table.h"
@@ -24,7 +25,7 @@ namespace {
 struct ExecuteCliOptions {
   std::string model, cluster, plan, calibration, skew = "balanced", json, chunks = "1,2,4,8";
   int64_t layer = -1;
-  int repeats = 5, device = 0;
+  int repeats = 5, device = 0, threads = 0;
   uint32_t seed = 1;
 };
 
@@ -86,22 +87,56 @@ nlohmann::json to_json(const calibrate::LayerExecution& e, const PlanChoice& cho
           {"runs", runs}};
 }
 
+// An APTMoE offload plan: the layer's eq. (1) split over a stage's tokens (all its micro-batches
+// at once), run forward beside loading every expert. The GPU runs BF16, so the split is the one
+// a BF16 plan makes whatever the plan's precision.
+void execute_offload(const ExecuteCliOptions& o, const ModelSpec& m, const ClusterSpec& cl,
+                     const PlanChoice& choice, const TimeContext& ctx, int64_t layer) {
+  if (layer < 0 || layer >= m.num_layers || !m.moe_layer[static_cast<size_t>(layer)])
+    throw InputError("--layer", "",
+                     fmt::format("layer {} of {} has no routed experts", layer, m.name));
+  const aptmoe::Rates rates = offload_rates(ctx, cl, choice.offload_gpus, Precision::kBf16);
+  const double tokens = static_cast<double>(choice.parallel.gbs.value_or(1) * choice.seq_len);
+  const aptmoe::Allocation a =
+      offload_allocation(ctx, rates, layer, aptmoe::Pass::kForward, tokens, Precision::kBf16);
+  const nlohmann::json execution =
+      execute_affinity(calibrate::affinity_case(m, a), o.device, o.threads, o.repeats);
+  fmt::print("{} layer {}, APTMoE offload plan ({} tokens per stage pass):\n", m.name, layer,
+             tokens);
+  print_affinity_execution(execution, o.device);
+  if (!o.json.empty()) {
+    io::write_file_atomically(o.json, nlohmann::json{{"schema", "moeplan-execute/1"},
+                                                     {"plan", choice.describe()},
+                                                     {"layer", layer},
+                                                     {"aptmoe", execution}}
+                                              .dump(2) +
+                                          "\n");
+    fmt::print("written to {}\n", o.json);
+  }
+}
+
 void run_execute(const ExecuteCliOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec cl = io::load_cluster(o.cluster);
   const PlanChoice choice = io::load_plan_choice(o.plan);
-  if (choice.offload)
-    throw InputError(o.plan, "/switches/offload", "execute runs GPU-resident plans only");
-  try {
-    check(choice.parallel, m);
-  } catch (const ConfigError& e) {
-    throw InputError(o.plan, "/parallel", e.what());
+  if (!choice.offload) {
+    try {
+      check(choice.parallel, m);
+    } catch (const ConfigError& e) {
+      throw InputError(o.plan, "/parallel", e.what());
+    }
   }
   if (o.repeats < 1)
     throw InputError("--repeats", "", fmt::format("{} must be at least 1", o.repeats));
   int64_t layer = o.layer;
   if (layer < 0) {
     for (layer = 0; layer < m.num_layers && !m.moe_layer[static_cast<size_t>(layer)];) ++layer;
+  }
+  if (choice.offload) {
+    const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
+                                              skew_for(o.skew, m), choice.seq_len);
+    execute_offload(o, m, cl, choice, ctx, layer);
+    return;
   }
   calibrate::ExecuteOptions opt;
   opt.chunks = chunk_list(o.chunks);
@@ -169,6 +204,8 @@ void add_execute(CLI::App& app) {
   cmd->add_option("--repeats", o->repeats, "timed runs per chunk count, median kept (default 5)");
   cmd->add_option("--seed", o->seed, "seed of inputs, weights and routing (default 1)");
   cmd->add_option("--device", o->device, "CUDA device index (default 0)");
+  cmd->add_option("--threads", o->threads,
+                  "offload plans: CPU expert threads (default: hardware threads - 1)");
   cmd->add_option("--json", o->json, "also write the results to this file (atomically)");
   cmd->callback([o] { run_execute(*o); });
 }

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <thread>
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
+#include "tools/moeplan/table.h"
 
 namespace moe::cli {
 
@@ -82,6 +84,45 @@ Dtype parse_dtype(const std::string& text, const std::string& option) {
     if (text == dtype_name(d)) return d;
   }
   throw InputError(option, "", fmt::format("'{}' is not one of fp32, tf32, bf16, fp16, fp8", text));
+}
+
+nlohmann::json execute_affinity(const calibrate::AffinityCase& c, int device, int threads,
+                                int repeats) {
+  if (repeats < 1) throw InputError("--repeats", "", fmt::format("{} must be at least 1", repeats));
+  if (threads <= 0)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  const calibrate::AffinityTimes p = calibrate::predict_affinity(c);
+  const calibrate::AffinityTimes r = calibrate::run_affinity(c, device, threads, repeats);
+  auto row = [](double predicted, double measured) {
+    return nlohmann::json{{"predicted_s", predicted}, {"measured_s", measured}};
+  };
+  int on_gpu = 0;
+  for (const auto& e : c.experts) on_gpu += e.on_gpu;
+  return {{"threads", threads},
+          {"experts_on_gpu", on_gpu},
+          {"experts", c.experts.size()},
+          {"load_all", row(p.load_all_s, r.load_all_s)},
+          {"split", row(p.split_s, r.split_s)},
+          {"split_gpu_path", row(p.split_gpu_s, r.split_gpu_s)},
+          {"split_cpu_path", row(p.split_cpu_s, r.split_cpu_s)},
+          {"speedup_predicted", p.load_all_s / p.split_s},
+          {"speedup_measured", r.load_all_s / r.split_s}};
+}
+
+void print_affinity_execution(const nlohmann::json& execution, int device) {
+  fmt::print(
+      "executed forward on GPU {} and {} CPU threads, {} of {} experts on the GPU (MHA "
+      "and gate loads left out):\n",
+      device, execution["threads"].get<int>(), execution["experts_on_gpu"].get<int>(),
+      execution["experts"].get<size_t>());
+  Table e({"schedule", "predicted", "measured", "error"});
+  for (const char* key : {"load_all", "split", "split_gpu_path", "split_cpu_path"}) {
+    const double p = execution[key]["predicted_s"], r = execution[key]["measured_s"];
+    e.add({key, as_ms(p), as_ms(r), fmt::format("{:+.1f} %", 100.0 * (p - r) / r)});
+  }
+  fmt::print("{}split speedup over loading all: predicted {:.2f}x, measured {:.2f}x\n", e.render(),
+             execution["speedup_predicted"].get<double>(),
+             execution["speedup_measured"].get<double>());
 }
 
 }  // namespace moe::cli

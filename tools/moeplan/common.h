@@ -6,11 +6,13 @@
 #include <fmt/ranges.h>
 
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "calibrate/affinity_run.h"
 #include "planner/cluster_spec.h"
 #include "planner/efficiencies.h"
 #include "planner/errors.h"
@@ -61,5 +63,12 @@ std::optional<AttentionMode> parse_attention(const std::string& value, const std
                                              bool search, const std::string& where = "");
 std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,
                                  const std::string& where = "");
+
+// APTMoE's split run on GPU `device` and `threads` CPU threads (0: hardware threads - 1) beside
+// loading every expert, predicted and measured as JSON (affinity --execute, and execute on an
+// offload plan); and its table.
+nlohmann::json execute_affinity(const calibrate::AffinityCase& c, int device, int threads,
+                                int repeats);
+void print_affinity_execution(const nlohmann::json& execution, int device);
 
 }  // namespace moe::cli
