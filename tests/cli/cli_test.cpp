@@ -943,6 +943,23 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
     EXPECT_NE(off.out.find("APTMoE offload plan"), std::string::npos) << off.out;
   }
   std::remove(offload.c_str());
+  // Launched as several ranks, execute runs MoNTA's strategies for the plan's expert all-to-all:
+  // the plan needs expert TP, and the world must be its etp x ep group.
+  const std::string monta_plan = ::testing::TempDir() + "moeplan_execute_monta.json";
+  const std::string monta_pair =
+      "--model models/mixtral-8x7b.json --cluster topologies/monta-2x8-a800.json";
+  ASSERT_EQ(run("plan " + monta_pair +
+                " --parallel tp=8,ep=2,etp=8 --global-batch 16 --seq-len 8192 --save " + monta_plan)
+                .code,
+            0);
+  expect_one_line_error(
+      run(cmd + " --nccl-id-file /tmp/id", "MOEPLAN_RANK=0 MOEPLAN_WORLD_SIZE=16"),
+      "needs etp > 1");
+  expect_one_line_error(
+      run("execute " + monta_pair + " --plan " + monta_plan + " --nccl-id-file /tmp/id",
+          "MOEPLAN_RANK=0 MOEPLAN_WORLD_SIZE=4"),
+      "tp x ep = 8 x 2 = 16");
+  std::remove(monta_plan.c_str());
   // MoNTA's strategies on NCCL: the launcher's world must be tp x ep ranks, several of them need
   // an id file, and one rank with a GPU runs (tp = ep = 1) or says there is none.
   const std::string a2a =

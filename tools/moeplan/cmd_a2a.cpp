@@ -1,15 +1,13 @@
 // moeplan a2a: MoNTA's AllToAll strategies (baseline, O1, O2, O3) for one volume and layout.
 #include <fmt/format.h>
 
-#include <cstdlib>
-
-#include "calibrate/nccl_bench.h"
 #include "planner/default_efficiency.h"
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
 #include "planner/monta.h"
 #include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -28,42 +26,6 @@ struct A2aOptions {
   std::string nccl_id_file;
   int repeats = 20;
 };
-
-struct Executed {
-  const char* name;
-  int64_t chunks;
-  double predicted_s, measured_s;
-};
-
-// Baseline, O1, and O2/O3 at the chunk counts the prediction chose, on NCCL; every rank runs
-// them in the same order. Returns nothing on ranks other than 0 (they print nothing).
-std::optional<std::vector<Executed>> execute_strategies(const A2aOptions& o,
-                                                        const monta::Problem& p,
-                                                        const std::vector<Executed>& planned) {
-  const calibrate::NcclWorld world =
-      calibrate::world_from_environment([](const char* name) { return std::getenv(name); });
-  if (world.size != o.tp * o.ep) {
-    throw InputError("--ep", "",
-                     fmt::format("the launcher started {} rank(s); tp x ep = {} x {} = {}",
-                                 world.size, o.tp, o.ep, o.tp * o.ep));
-  }
-  if (world.size > 1 && o.nccl_id_file.empty())
-    throw InputError("--nccl-id-file", "",
-                     fmt::format("{} ranks need a file all of them can read", world.size));
-  if (o.repeats < 1)
-    throw InputError("--repeats", "", fmt::format("{} must be at least 1", o.repeats));
-  calibrate::NcclBench bench(world, o.nccl_id_file);
-  calibrate::BenchOptions opt;
-  opt.repeats = o.repeats;
-  const monta::Strategy order[] = {monta::Strategy::kBaseline, monta::Strategy::kO1,
-                                   monta::Strategy::kO2, monta::Strategy::kO3};
-  std::vector<Executed> out = planned;
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].measured_s = bench.time_monta(order[i], p.tp, p.volume.value(), out[i].chunks, opt);
-  }
-  if (world.rank != 0) return std::nullopt;
-  return out;
-}
 
 Bytes parse_volume(const std::string& text) {
   try {
@@ -136,14 +98,10 @@ void run_a2a(const A2aOptions& o) {
     o2n = monta::at_chunks(p, monta::Pipelining::kO2, *o.chunks);
     o3n = monta::at_chunks(p, monta::Pipelining::kO3, *o.chunks);
   }
-  std::optional<std::vector<Executed>> executed;
+  std::optional<std::vector<MontaExecution>> executed;
   if (o.execute) {
-    executed = execute_strategies(
-        o, p,
-        {{"baseline", 1, base.value(), 0},
-         {"O1", 1, o1.value(), 0},
-         {"O2", o2n ? o2n->chunks : o2.chunks, (o2n ? o2n->time : o2.time).value(), 0},
-         {"O3", o3n ? o3n->chunks : o3.chunks, (o3n ? o3n->time : o3.time).value(), 0}});
+    executed =
+        execute_monta(p, o2n ? *o2n : o2, o3n ? *o3n : o3, o.nccl_id_file, o.repeats, "--ep");
     if (!executed) return;  // ranks other than 0 print nothing
   }
   const double r1 = p.curves.alltoall.at(p.volume), r2 = p.curves.allgather.at(p.volume);
@@ -166,7 +124,7 @@ void run_a2a(const A2aOptions& o) {
                         {"o3_limit_ratio", o3_limit}};
     if (o2n) j["at_chunks"] = {{"o2", chunk_json(*o2n)}, {"o3", chunk_json(*o3n)}};
     if (executed) {
-      for (const Executed& e : *executed) {
+      for (const MontaExecution& e : *executed) {
         j["executed"].push_back({{"strategy", e.name},
                                  {"chunks", e.chunks},
                                  {"predicted_s", e.predicted_s},
@@ -202,19 +160,7 @@ void run_a2a(const A2aOptions& o) {
   fmt::print("{}\n", t.render());
   fmt::print("choice (Algorithm 3): {}\n", monta::strategy_name(choice));
   fmt::print("O3 limit as N grows, eq. (13) form: T_O3/T_base -> {:.3f}\n", o3_limit);
-  if (executed) {
-    Table e({"strategy", "chunks", "predicted", "measured", "error"});
-    const Executed* fastest = &executed->front();
-    for (const Executed& x : *executed) {
-      e.add({x.name, std::to_string(x.chunks), as_ms(x.predicted_s), as_ms(x.measured_s),
-             fmt::format("{:+.1f} %", 100.0 * (x.predicted_s - x.measured_s) / x.measured_s)});
-      if (x.measured_s < fastest->measured_s) fastest = &x;
-    }
-    fmt::print("\nexecuted on NCCL over {} ranks (slowest rank's median of {}):\n{}", o.tp * o.ep,
-               o.repeats, e.render());
-    fmt::print("fastest measured: {}; Algorithm 3 chose {}\n", fastest->name,
-               monta::strategy_name(choice));
-  }
+  if (executed) print_monta_execution(*executed, choice);
   if (o.explain) {
     fmt::print("\nHow these numbers arise (MoNTA, 003_4e1468090f85ebf1):\n");
     fmt::print("  baseline: I (e-1)/e / (B1 r1(I)), r1({:.1f} MiB) = {:.3f}\n",

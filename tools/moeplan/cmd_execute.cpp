@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 
 #include "calibrate/layer_device.h"
 #include "calibrate/moe_layer_execute.h"
+#include "calibrate/nccl_bench.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
@@ -23,7 +25,8 @@ namespace moe::cli {
 namespace {
 
 struct ExecuteCliOptions {
-  std::string model, cluster, plan, calibration, skew = "balanced", json, chunks = "1,2,4,8";
+  std::string model, cluster, plan, calibration, skew = "balanced", json, chunks = "1,2,4,8",
+                                                 nccl_id_file;
   int64_t layer = -1;
   int repeats = 5, device = 0, threads = 0;
   uint32_t seed = 1;
@@ -115,6 +118,38 @@ void execute_offload(const ExecuteCliOptions& o, const ModelSpec& m, const Clust
   }
 }
 
+// Launched as several ranks: MoNTA's strategies for the plan's expert all-to-all (experts
+// tensor-parallel over etp, exchanged over ep), one rank per GPU of that etp x ep group.
+void execute_monta_plan(const ExecuteCliOptions& o, const PlanChoice& choice,
+                        const TimeContext& ctx) {
+  const int64_t etp = choice.parallel.etp.value_or(1), ep = choice.parallel.ep.value_or(1);
+  if (etp < 2 || ep < 2) {
+    throw InputError(o.plan, "/parallel",
+                     fmt::format("several ranks run MoNTA's expert all-to-all, which needs etp > 1 "
+                                 "and ep > 1; the plan has etp={}, ep={}",
+                                 etp, ep));
+  }
+  const monta::Problem p = expert_alltoall_problem(ctx, choice);
+  const monta::ChunkChoice o2 = monta::best_chunking(p, monta::Pipelining::kO2);
+  const monta::ChunkChoice o3 = monta::best_chunking(p, monta::Pipelining::kO3);
+  const auto rows = execute_monta(p, o2, o3, o.nccl_id_file, o.repeats, o.plan + ": /parallel");
+  if (!rows) return;  // ranks other than 0 print nothing
+  fmt::print("MoNTA's expert all-to-all of {:.1f} MiB per rank, etp={} ep={} (plan: {}):",
+             p.volume.value() / kMebi, etp, ep, monta::strategy_name(choice.alltoall));
+  print_monta_execution(*rows, monta::select_strategy(monta::o1_time(p), o2.time, o3.time));
+  if (!o.json.empty()) {
+    nlohmann::json j = {{"schema", "moeplan-execute/1"}, {"plan", choice.describe()}};
+    for (const MontaExecution& r : *rows) {
+      j["monta"].push_back({{"strategy", r.name},
+                            {"chunks", r.chunks},
+                            {"predicted_s", r.predicted_s},
+                            {"measured_s", r.measured_s}});
+    }
+    io::write_file_atomically(o.json, j.dump(2) + "\n");
+    fmt::print("written to {}\n", o.json);
+  }
+}
+
 void run_execute(const ExecuteCliOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec cl = io::load_cluster(o.cluster);
@@ -136,6 +171,14 @@ void run_execute(const ExecuteCliOptions& o) {
     const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
                                               skew_for(o.skew, m), choice.seq_len);
     execute_offload(o, m, cl, choice, ctx, layer);
+    return;
+  }
+  const calibrate::NcclWorld world =
+      calibrate::world_from_environment([](const char* name) { return std::getenv(name); });
+  if (world.size > 1) {
+    const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
+                                              skew_for(o.skew, m), choice.seq_len);
+    execute_monta_plan(o, choice, ctx);
     return;
   }
   calibrate::ExecuteOptions opt;
@@ -204,6 +247,8 @@ void add_execute(CLI::App& app) {
   cmd->add_option("--repeats", o->repeats, "timed runs per chunk count, median kept (default 5)");
   cmd->add_option("--seed", o->seed, "seed of inputs, weights and routing (default 1)");
   cmd->add_option("--device", o->device, "CUDA device index (default 0)");
+  cmd->add_option("--nccl-id-file", o->nccl_id_file,
+                  "launched as several ranks (MoNTA): where rank 0 leaves NCCL's unique id");
   cmd->add_option("--threads", o->threads,
                   "offload plans: CPU expert threads (default: hardware threads - 1)");
   cmd->add_option("--json", o->json, "also write the results to this file (atomically)");

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
+#include "calibrate/nccl_bench.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "tools/moeplan/table.h"
@@ -123,6 +125,48 @@ void print_affinity_execution(const nlohmann::json& execution, int device) {
   fmt::print("{}split speedup over loading all: predicted {:.2f}x, measured {:.2f}x\n", e.render(),
              execution["speedup_predicted"].get<double>(),
              execution["speedup_measured"].get<double>());
+}
+
+std::optional<std::vector<MontaExecution>> execute_monta(
+    const monta::Problem& p, const monta::ChunkChoice& o2, const monta::ChunkChoice& o3,
+    const std::string& nccl_id_file, int repeats, const std::string& layout_source) {
+  const calibrate::NcclWorld world =
+      calibrate::world_from_environment([](const char* name) { return std::getenv(name); });
+  if (world.size != p.tp * p.ep) {
+    throw InputError(layout_source, "",
+                     fmt::format("the launcher started {} rank(s); tp x ep = {} x {} = {}",
+                                 world.size, p.tp, p.ep, p.tp * p.ep));
+  }
+  if (world.size > 1 && nccl_id_file.empty())
+    throw InputError("--nccl-id-file", "",
+                     fmt::format("{} ranks need a file all of them can read", world.size));
+  if (repeats < 1) throw InputError("--repeats", "", fmt::format("{} must be at least 1", repeats));
+  calibrate::NcclBench bench(world, nccl_id_file);
+  calibrate::BenchOptions opt;
+  opt.repeats = repeats;
+  std::vector<MontaExecution> rows = {{"baseline", 1, monta::baseline_time(p).value(), 0},
+                                      {"O1", 1, monta::o1_time(p).value(), 0},
+                                      {"O2", o2.chunks, o2.time.value(), 0},
+                                      {"O3", o3.chunks, o3.time.value(), 0}};
+  const monta::Strategy order[] = {monta::Strategy::kBaseline, monta::Strategy::kO1,
+                                   monta::Strategy::kO2, monta::Strategy::kO3};
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows[i].measured_s = bench.time_monta(order[i], p.tp, p.volume.value(), rows[i].chunks, opt);
+  if (world.rank != 0) return std::nullopt;
+  return rows;
+}
+
+void print_monta_execution(const std::vector<MontaExecution>& rows, monta::Strategy choice) {
+  Table e({"strategy", "chunks", "predicted", "measured", "error"});
+  const MontaExecution* fastest = &rows.front();
+  for (const MontaExecution& x : rows) {
+    e.add({x.name, std::to_string(x.chunks), as_ms(x.predicted_s), as_ms(x.measured_s),
+           fmt::format("{:+.1f} %", 100.0 * (x.predicted_s - x.measured_s) / x.measured_s)});
+    if (x.measured_s < fastest->measured_s) fastest = &x;
+  }
+  fmt::print("\nexecuted on NCCL (the slowest rank's median):\n{}", e.render());
+  fmt::print("fastest measured: {}; Algorithm 3 chose {}\n", fastest->name,
+             monta::strategy_name(choice));
 }
 
 }  // namespace moe::cli

@@ -18,6 +18,7 @@
 #include "planner/errors.h"
 #include "planner/memory_model.h"
 #include "planner/model_spec.h"
+#include "planner/monta.h"
 #include "planner/parallel.h"
 #include "planner/plan.h"
 #include "planner/routing_skew.h"
@@ -70,5 +71,19 @@ std::optional<bool> parse_on_off(const std::string& value, const std::string& op
 nlohmann::json execute_affinity(const calibrate::AffinityCase& c, int device, int threads,
                                 int repeats);
 void print_affinity_execution(const nlohmann::json& execution, int device);
+
+// MoNTA's strategies run on NCCL over the ranks a launcher started, which must be tp x ep of
+// the problem (a2a --execute, and execute launched as several ranks): baseline, O1, and O2/O3
+// at the given chunkings. Every rank runs them in the same order; only rank 0 gets the rows.
+// `layout_source` names where tp and ep came from in the error when the world does not match.
+struct MontaExecution {
+  const char* name;
+  int64_t chunks;
+  double predicted_s, measured_s;
+};
+std::optional<std::vector<MontaExecution>> execute_monta(
+    const monta::Problem& p, const monta::ChunkChoice& o2, const monta::ChunkChoice& o3,
+    const std::string& nccl_id_file, int repeats, const std::string& layout_source);
+void print_monta_execution(const std::vector<MontaExecution>& rows, monta::Strategy choice);
 
 }  // namespace moe::cli
