@@ -919,7 +919,6 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
     EXPECT_NE(r.out.find("measured peak"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("up projection backward"), std::string::npos) << r.out;
   }
-  std::remove(plan.c_str());
   // APTMoE's split, executed: forward in BF16 only, and a GPU.
   const std::string split =
       "affinity --model models/aptmoe-moe-s-8.json --cluster "
@@ -960,6 +959,7 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
           "MOEPLAN_RANK=0 MOEPLAN_WORLD_SIZE=4"),
       "tp x ep = 8 x 2 = 16");
   std::remove(monta_plan.c_str());
+  std::remove(plan.c_str());
   // MoNTA's strategies on NCCL: the launcher's world must be tp x ep ranks, several of them need
   // an id file, and one rank with a GPU runs (tp = ep = 1) or says there is none.
   const std::string a2a =
