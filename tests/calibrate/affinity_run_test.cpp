@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "calibrate/device_info.h"
 
 namespace moe::calibrate {
@@ -34,13 +36,20 @@ TEST(AffinityRun, SplitIsTheLaterOfItsGpuAndCpuPaths) {
   EXPECT_DOUBLE_EQ(predict_affinity(c).split_s, 9.0);
 }
 
-TEST(AffinityRun, SaysWhenThereIsNoGpu) {
-  AffinityCase c{64, 128, true, {{0, 16, true, 1, 1, 1}}};
+// On a GPU the split runs and times both schedules; without one it says so and the test skips.
+TEST(AffinityRun, RunsBothSchedulesWhereAGpuIsPresent) {
+  AffinityCase c{256, 512, true, {}};
+  c.experts = {{0, 512, true, 1, 1, 1}, {1, 256, true, 1, 1, 1}, {2, 32, false, 1, 1, 1}};
   try {
-    const AffinityTimes t = run_affinity(c, 0, 1, 1);
-    EXPECT_GT(t.load_all_s, 0.0);  // a GPU is present: it ran
+    const AffinityTimes t = run_affinity(c, 0, 1, 2);
+    EXPECT_GT(t.load_all_s, 0.0);
+    EXPECT_GT(t.split_gpu_s, 0.0);
+    EXPECT_GT(t.split_cpu_s, 0.0);
+    // Each run takes the later path, so the median of those is at least either median.
+    EXPECT_GE(t.split_s, std::max(t.split_gpu_s, t.split_cpu_s));
   } catch (const NoGpuError& e) {
     EXPECT_NE(std::string(e.what()).find("no GPU"), std::string::npos);
+    GTEST_SKIP() << e.what();
   }
 }
 
