@@ -126,6 +126,17 @@ LayerRun run_layer(LayerDevice& d, const MoeLayerCase& c, const std::vector<Chun
     });
   };
   auto untimed = [](LayerOp, const std::function<void()>& work) { work(); };
+  // Backward of Y = X W per expert (W: `width` rows per expert): dX = dY W^T, dW += X^T dY.
+  auto linear_backward = [&](const ChunkRouting& ch, const DeviceMatrix& x, const DeviceMatrix& dy,
+                             const DeviceMatrix& w, const DeviceMatrix& dw, int64_t width,
+                             const DeviceMatrix& dx) {
+    for_experts(ch, [&](int64_t e, int64_t first, int64_t n) {
+      d.gemm(rows_of(dy, first, n), false, rows_of(w, e * width, width), true,
+             rows_of(dx, first, n), false);
+      d.gemm(rows_of(x, first, n), true, rows_of(dy, first, n), false,
+             rows_of(dw, e * width, width), true);
+    });
+  };
 
   for (size_t i = 0; i < routing.size(); ++i) {
     const ChunkRouting& ch = routing[i];
@@ -160,12 +171,7 @@ LayerRun run_layer(LayerDevice& d, const MoeLayerCase& c, const std::vector<Chun
     });
     timed(LayerOp::kDownBackward, [&] {
       da = d.alloc(rows, g);
-      for_experts(ch, [&](int64_t e, int64_t first, int64_t n) {
-        d.gemm(rows_of(dy, first, n), false, rows_of(t.w2, e * g, g), true, rows_of(da, first, n),
-               false);
-        d.gemm(rows_of(act, first, n), true, rows_of(dy, first, n), false,
-               rows_of(t.d_w2, e * g, g), true);
-      });
+      linear_backward(ch, act, dy, t.w2, t.d_w2, g, da);
     });
     dy = {};
     act = {};
@@ -177,12 +183,7 @@ LayerRun run_layer(LayerDevice& d, const MoeLayerCase& c, const std::vector<Chun
     hidden = {};
     timed(LayerOp::kUpBackward, [&] {
       dxp = d.alloc(rows, h);
-      for_experts(ch, [&](int64_t e, int64_t first, int64_t n) {
-        d.gemm(rows_of(dh, first, n), false, rows_of(t.w13, e * h, h), true, rows_of(dxp, first, n),
-               false);
-        d.gemm(rows_of(xp, first, n), true, rows_of(dh, first, n), false,
-               rows_of(t.d_w13, e * h, h), true);
-      });
+      linear_backward(ch, xp, dh, t.w13, t.d_w13, h, dxp);
     });
     dh = {};
     xp = {};
