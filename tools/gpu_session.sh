@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Every GPU measurement moeplan has, in one call on a lent GPU machine (or any GPU box):
+#   tools/gpu_session.sh BUILD OUT [PARTS]
+# BUILD: a build of moeplan and calibrate_tests (for carrying: -DMOEPLAN_PORTABLE=ON);
+# OUT: where logs, the calibration file and the execute results go;
+# PARTS: comma-separated, in order, of
+#   devices    the GPU, driver, CUDA and NCCL (stops the script when there is no GPU)
+#   tests      the calibrate tests, GPU ones included
+#   calibrate  GEMM, copy, PCIe and CPU curves -> OUT/h100.json (quick-calibrate: --quick)
+#   execute    a Mixtral-8x7B MoE layer at 1, 2, 4, 8 chunks, predicted vs measured
+#   affinity   APTMoE's split vs loading every expert, predicted vs measured
+# (default: all five). The calibration is used by the later parts when it exists, in OUT or
+# as calibrate/data/h100.json. Each part's output is in OUT/PART.log; the summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:?usage: tools/gpu_session.sh BUILD OUT [PARTS]}
+out=${2:?usage: tools/gpu_session.sh BUILD OUT [PARTS]}
+parts=${3:-devices,tests,calibrate,execute,affinity}
+moeplan=$build/tools/moeplan/moeplan
+cluster=topologies/h100-1.json
+mkdir -p "$out"
+: > "$out/summary.txt"
+
+# Runs one part, keeps its log, prints its tail and a summary line; returns its exit code.
+part() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  echo "== $name"
+  "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  tail -n 30 "$out/$name.log"
+  echo "$name: exit $rc, $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+  return $rc
+}
+
+calibration() {
+  if [ -f "$out/h100.json" ]; then
+    echo "--calibration $out/h100.json"
+  elif [ -f calibrate/data/h100.json ]; then
+    echo "--calibration calibrate/data/h100.json"
+  fi
+}
+
+status=0
+IFS=, read -ra wanted <<< "$parts"
+for p in "${wanted[@]}"; do
+  case $p in
+    devices)
+      part devices "$moeplan" devices || { cat "$out/summary.txt"; exit 1; } ;;
+    tests)
+      part tests "$build/tests/calibrate_tests" || status=1 ;;
+    calibrate | quick-calibrate)
+      quick=()
+      [ "$p" = quick-calibrate ] && quick=(--quick)
+      part "$p" "$moeplan" calibrate --cluster "$cluster" --model models/mixtral-8x7b.json \
+        --out "$out/h100.json" "${quick[@]}" || status=1 ;;
+    execute)
+      part plan "$moeplan" plan --model models/mixtral-8x7b.json \
+        --cluster topologies/megascale-h800-240.json --global-batch 256 --gpus 32 \
+        --parallel ep=2 --save "$out/plan.json" || status=1
+      # shellcheck disable=SC2046
+      part execute "$moeplan" execute --model models/mixtral-8x7b.json --cluster "$cluster" \
+        --plan "$out/plan.json" $(calibration) --json "$out/execute.json" || status=1 ;;
+    affinity)
+      # shellcheck disable=SC2046
+      part affinity "$moeplan" affinity --model models/aptmoe-moe-s-8.json --cluster "$cluster" \
+        --G 0.3 --tokens 64 --dtype bf16 --execute $(calibration) || status=1 ;;
+    *)
+      echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity)" >&2
+      exit 2 ;;
+  esac
+done
+echo "== summary"
+cat "$out/summary.txt"
+exit $status
