@@ -912,6 +912,22 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
   expect_one_line_error(run(cmd + " --layer 32"), "no routed experts");
   expect_one_line_error(run(cmd + " --repeats 0"), "--repeats");
   expect_one_line_error(run(cmd + " --skew G=7"), "--skew");
+  // --predict-only needs no GPU: the case, and the prediction at each chunk count.
+  const std::string predicted = ::testing::TempDir() + "moeplan_execute_predicted.json";
+  const Result p = run(cmd + " --predict-only --json " + predicted);
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.out.find("MemFine eq.2 peak"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("up projection backward"), std::string::npos) << p.out;
+  const nlohmann::json pj = nlohmann::json::parse(read_file(predicted));
+  ASSERT_EQ(pj["runs"].size(), 4u);
+  EXPECT_FALSE(pj["runs"][0].contains("measured_s"));
+  // Halving the chunk's rows halves both peaks; more chunks cost time (smaller GEMMs, more
+  // launches).
+  EXPECT_NEAR(pj["runs"][0]["buffer_peak_bytes"].get<double>() /
+                  pj["runs"][1]["buffer_peak_bytes"].get<double>(),
+              2.0, 1e-3);
+  EXPECT_LT(pj["runs"][0]["predicted_s"].get<double>(), pj["runs"][3]["predicted_s"].get<double>());
+  std::remove(predicted.c_str());
   const Result r = run(cmd + " --chunks 1,2 --repeats 2");
   if (r.code != 0) {
     expect_one_line_error(r, "no GPU");

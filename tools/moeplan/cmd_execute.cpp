@@ -29,6 +29,7 @@ struct ExecuteCliOptions {
                                                  nccl_id_file;
   int64_t layer = -1;
   int repeats = 5, device = 0, threads = 0;
+  bool predict_only = false;  // the case and the prediction, without a GPU
   uint32_t seed = 1;
 };
 
@@ -55,24 +56,27 @@ std::string error_pct(double predicted, double measured) {
   return measured > 0 ? fmt::format("{:+.1f} %", 100.0 * (predicted - measured) / measured) : "-";
 }
 
-nlohmann::json to_json(const calibrate::LayerExecution& e, const PlanChoice& choice,
-                       int64_t layer) {
+// `measured`: false under --predict-only, whose runs carry no measurement.
+nlohmann::json to_json(const calibrate::LayerExecution& e, const PlanChoice& choice, int64_t layer,
+                       bool measured) {
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& r : e.runs) {
     nlohmann::json ops = nlohmann::json::array();
     for (int op = 0; op < calibrate::kLayerOps; ++op) {
       const size_t i = static_cast<size_t>(op);
       ops.push_back({{"op", calibrate::layer_op_name(static_cast<calibrate::LayerOp>(op))},
-                     {"predicted_s", r.predicted.seconds[i]},
-                     {"measured_s", r.measured.seconds[i]}});
+                     {"predicted_s", r.predicted.seconds[i]}});
+      if (measured) ops.back()["measured_s"] = r.measured.seconds[i];
     }
     runs.push_back({{"chunks", r.chunks},
                     {"predicted_s", r.predicted.total_seconds},
-                    {"measured_s", r.measured.total_seconds},
                     {"memfine_peak_bytes", r.predicted.memfine_peak_bytes},
                     {"buffer_peak_bytes", r.predicted.buffer_peak_bytes},
-                    {"measured_peak_bytes", r.measured.peak_bytes},
                     {"operators", ops}});
+    if (measured) {
+      runs.back()["measured_s"] = r.measured.total_seconds;
+      runs.back()["measured_peak_bytes"] = r.measured.peak_bytes;
+    }
   }
   const auto& c = e.layer;
   return {{"schema", "moeplan-execute/1"},
@@ -188,28 +192,44 @@ void run_execute(const ExecuteCliOptions& o) {
   const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
                                             skew_for(o.skew, m), choice.seq_len);
   const calibrate::MoeLayerCase c = calibrate::layer_case_of(ctx, choice, layer);
-  // The GPU last: every input error above is reported on any machine.
-  std::unique_ptr<calibrate::LayerDevice> gpu = calibrate::make_gpu_layer_device(o.device);
-  const bool tty = isatty(fileno(stderr)) != 0;
-  const calibrate::LayerExecution e =
-      calibrate::execute_layer(*gpu, ctx, c, opt, [&](size_t done, size_t all) {
-        if (tty) fmt::print(stderr, "\rexecuting: {}/{} chunk counts", done, all);
-      });
-  if (tty) fmt::print(stderr, "\n");
-
+  calibrate::LayerExecution e;
+  if (o.predict_only) {
+    e.device = "no device (--predict-only)";
+    e.layer = c;
+    for (int64_t chunks : opt.chunks) {
+      calibrate::ChunkExecution r;
+      r.chunks = chunks;
+      r.predicted = calibrate::predict_layer(ctx, c, calibrate::route_in_chunks(c, chunks, o.seed));
+      e.runs.push_back(r);
+    }
+  } else {
+    // The GPU last: every input error above is reported on any machine.
+    std::unique_ptr<calibrate::LayerDevice> gpu = calibrate::make_gpu_layer_device(o.device);
+    const bool tty = isatty(fileno(stderr)) != 0;
+    e = calibrate::execute_layer(*gpu, ctx, c, opt, [&](size_t done, size_t all) {
+      if (tty) fmt::print(stderr, "\rexecuting: {}/{} chunk counts", done, all);
+    });
+    if (tty) fmt::print(stderr, "\n");
+  }
   fmt::print(
       "{} layer {} on {}: {} rows of {} tokens (top-{}) over {} local experts, h = {}, "
-      "g = {}{}; output and gradients within {:.2g} of the CPU reference\n\n",
+      "g = {}{}",
       m.name, layer, e.device, c.rows(), c.tokens, c.top_k, c.experts(), c.hidden, c.ffn,
-      c.gated ? " (SwiGLU)" : "", e.check_error);
+      c.gated ? " (SwiGLU)" : "");
+  if (!o.predict_only)
+    fmt::print("; output and gradients within {:.2g} of the CPU reference", e.check_error);
+  fmt::print("\n\n");
+  auto measured = [&](double v, double scale_to_unit) {
+    return o.predict_only ? std::string("-") : scale_to_unit > 0 ? as_gb(v) : as_ms(v);
+  };
   Table totals({"chunks", "predicted", "measured", "error", "MemFine eq.2 peak", "buffers peak",
                 "measured peak", "error"});
   for (const auto& r : e.runs) {
     totals.add({std::to_string(r.chunks), as_ms(r.predicted.total_seconds),
-                as_ms(r.measured.total_seconds),
+                measured(r.measured.total_seconds, 0),
                 error_pct(r.predicted.total_seconds, r.measured.total_seconds),
                 as_gb(r.predicted.memfine_peak_bytes), as_gb(r.predicted.buffer_peak_bytes),
-                as_gb(r.measured.peak_bytes),
+                measured(r.measured.peak_bytes, 1),
                 error_pct(r.predicted.buffer_peak_bytes, r.measured.peak_bytes)});
   }
   fmt::print("{}\n", totals.render());
@@ -218,13 +238,13 @@ void run_execute(const ExecuteCliOptions& o) {
   for (int op = 0; op < calibrate::kLayerOps; ++op) {
     const size_t i = static_cast<size_t>(op);
     ops.add({calibrate::layer_op_name(static_cast<calibrate::LayerOp>(op)),
-             as_ms(first.predicted.seconds[i]), as_ms(first.measured.seconds[i]),
+             as_ms(first.predicted.seconds[i]), measured(first.measured.seconds[i], 0),
              error_pct(first.predicted.seconds[i], first.measured.seconds[i])});
   }
   fmt::print("per operator at {} chunk{}, forward and backward:\n{}", first.chunks,
              first.chunks == 1 ? "" : "s", ops.render());
   if (!o.json.empty()) {
-    io::write_file_atomically(o.json, to_json(e, choice, layer).dump(2) + "\n");
+    io::write_file_atomically(o.json, to_json(e, choice, layer, !o.predict_only).dump(2) + "\n");
     fmt::print("written to {}\n", o.json);
   }
 }
@@ -252,6 +272,8 @@ void add_execute(CLI::App& app) {
   cmd->add_option("--threads", o->threads,
                   "offload plans: CPU expert threads (default: hardware threads - 1)");
   cmd->add_option("--json", o->json, "also write the results to this file (atomically)");
+  cmd->add_flag("--predict-only", o->predict_only,
+                "print the layer case and the prediction without running it (no GPU needed)");
   cmd->callback([o] { run_execute(*o); });
 }
 
