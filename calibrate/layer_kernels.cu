@@ -34,7 +34,9 @@ __global__ void gather_sum_rows_kernel(const bf16* src, const int32_t* index, co
   }
 }
 
-__device__ float silu(float u) { return u / (1.0f + __expf(-u)); }
+__device__ float silu(float u) {
+  return u / (1.0f + __expf(-u));
+}
 
 __global__ void activation_kernel(const bf16* h, bf16* a, int64_t rows, int64_t g, bool gated) {
   const int64_t n = rows * g;
@@ -96,8 +98,8 @@ cudaError_t gather_sum_rows(const void* src, const int32_t* index, const float* 
 cudaError_t activation(const void* h, void* a, int64_t rows, int64_t g, bool gated,
                        cudaStream_t s) {
   if (rows * g == 0) return cudaSuccess;
-  activation_kernel<<<blocks_for(rows * g), kThreads, 0, s>>>(static_cast<const bf16*>(h),
-                                                             static_cast<bf16*>(a), rows, g, gated);
+  activation_kernel<<<blocks_for(rows * g), kThreads, 0, s>>>(
+      static_cast<const bf16*>(h), static_cast<bf16*>(a), rows, g, gated);
   return cudaGetLastError();
 }
 
