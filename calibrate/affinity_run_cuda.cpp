@@ -10,6 +10,8 @@
 #include "calibrate/cuda_gemm.h"
 #include "calibrate/cuda_util.h"
 #include "calibrate/layer_kernels.h"
+#include "calibrate/median.h"
+#include "calibrate/moe_layer_run.h"
 
 namespace moe::calibrate {
 
@@ -17,31 +19,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class Blas {
- public:
-  explicit Blas(cudaStream_t s) {
-    MOE_BLAS(cublasCreate(&h_));
-    MOE_BLAS(cublasSetStream(h_, s));
-  }
-  ~Blas() { cublasDestroy(h_); }
-  Blas(const Blas&) = delete;
-  Blas& operator=(const Blas&) = delete;
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
-};
-
-// BF16 from a counter hash, in [-scale, scale]: values to compute on, never zeros.
-void fill_bf16(unsigned char* out, size_t count, float scale, uint32_t seed) {
+// `count` BF16 values of standard deviation `scale` (random_values): computed on, never zeros.
+void fill_bf16(unsigned char* out, size_t count, float scale, uint64_t stream) {
   auto* p = reinterpret_cast<__nv_bfloat16*>(out);
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < count; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    p[i] = __float2bfloat16((static_cast<float>(x >> 8) / 8388608.0f - 1.0f) * scale);
-  }
+  const std::vector<float> v = random_values(static_cast<int64_t>(count), scale, 1, stream);
+  for (size_t i = 0; i < count; ++i) p[i] = __float2bfloat16(v[i]);
 }
 
 struct GpuSide {
@@ -51,7 +33,7 @@ struct GpuSide {
   cuda::PinnedBuffer host;  // one expert's weights; every load copies these bytes
   cuda::DeviceBuffer slots, input, hidden, act, out;
   cuda::Event loaded[2], freed[2];
-  Blas blas{compute.get()};
+  cuda::Blas blas{compute.get()};
 
   GpuSide(const AffinityCase& c, int64_t max_tokens)
       : h(c.hidden),
@@ -95,11 +77,6 @@ struct GpuSide {
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "calibrate/median.h"
+
 namespace moe::calibrate {
 
 namespace {
@@ -133,10 +135,6 @@ CpuExpertTiming time_cpu_expert(const ExpertShape& s, int64_t tokens, int thread
   const Eigen::MatrixXf x = random_tokens(tokens, s.hidden, 2);
   const Eigen::MatrixXf dy = random_tokens(tokens, s.hidden, 3);
   using Clock = std::chrono::steady_clock;
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   CpuExpertTiming out;
   out.tokens = tokens;
   out.threads = threads;

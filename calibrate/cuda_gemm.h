@@ -18,6 +18,22 @@ inline void check_blas(cublasStatus_t s, const char* call) {
 }
 #define MOE_BLAS(call) ::moe::calibrate::cuda::check_blas((call), #call)
 
+// A cuBLAS handle issuing on `stream`, destroyed on scope exit.
+class Blas {
+ public:
+  explicit Blas(cudaStream_t stream) {
+    MOE_BLAS(cublasCreate(&h_));
+    MOE_BLAS(cublasSetStream(h_, stream));
+  }
+  ~Blas() { cublasDestroy(h_); }
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  cublasHandle_t get() const { return h_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+};
+
 // A row-major matrix of `rows` x `cols` BF16 at `data` (rows are `cols` apart).
 struct Bf16Rows {
   const void* data;

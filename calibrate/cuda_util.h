@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "calibrate/gpu_bench.h"
+#include "calibrate/median.h"
 
 namespace moe::calibrate::cuda {
 
@@ -110,8 +112,7 @@ double median_seconds(cudaStream_t stream, const BenchOptions& o, Work&& work) {
                                   stop[static_cast<size_t>(r)].get()));
     s[static_cast<size_t>(r)] = ms * 1e-3;
   }
-  std::nth_element(s.begin(), s.begin() + n / 2, s.end());
-  return s[static_cast<size_t>(n / 2)];
+  return median(std::move(s));
 }
 
 // How many copies of a working set of `bytes` to rotate among so that repeats do not run from

@@ -12,17 +12,12 @@
 #include <memory>
 #include <random>
 
+#include "calibrate/cuda_gemm.h"
 #include "calibrate/cuda_util.h"
 
 namespace moe::calibrate {
 
 namespace {
-
-void check_lt(cublasStatus_t s, const char* call) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw GpuError(fmt::format("{}: cuBLAS status {}", call, static_cast<int>(s)));
-}
-#define MOE_LT(call) check_lt((call), #call)
 
 struct TypeInfo {
   cudaDataType_t input, output;
@@ -89,33 +84,33 @@ double decode(GemmType t, const unsigned char* in) {
 
 struct LtHandle {
   cublasLtHandle_t h = nullptr;
-  LtHandle() { MOE_LT(cublasLtCreate(&h)); }
+  LtHandle() { MOE_BLAS(cublasLtCreate(&h)); }
   ~LtHandle() { cublasLtDestroy(h); }
 };
 struct Layout {
   cublasLtMatrixLayout_t l = nullptr;
   Layout(cudaDataType_t type, int64_t rows, int64_t cols) {
-    MOE_LT(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows),
-                                      static_cast<uint64_t>(cols), rows));
+    MOE_BLAS(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows),
+                                        static_cast<uint64_t>(cols), rows));
   }
   ~Layout() { cublasLtMatrixLayoutDestroy(l); }
 };
 struct MatmulDesc {
   cublasLtMatmulDesc_t d = nullptr;
   explicit MatmulDesc(cublasComputeType_t compute) {
-    MOE_LT(cublasLtMatmulDescCreate(&d, compute, CUDA_R_32F));
+    MOE_BLAS(cublasLtMatmulDescCreate(&d, compute, CUDA_R_32F));
     const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    MOE_LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
-    MOE_LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
+    MOE_BLAS(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    MOE_BLAS(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
   }
   ~MatmulDesc() { cublasLtMatmulDescDestroy(d); }
 };
 struct Preference {
   cublasLtMatmulPreference_t p = nullptr;
   explicit Preference(size_t workspace) {
-    MOE_LT(cublasLtMatmulPreferenceCreate(&p));
-    MOE_LT(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &workspace, sizeof workspace));
+    MOE_BLAS(cublasLtMatmulPreferenceCreate(&p));
+    MOE_BLAS(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace, sizeof workspace));
   }
   ~Preference() { cublasLtMatmulPreferenceDestroy(p); }
 };
@@ -161,8 +156,8 @@ GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
   Preference pref(workspace_bytes);
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  MOE_LT(cublasLtMatmulAlgoGetHeuristic(lt.h, desc.d, a_layout.l, b_layout.l, c_layout.l,
-                                        c_layout.l, pref.p, 1, &heuristic, &found));
+  MOE_BLAS(cublasLtMatmulAlgoGetHeuristic(lt.h, desc.d, a_layout.l, b_layout.l, c_layout.l,
+                                          c_layout.l, pref.p, 1, &heuristic, &found));
   if (found == 0)
     throw GpuError(
         fmt::format("no cuBLASLt algorithm for {} {}x{}x{}", gemm_type_name(type), s.m, s.n, s.k));
@@ -170,9 +165,9 @@ GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&](int r) {
     const size_t k = static_cast<size_t>(r) % sets;
-    MOE_LT(cublasLtMatmul(lt.h, desc.d, &alpha, a_dev[k]->get(), a_layout.l, b_dev[k]->get(),
-                          b_layout.l, &beta, c_dev.get(), c_layout.l, c_dev.get(), c_layout.l,
-                          &heuristic.algo, workspace.get(), workspace_bytes, stream.get()));
+    MOE_BLAS(cublasLtMatmul(lt.h, desc.d, &alpha, a_dev[k]->get(), a_layout.l, b_dev[k]->get(),
+                            b_layout.l, &beta, c_dev.get(), c_layout.l, c_dev.get(), c_layout.l,
+                            &heuristic.algo, workspace.get(), workspace_bytes, stream.get()));
   };
 
   GemmTiming out;

@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <memory>
 #include <utility>
 
 #include "calibrate/cuda_gemm.h"
@@ -39,10 +40,8 @@ class GpuLayerDevice final : public LayerDevice {
     // Keep freed memory in the pool: repeats then time the layer, not cudaMalloc.
     uint64_t keep = UINT64_MAX;
     MOE_CUDA(cudaMemPoolSetAttribute(state_->pool, cudaMemPoolAttrReleaseThreshold, &keep));
-    MOE_BLAS(cublasCreate(&blas_));
-    MOE_BLAS(cublasSetStream(blas_, state_->stream));
+    blas_ = std::make_unique<cuda::Blas>(state_->stream);
   }
-  ~GpuLayerDevice() override { cublasDestroy(blas_); }
   GpuLayerDevice(const GpuLayerDevice&) = delete;
   GpuLayerDevice& operator=(const GpuLayerDevice&) = delete;
 
@@ -83,8 +82,8 @@ class GpuLayerDevice final : public LayerDevice {
   }
 
   void gemm(RowSlice a, bool ta, RowSlice b, bool tb, RowSlice c, bool accumulate) override {
-    cuda::gemm_bf16(blas_, {at(a), a.count, a.m->cols}, ta, {at(b), b.count, b.m->cols}, tb, at(c),
-                    c.m->cols, accumulate);
+    cuda::gemm_bf16(blas_->get(), {at(a), a.count, a.m->cols}, ta, {at(b), b.count, b.m->cols}, tb,
+                    at(c), c.m->cols, accumulate);
   }
   void gather_rows(RowSlice src, const void* index, const void* weight, RowSlice dst) override {
     MOE_CUDA(kernels::gather_rows(at(src), static_cast<const int32_t*>(index),
@@ -150,17 +149,15 @@ class GpuLayerDevice final : public LayerDevice {
   static void* at(RowSlice s) {
     return static_cast<unsigned char*>(s.m->data.get()) + s.first * s.m->cols * 2;
   }
-  std::shared_ptr<void> upload_plain(const void* host, size_t bytes) {
-    void* p = nullptr;
-    MOE_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
-    std::shared_ptr<void> out(p, [](void* q) { cudaFree(q); });
-    MOE_CUDA(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-    return out;
+  static std::shared_ptr<void> upload_plain(const void* host, size_t bytes) {
+    auto buffer = std::make_shared<cuda::DeviceBuffer>(std::max<size_t>(bytes, 1));
+    MOE_CUDA(cudaMemcpy(buffer->get(), host, bytes, cudaMemcpyHostToDevice));
+    return std::shared_ptr<void>(buffer, buffer->get());  // owns the buffer, points at its bytes
   }
 
   cudaDeviceProp prop_;
   std::shared_ptr<GpuState> state_ = std::make_shared<GpuState>();
-  cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<cuda::Blas> blas_;
   std::vector<Mark> marks_;
   uint64_t base_ = 0;
 };

@@ -56,13 +56,17 @@ int64_t MoeLayerCase::rows() const {
   return std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
 }
 
-MoeLayerCase layer_case_of(const TimeContext& ctx, const PlanChoice& c, int64_t layer) {
-  const ModelSpec& m = *ctx.model;
+void check_moe_layer(const ModelSpec& m, int64_t layer) {
   if (!m.is_moe() || layer < 0 || layer >= m.num_layers ||
       !m.moe_layer[static_cast<size_t>(layer)]) {
     throw InputError("--layer", "",
                      fmt::format("layer {} of {} has no routed experts", layer, m.name));
   }
+}
+
+MoeLayerCase layer_case_of(const TimeContext& ctx, const PlanChoice& c, int64_t layer) {
+  const ModelSpec& m = *ctx.model;
+  check_moe_layer(m, layer);
   const ParallelConfig& p = c.parallel;
   const int64_t ep = p.ep.value_or(1), etp = p.etp.value_or(1);
   const int64_t local = m.num_routed_experts / ep;

@@ -28,6 +28,9 @@ struct MoeLayerCase {
   int64_t experts() const { return static_cast<int64_t>(expert_rows.size()); }
 };
 
+// Throws InputError (naming --layer) unless `layer` of `m` carries routed experts.
+void check_moe_layer(const ModelSpec& m, int64_t layer);
+
 // The case of model layer `layer` under plan `c` (micro-batch tokens b s / (t cp), rows of the
 // busiest EP rank by the context's skew, spread over its experts by the skew's proportions or
 // evenly). Throws InputError when the layer has no routed experts.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "calibrate/gpu_bench.h"
+#include "calibrate/median.h"
 
 namespace moe::calibrate {
 
@@ -29,13 +30,11 @@ double check_against_reference(LayerDevice& device, const MoeLayerCase& full,
   const std::vector<ChunkRouting> routing =
       route_in_chunks(c, std::min<int64_t>(2, c.tokens), o.seed);
   auto cpu = make_cpu_layer_device();
-  LayerTensors want = make_layer_tensors(*cpu, c, o.seed);
   LayerTensors got = make_layer_tensors(device, c, o.seed);
   // The reference starts from the device's rounded inputs, so only the arithmetic differs.
-  want.x = cpu->upload(device.download(got.x), c.tokens, c.hidden);
-  want.d_out = cpu->upload(device.download(got.d_out), c.tokens, c.hidden);
-  want.w13 = cpu->upload(device.download(got.w13), got.w13.rows, got.w13.cols);
-  want.w2 = cpu->upload(device.download(got.w2), got.w2.rows, got.w2.cols);
+  LayerTensors want =
+      layer_tensors_from(*cpu, c, device.download(got.x), device.download(got.d_out),
+                         device.download(got.w13), device.download(got.w2));
   run_layer(*cpu, c, routing, want);
   run_layer(device, c, routing, got);
   double worst = 0;
@@ -45,11 +44,6 @@ double check_against_reference(LayerDevice& device, const MoeLayerCase& full,
         std::max(worst, relative_error(device.download(got.*member), cpu->download(want.*member)));
   }
   return worst;
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

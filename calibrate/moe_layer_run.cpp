@@ -36,8 +36,16 @@ const char* layer_op_name(LayerOp op) {
 
 namespace {
 
-// Uniform with standard deviation `scale`, from a counter hash (splitmix64) rather than a
-// sequential engine: an 8-expert Mixtral layer has a billion weights to draw.
+int64_t up_width(const MoeLayerCase& c) {
+  return c.gated ? 2 * c.ffn : c.ffn;
+}
+
+struct ChunkIndices {
+  std::shared_ptr<void> row_token, row_weight, token_rows, token_weights;
+};
+
+}  // namespace
+
 std::vector<float> random_values(int64_t n, float scale, uint64_t seed, uint64_t stream) {
   std::vector<float> v(static_cast<size_t>(n));
   const float half_width = scale * std::sqrt(3.0f);
@@ -53,25 +61,23 @@ std::vector<float> random_values(int64_t n, float scale, uint64_t seed, uint64_t
   return v;
 }
 
-int64_t up_width(const MoeLayerCase& c) {
-  return c.gated ? 2 * c.ffn : c.ffn;
-}
-
-struct ChunkIndices {
-  std::shared_ptr<void> row_token, row_weight, token_rows, token_weights;
-};
-
-}  // namespace
-
 LayerTensors make_layer_tensors(LayerDevice& d, const MoeLayerCase& c, uint32_t seed) {
   const int64_t n = c.tokens, h = c.hidden, g = c.ffn, e = c.experts(), up = up_width(c);
+  return layer_tensors_from(
+      d, c, random_values(n * h, 1.0f, seed, 0), random_values(n * h, 1.0f, seed, 1),
+      random_values(e * h * up, 1.0f / std::sqrt(static_cast<float>(h)), seed, 2),
+      random_values(e * g * h, 1.0f / std::sqrt(static_cast<float>(g)), seed, 3));
+}
+
+LayerTensors layer_tensors_from(LayerDevice& d, const MoeLayerCase& c, const std::vector<float>& x,
+                                const std::vector<float>& d_out, const std::vector<float>& w13,
+                                const std::vector<float>& w2) {
+  const int64_t n = c.tokens, h = c.hidden, g = c.ffn, e = c.experts(), up = up_width(c);
   LayerTensors t;
-  t.x = d.upload(random_values(n * h, 1.0f, seed, 0), n, h);
-  t.d_out = d.upload(random_values(n * h, 1.0f, seed, 1), n, h);
-  t.w13 = d.upload(random_values(e * h * up, 1.0f / std::sqrt(static_cast<float>(h)), seed, 2),
-                   e * h, up);
-  t.w2 = d.upload(random_values(e * g * h, 1.0f / std::sqrt(static_cast<float>(g)), seed, 3), e * g,
-                  h);
+  t.x = d.upload(x, n, h);
+  t.d_out = d.upload(d_out, n, h);
+  t.w13 = d.upload(w13, e * h, up);
+  t.w2 = d.upload(w2, e * g, h);
   t.out = d.alloc(n, h);
   t.d_x = d.alloc(n, h);
   t.d_w13 = d.alloc(e * h, up);

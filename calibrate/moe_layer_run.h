@@ -38,9 +38,18 @@ struct LayerTensors {
   DeviceMatrix out, d_x;     // [tokens x h]
   DeviceMatrix d_w13, d_w2;  // like the weights
 };
+// n values uniform with standard deviation `scale`, never all zero, from a counter hash
+// (splitmix64) of (seed, stream, index) rather than a sequential engine: an 8-expert Mixtral
+// layer has a billion weights to draw, and any stream can be drawn alone.
+std::vector<float> random_values(int64_t n, float scale, uint64_t seed, uint64_t stream);
+
 // Random inputs and weights (scaled like a trained layer's: weights ~ 1/sqrt(fan-in)) drawn
 // from `seed` on the host, so two devices given the same seed run the same numbers.
 LayerTensors make_layer_tensors(LayerDevice& d, const MoeLayerCase& c, uint32_t seed);
+// The same from given host values (row-major, the shapes above), e.g. another device's.
+LayerTensors layer_tensors_from(LayerDevice& d, const MoeLayerCase& c, const std::vector<float>& x,
+                                const std::vector<float>& d_out, const std::vector<float>& w13,
+                                const std::vector<float>& w2);
 
 struct LayerRun {
   std::array<double, kLayerOps> seconds{};  // per operator, forward + backward of all chunks

@@ -123,14 +123,7 @@ void run_a2a(const A2aOptions& o) {
                         {"choice", monta::strategy_name(choice)},
                         {"o3_limit_ratio", o3_limit}};
     if (o2n) j["at_chunks"] = {{"o2", chunk_json(*o2n)}, {"o3", chunk_json(*o3n)}};
-    if (executed) {
-      for (const MontaExecution& e : *executed) {
-        j["executed"].push_back({{"strategy", e.name},
-                                 {"chunks", e.chunks},
-                                 {"predicted_s", e.predicted_s},
-                                 {"measured_s", e.measured_s}});
-      }
-    }
+    if (executed) j["executed"] = monta_execution_json(*executed);
     print_json(j);
     return;
   }

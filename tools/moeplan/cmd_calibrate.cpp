@@ -24,6 +24,7 @@
 #include "planner/io/plan_io.h"
 #include "planner/routing_skew.h"
 #include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -67,13 +68,8 @@ void run_calibrate(const CalibrateOptions& o) {
   // them, rank 0 alone the rest, and only rank 0 writes and prints. Without nccl the launcher's
   // variables are not ours to read.
   const calibrate::NcclWorld world =
-      parts.count("nccl")
-          ? calibrate::world_from_environment([](const char* name) { return std::getenv(name); })
-          : calibrate::NcclWorld{};
-  if (world.size > 1 && o.nccl_id_file.empty())
-    throw InputError(
-        "--nccl-id-file", "",
-        fmt::format("{} ranks need a file all of them can read to meet through", world.size));
+      parts.count("nccl") ? launcher_world() : calibrate::NcclWorld{};
+  require_nccl_id_file(world, o.nccl_id_file);
   if (world.rank != 0) parts = {"nccl"};
   const bool gpu = parts.size() > parts.count("cpu");
   std::optional<calibrate::SystemInfo> system;

@@ -5,13 +5,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <sstream>
 
 #include "calibrate/layer_device.h"
 #include "calibrate/moe_layer_execute.h"
-#include "calibrate/nccl_bench.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
@@ -37,16 +35,10 @@ std::vector<int64_t> chunk_list(const std::string& text) {
   std::vector<int64_t> out;
   std::stringstream list(text);
   for (std::string item; std::getline(list, item, ',');) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || item.empty() || v < 1)
+    const std::optional<int64_t> v = positive_integer(item);
+    if (!v)
       throw InputError("--chunks", "", fmt::format("'{}' is not a positive chunk count", item));
-    out.push_back(v);
+    out.push_back(*v);
   }
   if (out.empty()) throw InputError("--chunks", "", "no chunk count given");
   return out;
@@ -99,9 +91,7 @@ nlohmann::json to_json(const calibrate::LayerExecution& e, const PlanChoice& cho
 // a BF16 plan makes whatever the plan's precision.
 void execute_offload(const ExecuteCliOptions& o, const ModelSpec& m, const ClusterSpec& cl,
                      const PlanChoice& choice, const TimeContext& ctx, int64_t layer) {
-  if (layer < 0 || layer >= m.num_layers || !m.moe_layer[static_cast<size_t>(layer)])
-    throw InputError("--layer", "",
-                     fmt::format("layer {} of {} has no routed experts", layer, m.name));
+  calibrate::check_moe_layer(m, layer);
   const aptmoe::Rates rates = offload_rates(ctx, cl, choice.offload_gpus, Precision::kBf16);
   const double tokens = static_cast<double>(choice.parallel.gbs.value_or(1) * choice.seq_len);
   const aptmoe::Allocation a =
@@ -142,13 +132,9 @@ void execute_monta_plan(const ExecuteCliOptions& o, const PlanChoice& choice,
              p.volume.value() / kMebi, etp, ep, monta::strategy_name(choice.alltoall));
   print_monta_execution(*rows, monta::select_strategy(monta::o1_time(p), o2.time, o3.time));
   if (!o.json.empty()) {
-    nlohmann::json j = {{"schema", "moeplan-execute/1"}, {"plan", choice.describe()}};
-    for (const MontaExecution& r : *rows) {
-      j["monta"].push_back({{"strategy", r.name},
-                            {"chunks", r.chunks},
-                            {"predicted_s", r.predicted_s},
-                            {"measured_s", r.measured_s}});
-    }
+    const nlohmann::json j = {{"schema", "moeplan-execute/1"},
+                              {"plan", choice.describe()},
+                              {"monta", monta_execution_json(*rows)}};
     io::write_file_atomically(o.json, j.dump(2) + "\n");
     fmt::print("written to {}\n", o.json);
   }
@@ -171,17 +157,13 @@ void run_execute(const ExecuteCliOptions& o) {
   if (layer < 0) {
     for (layer = 0; layer < m.num_layers && !m.moe_layer[static_cast<size_t>(layer)];) ++layer;
   }
+  const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
+                                            skew_for(o.skew, m), choice.seq_len);
   if (choice.offload) {
-    const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
-                                              skew_for(o.skew, m), choice.seq_len);
     execute_offload(o, m, cl, choice, ctx, layer);
     return;
   }
-  const calibrate::NcclWorld world =
-      calibrate::world_from_environment([](const char* name) { return std::getenv(name); });
-  if (world.size > 1) {
-    const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
-                                              skew_for(o.skew, m), choice.seq_len);
+  if (launcher_world().size > 1) {
     execute_monta_plan(o, choice, ctx);
     return;
   }
@@ -189,8 +171,6 @@ void run_execute(const ExecuteCliOptions& o) {
   opt.chunks = chunk_list(o.chunks);
   opt.repeats = o.repeats;
   opt.seed = o.seed;
-  const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
-                                            skew_for(o.skew, m), choice.seq_len);
   const calibrate::MoeLayerCase c = calibrate::layer_case_of(ctx, choice, layer);
   calibrate::LayerExecution e;
   if (o.predict_only) {

@@ -90,12 +90,7 @@ Axis parse_axis(const std::string& text) {
 }
 
 int64_t positive(const std::string& axis, const std::string& v) {
-  try {
-    size_t used = 0;
-    const long long n = std::stoll(v, &used);
-    if (used == v.size() && n > 0) return n;
-  } catch (const std::exception&) {
-  }
+  if (const std::optional<int64_t> n = positive_integer(v)) return *n;
   throw InputError("--sweep", "", fmt::format("{}={} is not a positive integer", axis, v));
 }
 

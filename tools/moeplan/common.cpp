@@ -127,19 +127,38 @@ void print_affinity_execution(const nlohmann::json& execution, int device) {
              execution["speedup_measured"].get<double>());
 }
 
+std::optional<int64_t> positive_integer(const std::string& text) {
+  try {
+    size_t used = 0;
+    const long long n = std::stoll(text, &used);
+    if (used == text.size() && n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+calibrate::NcclWorld launcher_world() {
+  return calibrate::world_from_environment([](const char* name) { return std::getenv(name); });
+}
+
+void require_nccl_id_file(const calibrate::NcclWorld& world, const std::string& nccl_id_file) {
+  if (world.size > 1 && nccl_id_file.empty()) {
+    throw InputError(
+        "--nccl-id-file", "",
+        fmt::format("{} ranks need a file all of them can read to meet through", world.size));
+  }
+}
+
 std::optional<std::vector<MontaExecution>> execute_monta(
     const monta::Problem& p, const monta::ChunkChoice& o2, const monta::ChunkChoice& o3,
     const std::string& nccl_id_file, int repeats, const std::string& layout_source) {
-  const calibrate::NcclWorld world =
-      calibrate::world_from_environment([](const char* name) { return std::getenv(name); });
+  const calibrate::NcclWorld world = launcher_world();
   if (world.size != p.tp * p.ep) {
     throw InputError(layout_source, "",
                      fmt::format("the launcher started {} rank(s); tp x ep = {} x {} = {}",
                                  world.size, p.tp, p.ep, p.tp * p.ep));
   }
-  if (world.size > 1 && nccl_id_file.empty())
-    throw InputError("--nccl-id-file", "",
-                     fmt::format("{} ranks need a file all of them can read", world.size));
+  require_nccl_id_file(world, nccl_id_file);
   if (repeats < 1) throw InputError("--repeats", "", fmt::format("{} must be at least 1", repeats));
   calibrate::NcclBench bench(world, nccl_id_file);
   calibrate::BenchOptions opt;
@@ -154,6 +173,17 @@ std::optional<std::vector<MontaExecution>> execute_monta(
     rows[i].measured_s = bench.time_monta(order[i], p.tp, p.volume.value(), rows[i].chunks, opt);
   if (world.rank != 0) return std::nullopt;
   return rows;
+}
+
+nlohmann::json monta_execution_json(const std::vector<MontaExecution>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const MontaExecution& r : rows) {
+    out.push_back({{"strategy", r.name},
+                   {"chunks", r.chunks},
+                   {"predicted_s", r.predicted_s},
+                   {"measured_s", r.measured_s}});
+  }
+  return out;
 }
 
 void print_monta_execution(const std::vector<MontaExecution>& rows, monta::Strategy choice) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "calibrate/affinity_run.h"
+#include "calibrate/nccl_bench.h"
 #include "planner/cluster_spec.h"
 #include "planner/efficiencies.h"
 #include "planner/errors.h"
@@ -35,6 +36,8 @@ RoutingSkew skew_for(const std::string& text, const ModelSpec& m);
 // The efficiency curves of a calibration file over the defaults; the defaults alone for "".
 Efficiencies efficiencies_from(const std::string& calibration_file);
 Dtype parse_dtype(const std::string& text, const std::string& option);
+// The whole of `text` as an integer above zero, or nothing ("2x", "0", "" and overflow alike).
+std::optional<int64_t> positive_integer(const std::string& text);
 
 // A switch's named value; "search" (where the switch allows it) leaves it to the search. Errors
 // name `option` (and `where` in it, a --sweep axis).
@@ -72,6 +75,12 @@ nlohmann::json execute_affinity(const calibrate::AffinityCase& c, int device, in
                                 int repeats);
 void print_affinity_execution(const nlohmann::json& execution, int device);
 
+// The world a launcher (mpirun, srun, torchrun or MOEPLAN_RANK/WORLD_SIZE) started this process
+// in; a world of one without one. Several ranks need `nccl_id_file` to meet through: without it
+// require_nccl_id_file throws InputError naming --nccl-id-file.
+calibrate::NcclWorld launcher_world();
+void require_nccl_id_file(const calibrate::NcclWorld& world, const std::string& nccl_id_file);
+
 // MoNTA's strategies run on NCCL over the ranks a launcher started, which must be tp x ep of
 // the problem (a2a --execute, and execute launched as several ranks): baseline, O1, and O2/O3
 // at the given chunkings. Every rank runs them in the same order; only rank 0 gets the rows.
@@ -85,5 +94,7 @@ std::optional<std::vector<MontaExecution>> execute_monta(
     const monta::Problem& p, const monta::ChunkChoice& o2, const monta::ChunkChoice& o3,
     const std::string& nccl_id_file, int repeats, const std::string& layout_source);
 void print_monta_execution(const std::vector<MontaExecution>& rows, monta::Strategy choice);
+// The rows as JSON: strategy, chunks, predicted_s, measured_s.
+nlohmann::json monta_execution_json(const std::vector<MontaExecution>& rows);
 
 }  // namespace moe::cli
