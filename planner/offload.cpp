@@ -56,6 +56,10 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
   return rates;
 }
 
+double offload_pass_tokens(int64_t gbs, int64_t mbs, int64_t seq_len) {
+  return static_cast<double>(gbs / mbs * mbs * seq_len);
+}
+
 aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
                                   Precision precision) {
   const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
@@ -174,8 +178,7 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   const NodeSpec& node = c.node;
   OffloadEstimate out;
   const int64_t micro = gbs / mbs;
-  const double tokens =
-      static_cast<double>(micro * mbs * ctx.seq_len);  // all micro-batches of a stage
+  const double tokens = offload_pass_tokens(gbs, mbs, ctx.seq_len);
   const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
   const double host_per_param = precision == Precision::kFp32 ? 20.0 : 18.0;
   const FlopsPerSec peak = peak_of(ctx, precision);

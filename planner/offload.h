@@ -51,6 +51,9 @@ struct OffloadLayer {
   double loaded_share = 1.0;  // of the routed experts
   double cpu_tokens = 0;      // routed tokens the CPU experts take (their activations cross PCIe)
 };
+// Tokens of one stage pass: a GPU runs all gbs / mbs micro-batches of a stage at once.
+double offload_pass_tokens(int64_t gbs, int64_t mbs, int64_t seq_len);
+
 // The MHA block's (with norms and shared experts) and the gate's PCIe loads of a layer.
 aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
                                   Precision precision);

@@ -194,7 +194,8 @@ class OffloadSim {
 
   void build() {
     const double m = static_cast<double>(micro_);
-    const double tokens = m * static_cast<double>(run_.microbatch_size * ctx_.seq_len);
+    const double tokens =
+        offload_pass_tokens(run_.global_batch, run_.microbatch_size, ctx_.seq_len);
     const double h = static_cast<double>(m_.hidden_size);
     const bool apt = run_.system == OffloadSystem::kAptMoe;
     const bool prefetch = run_.system != OffloadSystem::kGPipeOffload;

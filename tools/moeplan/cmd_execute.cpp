@@ -93,7 +93,8 @@ void execute_offload(const ExecuteCliOptions& o, const ModelSpec& m, const Clust
                      const PlanChoice& choice, const TimeContext& ctx, int64_t layer) {
   calibrate::check_moe_layer(m, layer);
   const aptmoe::Rates rates = offload_rates(ctx, cl, choice.offload_gpus, Precision::kBf16);
-  const double tokens = static_cast<double>(choice.parallel.gbs.value_or(1) * choice.seq_len);
+  const double tokens = offload_pass_tokens(choice.parallel.gbs.value_or(1),
+                                            choice.parallel.mbs.value_or(1), choice.seq_len);
   const aptmoe::Allocation a =
       offload_allocation(ctx, rates, layer, aptmoe::Pass::kForward, tokens, Precision::kBf16);
   const nlohmann::json execution =
