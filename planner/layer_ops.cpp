@@ -142,7 +142,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     add(comm_name, OpKind::kTp, comm);
   };
 
-  // Memory-bound bytes per token: two norms (8h), two residual adds (12h), FFN activations.
+  // Memory-bound bytes per token, BF16 already counted in: two norms (read and write h, 8h
+  // bytes), two residual adds (read 2h, write h: 12h bytes), FFN activations (gated: read gate
+  // and up, write one, 6 bytes per unit of width).
   double bytes_per_token = 20.0 * h;
   const double gated = m.gated_ffn ? 3.0 : 2.0;
   if (moe_layer) {
@@ -228,12 +230,16 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
               ffn(static_cast<double>(m.shared_ffn_total())));
       bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
     }
-    // Permute + unpermute (8kh) of every routed row this GPU's experts see: expert TP gathers
-    // the etp group's tokens, so each rank sorts and scatters all of them at full width h
-    // (Megatron-Core's all-gather dispatcher with TP), while the expert activation (gated:
-    // 6 k g_e) is cut over etp with the FFN. Fused, the scatter and gather happen in the
-    // GEMM's loads and stores instead.
-    if (!fuse_experts) bytes_per_token += 8.0 * k * h * expert_load * static_cast<double>(etp);
+    // Permute + unpermute of every routed row this GPU's experts see, fused (Megatron-Core's
+    // --moe-permute-fusion): each reads and writes a row, 8kh bytes. Unfused, the dispatcher's
+    // index_select, index_copy and probability scaling each read and write it and the top-k
+    // sum reads it again: 16kh. Expert TP gathers the etp group's tokens, so each rank sorts
+    // and scatters all of them at full width h (Megatron-Core's all-gather dispatcher with
+    // TP), while the expert activation (gated: 6 k g_e) is cut over etp with the FFN. With
+    // intra-operator overlap the scatter and gather happen in the GEMM's loads and stores.
+    const double permute_bytes = c.permute_fusion ? 8.0 : 16.0;
+    if (!fuse_experts)
+      bytes_per_token += permute_bytes * k * h * expert_load * static_cast<double>(etp);
     bytes_per_token += 2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * expert_load;
   } else {
     add_ffn("dense FFN", "FFN TP all-gather + reduce-scatter",
@@ -241,7 +247,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     bytes_per_token += 2.0 * gated * static_cast<double>(m.dense_ffn_size);
   }
   add("norms, residuals, activations", OpKind::kCompute,
-      Bytes(bytes_per_token * kActivationBytes * tokens) / (ctx.links.hbm * ctx.eff.memory_bound));
+      Bytes(bytes_per_token * tokens) / (ctx.links.hbm * ctx.eff.memory_bound));
   return ops;
 }
 

@@ -48,6 +48,7 @@ std::string PlanChoice::describe() const {
   if (mact) out += fmt::format(" mact={}", fcda_chunks);
   if (dp_bf16_compression) out += " dp-bf16";
   if (intra_overlap) out += " intra-overlap";
+  if (!permute_fusion) out += " unfused-permute";
   if (gpipe) out += " gpipe";
   if (zero_stage != 1) out += fmt::format(" zero={}", zero_stage);
   if (!overlap) out += " no-overlap";
@@ -119,7 +120,7 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
         fmt::format("--moe-token-dispatcher-type {}",
                     c.dispatcher == megascale::Dispatcher::kAllGather ? "allgather" : "alltoall"));
     a.push_back("--moe-grouped-gemm");
-    a.push_back("--moe-permute-fusion");
+    if (c.permute_fusion) a.push_back("--moe-permute-fusion");
     if (c.overlap && *p.ep > 1) a.push_back("--overlap-moe-expert-parallel-comm");
   }
   if (c.overlap && *p.tp > 1 && c.attention == AttentionMode::kTensor)

@@ -41,6 +41,11 @@ struct PlanChoice {
   // MegaScale-MoE Sec. 4.2 intra-operator overlap: TP/SP and expert communication fused with
   // their GEMMs tile by tile on a few SMs (a MegaScale system feature Megatron-LM lacks).
   bool intra_overlap = false;
+  // Megatron-Core's --moe-permute-fusion (Transformer Engine's fused permute and unpermute, in
+  // Megatron-Core since core_r0.10): each routed row read and written once each way. Without it
+  // the token dispatcher's index_select, index_copy, probability scaling and top-k sum touch
+  // every routed row about twice as often (layer_ops.cpp).
+  bool permute_fusion = true;
   // APTMoE: weights live in host memory; each stage's attention, gate and hot experts are
   // loaded over PCIe, cold experts run on the CPU (planner/offload.h). pp counts stages, which
   // may exceed the GPUs (Mobius-style cross mapping).

@@ -350,6 +350,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
                   for (bool bf16 : compress) {
                     for (const auto& [overlap, intra] : overlap_switches) {
                       c.intra_overlap = intra;
+                      c.permute_fusion = req.permute_fusion;
                       c.dispatcher = d;
                       c.alltoall = a2a;
                       c.alltoall_chunks = n;

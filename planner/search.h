@@ -33,6 +33,9 @@ struct SearchRequest {
   // MegaScale's intra-operator overlap: off unless asked (Megatron-LM has no such kernels);
   // nullopt searches it.
   std::optional<bool> intra_overlap = false;
+  // Megatron-Core's fused permutation (PlanChoice::permute_fusion): on unless the user's
+  // Megatron predates it; never searched, since fused is never slower.
+  bool permute_fusion = true;
   std::optional<AttentionMode> attention;  // fixed, or searched
   std::optional<int> zero;                 // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
   bool gpipe = false;                      // GPipe schedule instead of (interleaved) 1F1B

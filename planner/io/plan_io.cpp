@@ -101,6 +101,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
             {"dp_bf16_compression", ch.dp_bf16_compression},
             {"overlap", ch.overlap},
             {"intra_overlap", ch.intra_overlap},
+            {"permute_fusion", ch.permute_fusion},
             {"offload", ch.offload},
             {"predictor_accuracy", ch.predictor_accuracy},
             {"historical_accuracy", ch.historical_accuracy},
@@ -188,6 +189,7 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.dp_bf16_compression = s.boolean_or("dp_bf16_compression", false);
   c.overlap = s.boolean_or("overlap", true);
   c.intra_overlap = s.boolean_or("intra_overlap", false);
+  c.permute_fusion = s.boolean_or("permute_fusion", true);
   c.offload = s.boolean_or("offload", false);
   auto share = [&](const char* key) {
     const double v = s.number_or(key, 1.0);

@@ -32,11 +32,13 @@ struct Inputs {
 // One MoE layer's forward operators by name for a layout.
 std::map<std::string, Seconds> forward_ops(const Inputs& s, const char* layout,
                                            AttentionMode attention = AttentionMode::kTensor,
-                                           Precision precision = Precision::kBf16) {
+                                           Precision precision = Precision::kBf16,
+                                           bool permute_fusion = true) {
   PlanChoice c;
   c.parallel = resolve(parse_parallel(layout));
   c.attention = attention;
   c.precision = precision;
+  c.permute_fusion = permute_fusion;
   std::map<std::string, Seconds> by_name;
   for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1))
     by_name[op.name] = op.time;
@@ -203,6 +205,46 @@ TEST(TimeModel, ExpertTensorParallelismPermutesEveryGatheredToken) {
   const double h = 4096, k = 2, g = 14336;
   EXPECT_NEAR(tp / ep, (20 * h + 8 * k * h * 8 + 6 * k * g) / (20 * h + 8 * k * h + 6 * k * g),
               1e-9);
+  // Those are bytes, BF16 included: 512 tokens per GPU move 512 x that at 70 % of HBM
+  // bandwidth (they were once multiplied by 2 bytes per element again).
+  const double bytes = 512 * (20 * h + 8 * k * h + 6 * k * g);
+  EXPECT_NEAR(ep.value(), bytes / (s.ctx.links.hbm.value() * 0.7), 1e-12);
+}
+
+TEST(TimeModel, UnfusedPermutationMovesEveryRoutedRowTwice) {
+  // Without Megatron-Core's --moe-permute-fusion the dispatcher's index_select, index_copy,
+  // probability scaling and top-k sum move 16kh bytes per token instead of 8kh; nothing else
+  // changes, and the Megatron arguments drop the flag.
+  const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  const char* kLayout = "tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=8";
+  const auto fused = forward_ops(s, kLayout, AttentionMode::kUlysses, Precision::kBf16, true);
+  const auto unfused = forward_ops(s, kLayout, AttentionMode::kUlysses, Precision::kBf16, false);
+  const char* kMemoryBound = "norms, residuals, activations";
+  const double h = 4096, k = 2;
+  EXPECT_NEAR((unfused.at(kMemoryBound) - fused.at(kMemoryBound)).value(),
+              512 * 8 * k * h / (s.ctx.links.hbm.value() * 0.7), 1e-12);
+  for (const auto& [name, time] : fused) {
+    if (name != kMemoryBound) {
+      EXPECT_EQ(unfused.at(name).value(), time.value()) << name;
+    }
+  }
+  Plan p;
+  p.choice.parallel = resolve(parse_parallel(kLayout));
+  auto has_flag = [&] {
+    const auto args = megatron_arguments(p, s.model);
+    return std::find(args.begin(), args.end(), "--moe-permute-fusion") != args.end();
+  };
+  EXPECT_TRUE(has_flag());
+  p.choice.permute_fusion = false;
+  EXPECT_FALSE(has_flag());
+  EXPECT_NE(p.choice.describe().find("unfused-permute"), std::string::npos);
+  // The search carries the request's setting into every plan.
+  const Inputs small("deepseekmoe-16b.json", "h100-sxm-8.json");
+  SearchRequest req = request(8, 64, "ep=8");
+  req.permute_fusion = false;
+  const SearchResult r = search_plans(small.ctx, req);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const Plan& plan : r.ranked) EXPECT_FALSE(plan.choice.permute_fusion);
 }
 
 TEST(TimeModel, Fp8MovesHalfTheBytesAndRunsLinearLayersAtTheFp8Peak) {
@@ -301,11 +343,14 @@ TEST(PlanFile, RoundTripsTheChoices) {
   tuned.choice.intra_overlap = true;
   tuned.choice.precision = Precision::kFp8;
   tuned.choice.zero_stage = 0;
+  tuned.choice.permute_fusion = false;
   const PlanChoice tuned_back =
       io::plan_choice_from_json(io::plan_to_json(tuned, s.model, s.cluster), "plan.json");
   EXPECT_TRUE(tuned_back.intra_overlap);
   EXPECT_EQ(tuned_back.precision, Precision::kFp8);
   EXPECT_EQ(tuned_back.zero_stage, 0);
+  EXPECT_FALSE(tuned_back.permute_fusion);
+  EXPECT_TRUE(best.choice.permute_fusion);
   EXPECT_DOUBLE_EQ(j["predicted"]["iteration_s"].get<double>(), best.score.time.iteration.value());
 }
 

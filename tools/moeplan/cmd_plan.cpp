@@ -23,7 +23,7 @@ struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
                                                      save;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
-                         intra_overlap = "off", schedule = "1f1b";
+                         intra_overlap = "off", schedule = "1f1b", permute_fusion = "on";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2;
@@ -105,6 +105,7 @@ void run_plan(const PlanOptions& o) {
   if (!o.recompute.empty()) req.recompute = parse_recompute(o.recompute);
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
+  req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
   req.attention = parse_attention(o.attention, "--attention", true);
   req.precision = parse_precision(o.precision, "--precision");
   if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
@@ -296,6 +297,9 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--intra-overlap", o->intra_overlap,
                   "MegaScale-MoE intra-operator overlap (communication fused into GEMMs; not in "
                   "Megatron-LM): off (default) | on | search");
+  cmd->add_option("--permute-fusion", o->permute_fusion,
+                  "Megatron-Core --moe-permute-fusion: on (default) | off (a Megatron that "
+                  "predates it: the permutation moves twice the bytes)");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
       ->check(CLI::Range(0.01, 1.0));
