@@ -327,6 +327,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               c.precision = req.precision;
               c.seq_len = ctx.seq_len;
               c.gpipe = req.gpipe;
+              c.permute_fusion = req.permute_fusion;
               // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
               // stage. Higher stages only trade time for memory: try them only when needed.
               MemoryReport mem;
@@ -350,7 +351,6 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
                   for (bool bf16 : compress) {
                     for (const auto& [overlap, intra] : overlap_switches) {
                       c.intra_overlap = intra;
-                      c.permute_fusion = req.permute_fusion;
                       c.dispatcher = d;
                       c.alltoall = a2a;
                       c.alltoall_chunks = n;
@@ -455,6 +455,7 @@ std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& clust
       c.offload_gpus = gpus;
       c.precision = req.precision;
       c.seq_len = ctx.seq_len;
+      c.permute_fusion = req.permute_fusion;
       c.recompute = Recompute::kFull;
       c.zero_stage = 0;
       c.parallel = resolve(parse_parallel("tp=1,cp=1,dp=1,ep=1,etp=1,vpp=1"));

@@ -28,9 +28,9 @@ constexpr System kMegaScaleMoe{AttentionMode::kUlysses, true};
 constexpr System kMegatronLm{AttentionMode::kTensor, false};
 
 // Both are built on Megatron-LM commit f1f03922 (Sec. 6.1, mid 2024), whose token dispatcher
-// predates Megatron-Core's fused permutation (--moe-permute-fusion, core_r0.10): every
-// MegaScale-MoE run here permutes unfused, except where intra-operator overlap folds the
-// scatter and gather into the grouped GEMM (Sec. 4.2).
+// predates Megatron-Core's fused permutation (--moe-permute-fusion, core_r0.10): every run of
+// either system here permutes unfused, except where intra-operator overlap folds the scatter
+// and gather into the grouped GEMM (Sec. 4.2).
 constexpr bool kPermuteFusion = false;
 
 // The best plan's score for a fixed layout and system; none when nothing fits.
