@@ -44,7 +44,15 @@ void run_cpu_sweep(const CpuSweep& sweep, const std::vector<std::string>& skip,
     if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;  // --resume
     std::vector<CpuExpertTiming> timings;
     for (int64_t t : tokens) {
-      const CpuExpertTiming r = time_cpu_expert(sweep.shape, t, threads[k], sweep.repeats);
+      int repeats = sweep.repeats;
+      if (!timings.empty()) {
+        const CpuExpertTiming& last = timings.back();
+        const double pass = (last.forward_s + last.backward_s) * static_cast<double>(t) /
+                            static_cast<double>(last.tokens);
+        if (pass > sweep.seconds_per_point) break;  // the curve holds its last rate beyond
+        repeats = std::clamp(static_cast<int>(sweep.seconds_per_point / pass), 1, repeats);
+      }
+      const CpuExpertTiming r = time_cpu_expert(sweep.shape, t, threads[k], repeats);
       if (r.max_relative_error > 1e-4) {
         throw std::runtime_error(fmt::format(
             "CPU expert at {} tokens: forward differs from the float64 reference by {:.2e}", t,

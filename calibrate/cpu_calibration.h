@@ -16,9 +16,15 @@ namespace moe::calibrate {
 
 struct CpuSweep {
   ExpertShape shape;
-  std::vector<int64_t> tokens = {16, 64, 256, 1024, 4096};
+  // From one token: APTMoE sends its coldest experts, a few tokens each, to the CPU, where a
+  // curve that began at 16 would hold the 16-token time for them.
+  std::vector<int64_t> tokens = {1, 4, 16, 64, 256, 1024, 4096};
   std::vector<int> threads;  // empty: 1 and every hardware thread
   int repeats = 5;
+  // Wall time one point may take: fewer repeats where one pass is long, and a thread count stops
+  // at the token count whose single pass (extrapolated from the last point) would overrun it. A
+  // full-width expert at 4,096 tokens on one core takes minutes a pass, far past any lease.
+  double seconds_per_point = 20;
 };
 
 // One curve per thread count, as calibration JSON (name -> curve object); `progress` is told

@@ -9,10 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "calibrate/device_info.h"
+#include "planner/cluster_spec.h"
 
 namespace moe::calibrate {
 
@@ -25,6 +27,11 @@ class GpuError : public std::runtime_error {
 // BF16 (FP16 for FP16); TF32 reads and writes FP32.
 enum class GemmType { kBf16, kFp16, kFp8, kTf32 };
 const char* gemm_type_name(GemmType t);  // "bf16", "fp16", "fp8", "tf32"
+// The calibration curve each type's GEMMs are written to: "gemm" for BF16 (what the planner
+// reads), "gemm_fp16", "gemm_fp8", "gemm_tf32" for the others.
+std::string gemm_curve_name(GemmType t);
+// The curve for GEMMs in `d`; none for FP32, which runs on CUDA cores and is not measured.
+std::optional<std::string> gemm_curve_for(Dtype d);
 
 // C[m x n] = A[m x k] B[k x n].
 struct GemmShape {

@@ -22,6 +22,26 @@ const char* gemm_type_name(GemmType t) {
   return "?";
 }
 
+std::string gemm_curve_name(GemmType t) {
+  return t == GemmType::kBf16 ? std::string("gemm") : fmt::format("gemm_{}", gemm_type_name(t));
+}
+
+std::optional<std::string> gemm_curve_for(Dtype d) {
+  switch (d) {
+    case Dtype::kBf16:
+      return gemm_curve_name(GemmType::kBf16);
+    case Dtype::kFp16:
+      return gemm_curve_name(GemmType::kFp16);
+    case Dtype::kFp8:
+      return gemm_curve_name(GemmType::kFp8);
+    case Dtype::kTf32:
+      return gemm_curve_name(GemmType::kTf32);
+    case Dtype::kFp32:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 const char* copy_kind_name(CopyKind k) {
   switch (k) {
     case CopyKind::kDeviceToDevice:

@@ -33,9 +33,7 @@ void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
                                                 {GemmType::kFp8, Dtype::kFp8},
                                                 {GemmType::kTf32, Dtype::kTf32}};
     for (auto [type, dtype] : types) {
-      const std::string name = type == GemmType::kBf16
-                                   ? std::string("gemm")
-                                   : fmt::format("gemm_{}", gemm_type_name(type));
+      const std::string name = gemm_curve_name(type);
       // A type the cluster file gives no peak for (FP8 on A100) is not measured.
       if (skipped(skip, name) || !gpu.peak.count(dtype)) continue;
       const FlopsPerSec peak = gpu.peak.at(dtype);

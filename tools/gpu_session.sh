@@ -6,9 +6,11 @@
 # PARTS: comma-separated, in order, of
 #   devices    the GPU, driver, CUDA and NCCL (stops the script when there is no GPU)
 #   tests      the calibrate tests, GPU ones included
-#   calibrate  GEMM, copy, PCIe and CPU curves -> OUT/h100.json (quick-calibrate: --quick)
+#   calibrate  GEMM, copy, PCIe and CPU curves -> OUT/h100.json (quick-calibrate: --quick);
+#              curves already in OUT/h100.json (an interrupted call's) are kept, not re-measured
 #   execute    a Mixtral-8x7B MoE layer at 1, 2, 4, 8 chunks, predicted vs measured
-#   affinity   APTMoE's split vs loading every expert, predicted vs measured
+#   affinity   APTMoE's split vs loading every expert at 64 and 512 tokens, predicted vs
+#              measured, after calibrating at MoE-S-8's shape (OUT/aptmoe.json)
 # (default: all five). The calibration is used by the later parts when it exists, in OUT or
 # as calibrate/data/h100.json. Each part's output is in OUT/PART.log; the summary is printed last.
 set -uo pipefail
@@ -18,6 +20,7 @@ out=${2:?usage: tools/gpu_session.sh BUILD OUT [PARTS]}
 parts=${3:-devices,tests,calibrate,execute,affinity}
 moeplan=$build/tools/moeplan/moeplan
 cluster=topologies/h100-1.json
+aptmoe=models/aptmoe-moe-s-8.json
 mkdir -p "$out"
 : > "$out/summary.txt"
 
@@ -54,7 +57,7 @@ for p in "${wanted[@]}"; do
       quick=()
       [ "$p" = quick-calibrate ] && quick=(--quick)
       part "$p" "$moeplan" calibrate --cluster "$cluster" --model models/mixtral-8x7b.json \
-        --out "$out/h100.json" "${quick[@]}" || status=1 ;;
+        --out "$out/h100.json" --resume "${quick[@]}" || status=1 ;;
     execute)
       part plan "$moeplan" plan --model models/mixtral-8x7b.json \
         --cluster topologies/megascale-h800-240.json --global-batch 256 --gpus 32 \
@@ -63,9 +66,15 @@ for p in "${wanted[@]}"; do
       part execute "$moeplan" execute --model models/mixtral-8x7b.json --cluster "$cluster" \
         --plan "$out/plan.json" $(calibration) --json "$out/execute.json" || status=1 ;;
     affinity)
-      # shellcheck disable=SC2046
-      part affinity "$moeplan" affinity --model models/aptmoe-moe-s-8.json --cluster "$cluster" \
-        --G 0.3 --tokens 64 --dtype bf16 --execute $(calibration) || status=1 ;;
+      # The CPU expert curve and the GEMMs at MoE-S-8's own shape: a curve measured on a wider
+      # expert holds its smallest point's time for the few-token calls below it.
+      part affinity-calibrate "$moeplan" calibrate --only gemm,pcie,cpu --cluster "$cluster" \
+        --model "$aptmoe" --out "$out/aptmoe.json" --resume || status=1
+      for tokens in 64 512; do
+        part "affinity-$tokens" "$moeplan" affinity --model "$aptmoe" --cluster "$cluster" \
+          --G 0.3 --tokens "$tokens" --dtype bf16 --execute --calibration "$out/aptmoe.json" \
+          || status=1
+      done ;;
     *)
       echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity)" >&2
       exit 2 ;;

@@ -32,7 +32,11 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& so
       c.ignore("reference_bandwidth");
     c.ignore("unit");
     c.ignore("note");
-    c.ignore("reference_GFLOPS");
+    if (c.has("reference_GFLOPS"))
+      cal.reference_flops.emplace(it.key(),
+                                  FlopsPerSec(positive_number(c, "reference_GFLOPS") * 1e9));
+    else
+      c.ignore("reference_GFLOPS");
     c.ignore("threads");
     std::vector<EfficiencyCurve::Point> points;
     for (ObjectReader p : c.object_array("points")) {

@@ -27,6 +27,9 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
 // A calibration file's curves by name ("alltoall_inter", "allgather_intra", "d2d_copy", ...).
 struct Calibration {
   std::map<std::string, EfficiencyCurve> curves;
+  // The rate a compute curve's efficiencies are relative to, where the file records one
+  // (reference_GFLOPS): the cluster file's peak for GEMMs, the best measured rate for the CPU.
+  std::map<std::string, FlopsPerSec> reference_flops;
   nlohmann::json provenance;
 };
 Calibration load_calibration(const std::string& path);

@@ -111,4 +111,27 @@ TEST(CpuCalibration, CurvesLoadAndResumeSkipsWhatIsDone) {
   EXPECT_EQ(names, (std::vector<std::string>{"cpu_expert_ffn"}));
 }
 
+TEST(CpuCalibration, StopsAThreadCountWhoseNextPassWouldOverrunItsBudget) {
+  CpuSweep sweep;
+  sweep.shape = kGated;
+  sweep.tokens = {8, 64, 512};
+  sweep.threads = {1};
+  // Any measured pass, scaled to the next token count, overruns a nanosecond: one point only.
+  sweep.seconds_per_point = 1e-9;
+  std::vector<int64_t> measured;
+  nlohmann::json curve;
+  run_cpu_sweep(
+      sweep, {}, [&](const CpuExpertTiming& t) { measured.push_back(t.tokens); },
+      [&](const std::string&, const nlohmann::json& c) { curve = c; });
+  EXPECT_EQ(measured, (std::vector<int64_t>{8}));
+  EXPECT_EQ(curve["points"].size(), 1u);
+  // A generous budget measures every token count.
+  sweep.seconds_per_point = 1e9;
+  measured.clear();
+  run_cpu_sweep(
+      sweep, {}, [&](const CpuExpertTiming& t) { measured.push_back(t.tokens); },
+      [](const std::string&, const nlohmann::json&) {});
+  EXPECT_EQ(measured, (std::vector<int64_t>{8, 64, 512}));
+}
+
 }  // namespace moe::calibrate

@@ -154,6 +154,31 @@ TEST(Loaders, CalibrationCurves) {
             std::string::npos);
 }
 
+// The curves measured on a lent H100 (tools/gpu_session.sh) load, and say what an H100 does:
+// large BF16 GEMMs near 0.8 of the 989.5 TFLOP/s peak, pinned PCIe near 55 of 63 GB/s, and a
+// CPU curve (MoE-S-8's expert, from one token) relative to the rate it measured.
+TEST(Loaders, MeasuredH100Calibrations) {
+  const std::string dir = std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/";
+  const Calibration mixtral = load_calibration(dir + "h100.json");
+  for (const char* name : {"gemm", "gemm_fp16", "gemm_fp8", "gemm_tf32", "d2d_copy", "pcie_h2d",
+                           "pcie_d2h", "pcie_both", "cpu_expert_ffn"})
+    EXPECT_EQ(mixtral.curves.count(name), 1u) << name;
+  const double big = mixtral.curves.at("gemm").at(8192.0 * 8192 * 8192 * 2);
+  EXPECT_GT(big, 0.7);
+  EXPECT_LT(big, 0.95);
+  EXPECT_DOUBLE_EQ(mixtral.reference_flops.at("gemm").value(), 989.5e12);
+  EXPECT_GT(mixtral.curves.at("pcie_h2d").at(Bytes(1 << 30)), 0.8);
+  EXPECT_EQ(mixtral.provenance["gpu"]["name"], "NVIDIA H100 80GB HBM3");
+
+  const Calibration aptmoe = load_calibration(dir + "h100-aptmoe-moe-s-8.json");
+  const double one_token = 2.0 * 2 * 1024 * 4096;  // forward FLOPs of one plain expert call
+  const EfficiencyCurve& cpu = aptmoe.curves.at("cpu_expert_ffn");
+  // Measured from one token, where streaming the weights dominates: four tokens take little
+  // longer than one, so they run at well over twice the efficiency.
+  EXPECT_GT(cpu.at(4 * one_token), 2 * cpu.at(one_token));
+  EXPECT_GT(aptmoe.reference_flops.at("cpu_expert_ffn").value(), 50e9);
+}
+
 TEST(Loaders, Popularity) {
   const auto p = load_popularity(data("popularity-8.json"));
   ASSERT_EQ(p.size(), 2u);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "calibrate/affinity_run.h"
+#include "calibrate/gpu_bench.h"
 #include "planner/aptmoe.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
@@ -134,7 +135,17 @@ void run_affinity(const AffinityOptions& o) {
     return it == cal->curves.end() ? nullptr : &it->second;
   };
   rates.cpu_efficiency = curve("cpu_expert_ffn");
-  rates.gpu_efficiency = curve("gemm_bf16");
+  // A measured CPU curve is relative to the best rate `calibrate` saw over every hardware
+  // thread of the node, which all its GPUs share; that rate replaces the cluster file's figure.
+  std::string cpu_source = fmt::format("{} GPU(s) per socket", sharing);
+  if (cal && cal->reference_flops.count("cpu_expert_ffn")) {
+    const FlopsPerSec measured = cal->reference_flops.at("cpu_expert_ffn");
+    rates.cpu = measured / static_cast<double>(c.node.num_gpus);
+    cpu_source = fmt::format("calibrated {:.0f} GFLOP/s over {} GPU(s)", measured.value() / 1e9,
+                             c.node.num_gpus);
+  }
+  const std::optional<std::string> gemm = calibrate::gemm_curve_for(dtype);
+  rates.gpu_efficiency = gemm ? curve(gemm->c_str()) : nullptr;
   rates.pcie_efficiency = curve("pcie_h2d");
 
   const LayerParams lp = layer_params(m, true);
@@ -182,10 +193,9 @@ void run_affinity(const AffinityOptions& o) {
   }
   fmt::print(
       "{}: {} pass, G = {:.4f}, {:.0f} tokens x top-{}, GPU {} ({:.1f} TFLOP/s), CPU share {:.0f} "
-      "GFLOP/s "
-      "({} GPU(s) per socket), PCIe {}\n\n",
+      "GFLOP/s ({}), PCIe {}\n\n",
       m.name, o.pass, g_metric, o.tokens, m.top_k, o.gpu, rates.gpu.value() / 1e12,
-      rates.cpu.value() / 1e9, sharing, as_gbps(rates.pcie.value()));
+      rates.cpu.value() / 1e9, cpu_source, as_gbps(rates.pcie.value()));
   Table t({"rank", "expert", "tokens", "CPU time", "GPU time", "load time", "runs on", "R after"});
   for (size_t i = 0; i < a.experts.size(); ++i) {
     const auto& e = a.experts[i];
@@ -222,8 +232,9 @@ void add_affinity(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens,
                   "tokens entering the layer over the micro-batches considered")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--calibration", o->calibration,
-                  "calibration file: cpu_expert_ffn, gemm_bf16 and pcie_h2d efficiency curves");
+  cmd->add_option(
+      "--calibration", o->calibration,
+      "calibration file: cpu_expert_ffn, the dtype's GEMM (gemm for bf16) and pcie_h2d curves");
   cmd->add_option("--pass", o->pass,
                   "forward (predicted popularity) or backward (actual, 2x compute)");
   cmd->add_option("--dtype", o->dtype, "weights and compute precision (APTMoE fine-tunes in fp32)");

@@ -157,7 +157,7 @@ void run_calibrate(const CalibrateOptions& o) {
     sweep.shape = {m.hidden_size, m.is_moe() ? m.expert_ffn_size : m.dense_ffn_size, m.gated_ffn};
   }
   if (o.quick) {
-    sweep.tokens = {16, 128, 512};
+    sweep.tokens = {1, 16, 128, 512};
     sweep.repeats = 3;
   }
   std::vector<calibrate::CpuExpertTiming> all;

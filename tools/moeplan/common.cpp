@@ -120,7 +120,8 @@ void print_affinity_execution(const nlohmann::json& execution, int device) {
   Table e({"schedule", "predicted", "measured", "error"});
   for (const char* key : {"load_all", "split", "split_gpu_path", "split_cpu_path"}) {
     const double p = execution[key]["predicted_s"], r = execution[key]["measured_s"];
-    e.add({key, as_ms(p), as_ms(r), fmt::format("{:+.1f} %", 100.0 * (p - r) / r)});
+    // A path given no expert predicts nothing; what it measures is starting its thread.
+    e.add({key, as_ms(p), as_ms(r), p > 0 ? fmt::format("{:+.1f} %", 100.0 * (p - r) / r) : "-"});
   }
   fmt::print("{}split speedup over loading all: predicted {:.2f}x, measured {:.2f}x\n", e.render(),
              execution["speedup_predicted"].get<double>(),
