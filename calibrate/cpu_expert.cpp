@@ -86,46 +86,49 @@ Eigen::MatrixXf expert_forward(const ExpertShape& s, const ExpertWeights& w,
   return y;
 }
 
+// Two phases, each split so no thread writes what another does: per token block the
+// recomputed activation and the gradients at each projection's output (and dx, which is per
+// token); then per block of FFN columns the weight gradients over every token. Splitting the
+// weight gradients by tokens instead gave each thread a full-size partial to sum afterwards:
+// 16 threads on 16 tokens of a 1024 x 4096 expert spent 97 ms there against 2 ms forward.
 void expert_backward(const ExpertShape& s, const ExpertWeights& w, const Eigen::MatrixXf& x,
                      const Eigen::MatrixXf& dy, int threads, ExpertGrads& g,
                      BackwardWorkspace& workspace) {
-  const int used =
-      static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(x.rows(), 1)));
-  std::vector<ExpertGrads>& part = workspace.parts;
-  if (part.size() < static_cast<size_t>(used)) part.resize(static_cast<size_t>(used));
-  for (ExpertGrads& p : part) p.dw1.resize(0, 0);  // marks a block this call did not run
-  g.dx.resize(x.rows(), s.hidden);
-  split_rows(x.rows(), used, [&](int64_t first, int64_t rows, int t) {
-    ExpertGrads& p = part[static_cast<size_t>(t)];
-    p.dw1.resize(s.hidden, s.ffn);
-    Eigen::MatrixXf a, b, h;
-    hidden_of(s, w, x, first, rows, a, b, h);  // recomputed, as a CPU expert keeps no activation
-    const auto xs = x.middleRows(first, rows);
-    const auto dys = dy.middleRows(first, rows);
-    p.dw2.noalias() = h.transpose() * dys;
-    const Eigen::MatrixXf dh = dys * w.w2.transpose();
-    Eigen::MatrixXf da;
+  const int64_t tokens = x.rows();
+  Eigen::MatrixXf& h = workspace.h;
+  Eigen::MatrixXf& da = workspace.da;
+  Eigen::MatrixXf& db = workspace.db;
+  h.resize(tokens, s.ffn);
+  da.resize(tokens, s.ffn);
+  if (s.gated) db.resize(tokens, s.ffn);
+  g.dx.resize(tokens, s.hidden);
+  split_rows(tokens, threads, [&](int64_t first, int64_t rows, int) {
+    Eigen::MatrixXf a, b, hs;
+    hidden_of(s, w, x, first, rows, a, b, hs);  // recomputed, as a CPU expert keeps no activation
+    h.middleRows(first, rows) = hs;
+    const Eigen::MatrixXf dh = dy.middleRows(first, rows) * w.w2.transpose();
+    auto das = da.middleRows(first, rows);
+    auto dx = g.dx.middleRows(first, rows);
     if (s.gated) {
-      da = dh.cwiseProduct(b).cwiseProduct(a.unaryExpr([](float v) { return silu_grad(v); }));
-      const Eigen::MatrixXf db = dh.cwiseProduct(a.unaryExpr([](float v) { return silu(v); }));
-      p.dw3.noalias() = xs.transpose() * db;
-      g.dx.middleRows(first, rows).noalias() = db * w.w3.transpose();
+      das = dh.cwiseProduct(b).cwiseProduct(a.unaryExpr([](float v) { return silu_grad(v); }));
+      auto dbs = db.middleRows(first, rows);
+      dbs = dh.cwiseProduct(a.unaryExpr([](float v) { return silu(v); }));
+      dx.noalias() = dbs * w.w3.transpose();
     } else {
-      da = dh.cwiseProduct((a.array() > 0.0f).cast<float>().matrix());
-      g.dx.middleRows(first, rows).setZero();
+      das = dh.cwiseProduct((a.array() > 0.0f).cast<float>().matrix());
+      dx.setZero();
     }
-    p.dw1.noalias() = xs.transpose() * da;
-    g.dx.middleRows(first, rows).noalias() += da * w.w1.transpose();
+    dx.noalias() += das * w.w1.transpose();
   });
-  g.dw1 = part[0].dw1;
-  g.dw2 = part[0].dw2;
-  if (s.gated) g.dw3 = part[0].dw3;
-  for (size_t t = 1; t < part.size(); ++t) {
-    if (part[t].dw1.size() == 0) continue;
-    g.dw1 += part[t].dw1;
-    g.dw2 += part[t].dw2;
-    if (s.gated) g.dw3 += part[t].dw3;
-  }
+  g.dw1.resize(s.hidden, s.ffn);
+  g.dw2.resize(s.ffn, s.hidden);
+  if (s.gated) g.dw3.resize(s.hidden, s.ffn);
+  split_rows(s.ffn, threads, [&](int64_t first, int64_t cols, int) {
+    g.dw1.middleCols(first, cols).noalias() = x.transpose() * da.middleCols(first, cols);
+    g.dw2.middleRows(first, cols).noalias() = h.middleCols(first, cols).transpose() * dy;
+    if (s.gated)
+      g.dw3.middleCols(first, cols).noalias() = x.transpose() * db.middleCols(first, cols);
+  });
 }
 
 CpuExpertTiming time_cpu_expert(const ExpertShape& s, int64_t tokens, int threads, int repeats) {

@@ -34,10 +34,10 @@ Eigen::MatrixXf random_tokens(int64_t tokens, int64_t hidden, uint32_t seed);
 // Forward and backward (given dY) over `threads` threads.
 Eigen::MatrixXf expert_forward(const ExpertShape& s, const ExpertWeights& w,
                                const Eigen::MatrixXf& x, int threads);
-// Per-thread gradient buffers kept between calls: a CPU expert kernel keeps its buffers, and
-// fresh multi-megabyte allocations would time the kernel's page faults instead of its math.
+// The backward's token-by-width intermediates kept between calls: a CPU expert kernel keeps its
+// buffers, and fresh multi-megabyte allocations would time page faults instead of its math.
 struct BackwardWorkspace {
-  std::vector<ExpertGrads> parts;
+  Eigen::MatrixXf h, da, db;  // activation, and the gradients at the up projections' outputs
 };
 void expert_backward(const ExpertShape& s, const ExpertWeights& w, const Eigen::MatrixXf& x,
                      const Eigen::MatrixXf& dy, int threads, ExpertGrads& out,

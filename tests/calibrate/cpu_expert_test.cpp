@@ -48,12 +48,18 @@ TEST(CpuExpert, BackwardMatchesFiniteDifferences) {
       x(r, c) = keep;
       EXPECT_NEAR(g.dx(r, c), (up - down) / (2 * h), 2e-3) << (s.gated ? "gated" : "plain");
     }
-    ExpertWeights v = w;
-    v.w1(3, 7) += h;
-    const double up = loss(s, v, x, dy);
-    v.w1(3, 7) -= 2 * h;
-    const double down = loss(s, v, x, dy);
-    EXPECT_NEAR(g.dw1(3, 7), (up - down) / (2 * h), 2e-3);
+    // Each weight gradient against a central difference of the loss in that weight.
+    auto check = [&](Eigen::MatrixXf ExpertWeights::*m, const Eigen::MatrixXf& grad, int r, int c) {
+      ExpertWeights v = w;
+      (v.*m)(r, c) += h;
+      const double up = loss(s, v, x, dy);
+      (v.*m)(r, c) -= 2 * h;
+      const double down = loss(s, v, x, dy);
+      EXPECT_NEAR(grad(r, c), (up - down) / (2 * h), 2e-3) << r << "," << c;
+    };
+    check(&ExpertWeights::w1, g.dw1, 3, 7);
+    check(&ExpertWeights::w2, g.dw2, 7, 3);
+    if (s.gated) check(&ExpertWeights::w3, g.dw3, 2, 9);
   }
 }
 
@@ -67,6 +73,7 @@ TEST(CpuExpert, ThreadsSplitTokensWithoutChangingResults) {
   expert_backward(kGated, w, x, dy, 1, one, a);
   expert_backward(kGated, w, x, dy, 3, three, b);
   EXPECT_LT((one.dw1 - three.dw1).norm() / one.dw1.norm(), 1e-5);
+  EXPECT_LT((one.dw3 - three.dw3).norm() / one.dw3.norm(), 1e-5);
   EXPECT_LT((one.dx - three.dx).norm() / one.dx.norm(), 1e-5);
   // A workspace reused at another thread count gives the same again.
   expert_backward(kGated, w, x, dy, 1, three, b);
