@@ -21,21 +21,22 @@ float silu_grad(float a) {
   return s * (1.0f + a * (1.0f - s));
 }
 
-// Runs body(first_row, rows) over `threads` contiguous blocks of `total` rows.
+// Runs body(first, count) over `threads` contiguous blocks of [0, total): token rows, or the
+// FFN columns of the weight gradients.
 template <typename Body>
-void split_rows(int64_t total, int threads, Body body) {
+void split_range(int64_t total, int threads, Body body) {
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, std::max<int64_t>(total, 1)));
   if (threads == 1) {
-    body(0, total, 0);
+    body(0, total);
     return;
   }
   std::vector<std::thread> pool;
   const int64_t per = (total + threads - 1) / threads;
   for (int t = 0; t < threads; ++t) {
     const int64_t first = t * per;
-    const int64_t rows = std::min(per, total - first);
-    if (rows <= 0) break;
-    pool.emplace_back([&body, first, rows, t] { body(first, rows, t); });
+    const int64_t count = std::min(per, total - first);
+    if (count <= 0) break;
+    pool.emplace_back([&body, first, count] { body(first, count); });
   }
   for (std::thread& th : pool) th.join();
 }
@@ -78,7 +79,7 @@ Eigen::MatrixXf random_tokens(int64_t tokens, int64_t hidden, uint32_t seed) {
 Eigen::MatrixXf expert_forward(const ExpertShape& s, const ExpertWeights& w,
                                const Eigen::MatrixXf& x, int threads) {
   Eigen::MatrixXf y(x.rows(), s.hidden);
-  split_rows(x.rows(), threads, [&](int64_t first, int64_t rows, int) {
+  split_range(x.rows(), threads, [&](int64_t first, int64_t rows) {
     Eigen::MatrixXf a, b, h;
     hidden_of(s, w, x, first, rows, a, b, h);
     y.middleRows(first, rows).noalias() = h * w.w2;
@@ -102,7 +103,7 @@ void expert_backward(const ExpertShape& s, const ExpertWeights& w, const Eigen::
   da.resize(tokens, s.ffn);
   if (s.gated) db.resize(tokens, s.ffn);
   g.dx.resize(tokens, s.hidden);
-  split_rows(tokens, threads, [&](int64_t first, int64_t rows, int) {
+  split_range(tokens, threads, [&](int64_t first, int64_t rows) {
     Eigen::MatrixXf a, b, hs;
     hidden_of(s, w, x, first, rows, a, b, hs);  // recomputed, as a CPU expert keeps no activation
     h.middleRows(first, rows) = hs;
@@ -123,7 +124,7 @@ void expert_backward(const ExpertShape& s, const ExpertWeights& w, const Eigen::
   g.dw1.resize(s.hidden, s.ffn);
   g.dw2.resize(s.ffn, s.hidden);
   if (s.gated) g.dw3.resize(s.hidden, s.ffn);
-  split_rows(s.ffn, threads, [&](int64_t first, int64_t cols, int) {
+  split_range(s.ffn, threads, [&](int64_t first, int64_t cols) {
     g.dw1.middleCols(first, cols).noalias() = x.transpose() * da.middleCols(first, cols);
     g.dw2.middleRows(first, cols).noalias() = h.middleCols(first, cols).transpose() * dy;
     if (s.gated)
