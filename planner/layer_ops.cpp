@@ -79,8 +79,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   auto tp_pair = [&] { return ring_time(ctx, sequence * fp8_wire, t, t) * 2.0; };
 
   std::vector<LayerOp> ops;
-  auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false) {
-    if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens});
+  auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false,
+                 CommPattern pattern = CommPattern::kRing) {
+    if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens, pattern});
   };
   // A GEMM and the communication MegaScale fuses into it, tile by tile: while communication
   // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
@@ -127,7 +128,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   }
   if (!fuse_attention) {
     add(ulysses ? "Ulysses SP all-to-all" : "attention TP all-gather + reduce-scatter", OpKind::kTp,
-        attention_comm);
+        attention_comm, false, ulysses ? CommPattern::kAllToAll : CommPattern::kRing);
   }
 
   // A dense or shared FFN under TP: its all-gather and reduce-scatter, fused into it with
@@ -207,7 +208,13 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     // into the grouped GEMM; MoNTA's pipelined AllToAll (expert TP across EP) keeps its own.
     const bool fuse_experts =
         c.intra_overlap && !(etp > 1 && ep > 1) && (dispatch_pair + combine_pair).value() > 0;
-    if (!fuse_experts) add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true);
+    // The all-gather dispatcher and expert TP without EP move tokens around a ring; the
+    // all-to-all dispatcher (MoNTA's too) from every EP rank to every other.
+    const CommPattern ep_pattern =
+        ep > 1 && (etp > 1 || c.dispatcher != megascale::Dispatcher::kAllGather)
+            ? CommPattern::kAllToAll
+            : CommPattern::kRing;
+    if (!fuse_experts) add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true, ep_pattern);
     // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
     // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
     const double local_experts = static_cast<double>(m.num_routed_experts / ep);
@@ -223,7 +230,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
           fused(experts, (dispatch_pair + combine_pair) * 0.5), true);
     } else {
       add("routed experts", OpKind::kCompute, experts, true);
-      add("combine", OpKind::kEp, combine_pair * 0.5);
+      add("combine", OpKind::kEp, combine_pair * 0.5, false, ep_pattern);
     }
     if (m.shared_ffn_total() > 0) {
       add_ffn("shared experts", "shared FFN TP all-gather + reduce-scatter",

@@ -18,6 +18,11 @@ namespace moe {
 enum class OpKind { kCompute, kTp, kEp, kCp };
 const char* op_kind_name(OpKind k);  // "compute", "tp", "ep", "cp"
 
+// How a communication op's group exchanges its bytes: a ring (all-gather, reduce-scatter, the
+// context-parallel K/V ring) or every member with every other (all-to-all). The simulator
+// expands each into the ports of its members' GPUs (simulator/port_loads.h).
+enum class CommPattern { kRing, kAllToAll };
+
 struct LayerOp {
   const char* name = "";  // a static string: "attention projections", "dispatch", ...
   OpKind kind = OpKind::kCompute;
@@ -25,6 +30,7 @@ struct LayerOp {
   // Routed tokens arrive here (dispatch, or the experts themselves without EP): where the
   // simulator allocates their activations.
   bool receives_tokens = false;
+  CommPattern pattern = CommPattern::kRing;  // communication ops
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "simulator/flow_network.h"
+#include "simulator/port_loads.h"
 
 namespace moe::sim {
 
@@ -29,11 +30,12 @@ struct Task {
   SimTime duration;        // compute tasks (no links)
   std::vector<int> links;  // communication tasks: a flow of `bytes` over these
   Bytes bytes;
-  int priority = 0;             // of its flow (FlowNetwork::send)
-  int rank = 0;                 // among a stream's ready tasks, lower goes first (APTMoE's
-                                // on-demand loads before prefetches)
-  std::vector<uint32_t> after;  // indices of earlier tasks this one waits for
-  int64_t tag = 0;              // the caller's, passed back to the hooks
+  Exchange exchange = Exchange::kRing;  // a collective's pattern, for callers that expand it
+  int priority = 0;                     // of its flow (FlowNetwork::send)
+  int rank = 0;                         // among a stream's ready tasks, lower goes first (APTMoE's
+                                        // on-demand loads before prefetches)
+  std::vector<uint32_t> after;          // indices of earlier tasks this one waits for
+  int64_t tag = 0;                      // the caller's, passed back to the hooks
 };
 
 struct StreamHooks {

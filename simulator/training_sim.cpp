@@ -97,7 +97,10 @@ struct MemAction {
 struct GpuState {
   int64_t stage = 0, local = 0, ep_rank = 0;
   int64_t group[kStreams] = {};  // key of its TP, EP, CP and DP groups, by stream
-  int nvlink = 0, nic = 0;       // link indices
+  // Its ports, one link per direction: what symmetric mode sends a collective over (out), and
+  // what every-GPU mode expands one into (simulator/port_loads.h).
+  int nvlink_out = 0, nvlink_in = 0, nic_out = 0, nic_in = 0;
+  int64_t node = 0, rail = 0;  // every-GPU mode: its node and its local index there
   std::unique_ptr<GpuStreams> gpu;
   // Every-GPU mode: its group on each communication stream, and the collectives of the
   // running pass it has ready there, by (rank, task).
@@ -136,8 +139,8 @@ struct StageState {
 // A collective of one group being joined: flows start once every member has arrived and all
 // members go on when the last flow has landed.
 struct Member {
-  int link = 0;
-  Bytes bytes;
+  int64_t gpu = 0;
+  double weight = 1.0;  // its share of the task's bytes (1 on the busiest EP rank)
   std::function<void()> done;
 };
 struct Joining {
@@ -163,6 +166,7 @@ class Training {
     shape_ = moe_layer_shape(m_, p_, ctx.seq_len, request.bytes_per_element);
     microbatches_ = *p_.gbs / (*p_.mbs * *p_.dp);
     per_stage_ = o.every_gpu ? p_.world() / *p_.pp : 1;
+    gpus_per_node_ = std::max<int64_t>(cluster.node.num_gpus, 1);
     group_size_[kTpStream] = *p_.tp;
     group_size_[kEpStream] = *p_.ep;
     group_size_[kCpStream] = *p_.cp;
@@ -314,8 +318,13 @@ class Training {
         x.group[kDpStream] = k % *p_.tp;
         for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
           st.groups[k2][x.group[k2]].push_back(g);
-        x.nvlink = net.add_link(ctx_.links.intra);
-        x.nic = net.add_link(ctx_.links.inter);
+        x.nvlink_out = net.add_link(ctx_.links.intra);
+        x.nvlink_in = net.add_link(ctx_.links.intra);
+        x.nic_out = net.add_link(ctx_.links.inter);
+        x.nic_in = net.add_link(ctx_.links.inter);
+        // Megatron's ranks fill a stage's GPUs in order, and a stage its nodes.
+        x.node = g / gpus_per_node_;
+        x.rail = g % gpus_per_node_;
         x.current = x.peak = st.static_bytes;
         x.gpu = std::make_unique<GpuStreams>(queue, net, kStreams, stream_hooks(g));
         sample_memory(x);
@@ -326,7 +335,7 @@ class Training {
           x.peers[k2] = &st.groups[k2].at(x.group[k2]);
       }
       const GpuState& first = gpus_[static_cast<size_t>(st.first_gpu)];
-      const int link = ctx_.links.crosses_nodes(span) ? first.nic : first.nvlink;
+      const int link = ctx_.links.crosses_nodes(span) ? first.nic_out : first.nvlink_out;
       hooks.down_links.push_back({link});
       hooks.up_links.push_back({link});
     }
@@ -462,16 +471,46 @@ class Training {
     Joining& j = joining_[key];
     if (j.members.empty()) j.members.reserve(static_cast<size_t>(size));
     j.priority = t.priority;
-    j.members.push_back({on_nic(x, t) ? x.nic : x.nvlink, t.bytes * ratio, std::move(done)});
+    j.members.push_back({g, ratio, std::move(done)});
     if (static_cast<int>(j.members.size()) < size) return;
     ++report_.collectives;
     Joining all = std::move(j);
     joining_.erase(key);
     auto shared = std::make_shared<Joining>(std::move(all));
-    shared->flows_left = shared->members.size();
-    for (const Member& mb : shared->members) {
+    std::sort(shared->members.begin(), shared->members.end(),
+              [](const Member& a, const Member& b) { return a.gpu < b.gpu; });  // rank order
+    const bool across = on_nic(x, t);
+    // Each port's bytes as one flow: (link, bytes).
+    std::vector<std::pair<int, Bytes>> flows;
+    if (shared->members.size() < 2) {
+      // A group of one (expert TP's gathers when EP is 1 run on the EP stream): the planner's
+      // time on the port it names, as symmetric mode sends it.
+      const GpuState& y = gpus_[static_cast<size_t>(shared->members.front().gpu)];
+      flows.emplace_back(across ? y.nic_out : y.nvlink_out,
+                         t.bytes * shared->members.front().weight);
+    } else {
+      std::vector<PortMember> ports;
+      ports.reserve(shared->members.size());
+      for (const Member& mb : shared->members) {
+        const GpuState& y = gpus_[static_cast<size_t>(mb.gpu)];
+        ports.push_back({y.node, y.rail, t.bytes, mb.weight});
+      }
+      const std::vector<PortLoad> loads = port_loads(t.exchange, ports, across, o_.pxn);
+      for (size_t i = 0; i < loads.size(); ++i) {
+        const GpuState& y = gpus_[static_cast<size_t>(shared->members[i].gpu)];
+        const PortLoad& l = loads[i];
+        for (auto [link, bytes] :
+             {std::pair{y.nvlink_out, l.nvlink_out}, std::pair{y.nvlink_in, l.nvlink_in},
+              std::pair{y.nic_out, l.nic_out}, std::pair{y.nic_in, l.nic_in}})
+          if (bytes.value() > 0) flows.emplace_back(link, bytes);
+      }
+    }
+    report_.flows += flows.size();
+    if (flows.empty()) flows.emplace_back(-1, Bytes(0));  // lands as an event, not re-entrantly
+    shared->flows_left = flows.size();
+    for (const auto& [link, bytes] : flows) {
       net_->send(
-          {mb.link}, mb.bytes, SimTime{},
+          link < 0 ? std::vector<int>{} : std::vector<int>{link}, bytes, SimTime{},
           [shared](SimTime) {
             if (--shared->flows_left > 0) return;
             for (Member& done : shared->members) done.done();
@@ -600,7 +639,7 @@ class Training {
   bool on_nic(const GpuState& x, const Task& t) const {
     return !t.links.empty() &&
            t.links.front() ==
-               gpus_[static_cast<size_t>(stages_[static_cast<size_t>(x.stage)].first_gpu)].nic;
+               gpus_[static_cast<size_t>(stages_[static_cast<size_t>(x.stage)].first_gpu)].nic_out;
   }
 
   void link_activity(GpuState& x, const Task& t, int delta) {
@@ -649,17 +688,28 @@ class Training {
 
   // A communication task of `time` on the link its group crosses: sized so that alone it takes
   // exactly the planner's time.
-  Task comm_task(const StageState& st, const char* name, int stream, Seconds time, bool nic) {
+  Task comm_task(const StageState& st, const char* name, int stream, Seconds time, bool nic,
+                 Exchange exchange = Exchange::kRing) {
     if (!std::isfinite(time.value()) || time.value() < 0)
       throw std::logic_error(std::string("communication '") + name + "' has no finite time");
     Task t;
     t.name = name;
     t.stream = stream;
     const GpuState& first = gpus_[static_cast<size_t>(st.first_gpu)];
-    t.links = {nic ? first.nic : first.nvlink};
+    t.links = {nic ? first.nic_out : first.nvlink_out};
     t.bytes = Bytes(time.value() * (nic ? ctx_.links.inter : ctx_.links.intra).value());
     t.priority = priority_of(stream);
+    t.exchange = exchange;
     return t;
+  }
+
+  // The exchange a layer op's collective runs: a ring, or an all-to-all whose heavy side is the
+  // receiver for the dispatch's forward and the combine's backward (tokens and their gradients
+  // go to the hot experts' rank), the sender otherwise.
+  static Exchange exchange_of(const LayerOp& op, bool backward) {
+    if (op.pattern == CommPattern::kRing) return Exchange::kRing;
+    return op.receives_tokens != backward ? Exchange::kAllToAllIntoHeavy
+                                          : Exchange::kAllToAllFromHeavy;
   }
 
   // Appends one op (a slice of it) and returns its index.
@@ -670,7 +720,7 @@ class Training {
   // engine (MoNTA Algorithms 1 and 2). Each chunk pays the per-chunk overhead on its all-to-all;
   // what the planner's op holds beyond MoNTA's time (FCDA chunk latencies) goes on the first.
   uint32_t add_monta(std::vector<Task>& g, const StageState& st, const LayerOp& op, double scale,
-                     double load, std::vector<uint32_t> after) {
+                     double load, bool backward, std::vector<uint32_t> after) {
     monta::Problem prob = expert_alltoall_problem(ctx_, plan_);
     prob.volume = prob.volume * (load / ctx_.skew.imbalance(m_, *p_.ep));
     const bool nic = crosses_nodes(ctx_, p_, OpKind::kEp);
@@ -690,7 +740,9 @@ class Training {
     uint32_t last = 0;
     for (int64_t j = 0; j < n; ++j) {
       const Seconds aa = c.alltoall + overhead + (j == 0 ? residual : Seconds(0));
-      const uint32_t a = push(comm_task(st, "MoNTA all-to-all", kEpStream, aa * scale, nic), after);
+      const uint32_t a = push(
+          comm_task(st, "MoNTA all-to-all", kEpStream, aa * scale, nic, exchange_of(op, backward)),
+          after);
       last = push(comm_task(st, "MoNTA all-gather", kTpStream, c.allgather * scale, false), {a});
       if (plan_.alltoall != monta::Strategy::kO1) {
         last = push(compute_task("MoNTA D2D copy", o3 ? kCopyStream : kTpStream, c.d2d * scale),
@@ -701,15 +753,16 @@ class Training {
   }
 
   uint32_t add_op(std::vector<Task>& g, const StageState& st, const LayerOp& op, double scale,
-                  double compute_scale, std::vector<uint32_t> after, double load = 1.0) {
+                  double compute_scale, std::vector<uint32_t> after, double load = 1.0,
+                  bool backward = false) {
     if (op.kind == OpKind::kEp && *p_.etp > 1 && *p_.ep > 1 &&
         plan_.alltoall != monta::Strategy::kBaseline) {
-      return add_monta(g, st, op, scale, load, std::move(after));
+      return add_monta(g, st, op, scale, load, backward, std::move(after));
     }
     Task t = op.kind == OpKind::kCompute
                  ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
                  : comm_task(st, op.name, stream_of(op.kind), op.time * scale,
-                             crosses_nodes(ctx_, p_, op.kind));
+                             crosses_nodes(ctx_, p_, op.kind), exchange_of(op, backward));
     t.after = std::move(after);
     return append(g, std::move(t));
   }
@@ -805,7 +858,8 @@ class Training {
           if (q == 0) after.insert(after.end(), gate.begin(), gate.end());
           const size_t forward_index = reversed ? ops.size() - 1 - q : q;
           ref_ = {static_cast<int32_t>(layer), static_cast<int32_t>(forward_index)};
-          const uint32_t i = add_op(g, st, ops[q], share, compute_scale, std::move(after), L.load);
+          const uint32_t i =
+              add_op(g, st, ops[q], share, compute_scale, std::move(after), L.load, reversed);
           ref_ = OpRef{};
           if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
           if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
@@ -924,6 +978,7 @@ class Training {
   int64_t iteration_ = 0;
   SimTime offset_;
   int64_t per_stage_ = 1;  // GPUs simulated per stage
+  int64_t gpus_per_node_ = 1;
   int64_t group_size_[kStreams] = {};
   std::vector<Seconds> compute_total_;  // per GPU, all iterations
   std::vector<Bytes> peak_total_;

@@ -58,9 +58,14 @@ struct TrainingOptions {
   // only gets what the ones before it leave. Off: every flow shares max-min fairly (NCCL).
   bool comm_priorities = false;
   // Simulate every GPU rather than one representative per stage: each has its own streams,
-  // NVLink port, NIC and memory; its EP rank's experts get that rank's tokens; TP, EP, CP and DP
-  // collectives wait for their whole group and end when the slowest member's flow has landed.
+  // NVLink and NIC ports (one link per direction) and memory; its EP rank's experts get that
+  // rank's tokens; TP, EP, CP and DP collectives wait for their whole group, expand into the
+  // bytes each member's ports carry (rings hop to the next rank, all-to-alls reach every rank:
+  // simulator/port_loads.h) and end when the last port's flow has landed.
   bool every_gpu = false;
+  // Every-GPU mode: all-to-all across nodes leaves by the NIC on the receiver's rail, reached
+  // over NVLink (NCCL's PXN, on by default; NCCL_PXN_DISABLE=1 turns it off).
+  bool pxn = true;
   size_t max_oom_events = 32;
   // Operator spans kept for the trace; past this only passes, DP and sends are (a trace of
   // millions of events is more than Perfetto opens comfortably).
@@ -123,6 +128,7 @@ struct TrainingReport {
   uint64_t tasks = 0;
   int64_t gpus_simulated = 0;
   uint64_t collectives = 0;      // group operations joined (every-GPU mode)
+  uint64_t flows = 0;            // port flows they expanded into (every-GPU mode)
   std::vector<TraceSpan> spans;  // when record_trace
   bool trace_truncated = false;
   std::vector<MemorySample> memory;
