@@ -29,6 +29,21 @@ std::vector<PortLoad> alltoall_loads(const std::vector<PortMember>& m, bool into
                                      bool pxn) {
   const size_t n = m.size();
   std::vector<PortLoad> out(n);
+  if (!across) {
+    // Inside a node, in closed form (the every-GPU simulation runs thousands of these): with W
+    // the weights' sum, a dispatch sends B (W - w_i) / (n - 1) and receives B w_i; a combine
+    // the reverse.
+    double total = 0;
+    for (const PortMember& x : m) total += x.weight;
+    const double peers = static_cast<double>(n - 1);
+    for (size_t i = 0; i < n; ++i) {
+      const Bytes own = m[i].bytes * m[i].weight;
+      const Bytes rest = m[i].bytes * ((total - m[i].weight) / peers);
+      out[i].nvlink_out = into_heavy ? rest : own;
+      out[i].nvlink_in = into_heavy ? own : rest;
+    }
+    return out;
+  }
   // Peers each member's share is counted over: the remote ones when the group spans nodes.
   std::vector<double> peers(n, 0.0);
   for (size_t i = 0; i < n; ++i) {

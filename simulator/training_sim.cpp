@@ -480,14 +480,18 @@ class Training {
     std::sort(shared->members.begin(), shared->members.end(),
               [](const Member& a, const Member& b) { return a.gpu < b.gpu; });  // rank order
     const bool across = on_nic(x, t);
-    // Each port's bytes as one flow: (link, bytes).
-    std::vector<std::pair<int, Bytes>> flows;
+    // A member's ports that carry the same bytes share one flow over all of them (under
+    // balanced routing, out and in alike): its rate is the most contended port's share, which
+    // is what the slower of separate flows would get, and the collective lands at the same
+    // time with a quarter of the flows and events. Skew splits them.
+    std::vector<std::pair<std::vector<int>, Bytes>> flows;
     if (shared->members.size() < 2) {
       // A group of one (expert TP's gathers when EP is 1 run on the EP stream): the planner's
       // time on the port it names, as symmetric mode sends it.
       const GpuState& y = gpus_[static_cast<size_t>(shared->members.front().gpu)];
-      flows.emplace_back(across ? y.nic_out : y.nvlink_out,
-                         t.bytes * shared->members.front().weight);
+      const Bytes bytes = t.bytes * shared->members.front().weight;
+      flows.push_back({{across ? y.nic_out : y.nvlink_out}, bytes});
+      (across ? report_.nic_bytes : report_.nvlink_bytes) += bytes;
     } else {
       std::vector<PortMember> ports;
       ports.reserve(shared->members.size());
@@ -499,18 +503,29 @@ class Training {
       for (size_t i = 0; i < loads.size(); ++i) {
         const GpuState& y = gpus_[static_cast<size_t>(shared->members[i].gpu)];
         const PortLoad& l = loads[i];
+        report_.nvlink_bytes += l.nvlink_out;
+        report_.nic_bytes += l.nic_out;
+        const size_t first = flows.size();
         for (auto [link, bytes] :
              {std::pair{y.nvlink_out, l.nvlink_out}, std::pair{y.nvlink_in, l.nvlink_in},
-              std::pair{y.nic_out, l.nic_out}, std::pair{y.nic_in, l.nic_in}})
-          if (bytes.value() > 0) flows.emplace_back(link, bytes);
+              std::pair{y.nic_out, l.nic_out}, std::pair{y.nic_in, l.nic_in}}) {
+          if (bytes.value() <= 0) continue;
+          auto same = std::find_if(flows.begin() + static_cast<std::ptrdiff_t>(first), flows.end(),
+                                   [&](const auto& f) { return f.second == bytes; });
+          if (same == flows.end()) {
+            flows.push_back({{link}, bytes});
+          } else {
+            same->first.push_back(link);
+          }
+        }
       }
     }
     report_.flows += flows.size();
-    if (flows.empty()) flows.emplace_back(-1, Bytes(0));  // lands as an event, not re-entrantly
+    if (flows.empty()) flows.push_back({{}, Bytes(0)});  // lands as an event, not re-entrantly
     shared->flows_left = flows.size();
-    for (const auto& [link, bytes] : flows) {
+    for (auto& [links, bytes] : flows) {
       net_->send(
-          link < 0 ? std::vector<int>{} : std::vector<int>{link}, bytes, SimTime{},
+          std::move(links), bytes, SimTime{},
           [shared](SimTime) {
             if (--shared->flows_left > 0) return;
             for (Member& done : shared->members) done.done();

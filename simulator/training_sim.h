@@ -127,8 +127,11 @@ struct TrainingReport {
   uint64_t events = 0;
   uint64_t tasks = 0;
   int64_t gpus_simulated = 0;
-  uint64_t collectives = 0;      // group operations joined (every-GPU mode)
-  uint64_t flows = 0;            // port flows they expanded into (every-GPU mode)
+  uint64_t collectives = 0;  // group operations joined (every-GPU mode)
+  uint64_t flows = 0;        // port flows they expanded into (every-GPU mode)
+  // Bytes the collectives put on all GPUs' outgoing NVLink and NIC ports, all iterations
+  // (every-GPU mode; planner-time-sized, so a slower curve shows as more bytes).
+  Bytes nvlink_bytes, nic_bytes;
   std::vector<TraceSpan> spans;  // when record_trace
   bool trace_truncated = false;
   std::vector<MemorySample> memory;

@@ -446,12 +446,16 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
   const auto e = nlohmann::json::parse(every.out);
   EXPECT_EQ(e["gpus_simulated"].get<int64_t>(), 64);
   EXPECT_GT(e["collectives"].get<int64_t>(), 0);
+  EXPECT_GE(e["port_flows"].get<int64_t>(), e["collectives"].get<int64_t>());
+  EXPECT_GT(e["nvlink_bytes"].get<double>() + e["nic_bytes"].get<double>(), 0.0);
   EXPECT_NEAR(e["simulated_iteration_s"].get<double>(), j["simulated_iteration_s"].get<double>(),
               1e-6 * j["simulated_iteration_s"].get<double>());
   const Result skewed = run("simulate " + pair + " --plan " + plan + " --every-gpu --skew G=0.5");
   ASSERT_EQ(skewed.code, 0) << skewed.err;
   EXPECT_NE(skewed.out.find("every GPU simulated (64)"), std::string::npos) << skewed.out;
   EXPECT_NE(skewed.out.find("compute least busy"), std::string::npos) << skewed.out;
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --every-gpu --pxn maybe"),
+                        "--pxn: 'maybe' is not one of");
   std::remove(plan.c_str());
   std::remove(trace.c_str());
   expect_one_line_error(run("simulate " + pair + " --plan /nonexistent/plan.json"),

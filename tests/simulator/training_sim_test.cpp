@@ -406,3 +406,37 @@ TEST(TrainingSim, SpReplicatedWeightsSyncInTheNodeThenAcross) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, PxnMovesCrossNodeTrafficToTheReceiversRailNic) {
+  // Nodes of four GPUs, so EP = 8 spans two. With PXN each cross-node message leaves by the NIC
+  // on its receiver's rail, reached over NVLink: the NICs carry the same bytes in all and
+  // NVLink more. Balanced, that changes only where bytes go, so the time stays. Under G = 0.5
+  // it changes which NIC is hot: the hot rank's combine leaves by all four rails (faster), but
+  // everything bound for it leaves each node by one NIC, which also carries that GPU's share
+  // of the data-parallel ring (here slower in all, by about 2.5 %).
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  ClusterSpec cl = cluster("megascale-h800-240");
+  cl.node.num_gpus = 4;
+  cl.num_nodes *= 2;
+  cl.node.nics.resize(4);  // one per GPU, as on the eight-GPU node
+  cl.node.pcie_switches.resize(2);
+  const PlanChoice c = choice(m, "tp=1,pp=1,ep=8,etp=1,dp=8,mbs=1,gbs=16");
+  auto run = [&](const char* skew, bool pxn) {
+    const TimeContext ctx = make_time_context(m, cl, efficiencies(), parse_skew(skew, m), 4096);
+    TrainingOptions o;
+    o.every_gpu = true;
+    o.pxn = pxn;
+    return simulate_training(ctx, cl, c, o);
+  };
+  const TrainingReport on = run("G=0.5", true), off = run("G=0.5", false);
+  EXPECT_NEAR(on.nic_bytes / off.nic_bytes, 1.0, 1e-9);
+  EXPECT_GT(on.nvlink_bytes.value(), 1.5 * off.nvlink_bytes.value());
+  EXPECT_GT(std::abs(on.mean_iteration / off.mean_iteration - 1.0), 0.005);
+  const TrainingReport even_on = run("balanced", true), even_off = run("balanced", false);
+  EXPECT_NEAR(even_on.mean_iteration / even_off.mean_iteration, 1.0, 1e-3);
+  EXPECT_GT(even_on.nic_bytes.value(), 0.0);
+}
+
+}  // namespace moe::sim

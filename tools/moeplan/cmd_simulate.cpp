@@ -29,6 +29,7 @@ struct SimulateOptions {
   bool json = false;
   bool comm_priorities = false;
   bool every_gpu = false;
+  std::string pxn = "on";
   // Unset: the plan file's (switches.predictor_accuracy, ...; absent there: 1, 1, 0).
   std::optional<double> predictor_accuracy, historical_accuracy;
   std::optional<int64_t> load_window;
@@ -105,6 +106,7 @@ void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec
 }
 
 void run_simulate(const SimulateOptions& o) {
+  const bool pxn = *parse_on_off(o.pxn, "--pxn", false);
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const PlanChoice choice = io::load_plan_choice(o.plan);
@@ -139,6 +141,7 @@ void run_simulate(const SimulateOptions& o) {
   opt.record_trace = !o.trace.empty();
   opt.comm_priorities = o.comm_priorities;
   opt.every_gpu = o.every_gpu;
+  opt.pxn = pxn;
   const auto wall_start = std::chrono::steady_clock::now();
   const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
   const double wall =
@@ -200,6 +203,9 @@ void run_simulate(const SimulateOptions& o) {
                 {"fcda_chunk_histogram", r.chunk_histogram},
                 {"gpus_simulated", r.gpus_simulated},
                 {"collectives", r.collectives},
+                {"port_flows", r.flows},
+                {"nvlink_bytes", r.nvlink_bytes.value()},
+                {"nic_bytes", r.nic_bytes.value()},
                 {"events", r.events},
                 {"tasks", r.tasks},
                 {"wall_s", wall}});
@@ -256,6 +262,10 @@ void run_simulate(const SimulateOptions& o) {
                   std::to_string(x.peak_gpu)});
     }
     fmt::print("\nper GPU within each stage\n{}", spread.render());
+    const double per_iteration = 1.0 / static_cast<double>(o.iterations);
+    fmt::print("collectives sent {} over NVLink and {} over NICs per iteration (PXN {})\n",
+               as_gb(r.nvlink_bytes.value() * per_iteration),
+               as_gb(r.nic_bytes.value() * per_iteration), opt.pxn ? "on" : "off");
   }
   std::string hist;
   for (size_t k = 1; k < r.chunk_histogram.size(); ++k) {
@@ -305,6 +315,10 @@ void add_simulate(CLI::App& app) {
                 "simulate every GPU (its own links, memory and EP rank's tokens; collectives wait "
                 "for their group) instead of one representative per pipeline stage; the trace "
                 "shows each stage's first GPU");
+  cmd->add_option("--pxn", o->pxn,
+                  "with --every-gpu: all-to-all across nodes goes through the NIC on the "
+                  "receiver's rail, reached over NVLink, as NCCL's PXN does: on (default, as "
+                  "NCCL) | off (NCCL_PXN_DISABLE=1: each GPU's own NIC)");
   cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
   cmd->add_option(
          "--predictor-accuracy", o->predictor_accuracy,
