@@ -263,9 +263,12 @@ void run_simulate(const SimulateOptions& o) {
     }
     fmt::print("\nper GPU within each stage\n{}", spread.render());
     const double per_iteration = 1.0 / static_cast<double>(o.iterations);
+    auto volume = [&](Bytes b) {
+      const double v = b.value() * per_iteration;
+      return v >= 1e12 ? fmt::format("{:.2f} TB", v / 1e12) : as_gb(v);
+    };
     fmt::print("collectives sent {} over NVLink and {} over NICs per iteration (PXN {})\n",
-               as_gb(r.nvlink_bytes.value() * per_iteration),
-               as_gb(r.nic_bytes.value() * per_iteration), opt.pxn ? "on" : "off");
+               volume(r.nvlink_bytes), volume(r.nic_bytes), opt.pxn ? "on" : "off");
   }
   std::string hist;
   for (size_t k = 1; k < r.chunk_histogram.size(); ++k) {
