@@ -40,6 +40,11 @@ std::string read_file(const std::string& path) {
   return text;
 }
 
+// A scratch path of this test process: two checkouts' suites can run on one machine at once.
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + std::to_string(getpid()) + "_" + name;
+}
+
 // `env`: variables set for this run only ("NAME=value ...").
 Result run(const std::string& args, const std::string& env = "") {
   // ctest runs tests in parallel: each call gets its own file.
@@ -283,7 +288,7 @@ TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
 }
 
 TEST(Cli, PlanSavesAFileThatReadsBack) {
-  const std::string path = ::testing::TempDir() + "moeplan_cli_plan.json";
+  const std::string path = temp_path("moeplan_cli_plan.json");
   const Result r =
       run("plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
           "--global-batch 64 "
@@ -367,7 +372,7 @@ TEST(Cli, PlanEvaluatesPlainDdpAsZeroStageZero) {
 TEST(Cli, PlanAndSimulateFp8Training) {
   // FP8 on H800: faster than BF16, Transformer Engine's flags, a plan file the simulator reads;
   // an A100 has no FP8 peak, which is a one-line error.
-  const std::string dir = ::testing::TempDir() + "moeplan_fp8";
+  const std::string dir = temp_path("moeplan_fp8");
   std::filesystem::create_directories(dir);
   const std::string base =
       "plan --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
@@ -414,8 +419,8 @@ TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
 }
 
 TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
-  const std::string plan = ::testing::TempDir() + "moeplan_sim_plan.json";
-  const std::string trace = ::testing::TempDir() + "moeplan_sim_trace.json";
+  const std::string plan = temp_path("moeplan_sim_plan.json");
+  const std::string trace = temp_path("moeplan_sim_trace.json");
   const std::string pair =
       "--model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json";
   ASSERT_EQ(
@@ -456,6 +461,8 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
   EXPECT_NE(skewed.out.find("compute least busy"), std::string::npos) << skewed.out;
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --every-gpu --pxn maybe"),
                         "--pxn: 'maybe' is not one of");
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --pxn off"),
+                        "add --every-gpu");
   std::remove(plan.c_str());
   std::remove(trace.c_str());
   expect_one_line_error(run("simulate " + pair + " --plan /nonexistent/plan.json"),
@@ -465,7 +472,7 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
 namespace moe {
 
 TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
-  const std::string plan = ::testing::TempDir() + "moeplan_offload_plan.json";
+  const std::string plan = temp_path("moeplan_offload_plan.json");
   const std::string pair =
       "--model models/aptmoe-moe-s-16.json --cluster topologies/aptmoe-4x-a800-40gb-c1g4.json";
   ASSERT_EQ(
@@ -513,7 +520,7 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   for (const char* s : {"APTMoE", "Mobius", "GPipeOffload"})
     EXPECT_GT(j["systems"][s]["tokens_per_s"].get<double>(), 0.0) << s;
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.5);
-  const std::string trace = ::testing::TempDir() + "moeplan_offload_trace.json";
+  const std::string trace = temp_path("moeplan_offload_trace.json");
   const Result text =
       run("simulate " + pair + " --plan " + plan + " --skew G=0.5 --trace " + trace);
   EXPECT_NE(text.out.find("vs Mobius"), std::string::npos) << text.out;
@@ -538,7 +545,7 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
 
 TEST(Cli, SimulateReportsOutOfMemoryAtTheOperator) {
   // MemFine Model I without chunking: the skew of the first iteration's late layers overflows.
-  const std::string plan = ::testing::TempDir() + "moeplan_memfine_plan.json";
+  const std::string plan = temp_path("moeplan_memfine_plan.json");
   const std::string pair =
       "--model models/memfine-model-1.json --cluster topologies/memfine-128x64gb.json";
   ASSERT_EQ(run("plan " + pair +
@@ -566,7 +573,7 @@ TEST(Cli, SimulateReportsOutOfMemoryAtTheOperator) {
 namespace moe {
 
 TEST(Cli, CalibrateCpuWritesACurveFileThatResumes) {
-  const std::string out = ::testing::TempDir() + "moeplan_calibration.json";
+  const std::string out = temp_path("moeplan_calibration.json");
   std::remove(out.c_str());
   const std::string cmd = "calibrate --only cpu --quick --model " + std::string(MOEPLAN_TEST_DATA) +
                           "/model-tiny-moe.json --out " + out;
@@ -614,7 +621,7 @@ TEST(Cli, CalibrateCpuWritesACurveFileThatResumes) {
 namespace moe {
 
 TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
-  const std::string dir = ::testing::TempDir() + "moeplan_whatif";
+  const std::string dir = temp_path("moeplan_whatif");
   std::filesystem::remove_all(dir);
   const std::string pair =
       "--model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json";
@@ -666,7 +673,7 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
 namespace moe {
 
 TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
-  const std::string dir = ::testing::TempDir() + "moeplan_whatif_axes";
+  const std::string dir = temp_path("moeplan_whatif_axes");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string pair =
@@ -729,7 +736,7 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
 }
 
 TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
-  const std::string dir = ::testing::TempDir() + "moeplan_reproduce";
+  const std::string dir = temp_path("moeplan_reproduce");
   std::filesystem::remove_all(dir);
   const Result r = run("reproduce all --out " + dir);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -923,7 +930,7 @@ TEST(Cli, AffinityTablePrintsTheProfilersLookupTable) {
 TEST(Cli, AffinityReadsTheGemmCurveCalibrateWrites) {
   // `calibrate` writes BF16 GEMMs as "gemm" and FP16 as "gemm_fp16"; a GPU at half efficiency
   // takes twice as long per expert in the matching dtype only.
-  const std::string cal = ::testing::TempDir() + "moeplan_affinity_gemm.json";
+  const std::string cal = temp_path("moeplan_affinity_gemm.json");
   std::ofstream(cal) << R"({"format": "moeplan-calibration/1", "curves": {
       "gemm": {"points": [{"size_flops": 1, "efficiency": 0.5}]},
       "gemm_fp16": {"points": [{"size_flops": 1, "efficiency": 0.25}]}}})";
@@ -947,7 +954,7 @@ TEST(Cli, AffinityReadsTheGemmCurveCalibrateWrites) {
 TEST(Cli, AffinityTakesTheCpuRateTheCalibrationMeasured) {
   // The CPU curve is relative to the best rate `calibrate` measured (reference_GFLOPS): that
   // rate, shared by the node's GPUs, replaces the cluster file's achievable figure.
-  const std::string cal = ::testing::TempDir() + "moeplan_affinity_cpu.json";
+  const std::string cal = temp_path("moeplan_affinity_cpu.json");
   const std::string base =
       "affinity --model models/aptmoe-moe-s-16.json --cluster "
       "topologies/aptmoe-4x-a800-40gb-c1g2.json --tokens 64 --G 0.3";
@@ -982,7 +989,7 @@ namespace moe {
 // execute: input errors are named on any machine; the run itself needs a GPU, and without one
 // (CI) it says so in one line and exits 1. With a GPU it prints predicted beside measured.
 TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
-  const std::string plan = ::testing::TempDir() + "moeplan_execute_plan.json";
+  const std::string plan = temp_path("moeplan_execute_plan.json");
   const std::string pair =
       "--model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json";
   ASSERT_EQ(
@@ -993,7 +1000,7 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
   expect_one_line_error(run(cmd + " --repeats 0"), "--repeats");
   expect_one_line_error(run(cmd + " --skew G=7"), "--skew");
   // --predict-only needs no GPU: the case, and the prediction at each chunk count.
-  const std::string predicted = ::testing::TempDir() + "moeplan_execute_predicted.json";
+  const std::string predicted = temp_path("moeplan_execute_predicted.json");
   const Result p = run(cmd + " --predict-only --json " + predicted);
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_NE(p.out.find("MemFine eq.2 peak"), std::string::npos) << p.out;
@@ -1028,7 +1035,7 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
     EXPECT_NE(s.out.find("split speedup"), std::string::npos) << s.out;
   }
   // An offload plan (Mixtral-8x7B does not fit 8 x 80 GB): execute runs its APTMoE split.
-  const std::string offload = ::testing::TempDir() + "moeplan_execute_offload.json";
+  const std::string offload = temp_path("moeplan_execute_offload.json");
   const std::string node = "--model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json";
   ASSERT_EQ(run("plan " + node + " --global-batch 64 --seq-len 4096 --save " + offload).code, 0);
   const Result off = run("execute " + node + " --plan " + offload + " --skew G=0.3 --repeats 1");
@@ -1040,7 +1047,7 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
   std::remove(offload.c_str());
   // Launched as several ranks, execute runs MoNTA's strategies for the plan's expert all-to-all:
   // the plan needs expert TP, and the world must be its etp x ep group.
-  const std::string monta_plan = ::testing::TempDir() + "moeplan_execute_monta.json";
+  const std::string monta_plan = temp_path("moeplan_execute_monta.json");
   const std::string monta_pair =
       "--model models/mixtral-8x7b.json --cluster topologies/monta-2x8-a800.json";
   ASSERT_EQ(run("plan " + monta_pair +

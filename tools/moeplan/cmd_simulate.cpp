@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
@@ -29,7 +30,7 @@ struct SimulateOptions {
   bool json = false;
   bool comm_priorities = false;
   bool every_gpu = false;
-  std::string pxn = "on";
+  std::optional<std::string> pxn;  // with --every-gpu only; NCCL's default (on) when unset
   // Unset: the plan file's (switches.predictor_accuracy, ...; absent there: 1, 1, 0).
   std::optional<double> predictor_accuracy, historical_accuracy;
   std::optional<int64_t> load_window;
@@ -106,7 +107,9 @@ void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec
 }
 
 void run_simulate(const SimulateOptions& o) {
-  const bool pxn = *parse_on_off(o.pxn, "--pxn", false);
+  const bool pxn = !o.pxn || *parse_on_off(*o.pxn, "--pxn", false);
+  if (o.pxn && !o.every_gpu)
+    throw InputError("--pxn", "", "routes the every-GPU simulation's traffic: add --every-gpu");
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const PlanChoice choice = io::load_plan_choice(o.plan);
