@@ -26,7 +26,11 @@ class GpuError : public std::runtime_error {
 // Operand types cuBLASLt multiplies: BF16/FP16/FP8 (E4M3) inputs accumulate in FP32 and write
 // BF16 (FP16 for FP16); TF32 reads and writes FP32.
 enum class GemmType { kBf16, kFp16, kFp8, kTf32 };
+inline constexpr GemmType kGemmTypes[] = {GemmType::kBf16, GemmType::kFp16, GemmType::kFp8,
+                                          GemmType::kTf32};
 const char* gemm_type_name(GemmType t);  // "bf16", "fp16", "fp8", "tf32"
+// The precision whose peak (in the cluster file) a type's GEMMs are measured against.
+Dtype gemm_dtype(GemmType t);
 // The calibration curve each type's GEMMs are written to: "gemm" for BF16 (what the planner
 // reads), "gemm_fp16", "gemm_fp8", "gemm_tf32" for the others.
 std::string gemm_curve_name(GemmType t);

@@ -26,20 +26,24 @@ std::string gemm_curve_name(GemmType t) {
   return t == GemmType::kBf16 ? std::string("gemm") : fmt::format("gemm_{}", gemm_type_name(t));
 }
 
-std::optional<std::string> gemm_curve_for(Dtype d) {
-  switch (d) {
-    case Dtype::kBf16:
-      return gemm_curve_name(GemmType::kBf16);
-    case Dtype::kFp16:
-      return gemm_curve_name(GemmType::kFp16);
-    case Dtype::kFp8:
-      return gemm_curve_name(GemmType::kFp8);
-    case Dtype::kTf32:
-      return gemm_curve_name(GemmType::kTf32);
-    case Dtype::kFp32:
-      return std::nullopt;
+Dtype gemm_dtype(GemmType t) {
+  switch (t) {
+    case GemmType::kBf16:
+      return Dtype::kBf16;
+    case GemmType::kFp16:
+      return Dtype::kFp16;
+    case GemmType::kFp8:
+      return Dtype::kFp8;
+    case GemmType::kTf32:
+      return Dtype::kTf32;
   }
-  return std::nullopt;
+  return Dtype::kBf16;
+}
+
+std::optional<std::string> gemm_curve_for(Dtype d) {
+  for (GemmType t : kGemmTypes)
+    if (gemm_dtype(t) == d) return gemm_curve_name(t);
+  return std::nullopt;  // FP32: CUDA cores, not measured
 }
 
 const char* copy_kind_name(CopyKind k) {

@@ -28,11 +28,8 @@ void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
   const GpuSpec& gpu = cluster.node.gpu;
   if (sweep.parts.count("gemm")) {
     const std::vector<GemmShape> shapes = gemm_shapes(sweep.model, sweep.quick);
-    const std::pair<GemmType, Dtype> types[] = {{GemmType::kBf16, Dtype::kBf16},
-                                                {GemmType::kFp16, Dtype::kFp16},
-                                                {GemmType::kFp8, Dtype::kFp8},
-                                                {GemmType::kTf32, Dtype::kTf32}};
-    for (auto [type, dtype] : types) {
+    for (GemmType type : kGemmTypes) {
+      const Dtype dtype = gemm_dtype(type);
       const std::string name = gemm_curve_name(type);
       // A type the cluster file gives no peak for (FP8 on A100) is not measured.
       if (skipped(skip, name) || !gpu.peak.count(dtype)) continue;

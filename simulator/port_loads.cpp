@@ -44,14 +44,12 @@ std::vector<PortLoad> alltoall_loads(const std::vector<PortMember>& m, bool into
     }
     return out;
   }
-  // Peers each member's share is counted over: the remote ones when the group spans nodes.
+  // Across nodes each member's share is counted over its remote peers (the planner's time is
+  // the NIC's).
   std::vector<double> peers(n, 0.0);
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      if (j == i) continue;
-      if (!across || m[j].node != m[i].node) peers[i] += 1.0;
-    }
-  }
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j)
+      if (m[j].node != m[i].node) peers[i] += 1.0;
   std::map<std::pair<int64_t, int64_t>, size_t> by_rail;  // (node, rail) -> member
   for (size_t k = 0; k < n; ++k) by_rail.emplace(std::pair{m[k].node, m[k].rail}, k);
   auto rail_gpu = [&](int64_t node, int64_t rail) -> size_t {
@@ -64,7 +62,7 @@ std::vector<PortLoad> alltoall_loads(const std::vector<PortMember>& m, bool into
       const size_t heavy = into_heavy ? j : i;
       const double share = peers[heavy] > 0 ? m[heavy].weight / peers[heavy] : 0.0;
       const Bytes b = m[i].bytes * share;
-      if (!across || m[i].node == m[j].node) {
+      if (m[i].node == m[j].node) {
         out[i].nvlink_out += b;
         out[j].nvlink_in += b;
         continue;

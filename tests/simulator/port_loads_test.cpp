@@ -20,15 +20,20 @@ std::vector<PortMember> group(int64_t nodes, int64_t per_node, std::vector<doubl
   return m;
 }
 
-TEST(PortLoads, ABalancedAllToAllInsideANodeLoadsEveryNvlinkPortWithTheTasksBytes) {
-  for (Exchange e : {Exchange::kAllToAllIntoHeavy, Exchange::kAllToAllFromHeavy}) {
-    for (const PortLoad& l : port_loads(e, group(1, 4), false, true)) {
-      EXPECT_DOUBLE_EQ(l.nvlink_out.value(), kB);
-      EXPECT_DOUBLE_EQ(l.nvlink_in.value(), kB);
-      EXPECT_EQ(l.nic_out.value(), 0.0);
-      EXPECT_EQ(l.nic_in.value(), 0.0);
-    }
+// Every member's ports carry these bytes.
+void expect_every_member(const std::vector<PortLoad>& loads, double nvlink_out, double nvlink_in,
+                         double nic_out, double nic_in) {
+  for (size_t i = 0; i < loads.size(); ++i) {
+    EXPECT_DOUBLE_EQ(loads[i].nvlink_out.value(), nvlink_out) << "member " << i;
+    EXPECT_DOUBLE_EQ(loads[i].nvlink_in.value(), nvlink_in) << "member " << i;
+    EXPECT_DOUBLE_EQ(loads[i].nic_out.value(), nic_out) << "member " << i;
+    EXPECT_DOUBLE_EQ(loads[i].nic_in.value(), nic_in) << "member " << i;
   }
+}
+
+TEST(PortLoads, ABalancedAllToAllInsideANodeLoadsEveryNvlinkPortWithTheTasksBytes) {
+  for (Exchange e : {Exchange::kAllToAllIntoHeavy, Exchange::kAllToAllFromHeavy})
+    expect_every_member(port_loads(e, group(1, 4), false, true), kB, kB, 0, 0);
 }
 
 TEST(PortLoads, SkewLoadsTheHotRanksIngressOnDispatchAndItsEgressOnCombine) {
@@ -49,23 +54,15 @@ TEST(PortLoads, SkewLoadsTheHotRanksIngressOnDispatchAndItsEgressOnCombine) {
 TEST(PortLoads, AcrossNodesEachNicCarriesTheTaskAndLocalPeersTakeNvlink) {
   // Two nodes of four: each GPU's share is counted over its four remote peers (the planner's
   // time is the NIC's); its three local peers get the same share over NVLink.
-  for (const PortLoad& l : port_loads(Exchange::kAllToAllIntoHeavy, group(2, 4), true, false)) {
-    EXPECT_DOUBLE_EQ(l.nic_out.value(), kB);
-    EXPECT_DOUBLE_EQ(l.nic_in.value(), kB);
-    EXPECT_DOUBLE_EQ(l.nvlink_out.value(), kB * 3 / 4);
-    EXPECT_DOUBLE_EQ(l.nvlink_in.value(), kB * 3 / 4);
-  }
+  expect_every_member(port_loads(Exchange::kAllToAllIntoHeavy, group(2, 4), true, false),
+                      kB * 3 / 4, kB * 3 / 4, kB, kB);
 }
 
 TEST(PortLoads, PxnForwardsOverNvlinkToTheReceiversRailWithoutChangingNicBytes) {
   // Balanced: every NIC still sends and receives the task's bytes; NVLink carries the local
   // share plus the messages forwarded to the three other rails' GPUs.
-  for (const PortLoad& l : port_loads(Exchange::kAllToAllIntoHeavy, group(2, 4), true, true)) {
-    EXPECT_DOUBLE_EQ(l.nic_out.value(), kB);
-    EXPECT_DOUBLE_EQ(l.nic_in.value(), kB);
-    EXPECT_DOUBLE_EQ(l.nvlink_out.value(), kB * 6 / 4);
-    EXPECT_DOUBLE_EQ(l.nvlink_in.value(), kB * 6 / 4);
-  }
+  expect_every_member(port_loads(Exchange::kAllToAllIntoHeavy, group(2, 4), true, true), kB * 6 / 4,
+                      kB * 6 / 4, kB, kB);
   // A hot sender (the combine out of a hot EP rank): without PXN its own NIC sends all of its
   // outputs; with PXN they leave by the four rails' NICs, so no NIC sends more than the node's
   // mean.
