@@ -23,7 +23,7 @@ int FlowNetwork::add_link(BytesPerSec capacity) {
   return static_cast<int>(links_.size()) - 1;
 }
 
-void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Done done,
+void FlowNetwork::send(std::span<const int> links, Bytes bytes, SimTime latency, Done done,
                        int priority) {
   for (int l : links) {
     if (l < 0 || l >= static_cast<int>(links_.size()))
@@ -31,25 +31,30 @@ void FlowNetwork::send(std::vector<int> links, Bytes bytes, SimTime latency, Don
   }
   if (!(bytes.value() >= 0) || !std::isfinite(bytes.value()))
     throw std::invalid_argument("flow size must be finite and not negative");
-  std::sort(links.begin(), links.end());
-  links.erase(std::unique(links.begin(), links.end()), links.end());
-  Flow f;
-  f.links = std::move(links);
-  f.bytes = f.remaining = bytes.value();
-  f.done = std::move(done);
-  f.priority = priority;
-  sent_ += bytes.value();
   // Finished flows leave their slot to new ones: a long run keeps only the flows in flight.
+  // The slot is filled in place (its links' buffer too): no allocation per flow.
   size_t id = flows_.size();
   if (free_.empty()) {
-    flows_.push_back(std::move(f));
+    flows_.emplace_back();
     flow_seen_.push_back(0);
   } else {
     id = free_.back();
     free_.pop_back();
-    flows_[id] = std::move(f);
   }
-  if (latency.ps == 0 && !flows_[id].links.empty() && flows_[id].remaining > 0) {
+  Flow& f = flows_[id];
+  f.links.assign(links.begin(), links.end());
+  std::sort(f.links.begin(), f.links.end());
+  f.links.erase(std::unique(f.links.begin(), f.links.end()), f.links.end());
+  f.bytes = f.remaining = bytes.value();
+  f.rate = 0;
+  f.since = SimTime{};
+  f.completion.reset();
+  f.due = SimTime{};
+  f.done = std::move(done);
+  f.active = false;
+  f.priority = priority;
+  sent_ += bytes.value();
+  if (latency.ps == 0 && !f.links.empty() && f.remaining > 0) {
     activate(id);  // nothing to wait for, and done cannot run from inside send()
     return;
   }
@@ -80,7 +85,7 @@ void FlowNetwork::activate(size_t id) {
   f.since = queue_.now();
   ++active_count_;
   for (int l : f.links) on_link_[static_cast<size_t>(l)].push_back(id);
-  resolve_around(f.links);
+  resolve_around(std::span<const int>(f.links.data(), f.links.size()));
 }
 
 void FlowNetwork::complete(size_t id) {
@@ -104,13 +109,13 @@ void FlowNetwork::complete(size_t id) {
     on.erase(std::find(on.begin(), on.end(), id));
   }
   Done done = std::move(f.done);
-  const std::vector<int> links = std::move(f.links);
+  // Its links stay in the slot until send() reuses it, which only `done` can call.
+  resolve_around(std::span<const int>(f.links.data(), f.links.size()));
   free_.push_back(id);
-  resolve_around(links);
   if (done) done(queue_.now());
 }
 
-void FlowNetwork::resolve_around(const std::vector<int>& seeds) {
+void FlowNetwork::resolve_around(std::span<const int> seeds) {
   ++solves_;
   // The connected component: links reached from the seeds through the flows crossing them.
   // Reused buffers: nothing a solve calls solves again.

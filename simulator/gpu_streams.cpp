@@ -6,14 +6,7 @@
 namespace moe::sim {
 
 GpuStreams::GpuStreams(EventQueue& queue, FlowNetwork& net, int streams, StreamHooks hooks)
-    : queue_(queue),
-      net_(net),
-      hooks_(std::move(hooks)),
-      ready_(static_cast<size_t>(streams)),
-      running_(static_cast<size_t>(streams), false),
-      started_(static_cast<size_t>(streams)),
-      busy_(static_cast<size_t>(streams)),
-      waited_(static_cast<size_t>(streams)) {}
+    : queue_(queue), net_(net), hooks_(std::move(hooks)), streams_(static_cast<size_t>(streams)) {}
 
 TaskGraph::TaskGraph(std::vector<Task> tasks) : tasks_(std::move(tasks)) {
   const size_t n = tasks_.size();
@@ -42,13 +35,13 @@ void GpuStreams::run(std::vector<Task> graph, std::function<void()> done) {
 
 void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done) {
   if (left_ != 0) throw std::logic_error("a GPU runs one task graph at a time");
-  if (graph->min_stream() < 0 || static_cast<size_t>(graph->max_stream()) >= ready_.size())
+  if (graph->min_stream() < 0 || static_cast<size_t>(graph->max_stream()) >= streams_.size())
     throw std::invalid_argument("task on an unknown stream");
   graph_ = std::move(graph);
   done_ = std::move(done);
   left_ = graph_->size();
-  waiting_ = graph_->waiting_;
-  released_by_.assign(graph_->size(), 0);
+  pending_.resize(graph_->size());
+  for (size_t i = 0; i < pending_.size(); ++i) pending_[i] = {graph_->waiting_[i], 0};
   idle_ = true;
   idle_since_ = queue_.now();
   if (left_ == 0) {
@@ -57,7 +50,7 @@ void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void(
     return;
   }
   for (uint32_t i = 0; i < graph_->size(); ++i) {
-    if (waiting_[i] == 0) ready(i);
+    if (pending_[i].waiting == 0) ready(i);
   }
 }
 
@@ -67,40 +60,40 @@ void GpuStreams::ready(uint32_t task) {
     hooks_.on_ready(task, t);
     return;
   }
-  ready_[static_cast<size_t>(t.stream)].push({t.rank, task});
+  streams_[static_cast<size_t>(t.stream)].ready.push({t.rank, task});
   dispatch(t.stream);
 }
 
 void GpuStreams::dispatch(int stream) {
-  const size_t s = static_cast<size_t>(stream);
+  Stream& s = streams_[static_cast<size_t>(stream)];
   if (caller_started(stream)) {
-    if (!running_[s] && hooks_.on_free) hooks_.on_free(stream);
+    if (!s.running && hooks_.on_free) hooks_.on_free(stream);
     return;
   }
-  if (running_[s] || ready_[s].empty()) return;
-  const uint32_t id = ready_[s].top().second;
-  ready_[s].pop();
+  if (s.running || s.ready.empty()) return;
+  const uint32_t id = s.ready.top().second;
+  s.ready.pop();
   launch(id);
 }
 
 void GpuStreams::start(uint32_t id) {
-  if (!graph_ || id >= graph_->size() || waiting_[id] != 0 ||
-      running_[static_cast<size_t>(graph_->tasks_[id].stream)])
+  if (!graph_ || id >= graph_->size() || pending_[id].waiting != 0 ||
+      !stream_free(graph_->tasks_[id].stream))
     throw std::logic_error("started a task that is not ready or whose stream is busy");
   launch(id);
 }
 
 void GpuStreams::launch(uint32_t id) {
   const int stream = graph_->tasks_[id].stream;
-  const size_t s = static_cast<size_t>(stream);
-  running_[s] = true;
+  Stream& s = streams_[static_cast<size_t>(stream)];
+  s.running = true;
   const SimTime start = queue_.now();
-  started_[s] = start;
+  s.started = start;
   if (stream == 0 && idle_) {
     // The main stream waited: charge it to whatever released this task (itself at a graph's
     // start, which the caller accounts as pipeline wait).
-    waited_[static_cast<size_t>(released_by_[id])] =
-        waited_[static_cast<size_t>(released_by_[id])] + (start - idle_since_);
+    SimTime& waited = streams_[static_cast<size_t>(pending_[id].released_by)].waited;
+    waited = waited + (start - idle_since_);
     idle_ = false;
   }
   const Task& t = graph_->tasks_[id];
@@ -118,19 +111,19 @@ void GpuStreams::launch(uint32_t id) {
 
 void GpuStreams::finished(uint32_t id) {
   const Task& t = graph_->tasks_[id];
-  const size_t s = static_cast<size_t>(t.stream);
+  Stream& s = streams_[static_cast<size_t>(t.stream)];
   const SimTime now = queue_.now();
-  const SimTime start = started_[s];
-  busy_[s] = busy_[s] + (now - start);
-  running_[s] = false;
+  const SimTime start = s.started;
+  s.busy = s.busy + (now - start);
+  s.running = false;
   if (hooks_.on_end) hooks_.on_end(t, start, now);
   for (uint32_t k = graph_->first_dependent_[id]; k < graph_->first_dependent_[id + 1]; ++k) {
-    const uint32_t d = graph_->dependents_[k];
-    released_by_[d] = t.stream;
-    if (--waiting_[d] == 0) ready(d);
+    Pending& d = pending_[graph_->dependents_[k]];
+    d.released_by = t.stream;
+    if (--d.waiting == 0) ready(graph_->dependents_[k]);
   }
   dispatch(t.stream);
-  if (!running_[0] && !idle_) {
+  if (!streams_[0].running && !idle_) {
     idle_ = true;
     idle_since_ = now;
   }

@@ -87,11 +87,11 @@ class GpuStreams {
 
   // Starts ready task `id` of a caller-started stream, which must be free.
   void start(uint32_t id);
-  bool stream_free(int stream) const { return !running_[static_cast<size_t>(stream)]; }
+  bool stream_free(int stream) const { return !streams_[static_cast<size_t>(stream)].running; }
 
-  // Main-stream idle time inside graphs, by the stream of the task it waited for.
-  const std::vector<SimTime>& waited_on() const { return waited_; }
-  SimTime busy(int stream) const { return busy_[static_cast<size_t>(stream)]; }
+  // Main-stream idle time inside graphs that `stream`'s tasks released.
+  SimTime waited_on(int stream) const { return streams_[static_cast<size_t>(stream)].waited; }
+  SimTime busy(int stream) const { return streams_[static_cast<size_t>(stream)].busy; }
 
  private:
   void ready(uint32_t task);
@@ -107,13 +107,21 @@ class GpuStreams {
   FlowNetwork& net_;
   StreamHooks hooks_;
   std::shared_ptr<const TaskGraph> graph_;
-  std::vector<uint32_t> waiting_;
-  std::vector<int> released_by_;           // stream of the dependency that finished last
+  // What a finishing task touches sits together: a run of every GPU keeps thousands of these
+  // objects, and each event's cache misses were most of its cost.
+  struct Pending {
+    uint32_t waiting = 0;  // dependencies not yet finished
+    int released_by = 0;   // stream of the dependency that finished last
+  };
+  std::vector<Pending> pending_;           // by task of the running graph
   using Ready = std::pair<int, uint32_t>;  // (rank, task)
-  std::vector<std::priority_queue<Ready, std::vector<Ready>, std::greater<>>> ready_;
-  std::vector<bool> running_;
-  std::vector<SimTime> started_;  // of the task running on each stream
-  std::vector<SimTime> busy_, waited_;
+  struct Stream {
+    bool running = false;
+    SimTime started;  // of its running task
+    SimTime busy, waited;
+    std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
+  };
+  std::vector<Stream> streams_;
   size_t left_ = 0;
   bool idle_ = false;
   SimTime idle_since_;

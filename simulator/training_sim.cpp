@@ -394,7 +394,7 @@ class Training {
         const Seconds busy = to_seconds(x.gpu->busy(kCompute));
         r.compute_busy += busy * share;
         compute_total_[static_cast<size_t>(g)] += busy;
-        for (int k = 0; k < kStreams; ++k) r.waited[k] += to_seconds(x.gpu->waited_on()[k]) * share;
+        for (int k = 0; k < kStreams; ++k) r.waited[k] += to_seconds(x.gpu->waited_on(k)) * share;
         peak_total_[static_cast<size_t>(g)] = std::max(peak_total_[static_cast<size_t>(g)], x.peak);
       }
       r.pipeline_wait += to_seconds(end - pr.busy[static_cast<size_t>(s)]);
@@ -474,9 +474,18 @@ class Training {
     j.members.push_back({g, ratio, std::move(done)});
     if (static_cast<int>(j.members.size()) < size) return;
     ++report_.collectives;
-    Joining all = std::move(j);
+    // From here its flows' callbacks hold it by a raw pointer, which std::function stores
+    // inline (a shared_ptr would cost a heap block per flow); the last to land hands it back.
+    Joining* shared = nullptr;
+    if (landing_free_.empty()) {
+      landing_.push_back(std::make_unique<Joining>());
+      shared = landing_.back().get();
+    } else {
+      shared = landing_free_.back();
+      landing_free_.pop_back();
+    }
+    *shared = std::move(j);
     joining_.erase(key);
-    auto shared = std::make_shared<Joining>(std::move(all));
     std::sort(shared->members.begin(), shared->members.end(),
               [](const Member& a, const Member& b) { return a.gpu < b.gpu; });  // rank order
     const bool across = on_nic(x, t);
@@ -484,7 +493,8 @@ class Training {
     // balanced routing, out and in alike): its rate is the most contended port's share, which
     // is what the slower of separate flows would get, and the collective lands at the same
     // time with a quarter of the flows and events. Skew splits them.
-    std::vector<std::pair<std::vector<int>, Bytes>> flows;
+    auto& flows = flows_scratch_;  // send() calls nothing back: no join runs inside this one
+    flows.clear();
     if (shared->members.size() < 2) {
       // A group of one (expert TP's gathers when EP is 1 run on the EP stream): the planner's
       // time on the port it names, as symmetric mode sends it.
@@ -523,12 +533,14 @@ class Training {
     report_.flows += flows.size();
     if (flows.empty()) flows.push_back({{}, Bytes(0)});  // lands as an event, not re-entrantly
     shared->flows_left = flows.size();
-    for (auto& [links, bytes] : flows) {
+    for (const auto& [links, bytes] : flows) {
       net_->send(
-          std::move(links), bytes, SimTime{},
-          [shared](SimTime) {
+          links, bytes, SimTime{},
+          [this, shared](SimTime) {
             if (--shared->flows_left > 0) return;
+            // Handed back after the members go on: their next collectives take another.
             for (Member& done : shared->members) done.done();
+            landing_free_.push_back(shared);
           },
           shared->priority);
     }
@@ -1001,8 +1013,11 @@ class Training {
   std::vector<GpuState> gpus_;
   std::vector<LayerState> layers_;
   std::map<CollectiveKey, Joining> joining_;
-  int64_t building_stage_ = 0;  // the stage whose pass graph is being built
-  OpRef ref_;                   // the layer operator the tasks being appended run
+  std::vector<std::pair<FlowNetwork::Links, Bytes>> flows_scratch_;  // join's, kept between calls
+  std::vector<std::unique_ptr<Joining>> landing_;  // collectives whose flows are in flight
+  std::vector<Joining*> landing_free_;             // of those, the ones that have landed
+  int64_t building_stage_ = 0;                     // the stage whose pass graph is being built
+  OpRef ref_;  // the layer operator the tasks being appended run
 };
 
 }  // namespace

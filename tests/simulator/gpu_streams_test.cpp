@@ -39,7 +39,7 @@ TEST(GpuStreams, StreamsOverlapAndDependenciesSerialise) {
   gpu.run({compute(1), compute(2), comm(link, 2e6)}, [&] { end = q.now(); });
   q.run();
   EXPECT_EQ(end, ms(3));
-  EXPECT_EQ(gpu.waited_on()[1], SimTime{});
+  EXPECT_EQ(gpu.waited_on(1), SimTime{});
 
   // Chained: compute, then communication, then compute: 1 + 2 + 1 ms, and the compute stream
   // waited 2 ms for stream 1.
@@ -48,7 +48,7 @@ TEST(GpuStreams, StreamsOverlapAndDependenciesSerialise) {
   chained.run({compute(1), comm(link, 2e6, {0}), compute(1, {1})}, [&] { end = q.now(); });
   q.run();
   EXPECT_EQ(end - start, ms(4));
-  EXPECT_EQ(chained.waited_on()[1], ms(2));
+  EXPECT_EQ(chained.waited_on(1), ms(2));
   EXPECT_EQ(chained.busy(0), ms(2));
 }
 
