@@ -168,6 +168,16 @@ void FlowNetwork::resolve_around(std::span<const int> seeds) {
 }
 
 void FlowNetwork::fill(std::span<const size_t> members, const std::vector<int>& links) {
+  if (members.size() == 1) {
+    // One flow (most solves in a run of every GPU: a member's own ports): the filling's one
+    // step, the tightest link's room.
+    Flow& f = flows_[members.front()];
+    double step = std::numeric_limits<double>::infinity();
+    for (int l : f.links) step = std::min(step, std::max(left_[static_cast<size_t>(l)], 0.0));
+    f.rate = step;
+    for (int l : f.links) left_[static_cast<size_t>(l)] -= step;
+    return;
+  }
   std::vector<char>& frozen = frozen_;
   frozen.assign(members.size(), 0);
   for (size_t i = 0; i < members.size(); ++i) {

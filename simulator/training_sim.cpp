@@ -291,6 +291,7 @@ class Training {
     gpus_.clear();
     gpus_.resize(static_cast<size_t>(*p_.pp * per_stage_));
     joining_.clear();
+    last_joined_ = nullptr;
     const int64_t span = boundary_span(p_);
     PipelineHooks hooks;
     hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
@@ -468,7 +469,13 @@ class Training {
     const GpuState& x = gpus_[static_cast<size_t>(g)];
     const int size = group_size_[t.stream] > 0 ? static_cast<int>(group_size_[t.stream]) : 1;
     std::get<4>(key) = size > 1 ? x.group[t.stream] : x.local;
-    Joining& j = joining_[key];
+    // A group's members arrive one after another (start_collectives starts them in a row), so
+    // the collective the last call joined is most often this one: no map lookup.
+    if (!last_joined_ || last_key_ != key) {
+      last_joined_ = &joining_[key];
+      last_key_ = key;
+    }
+    Joining& j = *last_joined_;
     if (j.members.empty()) j.members.reserve(static_cast<size_t>(size));
     j.priority = t.priority;
     j.members.push_back({g, ratio, std::move(done)});
@@ -486,6 +493,7 @@ class Training {
     }
     *shared = std::move(j);
     joining_.erase(key);
+    last_joined_ = nullptr;
     std::sort(shared->members.begin(), shared->members.end(),
               [](const Member& a, const Member& b) { return a.gpu < b.gpu; });  // rank order
     const bool across = on_nic(x, t);
@@ -1013,6 +1021,8 @@ class Training {
   std::vector<GpuState> gpus_;
   std::vector<LayerState> layers_;
   std::map<CollectiveKey, Joining> joining_;
+  CollectiveKey last_key_;          // the collective join() touched last, while being joined
+  Joining* last_joined_ = nullptr;  // (a map's nodes stay put)
   std::vector<std::pair<FlowNetwork::Links, Bytes>> flows_scratch_;  // join's, kept between calls
   std::vector<std::unique_ptr<Joining>> landing_;  // collectives whose flows are in flight
   std::vector<Joining*> landing_free_;             // of those, the ones that have landed
