@@ -80,8 +80,10 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
 
   std::vector<LayerOp> ops;
   auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false,
-                 CommPattern pattern = CommPattern::kRing) {
-    if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens, pattern});
+                 CommPattern pattern = CommPattern::kRing, Seconds port_time = Seconds(-1)) {
+    if (time.value() > 0)
+      ops.push_back(
+          {name, kind, time, receives_tokens, pattern, port_time.value() < 0 ? time : port_time});
   };
   // A GEMM and the communication MegaScale fuses into it, tile by tile: while communication
   // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
@@ -204,6 +206,16 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const Seconds pair = pair_at(1.0);
     const Seconds dispatch_pair = fp8_wire < 1.0 ? pair_at(fp8_wire) : pair;
     const Seconds combine_pair = ep == 1 && etp > 1 ? dispatch_pair : pair;
+    // The pair prices both halves at the busiest rank's bytes. Its combine sends them out, and
+    // across nodes PXN spreads that over the node's NICs (the dispatch brings them in through
+    // its own NIC, which nothing spreads): what the combine gains. Backward swaps the halves.
+    Seconds combine_relief;
+    if (ep > 1 && etp == 1 && c.dispatcher != megascale::Dispatcher::kAllGather) {
+      const Bytes balanced(tokens * k * h * kActivationBytes);
+      combine_relief =
+          std::max(Seconds(0), alltoall_time(ctx, balanced * expert_load, ep, etp) -
+                                   alltoall_from_heavy_time(ctx, balanced, expert_load, ep, etp));
+    }
     // MegaScale fuses dispatch (all-gather + scatter) and combine (gather + reduce-scatter)
     // into the grouped GEMM; MoNTA's pipelined AllToAll (expert TP across EP) keeps its own.
     const bool fuse_experts =
@@ -227,10 +239,11 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         gemm_time(ctx, peak, per_expert, g, h, calls, local_experts);
     if (fuse_experts) {
       add("routed experts (fused dispatch and combine)", OpKind::kCompute,
-          fused(experts, (dispatch_pair + combine_pair) * 0.5), true);
+          fused(experts, (dispatch_pair + combine_pair) * 0.5 - combine_relief), true);
     } else {
       add("routed experts", OpKind::kCompute, experts, true);
-      add("combine", OpKind::kEp, combine_pair * 0.5, false, ep_pattern);
+      add("combine", OpKind::kEp, combine_pair * 0.5 - combine_relief, false, ep_pattern,
+          combine_pair * 0.5);
     }
     if (m.shared_ffn_total() > 0) {
       add_ffn("shared experts", "shared FFN TP all-gather + reduce-scatter",

@@ -93,6 +93,30 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
   return std::max(intra, inter) + ctx.links.inter_latency;
 }
 
+Seconds alltoall_from_heavy_time(const TimeContext& ctx, Bytes balanced, double load, int64_t n,
+                                 int64_t stride) {
+  const Bytes heavy = balanced * load;
+  // Balanced, every rail NIC carries its own GPU's share with PXN or without: the per-rank form.
+  if (n <= 1 || !ctx.links.crosses_nodes(n * stride) || !(load > 1.0))
+    return alltoall_time(ctx, heavy, n, stride);
+  // PXN sends a message for another node through the sender node's GPU on the receiver's
+  // rail: the busiest rank's surplus leaves by every rail's NIC, not only its own. Each NIC
+  // then carries the node's mean remote bytes (the busiest rank's and its local peers', which
+  // share what it leaves over of the tokens); its NVLink carries all it sends but what goes
+  // straight out of its own NIC to its own rail. Tested against the simulator's per-port PXN.
+  const double nn = static_cast<double>(n);
+  const double local =
+      static_cast<double>(std::clamp<int64_t>(ctx.links.gpus_per_node / stride, 1, n));
+  const double peer_load = std::max(0.0, (nn - load) / (nn - 1.0));
+  const double node_mean = (load + (local - 1.0) * peer_load) / local;
+  const Seconds nic = balanced * (node_mean * (nn - local) / nn) /
+                      (ctx.links.inter * ctx.eff.alltoall_inter.at(heavy));
+  const double forwarded = (nn - local) * (local - 1.0) / local;
+  const Seconds nvlink = heavy * ((local - 1.0 + forwarded) / nn) /
+                         (ctx.links.intra * ctx.eff.alltoall_intra.at(heavy));
+  return std::max(nic, nvlink) + ctx.links.inter_latency;
+}
+
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
@@ -176,9 +200,15 @@ struct LayerKinds {
   StageTimes dense, moe;
 };
 
+// `nic_factor` stretches the communication of groups that leave the node (a link shared with
+// another transfer: estimate_time's DP sync windows).
 StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
-                     bool moe_layer) {
-  const Pass f = layer_forward(ctx, c, lp, moe_layer);
+                     bool moe_layer, double nic_factor) {
+  Pass f = layer_forward(ctx, c, lp, moe_layer);
+  const ParallelConfig& p = c.parallel;
+  if (crosses_nodes(ctx, p, OpKind::kTp)) f.tp = f.tp * nic_factor;
+  if (crosses_nodes(ctx, p, OpKind::kEp)) f.ep = f.ep * nic_factor;
+  if (crosses_nodes(ctx, p, OpKind::kCp)) f.cp = f.cp * nic_factor;
   // Backward: twice the compute, the same communication again.
   const Seconds comm_f =
       exposed(f.tp, f.compute, c.overlap) + exposed(f.ep, f.compute, c.overlap) + f.cp;
@@ -208,14 +238,14 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   return st;
 }
 
-LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
+LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c, double nic_factor = 1.0) {
   const ModelSpec& m = *ctx.model;
   LayerKinds k;
   for (size_t i = 0; i < m.moe_layer.size(); ++i) {
     if (m.moe_layer[i] && k.moe.forward.value() == 0)
-      k.moe = one_layer(ctx, c, ctx.params.layers[i], true);
+      k.moe = one_layer(ctx, c, ctx.params.layers[i], true, nic_factor);
     if (!m.moe_layer[i] && k.dense.forward.value() == 0)
-      k.dense = one_layer(ctx, c, ctx.params.layers[i], false);
+      k.dense = one_layer(ctx, c, ctx.params.layers[i], false, nic_factor);
   }
   return k;
 }
@@ -350,8 +380,39 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // next micro-batch (only the last one's remainder shows here; the rest is link time, below),
   // and gathers the updated weights once per iteration. ZeRO-3 gathers the weights before each
   // forward and backward of every micro-batch, which gates the pass.
-  out.dp_comm = std::max(Seconds(0), rs - slowest.backward);
-  if (c.zero_stage <= 2) out.dp_comm += std::max(Seconds(0), ag - slowest.forward);
+  // The all-gather behind the first forward (ZeRO 1-2) and ZeRO-1's reduce-scatter behind the
+  // last backward leave the node on the NICs that pass's cross-node TP/EP/CP traffic takes.
+  // While both run each gets half the link, so the pass's cross-node communication stretches
+  // by the share of it the sync's NIC time covers, and the sync by as much: what the sync
+  // costs beyond its own exposed tail. (The simulator shares them flow by flow; DeepSeekMoE-16B
+  // with EP = DP = 16 over two 8 x H800 nodes lost 12 ms of 68 to it, which the planner missed.)
+  Seconds nic_comm;
+  for (auto [kind, time] : {std::pair{OpKind::kTp, slowest.tp}, std::pair{OpKind::kEp, slowest.ep},
+                            std::pair{OpKind::kCp, slowest.cp}}) {
+    if (crosses_nodes(ctx, p, kind)) nic_comm += time;
+  }
+  Seconds forward = slowest.forward, backward = slowest.backward, ag_shared = ag, rs_shared = rs;
+  if (sync.crosses_nodes && nic_comm.value() > 0) {
+    const double passes = c.recompute == Recompute::kFull ? 3.0 : 2.0;
+    const Seconds nic_forward = nic_comm / passes, nic_backward = nic_comm - nic_forward;
+    auto stretched = [&](Seconds sync_nic, Seconds pass_nic) {
+      const double covered = std::min(1.0, sync_nic / pass_nic);
+      return stage_from(ctx, c, layer_kinds(ctx, c, 1.0 + covered), slowest_stage);
+    };
+    if (c.zero_stage <= 2) {
+      const Seconds nic_part = ag - sync.all_gather_in_node;
+      forward = stretched(nic_part, nic_forward).forward;
+      ag_shared = ag + std::min(nic_part, nic_forward);
+    }
+    if (c.zero_stage <= 1) {
+      const Seconds nic_part = rs - sync.reduce_scatter_in_node;
+      backward = stretched(nic_part, nic_backward).backward;
+      rs_shared = rs + std::min(nic_part, nic_backward);
+    }
+  }
+  out.dp_comm = std::max(Seconds(0), rs_shared - backward) + (backward - slowest.backward);
+  if (c.zero_stage <= 2)
+    out.dp_comm += std::max(Seconds(0), ag_shared - forward) + (forward - slowest.forward);
   Seconds pass = per_mb;
   if (c.zero_stage >= 3) pass = std::max(slowest.forward, ag) + std::max(slowest.backward, ag);
   // Each link is shared by everything that crosses it, however well each transfer hides behind

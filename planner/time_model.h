@@ -118,5 +118,10 @@ double gemm_shape_factor(double m, double k, double n);
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
 // All-to-all where each rank scatters `per_rank` bytes over n ranks at stride `stride`.
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
+// All-to-all whose busiest rank sends `load` times the `balanced` bytes and the others share
+// what is left (the combine's forward under skew: the hot experts' outputs go back to every
+// rank). Across nodes it goes as NCCL's PXN (on by default) sends it: see the definition.
+Seconds alltoall_from_heavy_time(const TimeContext& ctx, Bytes balanced, double load, int64_t n,
+                                 int64_t stride);
 
 }  // namespace moe

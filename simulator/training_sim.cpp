@@ -264,8 +264,12 @@ class Training {
             const std::vector<LayerOp> own =
                 layer_forward_ops(ctx_, plan_, params, true, load, L.chunks);
             std::vector<double> ratio(L.forward.size(), 1.0);
+            // Communication scales with the bytes on the member's own ports (join spreads them
+            // as PXN does), compute with its time.
             for (size_t q = 0; q < own.size() && q < ratio.size(); ++q) {
-              if (L.forward[q].time.value() > 0) ratio[q] = own[q].time / L.forward[q].time;
+              const bool comm = L.forward[q].kind != OpKind::kCompute;
+              const Seconds busiest = comm ? L.forward[q].port_time : L.forward[q].time;
+              if (busiest.value() > 0) ratio[q] = (comm ? own[q].port_time : own[q].time) / busiest;
             }
             L.rank_ratio.push_back(std::move(ratio));
             const double own_received =
@@ -796,7 +800,8 @@ class Training {
     }
     Task t = op.kind == OpKind::kCompute
                  ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
-                 : comm_task(st, op.name, stream_of(op.kind), op.time * scale,
+                 : comm_task(st, op.name, stream_of(op.kind),
+                             (every_gpu() ? op.port_time : op.time) * scale,
                              crosses_nodes(ctx_, p_, op.kind), exchange_of(op, backward));
     t.after = std::move(after);
     return append(g, std::move(t));
@@ -936,10 +941,12 @@ class Training {
           // Selective recompute and rematerialization redo the element-wise work (5 % of the
           // forward); rematerialization also replays the all-gather half of TP/EP
           // communication, beside the gradient computation.
-          std::vector<LayerOp> redo = {
-              {"selective recompute", OpKind::kCompute, L.forward_compute * 0.05}};
+          const Seconds elementwise = L.forward_compute * 0.05, gather = L.forward_comm * 0.5;
+          std::vector<LayerOp> redo = {{"selective recompute", OpKind::kCompute, elementwise, false,
+                                        CommPattern::kRing, elementwise}};
           if (plan_.recompute == Recompute::kRematerialize && L.forward_comm.value() > 0) {
-            redo.push_back({"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5});
+            redo.push_back({"rematerialized all-gather", OpKind::kEp, gather, false,
+                            CommPattern::kRing, gather});
           }
           for (int64_t j = 0; j < slices; ++j) {
             const uint32_t i = add_op(g, st, redo[0], share, 1.0, after_tail(j));
