@@ -116,10 +116,12 @@ struct GpuState {
   // Asynchronous data-parallel collectives, one after another on the DP stream.
   std::deque<DpCollective> dp_queue;
   bool dp_busy = false;
-  int64_t dp_serial = 0;                // collectives started on the DP stream
-  bool params_pending = false;          // the iteration's parameter all-gather is in flight
-  std::function<void()> deferred_done;  // the first pass, finished before its parameters
-  bool optimizer_waiting = false;       // the last pass is done; gradients still reducing
+  int64_t dp_serial = 0;  // collectives started on the DP stream
+  // The iteration's parameter all-gather, model chunk by model chunk: how many chunks' weights
+  // are in, and each chunk's first forward pass when it finished before them.
+  int64_t chunks_gathered = 0;
+  std::vector<std::function<void()>> deferred_done;
+  bool optimizer_waiting = false;  // the last pass is done; gradients still reducing
 };
 
 struct StageState {
@@ -365,24 +367,33 @@ class Training {
       }
     };
     // Each stage gathers its parameters for this iteration at the start (Megatron's distributed
-    // optimizer with --overlap-param-gather): the first pass may run meanwhile but does not end
-    // before they are in.
+    // optimizer with --overlap-param-gather), one model chunk after another: a chunk's first
+    // forward pass may run meanwhile but does not end before that chunk's weights are in (with
+    // interleaving, chunk 0 no longer waits for the weights of chunks 1 to v - 1).
+    const int64_t v = *p_.vpp;
+    const double piece = 1.0 / static_cast<double>(v);
     for (int64_t g = 0; g < static_cast<int64_t>(gpus_.size()); ++g) {
       GpuState& x = gpus_[static_cast<size_t>(g)];
       const StageState& st = stages_[static_cast<size_t>(x.stage)];
+      x.deferred_done.assign(static_cast<size_t>(v), {});
+      x.chunks_gathered = v;
       // ZeRO-3 gathers weights for every pass instead (in run_pass).
       if (st.sync.all_gather.value() <= 0 || plan_.zero_stage >= 3) continue;
-      x.params_pending = true;
-      // Hierarchical (App. A.1) for SP-replicated weights: across nodes first, then in the node.
-      dp_async(g, "DP parameter all-gather", st.sync.all_gather - st.sync.all_gather_in_node);
-      dp_async(
-          g, "DP parameter all-gather (in node)", st.sync.all_gather_in_node,
-          [this, g] {
-            GpuState& y = gpus_[static_cast<size_t>(g)];
-            y.params_pending = false;
-            if (y.deferred_done) std::exchange(y.deferred_done, {})();
-          },
-          false);
+      x.chunks_gathered = 0;
+      for (int64_t k = 0; k < v; ++k) {
+        // Hierarchical (App. A.1) for SP-replicated weights: across nodes first, then in the node.
+        dp_async(g, "DP parameter all-gather",
+                 (st.sync.all_gather - st.sync.all_gather_in_node) * piece);
+        dp_async(
+            g, "DP parameter all-gather (in node)", st.sync.all_gather_in_node * piece,
+            [this, g, k] {
+              GpuState& y = gpus_[static_cast<size_t>(g)];
+              y.chunks_gathered = k + 1;
+              auto& waiting = y.deferred_done[static_cast<size_t>(k)];
+              if (waiting) std::exchange(waiting, {})();
+            },
+            false);
+      }
     }
     PipelineDriver driver(spec, queue, net, std::move(hooks));
     driver.start();
@@ -908,10 +919,7 @@ class Training {
         }
       }
     };
-    const int64_t passes_per_iteration = 2 * microbatches_ * v;
-    const int64_t pass_index = st.pass_serial++;
-    const bool first_pass = pass_index == 0;
-    const bool last_pass = pass_index == passes_per_iteration - 1;
+    ++st.pass_serial;
 
     if (id.forward) {
       for (int64_t l = begin; l < end; ++l) {
@@ -960,17 +968,17 @@ class Training {
     }
 
     // Data-parallel synchronisation, asynchronous as Megatron overlaps it: ZeRO-1 reduce-
-    // scatters gradients from the start of the stage's last backward, ZeRO-2 from the start of
-    // every backward (the optimizer step waits for them). ZeRO-3's weight gathers are above.
+    // scatters a model chunk's gradients from the start of its last backward (with
+    // interleaving, chunk v - 1's while the others still run), ZeRO-2 from the start of every
+    // backward (the optimizer step waits for them). ZeRO-3's weight gathers are above.
     const double per_chunk = 1.0 / static_cast<double>(v);
-    if (!id.forward && (plan_.zero_stage >= 2 || last_pass)) {
+    if (!id.forward && (plan_.zero_stage >= 2 || id.micro == microbatches_ - 1)) {
       for (int64_t k = st.first_gpu; k < st.first_gpu + st.num_gpus; ++k) {
         // Hierarchical (App. A.1) for SP-replicated weights: in the node first, then across.
-        const double share = plan_.zero_stage >= 2 ? per_chunk : 1.0;
-        dp_async(k, "DP gradient reduce-scatter (in node)", st.sync.reduce_scatter_in_node * share,
-                 {}, false);
+        dp_async(k, "DP gradient reduce-scatter (in node)",
+                 st.sync.reduce_scatter_in_node * per_chunk, {}, false);
         dp_async(k, "DP gradient reduce-scatter",
-                 (st.sync.reduce_scatter - st.sync.reduce_scatter_in_node) * share);
+                 (st.sync.reduce_scatter - st.sync.reduce_scatter_in_node) * per_chunk);
       }
     }
     // Every GPU of the stage runs the graph; the pass ends when the last one is through (the
@@ -987,11 +995,11 @@ class Training {
         StageState& y = stages_[static_cast<size_t>(s)];
         if (--y.gpus_left == 0) std::exchange(y.pass_done, {})();
       };
-      if (first_pass) {
-        finish = [this, k, finish = std::move(finish)]() mutable {
+      if (id.forward && id.micro == 0) {  // the chunk's first forward this iteration
+        finish = [this, k, chunk = id.chunk, finish = std::move(finish)]() mutable {
           GpuState& x = gpus_[static_cast<size_t>(k)];
-          if (x.params_pending) {
-            x.deferred_done = std::move(finish);
+          if (x.chunks_gathered <= chunk) {
+            x.deferred_done[static_cast<size_t>(chunk)] = std::move(finish);
           } else {
             finish();
           }
