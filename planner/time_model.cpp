@@ -200,15 +200,9 @@ struct LayerKinds {
   StageTimes dense, moe;
 };
 
-// `nic_factor` stretches the communication of groups that leave the node (a link shared with
-// another transfer: estimate_time's DP sync windows).
 StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
-                     bool moe_layer, double nic_factor) {
-  Pass f = layer_forward(ctx, c, lp, moe_layer);
-  const ParallelConfig& p = c.parallel;
-  if (crosses_nodes(ctx, p, OpKind::kTp)) f.tp = f.tp * nic_factor;
-  if (crosses_nodes(ctx, p, OpKind::kEp)) f.ep = f.ep * nic_factor;
-  if (crosses_nodes(ctx, p, OpKind::kCp)) f.cp = f.cp * nic_factor;
+                     bool moe_layer) {
+  const Pass f = layer_forward(ctx, c, lp, moe_layer);
   // Backward: twice the compute, the same communication again.
   const Seconds comm_f =
       exposed(f.tp, f.compute, c.overlap) + exposed(f.ep, f.compute, c.overlap) + f.cp;
@@ -238,14 +232,14 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   return st;
 }
 
-LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c, double nic_factor = 1.0) {
+LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
   const ModelSpec& m = *ctx.model;
   LayerKinds k;
   for (size_t i = 0; i < m.moe_layer.size(); ++i) {
     if (m.moe_layer[i] && k.moe.forward.value() == 0)
-      k.moe = one_layer(ctx, c, ctx.params.layers[i], true, nic_factor);
+      k.moe = one_layer(ctx, c, ctx.params.layers[i], true);
     if (!m.moe_layer[i] && k.dense.forward.value() == 0)
-      k.dense = one_layer(ctx, c, ctx.params.layers[i], false, nic_factor);
+      k.dense = one_layer(ctx, c, ctx.params.layers[i], false);
   }
   return k;
 }
@@ -381,35 +375,50 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // and gathers the updated weights once per iteration. ZeRO-3 gathers the weights before each
   // forward and backward of every micro-batch, which gates the pass.
   // The all-gather behind the first forward (ZeRO 1-2) and ZeRO-1's reduce-scatter behind the
-  // last backward leave the node on the NICs that pass's cross-node TP/EP/CP traffic takes.
-  // While both run each gets half the link, so the pass's cross-node communication stretches
-  // by the share of it the sync's NIC time covers, and the sync by as much: what the sync
-  // costs beyond its own exposed tail. (The simulator shares them flow by flow; DeepSeekMoE-16B
-  // with EP = DP = 16 over two 8 x H800 nodes lost 12 ms of 68 to it, which the planner missed.)
-  Seconds nic_comm;
-  for (auto [kind, time] : {std::pair{OpKind::kTp, slowest.tp}, std::pair{OpKind::kEp, slowest.ep},
-                            std::pair{OpKind::kCp, slowest.cp}}) {
-    if (crosses_nodes(ctx, p, kind)) nic_comm += time;
+  // last backward take the links that pass's TP/EP/CP traffic takes: the NICs for what crosses
+  // nodes, NVLink for what stays in the node (a hierarchical sync's in-node stage, or all of it
+  // when DP stays in the node). While both run each gets half a link, so the pass sees that
+  // link slower by the share of its traffic there the sync's time covers (communication fused
+  // into GEMMs included), and the sync takes as much longer: what the sync costs beyond its own
+  // exposed tail. (The simulator shares them flow by flow;
+  // DeepSeekMoE-16B with EP = DP = 16 over two 8 x H800 nodes lost 12 ms of 68 to it.)
+  // The pass's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP).
+  PlanChoice unfused = c;
+  unfused.intra_overlap = false;
+  const StageTimes traffic =
+      c.intra_overlap ? stage_from(ctx, unfused, layer_kinds(ctx, unfused), slowest_stage)
+                      : slowest;
+  Seconds nic_comm, fabric_comm;
+  for (auto [kind, time] : {std::pair{OpKind::kTp, traffic.tp}, std::pair{OpKind::kEp, traffic.ep},
+                            std::pair{OpKind::kCp, traffic.cp}}) {
+    (crosses_nodes(ctx, p, kind) ? nic_comm : fabric_comm) += time;
   }
-  Seconds forward = slowest.forward, backward = slowest.backward, ag_shared = ag, rs_shared = rs;
-  if (sync.crosses_nodes && nic_comm.value() > 0) {
-    const double passes = c.recompute == Recompute::kFull ? 3.0 : 2.0;
-    const Seconds nic_forward = nic_comm / passes, nic_backward = nic_comm - nic_forward;
-    auto stretched = [&](Seconds sync_nic, Seconds pass_nic) {
-      const double covered = std::min(1.0, sync_nic / pass_nic);
-      return stage_from(ctx, c, layer_kinds(ctx, c, 1.0 + covered), slowest_stage);
+  const double passes = c.recompute == Recompute::kFull ? 3.0 : 2.0;
+  // One window: the sync's time on each link against the pass's traffic there (forward or
+  // backward share); returns the stretched pass and the sync's own stretch.
+  auto window = [&](Seconds time, Seconds in_node, bool backward_pass) {
+    const Seconds on_nic = sync.crosses_nodes ? time - in_node : Seconds(0);
+    const Seconds on_fabric = sync.crosses_nodes ? in_node : time;
+    auto share = [&](Seconds comm) {
+      const Seconds forward_part = comm / passes;
+      return backward_pass ? comm - forward_part : forward_part;
     };
-    if (c.zero_stage <= 2) {
-      const Seconds nic_part = ag - sync.all_gather_in_node;
-      forward = stretched(nic_part, nic_forward).forward;
-      ag_shared = ag + std::min(nic_part, nic_forward);
+    TimeContext shared = ctx;
+    Seconds delay;
+    for (auto [sync_part, comm, rate] :
+         {std::tuple{on_nic, share(nic_comm), &shared.links.inter},
+          std::tuple{on_fabric, share(fabric_comm), &shared.links.intra}}) {
+      if (sync_part.value() <= 0 || comm.value() <= 0) continue;
+      *rate = *rate / (1.0 + std::min(1.0, sync_part / comm));
+      delay += std::min(sync_part, comm);
     }
-    if (c.zero_stage <= 1) {
-      const Seconds nic_part = rs - sync.reduce_scatter_in_node;
-      backward = stretched(nic_part, nic_backward).backward;
-      rs_shared = rs + std::min(nic_part, nic_backward);
-    }
-  }
+    const StageTimes st = stage_from(shared, c, layer_kinds(shared, c), slowest_stage);
+    return std::pair{backward_pass ? st.backward : st.forward, time + delay};
+  };
+  Seconds forward = slowest.forward, backward = slowest.backward, ag_shared = ag, rs_shared = rs;
+  if (c.zero_stage <= 2) std::tie(forward, ag_shared) = window(ag, sync.all_gather_in_node, false);
+  if (c.zero_stage <= 1)
+    std::tie(backward, rs_shared) = window(rs, sync.reduce_scatter_in_node, true);
   out.dp_comm = std::max(Seconds(0), rs_shared - backward) + (backward - slowest.backward);
   if (c.zero_stage <= 2)
     out.dp_comm += std::max(Seconds(0), ag_shared - forward) + (forward - slowest.forward);
