@@ -423,7 +423,15 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   if (c.zero_stage <= 2)
     out.dp_comm += std::max(Seconds(0), ag_shared - forward) + (forward - slowest.forward);
   Seconds pass = per_mb;
-  if (c.zero_stage >= 3) pass = std::max(slowest.forward, ag) + std::max(slowest.backward, ag);
+  if (c.zero_stage >= 3) {
+    // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
+    // links its own traffic takes (one after another on the DP stream): each pass shares them
+    // as the windows above do, and waits for its gathers.
+    const auto [f, gathered] = window(ag, sync.all_gather_in_node, false);
+    const auto [b, synced] =
+        window(ag + rs, sync.all_gather_in_node + sync.reduce_scatter_in_node, true);
+    pass = std::max(f, gathered) + std::max(b, synced);
+  }
   // Each link is shared by everything that crosses it, however well each transfer hides behind
   // compute alone: a micro-batch takes at least its links' work (a roofline per link; the
   // simulator shares them flow by flow). The NIC carries groups that leave the node, the node's
