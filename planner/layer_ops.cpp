@@ -80,10 +80,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
 
   std::vector<LayerOp> ops;
   auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false,
-                 CommPattern pattern = CommPattern::kRing, Seconds port_time = Seconds(-1)) {
-    if (time.value() > 0)
-      ops.push_back(
-          {name, kind, time, receives_tokens, pattern, port_time.value() < 0 ? time : port_time});
+                 CommPattern pattern = CommPattern::kRing, Seconds pxn_saving = Seconds(0)) {
+    if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens, pattern, pxn_saving});
   };
   // A GEMM and the communication MegaScale fuses into it, tile by tile: while communication
   // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
@@ -243,7 +241,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     } else {
       add("routed experts", OpKind::kCompute, experts, true);
       add("combine", OpKind::kEp, combine_pair * 0.5 - combine_relief, false, ep_pattern,
-          combine_pair * 0.5);
+          combine_relief);
     }
     if (m.shared_ffn_total() > 0) {
       add_ffn("shared experts", "shared FFN TP all-gather + reduce-scatter",

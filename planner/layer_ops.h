@@ -31,10 +31,12 @@ struct LayerOp {
   // simulator allocates their activations.
   bool receives_tokens = false;
   CommPattern pattern = CommPattern::kRing;  // communication ops
-  // A communication op's time at the busiest rank's bytes on its own ports, before NCCL's PXN
-  // spreads them over the node's NICs (which `time` prices): what the every-GPU simulator
-  // expands into port loads, spreading them itself. Equal to `time` but for the combine.
-  Seconds port_time;
+  // What NCCL's PXN takes off `time` by spreading the busiest rank's bytes over the node's NICs
+  // (a combine across nodes under skew; zero for every other op).
+  Seconds pxn_saving{};
+  // The time at the busiest rank's bytes on its own ports: what the every-GPU simulator expands
+  // into port loads, spreading them itself.
+  Seconds port_time() const { return time + pxn_saving; }
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP

@@ -270,8 +270,9 @@ class Training {
             // as PXN does), compute with its time.
             for (size_t q = 0; q < own.size() && q < ratio.size(); ++q) {
               const bool comm = L.forward[q].kind != OpKind::kCompute;
-              const Seconds busiest = comm ? L.forward[q].port_time : L.forward[q].time;
-              if (busiest.value() > 0) ratio[q] = (comm ? own[q].port_time : own[q].time) / busiest;
+              const Seconds busiest = comm ? L.forward[q].port_time() : L.forward[q].time;
+              if (busiest.value() > 0)
+                ratio[q] = (comm ? own[q].port_time() : own[q].time) / busiest;
             }
             L.rank_ratio.push_back(std::move(ratio));
             const double own_received =
@@ -812,7 +813,7 @@ class Training {
     Task t = op.kind == OpKind::kCompute
                  ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
                  : comm_task(st, op.name, stream_of(op.kind),
-                             (every_gpu() ? op.port_time : op.time) * scale,
+                             (every_gpu() ? op.port_time() : op.time) * scale,
                              crosses_nodes(ctx_, p_, op.kind), exchange_of(op, backward));
     t.after = std::move(after);
     return append(g, std::move(t));
@@ -949,12 +950,10 @@ class Training {
           // Selective recompute and rematerialization redo the element-wise work (5 % of the
           // forward); rematerialization also replays the all-gather half of TP/EP
           // communication, beside the gradient computation.
-          const Seconds elementwise = L.forward_compute * 0.05, gather = L.forward_comm * 0.5;
-          std::vector<LayerOp> redo = {{"selective recompute", OpKind::kCompute, elementwise, false,
-                                        CommPattern::kRing, elementwise}};
+          std::vector<LayerOp> redo = {
+              {"selective recompute", OpKind::kCompute, L.forward_compute * 0.05}};
           if (plan_.recompute == Recompute::kRematerialize && L.forward_comm.value() > 0) {
-            redo.push_back({"rematerialized all-gather", OpKind::kEp, gather, false,
-                            CommPattern::kRing, gather});
+            redo.push_back({"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5});
           }
           for (int64_t j = 0; j < slices; ++j) {
             const uint32_t i = add_op(g, st, redo[0], share, 1.0, after_tail(j));
