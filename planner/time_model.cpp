@@ -380,18 +380,22 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // when DP stays in the node). While both run each gets half a link, so the pass sees that
   // link slower by the share of its traffic there the sync's time covers (communication fused
   // into GEMMs included), and the sync takes as much longer: what the sync costs beyond its own
-  // exposed tail. (The simulator shares them flow by flow;
-  // DeepSeekMoE-16B with EP = DP = 16 over two 8 x H800 nodes lost 12 ms of 68 to it.)
-  // The pass's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP).
-  PlanChoice unfused = c;
-  unfused.intra_overlap = false;
-  const StageTimes traffic =
-      c.intra_overlap ? stage_from(ctx, unfused, layer_kinds(ctx, unfused), slowest_stage)
-                      : slowest;
+  // exposed tail. (The simulator shares them flow by flow; DeepSeekMoE-16B with EP = DP = 16
+  // over two 8 x H800 nodes lost 12 ms of 68 to it.)
+  // The pass's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
+  // only priced when there is a sync to share with (the search scores most candidates here).
   Seconds nic_comm, fabric_comm;
-  for (auto [kind, time] : {std::pair{OpKind::kTp, traffic.tp}, std::pair{OpKind::kEp, traffic.ep},
-                            std::pair{OpKind::kCp, traffic.cp}}) {
-    (crosses_nodes(ctx, p, kind) ? nic_comm : fabric_comm) += time;
+  if ((ag + rs).value() > 0) {
+    PlanChoice unfused = c;
+    unfused.intra_overlap = false;
+    const StageTimes traffic =
+        c.intra_overlap ? stage_from(ctx, unfused, layer_kinds(ctx, unfused), slowest_stage)
+                        : slowest;
+    for (auto [kind, time] :
+         {std::pair{OpKind::kTp, traffic.tp}, std::pair{OpKind::kEp, traffic.ep},
+          std::pair{OpKind::kCp, traffic.cp}}) {
+      (crosses_nodes(ctx, p, kind) ? nic_comm : fabric_comm) += time;
+    }
   }
   const double passes = c.recompute == Recompute::kFull ? 3.0 : 2.0;
   // One window: the sync's time on each link against the pass's traffic there (forward or
@@ -403,15 +407,24 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
       const Seconds forward_part = comm / passes;
       return backward_pass ? comm - forward_part : forward_part;
     };
+    // A link's slowdown while the sync shares it, and what the sync waits for the pass there.
+    struct Sharing {
+      double slowdown = 1.0;
+      Seconds delay;
+    };
+    auto sharing = [&](Seconds sync_part, Seconds comm) {
+      if (sync_part.value() <= 0 || comm.value() <= 0) return Sharing{};
+      return Sharing{1.0 + std::min(1.0, sync_part / comm), std::min(sync_part, comm)};
+    };
+    const Sharing nic_share = sharing(on_nic, share(nic_comm));
+    const Sharing fabric_share = sharing(on_fabric, share(fabric_comm));
+    const Seconds delay = nic_share.delay + fabric_share.delay;
+    // Nothing shared: the pass as it was (most candidates; no second pricing).
+    if (delay.value() <= 0)
+      return std::pair{backward_pass ? slowest.backward : slowest.forward, time};
     TimeContext shared = ctx;
-    Seconds delay;
-    for (auto [sync_part, comm, rate] :
-         {std::tuple{on_nic, share(nic_comm), &shared.links.inter},
-          std::tuple{on_fabric, share(fabric_comm), &shared.links.intra}}) {
-      if (sync_part.value() <= 0 || comm.value() <= 0) continue;
-      *rate = *rate / (1.0 + std::min(1.0, sync_part / comm));
-      delay += std::min(sync_part, comm);
-    }
+    shared.links.inter = shared.links.inter / nic_share.slowdown;
+    shared.links.intra = shared.links.intra / fabric_share.slowdown;
     const StageTimes st = stage_from(shared, c, layer_kinds(shared, c), slowest_stage);
     return std::pair{backward_pass ? st.backward : st.forward, time + delay};
   };
