@@ -1,5 +1,4 @@
 // The GPU side of calibrate/affinity_run.h.
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <chrono>

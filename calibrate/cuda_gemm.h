@@ -3,11 +3,11 @@
 // C^T = op(B)^T op(A)^T with B passed first.
 #pragma once
 
-#include <cublas_v2.h>
 #include <fmt/format.h>
 
 #include <cstdint>
 
+#include "calibrate/cublas_api.h"
 #include "calibrate/gpu_bench.h"
 
 namespace moe::calibrate::cuda {
@@ -22,10 +22,10 @@ inline void check_blas(cublasStatus_t s, const char* call) {
 class Blas {
  public:
   explicit Blas(cudaStream_t stream) {
-    MOE_BLAS(cublasCreate(&h_));
-    MOE_BLAS(cublasSetStream(h_, stream));
+    MOE_BLAS(cublas().create(&h_));
+    MOE_BLAS(cublas().set_stream(h_, stream));
   }
-  ~Blas() { cublasDestroy(h_); }
+  ~Blas() { cublas().destroy(h_); }
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
   cublasHandle_t get() const { return h_; }
@@ -47,7 +47,7 @@ inline void gemm_bf16(cublasHandle_t h, Bf16Rows a, bool ta, Bf16Rows b, bool tb
   const int64_t n = tb ? b.rows : b.cols;
   if (m == 0 || n == 0) return;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  MOE_BLAS(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  MOE_BLAS(cublas().gemm_ex(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                         static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
                         b.data, CUDA_R_16BF, static_cast<int>(b.cols), a.data, CUDA_R_16BF,
                         static_cast<int>(a.cols), &beta, c, CUDA_R_16BF, static_cast<int>(c_cols),

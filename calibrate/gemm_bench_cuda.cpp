@@ -2,7 +2,6 @@
 //
 // Every type uses the "TN" layout (A stored K x M and transposed, B stored K x N), the one
 // layout cuBLASLt's FP8 kernels accept on Hopper, so all four types time the same arrangement.
-#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -84,35 +83,35 @@ double decode(GemmType t, const unsigned char* in) {
 
 struct LtHandle {
   cublasLtHandle_t h = nullptr;
-  LtHandle() { MOE_BLAS(cublasLtCreate(&h)); }
-  ~LtHandle() { cublasLtDestroy(h); }
+  LtHandle() { MOE_BLAS(cuda::cublas().lt_create(&h)); }
+  ~LtHandle() { cuda::cublas().lt_destroy(h); }
 };
 struct Layout {
   cublasLtMatrixLayout_t l = nullptr;
   Layout(cudaDataType_t type, int64_t rows, int64_t cols) {
-    MOE_BLAS(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows),
+    MOE_BLAS(cuda::cublas().lt_layout_create(&l, type, static_cast<uint64_t>(rows),
                                         static_cast<uint64_t>(cols), rows));
   }
-  ~Layout() { cublasLtMatrixLayoutDestroy(l); }
+  ~Layout() { cuda::cublas().lt_layout_destroy(l); }
 };
 struct MatmulDesc {
   cublasLtMatmulDesc_t d = nullptr;
   explicit MatmulDesc(cublasComputeType_t compute) {
-    MOE_BLAS(cublasLtMatmulDescCreate(&d, compute, CUDA_R_32F));
+    MOE_BLAS(cuda::cublas().lt_desc_create(&d, compute, CUDA_R_32F));
     const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    MOE_BLAS(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
-    MOE_BLAS(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
+    MOE_BLAS(cuda::cublas().lt_desc_set(d, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    MOE_BLAS(cuda::cublas().lt_desc_set(d, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
   }
-  ~MatmulDesc() { cublasLtMatmulDescDestroy(d); }
+  ~MatmulDesc() { cuda::cublas().lt_desc_destroy(d); }
 };
 struct Preference {
   cublasLtMatmulPreference_t p = nullptr;
   explicit Preference(size_t workspace) {
-    MOE_BLAS(cublasLtMatmulPreferenceCreate(&p));
-    MOE_BLAS(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    MOE_BLAS(cuda::cublas().lt_pref_create(&p));
+    MOE_BLAS(cuda::cublas().lt_pref_set(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &workspace, sizeof workspace));
   }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(p); }
+  ~Preference() { cuda::cublas().lt_pref_destroy(p); }
 };
 
 }  // namespace
@@ -156,7 +155,7 @@ GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
   Preference pref(workspace_bytes);
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  MOE_BLAS(cublasLtMatmulAlgoGetHeuristic(lt.h, desc.d, a_layout.l, b_layout.l, c_layout.l,
+  MOE_BLAS(cuda::cublas().lt_heuristic(lt.h, desc.d, a_layout.l, b_layout.l, c_layout.l,
                                           c_layout.l, pref.p, 1, &heuristic, &found));
   if (found == 0)
     throw GpuError(
@@ -165,7 +164,7 @@ GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&](int r) {
     const size_t k = static_cast<size_t>(r) % sets;
-    MOE_BLAS(cublasLtMatmul(lt.h, desc.d, &alpha, a_dev[k]->get(), a_layout.l, b_dev[k]->get(),
+    MOE_BLAS(cuda::cublas().lt_matmul(lt.h, desc.d, &alpha, a_dev[k]->get(), a_layout.l, b_dev[k]->get(),
                             b_layout.l, &beta, c_dev.get(), c_layout.l, c_dev.get(), c_layout.l,
                             &heuristic.algo, workspace.get(), workspace_bytes, stream.get()));
   };

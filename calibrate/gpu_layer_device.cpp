@@ -2,7 +2,6 @@
 // pool's high-water mark is the layer's peak, weights excluded by the reset), cuBLAS GEMMs
 // accumulating in FP32, the gathers and the activation of layer_kernels.cu, all on one stream,
 // each operator bracketed by CUDA events.
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <memory>
