@@ -19,9 +19,10 @@ void* open_library(const char* stem) {
   const std::string path = std::string(MOEPLAN_CUDA_LIBRARY_DIR) + "/" + name;
   if (void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
 #endif
-  throw GpuError(fmt::format("cannot open {} ({}); is the CUDA toolkit's library folder on "
-                             "LD_LIBRARY_PATH?",
-                             name, first_error));
+  throw GpuError(
+      fmt::format("cannot open {} ({}); is the CUDA toolkit's library folder on "
+                  "LD_LIBRARY_PATH?",
+                  name, first_error));
 }
 
 template <typename Fn>

@@ -48,10 +48,10 @@ inline void gemm_bf16(cublasHandle_t h, Bf16Rows a, bool ta, Bf16Rows b, bool tb
   if (m == 0 || n == 0) return;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   MOE_BLAS(cublas().gemm_ex(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                        static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-                        b.data, CUDA_R_16BF, static_cast<int>(b.cols), a.data, CUDA_R_16BF,
-                        static_cast<int>(a.cols), &beta, c, CUDA_R_16BF, static_cast<int>(c_cols),
-                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
+                            b.data, CUDA_R_16BF, static_cast<int>(b.cols), a.data, CUDA_R_16BF,
+                            static_cast<int>(a.cols), &beta, c, CUDA_R_16BF,
+                            static_cast<int>(c_cols), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace moe::calibrate::cuda

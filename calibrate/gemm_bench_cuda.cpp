@@ -90,7 +90,7 @@ struct Layout {
   cublasLtMatrixLayout_t l = nullptr;
   Layout(cudaDataType_t type, int64_t rows, int64_t cols) {
     MOE_BLAS(cuda::cublas().lt_layout_create(&l, type, static_cast<uint64_t>(rows),
-                                        static_cast<uint64_t>(cols), rows));
+                                             static_cast<uint64_t>(cols), rows));
   }
   ~Layout() { cuda::cublas().lt_layout_destroy(l); }
 };
@@ -108,8 +108,8 @@ struct Preference {
   cublasLtMatmulPreference_t p = nullptr;
   explicit Preference(size_t workspace) {
     MOE_BLAS(cuda::cublas().lt_pref_create(&p));
-    MOE_BLAS(cuda::cublas().lt_pref_set(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &workspace, sizeof workspace));
+    MOE_BLAS(cuda::cublas().lt_pref_set(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                        sizeof workspace));
   }
   ~Preference() { cuda::cublas().lt_pref_destroy(p); }
 };
@@ -155,8 +155,8 @@ GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
   Preference pref(workspace_bytes);
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  MOE_BLAS(cuda::cublas().lt_heuristic(lt.h, desc.d, a_layout.l, b_layout.l, c_layout.l,
-                                          c_layout.l, pref.p, 1, &heuristic, &found));
+  MOE_BLAS(cuda::cublas().lt_heuristic(lt.h, desc.d, a_layout.l, b_layout.l, c_layout.l, c_layout.l,
+                                       pref.p, 1, &heuristic, &found));
   if (found == 0)
     throw GpuError(
         fmt::format("no cuBLASLt algorithm for {} {}x{}x{}", gemm_type_name(type), s.m, s.n, s.k));
@@ -164,9 +164,10 @@ GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&](int r) {
     const size_t k = static_cast<size_t>(r) % sets;
-    MOE_BLAS(cuda::cublas().lt_matmul(lt.h, desc.d, &alpha, a_dev[k]->get(), a_layout.l, b_dev[k]->get(),
-                            b_layout.l, &beta, c_dev.get(), c_layout.l, c_dev.get(), c_layout.l,
-                            &heuristic.algo, workspace.get(), workspace_bytes, stream.get()));
+    MOE_BLAS(cuda::cublas().lt_matmul(lt.h, desc.d, &alpha, a_dev[k]->get(), a_layout.l,
+                                      b_dev[k]->get(), b_layout.l, &beta, c_dev.get(), c_layout.l,
+                                      c_dev.get(), c_layout.l, &heuristic.algo, workspace.get(),
+                                      workspace_bytes, stream.get()));
   };
 
   GemmTiming out;

@@ -60,6 +60,14 @@ double offload_pass_tokens(int64_t gbs, int64_t mbs, int64_t seq_len) {
   return static_cast<double>(gbs / mbs * mbs * seq_len);
 }
 
+double offload_edge_params(const ModelSpec& m, const ModelParams& params, int64_t layer) {
+  double p = 0;
+  if (layer == 0) p += params.embedding;
+  if (layer == m.num_layers - 1)
+    p += (params.output_head > 0 ? params.output_head : params.embedding) + params.final_norm;
+  return p;
+}
+
 aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
                                   Precision precision) {
   const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
@@ -94,39 +102,58 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
     return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
   };
   const LayerParams& lp = ctx.params.layers[layer];
-  const double factor = kind == aptmoe::Pass::kForward ? 1.0 : 2.0;
+  const bool backward = kind == aptmoe::Pass::kBackward;
+  // Offload plans keep only each layer's input (full recompute), so backward replays the
+  // layer's forward, experts included, before its own two GEMMs per forward GEMM.
+  const double factor = backward ? 2.0 : 1.0;
   const double core =
       ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
+  // The layer's forward GPU work outside the routed experts.
+  Seconds dense =
+      gpu_time(2.0 * lp.attention * tokens) + Flops(core) / (peak * ctx.eff.attention_core);
+  dense += m.moe_layer[layer] ? gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens)
+                              : gpu_time(2.0 * lp.dense_ffn * tokens);
   OffloadLayer t;
-  t.gpu = (gpu_time(2.0 * lp.attention * tokens) + Flops(core) / (peak * ctx.eff.attention_core)) *
-          factor;
+  t.gpu = dense * factor;
+  if (backward) t.recompute = dense;
+  // The embedding (a lookup: no GEMM) and the output head load with the layer beside them; the
+  // head's GEMM runs after the last layer and is not replayed.
+  const Seconds edge_load =
+      Bytes(offload_edge_params(m, ctx.params, layer) * weight_bytes) / rates.pcie;
+  if (layer == m.num_layers - 1)
+    t.gpu += gpu_time(2.0 * static_cast<double>(m.hidden_size * m.vocab_size) * tokens) * factor;
   if (!m.moe_layer[layer]) {
-    t.gpu += gpu_time(2.0 * lp.dense_ffn * tokens) * factor;
-    t.load = Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie;
+    t.gpu += t.recompute;
+    t.load =
+        Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie + edge_load;
     return t;
   }
   const aptmoe::Fixed fixed = offload_fixed_loads(ctx, rates, layer, precision);
   const aptmoe::Allocation a = offload_allocation(ctx, rates, layer, kind, tokens, precision);
-  t.gpu += gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens) * factor;
+  // An expert's backward cost (eq. 1's) is twice its forward: the replay adds half of it again.
+  const double replay = backward ? 0.5 : 0.0;
+  Seconds expert_gpu;
   if (system != OffloadSystem::kAptMoe) {
     // The baselines load every expert and run it on the GPU.
-    t.load = fixed.load_mha + fixed.load_gate;
-    for (const aptmoe::ExpertCost& e : a.experts) t.gpu += e.gpu, t.load += e.load;
-    t.expert_load = t.load - fixed.load_mha - fixed.load_gate;
-    return t;
-  }
-  t.load = a.load_time;
-  t.expert_load = std::max(Seconds(0), a.load_time - fixed.load_mha - fixed.load_gate);
-  t.cpu = a.cpu_time;
-  t.loaded_share = 0;
-  for (size_t i = 0; i < a.experts.size(); ++i) {
-    if (a.on_gpu[i]) {
-      t.gpu += a.experts[i].gpu;
-      t.loaded_share += 1.0 / static_cast<double>(a.experts.size());
-    } else {
-      t.cpu_tokens += a.experts[i].tokens;
+    t.load = fixed.load_mha + fixed.load_gate + edge_load;
+    for (const aptmoe::ExpertCost& e : a.experts) expert_gpu += e.gpu, t.load += e.load;
+    t.expert_load = t.load - fixed.load_mha - fixed.load_gate - edge_load;
+  } else {
+    t.load = a.load_time + edge_load;
+    t.expert_load = std::max(Seconds(0), a.load_time - fixed.load_mha - fixed.load_gate);
+    t.cpu = a.cpu_time * (1.0 + replay);
+    t.loaded_share = 0;
+    for (size_t i = 0; i < a.experts.size(); ++i) {
+      if (a.on_gpu[i]) {
+        expert_gpu += a.experts[i].gpu;
+        t.loaded_share += 1.0 / static_cast<double>(a.experts.size());
+      } else {
+        t.cpu_tokens += a.experts[i].tokens;
+      }
     }
   }
+  t.recompute += expert_gpu * replay;
+  t.gpu += expert_gpu + t.recompute;
   return t;
 }
 
@@ -165,7 +192,7 @@ Seconds offload_optimizer_time(const TimeContext& ctx, const ClusterSpec& c, int
 namespace {
 
 struct PassTimes {
-  Seconds total, gpu, load, cpu;
+  Seconds total, gpu, load, cpu, recompute;
   double loaded_share = 0;
 };
 
@@ -181,17 +208,14 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   const double tokens = offload_pass_tokens(gbs, mbs, ctx.seq_len);
   const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
   const double host_per_param = precision == Precision::kFp32 ? 20.0 : 18.0;
-  const FlopsPerSec peak = peak_of(ctx, precision);
 
   const aptmoe::Rates rates = offload_rates(ctx, c, gpus, precision);
-  auto gpu_time = [&](double flops) {
-    return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
-  };
   auto pass = [&](int64_t layer, aptmoe::Pass kind, bool resident) {
     const OffloadLayer l =
         offload_layer(ctx, rates, layer, kind, tokens, precision, OffloadSystem::kAptMoe);
     PassTimes t;
     t.gpu = l.gpu;
+    t.recompute = l.recompute;
     t.cpu = l.cpu;
     t.load = resident ? Seconds(0) : l.load;
     t.loaded_share = l.loaded_share;
@@ -201,9 +225,12 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
     return t;
   };
 
-  // Stage times (forward + backward for all micro-batches), and their parts.
-  std::vector<Seconds> stage_time(static_cast<size_t>(stages));
-  Seconds gpu_sum, load_sum, cpu_sum;
+  // Each GPU's time (forward + backward of its stages for all micro-batches), and its parts: its
+  // own work and what it waited for beyond it, by cause.
+  struct GpuTime {
+    Seconds total, gpu, recompute, load_wait, cpu_wait;
+  };
+  std::vector<GpuTime> per_gpu(static_cast<size_t>(gpus));
   double share_sum = 0;
   int64_t moe_layers = 0;
   int64_t layer = 0;
@@ -211,43 +238,41 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   for (int64_t s = 0; s < stages; ++s) {
     const int64_t count = offload_stage_layers(m.num_layers, stages, s);
     const bool resident = offload_resident_in_backward(OffloadSystem::kAptMoe, stages, gpus, s);
+    GpuTime& g =
+        per_gpu[static_cast<size_t>(offload_gpu_of(OffloadSystem::kAptMoe, stages, gpus, s))];
     double loaded_params = 0;
     for (int64_t i = 0; i < count; ++i, ++layer) {
       for (aptmoe::Pass kind : {aptmoe::Pass::kForward, aptmoe::Pass::kBackward}) {
         const PassTimes t = pass(layer, kind, resident && kind == aptmoe::Pass::kBackward);
-        stage_time[s] += t.total;
-        gpu_sum += t.gpu;
-        // What the GPU waited for beyond its own work, by cause.
+        g.total += t.total;
+        g.gpu += t.gpu;
+        g.recompute += t.recompute;
         const Seconds waited = t.total - t.gpu;
-        if (waited.value() > 0) (t.cpu > t.load ? cpu_sum : load_sum) += waited;
+        if (waited.value() > 0) (t.cpu > t.load ? g.cpu_wait : g.load_wait) += waited;
         if (kind == aptmoe::Pass::kForward && m.moe_layer[layer]) {
           share_sum += t.loaded_share;
           ++moe_layers;
         }
         if (kind == aptmoe::Pass::kForward) {
           const LayerParams& lp = ctx.params.layers[layer];
-          loaded_params += lp.total() - lp.routed_experts + lp.routed_experts * t.loaded_share;
+          loaded_params += lp.total() - lp.routed_experts + lp.routed_experts * t.loaded_share +
+                           offload_edge_params(m, ctx.params, layer);
         }
       }
     }
     largest_stage_weights =
         std::max(largest_stage_weights, Bytes(loaded_params * weight_bytes * 2.0));  // + grads
-    if (s == stages - 1) {
-      const double head = 2.0 * static_cast<double>(m.hidden_size * m.vocab_size) * tokens;
-      stage_time[s] += gpu_time(head) * 3.0;
-      gpu_sum += gpu_time(head) * 3.0;
-    }
   }
   // Each GPU runs its stages back to back. Cross-mapped stages pipeline like interleaved 1F1B:
   // fill and drain cost (G - 1) / (m v) of the busiest GPU's work, v = stages / G visits per GPU
   // (GPipe's (G - 1)/m when v = 1; the simulator agrees within a few percent).
-  std::vector<Seconds> per_gpu(static_cast<size_t>(gpus));
-  for (int64_t s = 0; s < stages; ++s)
-    per_gpu[offload_gpu_of(OffloadSystem::kAptMoe, stages, gpus, s)] += stage_time[s];
-  const Seconds busiest = *std::max_element(per_gpu.begin(), per_gpu.end());
+  // The busiest GPU sets the pace (the last stage's, with the output head, when the vocabulary
+  // is large); the breakdown is its time, so the terms add up to the iteration.
+  const GpuTime& busiest =
+      *std::max_element(per_gpu.begin(), per_gpu.end(),
+                        [](const GpuTime& a, const GpuTime& b) { return a.total < b.total; });
   const double visits = static_cast<double>(stages) / static_cast<double>(gpus);
   const double fill = static_cast<double>(gpus - 1) / (static_cast<double>(micro) * visits);
-  const double share = 1.0 / static_cast<double>(gpus);
 
   // Activations: full recompute keeps each layer's input for every micro-batch of the stage,
   // plus one layer's working set (MemFine eq. 2 with m_g = 1).
@@ -273,12 +298,13 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
 
   TimeBreakdown& t = out.time;
   t.microbatches = micro;
-  t.compute = gpu_sum * share;
-  t.pcie_load = load_sum * share;
-  t.cpu_experts = cpu_sum * share;
-  t.bubble = busiest * fill;
+  t.compute = busiest.gpu - busiest.recompute;
+  t.recompute = busiest.recompute;
+  t.pcie_load = busiest.load_wait;
+  t.cpu_experts = busiest.cpu_wait;
+  t.bubble = busiest.total * fill;
   t.optimizer = offload_optimizer_time(ctx, c, gpus);
-  t.iteration = busiest * (1.0 + fill) + t.optimizer;
+  t.iteration = busiest.total * (1.0 + fill) + t.optimizer;
   return out;
 }
 

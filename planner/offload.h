@@ -45,14 +45,21 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
 
 // One layer's pass over `tokens` tokens (all of a stage's micro-batches): GPU and CPU work and
 // the weights the GPU loads. APTMoE splits experts by eq. (1); the baselines load them all.
+// The first layer's stage also loads the embedding, and the last layer's the output head (the
+// embedding again when tied) with the final norm, and runs the head: its GEMM over the
+// vocabulary outweighs a layer when the vocabulary is large (MemFine Model II: 129,280 x 7,168).
 struct OffloadLayer {
   Seconds gpu, cpu, load;
+  Seconds recompute;          // backward: the part of `gpu` that replays the forward
   Seconds expert_load;        // the part of `load` that is routed experts (what a predictor picks)
   double loaded_share = 1.0;  // of the routed experts
   double cpu_tokens = 0;      // routed tokens the CPU experts take (their activations cross PCIe)
 };
 // Tokens of one stage pass: a GPU runs all gbs / mbs micro-batches of a stage at once.
 double offload_pass_tokens(int64_t gbs, int64_t mbs, int64_t seq_len);
+// Weights the stage holding `layer` loads besides its layers': the embedding with the first
+// layer, the output head and final norm with the last.
+double offload_edge_params(const ModelSpec& m, const ModelParams& params, int64_t layer);
 
 // The MHA block's (with norms and shared experts) and the gate's PCIe loads of a layer.
 aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
