@@ -130,9 +130,7 @@ LayerWeights stage_params(const ModelSpec& m, const ModelParams& all, const Para
   LayerWeights out = stage_layer_weights(m, all, p, stage, attention_replicated);
   if (stage == 0) out.dense += all.embedding / tp;
   if (stage == *p.pp - 1) {
-    // A tied head still needs the embedding on the last stage when pp > 1.
-    const double head = all.output_head > 0 ? all.output_head : (*p.pp > 1 ? all.embedding : 0.0);
-    out.dense += head / tp + all.final_norm;
+    out.dense += last_stage_head_params(all, *p.pp == 1) / tp + all.final_norm;
   }
   return out;
 }

@@ -81,6 +81,11 @@ double ModelParams::total() const {
   return t;
 }
 
+double last_stage_head_params(const ModelParams& all, bool also_first) {
+  if (all.output_head > 0) return all.output_head;
+  return also_first ? 0.0 : all.embedding;
+}
+
 double ModelParams::attention() const {
   double t = 0;
   for (const LayerParams& l : layers) t += l.attention;

@@ -44,6 +44,10 @@ struct ModelParams {
   double routed_experts() const;
 };
 
+// The output-head weights a pipeline's last stage holds: its own head, or, tied, the embedding
+// again unless that stage is also the first, which holds it already.
+double last_stage_head_params(const ModelParams& all, bool also_first);
+
 // Weight count of one FFN of the given width (3 matrices gated, 2 plain).
 double ffn_params(const ModelSpec& m, int64_t width);
 double attention_params(const ModelSpec& m);

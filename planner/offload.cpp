@@ -25,6 +25,11 @@ std::vector<double> layer_popularity(const RoutingSkew& skew, const ModelSpec& m
   return p;
 }
 
+// Offload plans keep BF16 weights (FP8 plans too) or FP32 ones.
+double offload_weight_bytes(Precision precision) {
+  return precision == Precision::kFp32 ? 4.0 : 2.0;
+}
+
 }  // namespace
 
 const char* offload_system_name(OffloadSystem s) {
@@ -60,17 +65,17 @@ double offload_pass_tokens(int64_t gbs, int64_t mbs, int64_t seq_len) {
   return static_cast<double>(gbs / mbs * mbs * seq_len);
 }
 
-double offload_edge_params(const ModelSpec& m, const ModelParams& params, int64_t layer) {
+double offload_edge_params(const ModelParams& params, int64_t layer, int64_t layers,
+                           int64_t stages) {
   double p = 0;
   if (layer == 0) p += params.embedding;
-  if (layer == m.num_layers - 1)
-    p += (params.output_head > 0 ? params.output_head : params.embedding) + params.final_norm;
+  if (layer == layers - 1) p += last_stage_head_params(params, stages == 1) + params.final_norm;
   return p;
 }
 
 aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
                                   Precision precision) {
-  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double weight_bytes = offload_weight_bytes(precision);
   const LayerParams& lp = ctx.params.layers[static_cast<size_t>(layer)];
   return {Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes) / rates.pcie,
           Bytes(lp.router * weight_bytes) / rates.pcie};
@@ -80,7 +85,7 @@ aptmoe::Allocation offload_allocation(const TimeContext& ctx, const aptmoe::Rate
                                       int64_t layer, aptmoe::Pass kind, double tokens,
                                       Precision precision) {
   const ModelSpec& m = *ctx.model;
-  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double weight_bytes = offload_weight_bytes(precision);
   const LayerParams& lp = ctx.params.layers[static_cast<size_t>(layer)];
   const std::vector<double> p = layer_popularity(ctx.skew, m, layer);
   std::vector<aptmoe::ExpertCost> experts;
@@ -93,19 +98,17 @@ aptmoe::Allocation offload_allocation(const TimeContext& ctx, const aptmoe::Rate
 }
 
 OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
-                           aptmoe::Pass kind, double tokens, Precision precision,
+                           int64_t stages, aptmoe::Pass kind, double tokens, Precision precision,
                            OffloadSystem system) {
   const ModelSpec& m = *ctx.model;
   const FlopsPerSec peak = peak_of(ctx, precision);
-  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double weight_bytes = offload_weight_bytes(precision);
   auto gpu_time = [&](double flops) {
     return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
   };
   const LayerParams& lp = ctx.params.layers[layer];
   const bool backward = kind == aptmoe::Pass::kBackward;
-  // Offload plans keep only each layer's input (full recompute), so backward replays the
-  // layer's forward, experts included, before its own two GEMMs per forward GEMM.
-  const double factor = backward ? 2.0 : 1.0;
+  const double factor = backward ? 2.0 : 1.0;  // two GEMMs per forward GEMM
   const double core =
       ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
   // The layer's forward GPU work outside the routed experts.
@@ -115,44 +118,46 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
                               : gpu_time(2.0 * lp.dense_ffn * tokens);
   OffloadLayer t;
   t.gpu = dense * factor;
-  if (backward) t.recompute = dense;
   // The embedding (a lookup: no GEMM) and the output head load with the layer beside them; the
-  // head's GEMM runs after the last layer and is not replayed.
+  // head's GEMM runs after the last layer.
   const Seconds edge_load =
-      Bytes(offload_edge_params(m, ctx.params, layer) * weight_bytes) / rates.pcie;
+      Bytes(offload_edge_params(ctx.params, layer, m.num_layers, stages) * weight_bytes) /
+      rates.pcie;
   if (layer == m.num_layers - 1)
     t.gpu += gpu_time(2.0 * static_cast<double>(m.hidden_size * m.vocab_size) * tokens) * factor;
+  Seconds expert_gpu;  // the routed experts the GPU runs, at eq. (1)'s cost for the pass
   if (!m.moe_layer[layer]) {
-    t.gpu += t.recompute;
     t.load =
         Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie + edge_load;
-    return t;
-  }
-  const aptmoe::Fixed fixed = offload_fixed_loads(ctx, rates, layer, precision);
-  const aptmoe::Allocation a = offload_allocation(ctx, rates, layer, kind, tokens, precision);
-  // An expert's backward cost (eq. 1's) is twice its forward: the replay adds half of it again.
-  const double replay = backward ? 0.5 : 0.0;
-  Seconds expert_gpu;
-  if (system != OffloadSystem::kAptMoe) {
-    // The baselines load every expert and run it on the GPU.
-    t.load = fixed.load_mha + fixed.load_gate + edge_load;
-    for (const aptmoe::ExpertCost& e : a.experts) expert_gpu += e.gpu, t.load += e.load;
-    t.expert_load = t.load - fixed.load_mha - fixed.load_gate - edge_load;
   } else {
-    t.load = a.load_time + edge_load;
-    t.expert_load = std::max(Seconds(0), a.load_time - fixed.load_mha - fixed.load_gate);
-    t.cpu = a.cpu_time * (1.0 + replay);
-    t.loaded_share = 0;
-    for (size_t i = 0; i < a.experts.size(); ++i) {
-      if (a.on_gpu[i]) {
-        expert_gpu += a.experts[i].gpu;
-        t.loaded_share += 1.0 / static_cast<double>(a.experts.size());
-      } else {
-        t.cpu_tokens += a.experts[i].tokens;
+    const aptmoe::Fixed fixed = offload_fixed_loads(ctx, rates, layer, precision);
+    const aptmoe::Allocation a = offload_allocation(ctx, rates, layer, kind, tokens, precision);
+    if (system != OffloadSystem::kAptMoe) {
+      // The baselines load every expert and run it on the GPU.
+      for (const aptmoe::ExpertCost& e : a.experts) expert_gpu += e.gpu, t.expert_load += e.load;
+      t.load = fixed.load_mha + fixed.load_gate + edge_load + t.expert_load;
+    } else {
+      t.load = a.load_time + edge_load;
+      t.expert_load = std::max(Seconds(0), a.load_time - fixed.load_mha - fixed.load_gate);
+      t.cpu = a.cpu_time;
+      t.loaded_share = 0;
+      for (size_t i = 0; i < a.experts.size(); ++i) {
+        if (a.on_gpu[i]) {
+          expert_gpu += a.experts[i].gpu;
+          t.loaded_share += 1.0 / static_cast<double>(a.experts.size());
+        } else {
+          t.cpu_tokens += a.experts[i].tokens;
+        }
       }
     }
   }
-  t.recompute += expert_gpu * replay;
+  // Offload plans keep only each layer's input (full recompute), so backward first replays the
+  // layer's forward, experts included; an expert's backward cost (eq. 1's) is twice its forward.
+  // The head is not replayed.
+  if (backward) {
+    t.recompute = dense + expert_gpu * 0.5;
+    t.cpu = t.cpu * 1.5;
+  }
   t.gpu += expert_gpu + t.recompute;
   return t;
 }
@@ -206,13 +211,13 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   OffloadEstimate out;
   const int64_t micro = gbs / mbs;
   const double tokens = offload_pass_tokens(gbs, mbs, ctx.seq_len);
-  const double weight_bytes = precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double weight_bytes = offload_weight_bytes(precision);
   const double host_per_param = precision == Precision::kFp32 ? 20.0 : 18.0;
 
   const aptmoe::Rates rates = offload_rates(ctx, c, gpus, precision);
   auto pass = [&](int64_t layer, aptmoe::Pass kind, bool resident) {
     const OffloadLayer l =
-        offload_layer(ctx, rates, layer, kind, tokens, precision, OffloadSystem::kAptMoe);
+        offload_layer(ctx, rates, layer, stages, kind, tokens, precision, OffloadSystem::kAptMoe);
     PassTimes t;
     t.gpu = l.gpu;
     t.recompute = l.recompute;
@@ -256,7 +261,7 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
         if (kind == aptmoe::Pass::kForward) {
           const LayerParams& lp = ctx.params.layers[layer];
           loaded_params += lp.total() - lp.routed_experts + lp.routed_experts * t.loaded_share +
-                           offload_edge_params(m, ctx.params, layer);
+                           offload_edge_params(ctx.params, layer, m.num_layers, stages);
         }
       }
     }

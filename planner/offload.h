@@ -8,7 +8,8 @@
 // popularity), while the CPU socket runs the cold experts where their weights are. Per layer
 // and pass the three resources work in parallel, so a layer takes
 //     forward:  max(PCIe load, GPU compute, CPU compute)
-//     backward: max(PCIe load, 2 x GPU compute, 2 x CPU compute, gradient offload)
+//     backward: max(PCIe load, 3 x GPU compute, 3 x CPU compute, gradient offload)
+// (backward replays the forward: the plans keep only each layer's input)
 // (inter-layer loading hides the next layer's load behind this one's compute). A GPU's stages
 // run back to back and the pipeline adds (G - 1)/(m v) of fill and drain (v = stages / G). The
 // optimizer step runs on the CPUs over all parameters at host memory bandwidth.
@@ -57,9 +58,10 @@ struct OffloadLayer {
 };
 // Tokens of one stage pass: a GPU runs all gbs / mbs micro-batches of a stage at once.
 double offload_pass_tokens(int64_t gbs, int64_t mbs, int64_t seq_len);
-// Weights the stage holding `layer` loads besides its layers': the embedding with the first
-// layer, the output head and final norm with the last.
-double offload_edge_params(const ModelSpec& m, const ModelParams& params, int64_t layer);
+// Weights the stage holding `layer` (of `layers`, cut into `stages`) loads besides its layers':
+// the embedding with the first layer, the output head and final norm with the last.
+double offload_edge_params(const ModelParams& params, int64_t layer, int64_t layers,
+                           int64_t stages);
 
 // The MHA block's (with norms and shared experts) and the gate's PCIe loads of a layer.
 aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
@@ -70,7 +72,7 @@ aptmoe::Allocation offload_allocation(const TimeContext& ctx, const aptmoe::Rate
                                       int64_t layer, aptmoe::Pass kind, double tokens,
                                       Precision precision);
 OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, int64_t layer,
-                           aptmoe::Pass pass, double tokens, Precision precision,
+                           int64_t stages, aptmoe::Pass pass, double tokens, Precision precision,
                            OffloadSystem system);
 
 // Offload stages split the layers in order, the first (layers mod stages) one layer longer.

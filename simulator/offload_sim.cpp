@@ -231,8 +231,8 @@ class OffloadSim {
         const int64_t first = offload_stage_first_layer(m_.num_layers, run_.stages, s);
         const int64_t count = offload_stage_layers(m_.num_layers, run_.stages, s);
         for (int64_t j = 0; j < count; ++j) {
-          costs.push_back(
-              offload_layer(ctx_, rates_, first + j, pass, tokens, run_.precision, run_.system));
+          costs.push_back(offload_layer(ctx_, rates_, first + j, run_.stages, pass, tokens,
+                                        run_.precision, run_.system));
           stage_load += costs.back().load;
         }
         // Whole-stage load for the baselines; per layer for APTMoE; none when backward finds

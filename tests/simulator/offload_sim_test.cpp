@@ -201,10 +201,6 @@ TEST(OffloadSim, WrongHistoricalPicksCostTheInterStagePhaseLoads) {
   EXPECT_EQ(throughput(OffloadSystem::kMobius, 0.0), throughput(OffloadSystem::kMobius, 1.0));
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(OffloadSim, RunsTheOutputHeadAndAgreesWithThePlanner) {
   // MemFine Model II (8 layers, vocabulary 129,280 x 7,168) fits no GPU-resident layout on one
   // 8 x H100 node: its offload plan runs a layer per GPU, and the last one also the output
@@ -220,8 +216,7 @@ TEST(OffloadSim, RunsTheOutputHeadAndAgreesWithThePlanner) {
   const std::vector<Plan> plans = offload_plans(ctx, c, req);
   ASSERT_FALSE(plans.empty());
   const Plan& best = plans.front();
-  OffloadRun run = offload_run(best.choice, OffloadSystem::kAptMoe);
-  run.record_trace = true;
+  const OffloadRun run = offload_run(best.choice, OffloadSystem::kAptMoe);
   const OffloadReport r = simulate_offload(ctx, c, run);
   const double planned = best.score.time.iteration.value();
   EXPECT_NEAR(r.iteration.value() / planned, 1.0, 0.10);
@@ -249,9 +244,9 @@ TEST(OffloadPlanner, BackwardReplaysTheForwardAndTheBreakdownAddsUp) {
   const double tokens = offload_pass_tokens(128, 32, 512);
   for (OffloadSystem system : {OffloadSystem::kMobius, OffloadSystem::kAptMoe}) {
     const OffloadLayer f =
-        offload_layer(ctx, rates, 1, aptmoe::Pass::kForward, tokens, Precision::kFp32, system);
+        offload_layer(ctx, rates, 1, 16, aptmoe::Pass::kForward, tokens, Precision::kFp32, system);
     const OffloadLayer b =
-        offload_layer(ctx, rates, 1, aptmoe::Pass::kBackward, tokens, Precision::kFp32, system);
+        offload_layer(ctx, rates, 1, 16, aptmoe::Pass::kBackward, tokens, Precision::kFp32, system);
     EXPECT_EQ(f.recompute.value(), 0.0);
     EXPECT_NEAR(b.recompute.value(), f.gpu.value(), 1e-9 * f.gpu.value());
     EXPECT_NEAR(b.gpu.value(), 3.0 * f.gpu.value(), 1e-9 * f.gpu.value());
@@ -260,13 +255,18 @@ TEST(OffloadPlanner, BackwardReplaysTheForwardAndTheBreakdownAddsUp) {
   // The embedding loads with the first layer and the head with the last (tied here: the
   // embedding's weights again), both beyond a middle layer's load.
   const auto load = [&](int64_t layer) {
-    return offload_layer(ctx, rates, layer, aptmoe::Pass::kForward, tokens, Precision::kFp32,
+    return offload_layer(ctx, rates, layer, 16, aptmoe::Pass::kForward, tokens, Precision::kFp32,
                          OffloadSystem::kMobius)
         .load.value();
   };
   const double embedding = ctx.params.embedding * 4.0 / rates.pcie.value();
   EXPECT_NEAR(load(0) - load(1), embedding, 1e-6 * embedding);
   EXPECT_GT(load(m.num_layers - 1) - load(1), embedding);
+  // A one-stage plan already holds the tied embedding when the head needs it.
+  const int64_t last = m.num_layers - 1;
+  EXPECT_EQ(offload_edge_params(ctx.params, last, m.num_layers, 16),
+            ctx.params.embedding + ctx.params.final_norm);
+  EXPECT_EQ(offload_edge_params(ctx.params, last, m.num_layers, 1), ctx.params.final_norm);
 
   // The breakdown is the busiest GPU's: its terms add up to the iteration.
   const OffloadEstimate e = estimate_offload(ctx, c, 4, 16, 32, 128, Precision::kFp32, 1.0);
