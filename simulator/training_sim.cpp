@@ -170,7 +170,9 @@ class Training {
     per_stage_ = o.every_gpu ? p_.world() / *p_.pp : 1;
     gpus_per_node_ = std::max<int64_t>(cluster.node.num_gpus, 1);
     group_size_[kTpStream] = *p_.tp;
-    group_size_[kEpStream] = *p_.ep;
+    // Expert TP without EP gathers and scatters its tokens over the ETP group (MegaScale eq. 4):
+    // the EP stream's communicator is then that group.
+    group_size_[kEpStream] = *p_.ep > 1 ? *p_.ep : *p_.etp;
     group_size_[kCpStream] = *p_.cp;
     group_size_[kDpStream] = *p_.dp * *p_.cp;
     report_.stages.resize(static_cast<size_t>(*p_.pp));
@@ -321,7 +323,7 @@ class Training {
         // the experts.
         x.ep_rank = (k / *p_.etp) % *p_.ep;
         x.group[kTpStream] = k / *p_.tp;
-        x.group[kEpStream] = k - x.ep_rank * *p_.etp;
+        x.group[kEpStream] = *p_.ep > 1 ? k - x.ep_rank * *p_.etp : k / *p_.etp;
         x.group[kCpStream] = k - ((k / *p_.tp) % *p_.cp) * *p_.tp;
         x.group[kDpStream] = k % *p_.tp;
         for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
@@ -520,8 +522,8 @@ class Training {
     auto& flows = flows_scratch_;  // send() calls nothing back: no join runs inside this one
     flows.clear();
     if (shared->members.size() < 2) {
-      // A group of one (expert TP's gathers when EP is 1 run on the EP stream): the planner's
-      // time on the port it names, as symmetric mode sends it.
+      // A group of one (a size-1 TP, CP or EP communicator) moves nothing; its task still lands
+      // through the network so that it ends as an event.
       const GpuState& y = gpus_[static_cast<size_t>(shared->members.front().gpu)];
       const Bytes bytes = t.bytes * shared->members.front().weight;
       flows.push_back({{across ? y.nic_out : y.nvlink_out}, bytes});

@@ -305,6 +305,23 @@ TEST(TrainingSim, EveryGpuMatchesTheRepresentativeUnderBalancedRouting) {
   }
 }
 
+TEST(TrainingSim, ExpertTpWithoutEpGathersOverItsGroup) {
+  // TP+TP (MegaScale Fig. 13's baseline): with EP = 1 the experts' all-gather and reduce-scatter
+  // run over the eight expert-TP ranks, one collective each, as EP = 8's all-to-alls do; not as
+  // eight collectives of one GPU.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  TrainingOptions every;
+  every.every_gpu = true;
+  const PlanChoice tp = choice(m, "tp=8,pp=1,ep=1,etp=8,dp=1,mbs=1,gbs=2");
+  const PlanChoice ep = choice(m, "tp=8,pp=1,ep=8,etp=1,dp=1,mbs=1,gbs=2");
+  const TrainingReport tp_all = simulate_training(ctx, cl, tp, every);
+  const TrainingReport ep_all = simulate_training(ctx, cl, ep, every);
+  EXPECT_EQ(tp_all.collectives, ep_all.collectives);
+  EXPECT_NEAR(tp_all.mean_iteration / simulate_training(ctx, cl, tp, {}).mean_iteration, 1.0, 1e-6);
+}
+
 TEST(TrainingSim, EveryGpuShowsTheLightRanksWaitingForTheBusiestOne) {
   // G = 0.5 puts the hottest experts on EP rank 0: its GPUs compute the most and peak highest,
   // the other ranks finish their experts early and wait at the combine. The collective waits
