@@ -5,44 +5,11 @@
 #include <functional>
 #include <stdexcept>
 
+#include "planner/pipeline_schedule.h"
+
 namespace moe::sim {
 
-namespace {
-
-struct Op {
-  bool forward = true;
-  int64_t chunk = 0;
-  int64_t micro = 0;
-};
-
-// The order in which one stage runs its passes.
-std::vector<Op> stage_order(int64_t stage, int64_t p, int64_t m, int64_t v, bool gpipe) {
-  std::vector<Op> ops;
-  const int64_t total = m * v;
-  // Megatron's interleaved order: virtual micro-batch i runs chunk (i / p) % v of micro-batch
-  // (i / (p v)) p + i % p; backward walks the chunks in reverse.
-  auto forward = [&](int64_t i) { return Op{true, (i / p) % v, (i / (p * v)) * p + i % p}; };
-  auto backward = [&](int64_t i) {
-    return Op{false, v - 1 - (i / p) % v, (i / (p * v)) * p + i % p};
-  };
-  if (gpipe) {
-    for (int64_t i = 0; i < total; ++i) ops.push_back(forward(i));
-    for (int64_t i = 0; i < total; ++i) ops.push_back(backward(i));
-    return ops;
-  }
-  const int64_t warmup =
-      std::min(v == 1 ? p - stage - 1 : (p - stage - 1) * 2 + (v - 1) * p, total);
-  int64_t f = 0, b = 0;
-  for (; f < warmup; ++f) ops.push_back(forward(f));
-  while (f < total) {
-    ops.push_back(forward(f++));
-    ops.push_back(backward(b++));
-  }
-  while (b < total) ops.push_back(backward(b++));
-  return ops;
-}
-
-}  // namespace
+using Op = SchedulePass;
 
 class PipelineDriver::Impl {
  public:
@@ -55,7 +22,7 @@ class PipelineDriver::Impl {
       throw std::invalid_argument("pipeline needs stages, chunks and micro-batches");
     if (v_ > 1 && m_ % p_ != 0)
       throw std::invalid_argument("interleaving needs micro-batches divisible by stages");
-    for (int64_t s = 0; s < p_; ++s) order_.push_back(stage_order(s, p_, m_, v_, spec.gpipe));
+    for (int64_t s = 0; s < p_; ++s) order_.push_back(schedule_order(s, p_, m_, v_, spec.gpipe));
     next_.assign(p_, 0);
     running_.assign(p_, false);
     const size_t cells = static_cast<size_t>(p_ * v_ * m_);

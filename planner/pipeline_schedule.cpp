@@ -1,0 +1,116 @@
+#include "planner/pipeline_schedule.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace moe {
+
+std::vector<SchedulePass> schedule_order(int64_t stage, int64_t p, int64_t m, int64_t v,
+                                         bool gpipe) {
+  std::vector<SchedulePass> ops;
+  const int64_t total = m * v;
+  ops.reserve(static_cast<size_t>(2 * total));
+  // Megatron's interleaved order: virtual micro-batch i runs chunk (i / p) % v of micro-batch
+  // (i / (p v)) p + i % p; backward walks the chunks in reverse.
+  auto forward = [&](int64_t i) {
+    return SchedulePass{true, (i / p) % v, (i / (p * v)) * p + i % p};
+  };
+  auto backward = [&](int64_t i) {
+    return SchedulePass{false, v - 1 - (i / p) % v, (i / (p * v)) * p + i % p};
+  };
+  if (gpipe) {
+    for (int64_t i = 0; i < total; ++i) ops.push_back(forward(i));
+    for (int64_t i = 0; i < total; ++i) ops.push_back(backward(i));
+    return ops;
+  }
+  const int64_t warmup =
+      std::min(v == 1 ? p - stage - 1 : (p - stage - 1) * 2 + (v - 1) * p, total);
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) ops.push_back(forward(f));
+  while (f < total) {
+    ops.push_back(forward(f++));
+    ops.push_back(backward(b++));
+  }
+  while (b < total) ops.push_back(backward(b++));
+  return ops;
+}
+
+Seconds one_f_one_b_period(const std::vector<Seconds>& per_stage, Seconds hop) {
+  const int64_t p = static_cast<int64_t>(per_stage.size());
+  Seconds period, later;
+  for (int64_t s = p - 1; s >= 0; --s) {
+    const Seconds t = per_stage[static_cast<size_t>(s)];
+    later += t;
+    const Seconds cycle = later + hop * (2.0 * static_cast<double>(p - 1 - s));
+    period = std::max({period, t, cycle / static_cast<double>(p - s)});
+  }
+  return period;
+}
+
+Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seconds hop,
+                          bool gpipe) {
+  const int64_t p = static_cast<int64_t>(stages.size());
+  if (p == 0 || m <= 0) throw std::invalid_argument("a pipeline needs stages and micro-batches");
+  const int64_t v = static_cast<int64_t>(stages.front().forward.size());
+  for (const ChunkTimes& s : stages) {
+    if (v == 0 || static_cast<int64_t>(s.forward.size()) != v ||
+        static_cast<int64_t>(s.backward.size()) != v)
+      throw std::invalid_argument("every stage needs a forward and backward time per chunk");
+  }
+  if (v > 1 && m % p != 0)
+    throw std::invalid_argument("interleaving needs micro-batches divisible by stages");
+  // End time of each pass, by (stage, chunk, micro); negative until it has run.
+  auto cell = [&](int64_t s, int64_t c, int64_t i) {
+    return static_cast<size_t>((s * v + c) * m + i);
+  };
+  std::vector<double> fwd_end(static_cast<size_t>(p * v * m), -1.0), bwd_end = fwd_end;
+  // When a pass's input is there: the data loader's for the first chunk, otherwise the
+  // previous virtual stage's output one hop later (the last virtual stage's backward starts
+  // from its own forward, on the same GPU).
+  auto input_at = [&](int64_t s, const SchedulePass& op) -> double {
+    if (op.forward) {
+      if (s == 0 && op.chunk == 0) return 0.0;
+      const double e = s > 0 ? fwd_end[cell(s - 1, op.chunk, op.micro)]
+                             : fwd_end[cell(p - 1, op.chunk - 1, op.micro)];
+      return e < 0 ? -1.0 : e + hop.value();
+    }
+    if (s == p - 1 && op.chunk == v - 1) return fwd_end[cell(s, op.chunk, op.micro)];
+    const double e = s < p - 1 ? bwd_end[cell(s + 1, op.chunk, op.micro)]
+                               : bwd_end[cell(0, op.chunk + 1, op.micro)];
+    return e < 0 ? -1.0 : e + hop.value();
+  };
+  std::vector<std::vector<SchedulePass>> order;
+  for (int64_t s = 0; s < p; ++s) order.push_back(schedule_order(s, p, m, v, gpipe));
+  std::vector<size_t> next(static_cast<size_t>(p), 0);
+  std::vector<double> free_at(static_cast<size_t>(p), 0.0);
+  double makespan = 0.0;
+  // Each sweep runs every stage as far as its inputs allow; a sweep that runs nothing while
+  // passes remain would be a schedule that deadlocks, which Megatron's orders never do.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < p; ++s) {
+      const auto& ops = order[static_cast<size_t>(s)];
+      size_t& k = next[static_cast<size_t>(s)];
+      for (; k < ops.size(); ++k) {
+        const SchedulePass& op = ops[k];
+        const double ready = input_at(s, op);
+        if (ready < 0) break;
+        const ChunkTimes& t = stages[static_cast<size_t>(s)];
+        const double start = std::max(free_at[static_cast<size_t>(s)], ready);
+        const double end =
+            start + (op.forward ? t.forward : t.backward)[static_cast<size_t>(op.chunk)].value();
+        (op.forward ? fwd_end : bwd_end)[cell(s, op.chunk, op.micro)] = end;
+        free_at[static_cast<size_t>(s)] = end;
+        makespan = std::max(makespan, end);
+        progress = true;
+      }
+    }
+  }
+  for (int64_t s = 0; s < p; ++s) {
+    if (next[static_cast<size_t>(s)] != order[static_cast<size_t>(s)].size())
+      throw std::logic_error("pipeline schedule deadlocked");
+  }
+  return Seconds(makespan);
+}
+
+}  // namespace moe

@@ -1,0 +1,84 @@
+// The planner's schedule walk against the closed forms it must agree with, and what it adds
+// when a hop outlasts a chunk.
+#include "planner/pipeline_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace moe {
+
+namespace {
+std::vector<ChunkTimes> equal(int64_t p, int64_t v, double f, double b) {
+  ChunkTimes c;
+  c.forward.assign(static_cast<size_t>(v), Seconds(f / static_cast<double>(v)));
+  c.backward.assign(static_cast<size_t>(v), Seconds(b / static_cast<double>(v)));
+  return std::vector<ChunkTimes>(static_cast<size_t>(p), c);
+}
+}  // namespace
+
+TEST(PipelineSchedule, EqualStagesWithFreeHopsGiveTheClosedForms) {
+  // 1F1B and GPipe: (m + p - 1)(t_f + t_b); interleaved: (m + (p - 1)/v)(t_f + t_b).
+  for (auto [p, m] : {std::pair{4, 8}, {4, 4}, {1, 5}, {8, 32}}) {
+    EXPECT_NEAR(schedule_makespan(equal(p, 1, 1.0, 2.0), m, Seconds(0), false).value(),
+                (m + p - 1) * 3.0, 1e-9);
+    EXPECT_NEAR(schedule_makespan(equal(p, 1, 1.0, 2.0), m, Seconds(0), true).value(),
+                (m + p - 1) * 3.0, 1e-9);
+  }
+  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 16, 4}, {2, 8, 4}}) {
+    EXPECT_NEAR(schedule_makespan(equal(p, v, 1.0, 2.0), m, Seconds(0), false).value(),
+                (m + static_cast<double>(p - 1) / v) * 3.0, 1e-9)
+        << p << " " << m << " " << v;
+  }
+}
+
+TEST(PipelineSchedule, AHopLongerThanAChunkStallsTheInterleavedSteadyState) {
+  // p = v = 4 and 32 micro-batches; each chunk 1 ms forward, 2 ms backward. A 0.1 ms hop only
+  // stretches warm-up and drain; a 1.5 ms hop (longer than a chunk's forward) makes every
+  // round of the ring wait, far beyond the 2 (p - 1) hops of warm-up and drain.
+  const auto stages = equal(4, 4, 4.0, 8.0);
+  const double closed = (32 + 3.0 / 4) * 12.0;
+  // Warm-up and drain cross the ring v times: 2 (p v - 1) hops.
+  const double short_hop = schedule_makespan(stages, 32, Seconds(0.1), false).value();
+  EXPECT_NEAR(short_hop, closed + 30 * 0.1, 1e-9);
+  const double long_hop = schedule_makespan(stages, 32, Seconds(1.5), false).value();
+  EXPECT_GT(long_hop, closed + 30 * 1.5 + 0.05 * closed);
+}
+
+TEST(PipelineSchedule, OneFOneBWaitsForItsHopsAsLittlesLawSays) {
+  // Stage s holds p - s micro-batches in flight, each on a round trip of the later stages and
+  // 2 (p - 1 - s) hops: equal stages take t + 2 (p - 1) hop / p per micro-batch. The walk of
+  // the schedule lands within 1.5 % of m T + (p - 1) t + 2 (p - 1) hop (a little of the drain
+  // hides in the steady state's waits).
+  const std::vector<Seconds> four(4, Seconds(12.0));
+  for (double hop : {0.0, 0.1, 1.5, 3.0}) {
+    const double period = one_f_one_b_period(four, Seconds(hop)).value();
+    EXPECT_NEAR(period, 12.0 + 6 * hop / 4, 1e-12);
+    const double walked = schedule_makespan(equal(4, 1, 4.0, 8.0), 32, Seconds(hop), false).value();
+    EXPECT_NEAR(walked / (32 * period + 3 * 12.0 + 6 * hop), 1.0, 0.015) << hop;
+  }
+  // A heavier last stage leaves the others slack: a short hop costs nothing in the steady state.
+  const std::vector<Seconds> heavy_last{Seconds(12.0), Seconds(12.0), Seconds(12.0), Seconds(15.0)};
+  EXPECT_DOUBLE_EQ(one_f_one_b_period(heavy_last, Seconds(0.5)).value(), 15.0);
+  EXPECT_GT(one_f_one_b_period(heavy_last, Seconds(3.0)).value(), 15.0);
+}
+
+TEST(PipelineSchedule, AHeavyLastChunkSetsThePaceOfItsPhase) {
+  // The output head doubles the last stage's last chunk: the steady state is at least that
+  // stage's work, and the walk never comes out shorter than it.
+  auto stages = equal(4, 4, 4.0, 8.0);
+  stages.back().forward.back() = Seconds(2.0);
+  stages.back().backward.back() = Seconds(4.0);
+  const double last_stage_work = 32 * (12.0 + 3.0);
+  EXPECT_GT(schedule_makespan(stages, 32, Seconds(0), false).value(), last_stage_work);
+}
+
+TEST(PipelineSchedule, RejectsWhatNoScheduleRuns) {
+  EXPECT_THROW(schedule_makespan({}, 4, Seconds(0), false), std::invalid_argument);
+  EXPECT_THROW(schedule_makespan(equal(4, 2, 1, 2), 6, Seconds(0), false), std::invalid_argument);
+  auto ragged = equal(2, 2, 1, 2);
+  ragged[1].backward.pop_back();
+  EXPECT_THROW(schedule_makespan(ragged, 4, Seconds(0), false), std::invalid_argument);
+}
+
+}  // namespace moe
