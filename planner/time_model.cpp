@@ -221,7 +221,9 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   const Seconds redo_comm = full    ? comm_f
                             : remat ? exposed((f.tp + f.ep) * 0.5, f.compute * 2.0, true)
                                     : Seconds(0);
-  const double passes = full ? 3.0 : 2.0;  // forward, backward, and the replayed forward
+  // Forward, backward, and what recompute replays on the links: the whole forward's (full) or
+  // its all-gather half (rematerialization), which the link roofline must carry too.
+  const double passes = full ? 3.0 : remat ? 2.5 : 2.0;
   StageTimes st;
   st.forward = f.compute + comm_f;
   st.backward = f.compute * 2.0 + comm_b + redo + redo_comm;
@@ -453,7 +455,9 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
       (crosses_nodes(ctx, p, kind) ? nic_comm : fabric_comm) += time;
     }
   }
-  const double passes = c.recompute == Recompute::kFull ? 3.0 : 2.0;
+  const double passes = c.recompute == Recompute::kFull            ? 3.0
+                        : c.recompute == Recompute::kRematerialize ? 2.5
+                                                                   : 2.0;
   // One window: the sync's time on each link against the pass's traffic there (forward or
   // backward share); returns the stretched pass and the sync's own stretch.
   auto window = [&](Seconds time, Seconds in_node, bool backward_pass) {
