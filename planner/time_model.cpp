@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
@@ -307,6 +308,27 @@ std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
   return out;
 }
 
+// The lightest chunk's forward, without building the chunk lists (most candidates stop here).
+Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
+                               const LayerKinds& kinds) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  const int64_t v = *p.vpp;
+  Seconds lightest(std::numeric_limits<double>::infinity());
+  for (int64_t s = 0; s < *p.pp; ++s) {
+    const int64_t first = first_layer_of_stage(m, p, s);
+    const int64_t count = layers_in_stage(m, p, s);
+    for (int64_t k = 0; k < v; ++k) {
+      Seconds f;
+      for (int64_t l = first + count * k / v; l < first + count * (k + 1) / v; ++l)
+        f += (m.moe_layer[static_cast<size_t>(l)] ? kinds.moe : kinds.dense).forward;
+      if (s == *p.pp - 1 && k == v - 1) f += output_head_time(ctx, c);
+      lightest = std::min(lightest, f);
+    }
+  }
+  return lightest;
+}
+
 }  // namespace
 
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
@@ -378,6 +400,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   StageTimes slowest;
   int64_t slowest_stage = 0;
   std::vector<Seconds> per_stage;
+  per_stage.reserve(static_cast<size_t>(pp));
   for (int64_t s = 0; s < pp; ++s) {
     const StageTimes st = stage_from(ctx, c, kinds, s);
     per_stage.push_back(st.forward + st.backward);
@@ -414,11 +437,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   if (pp > 1 && *p.vpp == 1 && !c.gpipe)
     out.bubble += (one_f_one_b_period(per_stage, hop) - per_mb) * mb;
   if (pp > 1 && *p.vpp > 1) {
-    const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
-    Seconds lightest = chunks.front().forward.front();
-    for (const ChunkTimes& ct : chunks)
-      for (Seconds f : ct.forward) lightest = std::min(lightest, f);
-    if (hop > lightest * 0.25) {
+    if (hop > lightest_chunk_forward(ctx, c, kinds) * 0.25) {
+      const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
       const Seconds walked = schedule_makespan(chunks, out.microbatches, hop, c.gpipe);
       out.bubble = std::max(out.bubble, walked - per_mb * mb - out.pp_comm);
     }
