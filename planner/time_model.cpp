@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
@@ -202,6 +203,13 @@ struct LayerKinds {
   StageTimes dense, moe;
 };
 
+// How many forwards' worth of TP/EP/CP traffic a micro-batch puts on the links: forward,
+// backward, and what recompute replays: the whole forward (full) or its all-gather half
+// (MegaScale's rematerialization), which the link roofline and the DP sync windows carry too.
+double traffic_passes(Recompute r) {
+  return r == Recompute::kFull ? 3.0 : r == Recompute::kRematerialize ? 2.5 : 2.0;
+}
+
 StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
                      bool moe_layer) {
   const Pass f = layer_forward(ctx, c, lp, moe_layer);
@@ -222,9 +230,7 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   const Seconds redo_comm = full    ? comm_f
                             : remat ? exposed((f.tp + f.ep) * 0.5, f.compute * 2.0, true)
                                     : Seconds(0);
-  // Forward, backward, and what recompute replays on the links: the whole forward's (full) or
-  // its all-gather half (rematerialization), which the link roofline must carry too.
-  const double passes = full ? 3.0 : remat ? 2.5 : 2.0;
+  const double passes = traffic_passes(c.recompute);
   StageTimes st;
   st.forward = f.compute + comm_f;
   st.backward = f.compute * 2.0 + comm_b + redo + redo_comm;
@@ -279,53 +285,62 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   return st;
 }
 
-// Each model chunk's forward and backward on each stage, one micro-batch: the simulator's split
-// (chunk k of a stage's n layers holds layers [n k / v, n (k + 1) / v)), the head on the last
-// stage's last chunk.
-std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
-                                    const LayerKinds& kinds) {
+// Model chunk k of stage s (its `count` layers from `first`), one micro-batch: its forward and
+// backward as the simulator splits a stage (chunk k of n layers holds layers [n k / v,
+// n (k + 1) / v)), the output head on the last stage's last chunk.
+std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoice& c,
+                                         const LayerKinds& kinds, int64_t s, int64_t first,
+                                         int64_t count, int64_t k) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   const int64_t v = *p.vpp;
-  std::vector<ChunkTimes> out(static_cast<size_t>(*p.pp));
-  for (int64_t s = 0; s < *p.pp; ++s) {
-    const int64_t first = first_layer_of_stage(m, p, s);
-    const int64_t count = layers_in_stage(m, p, s);
-    ChunkTimes& ct = out[static_cast<size_t>(s)];
-    for (int64_t k = 0; k < v; ++k) {
-      StageTimes st;
-      for (int64_t l = first + count * k / v; l < first + count * (k + 1) / v; ++l)
-        add(st, m.moe_layer[static_cast<size_t>(l)] ? kinds.moe : kinds.dense, 1.0);
-      if (s == *p.pp - 1 && k == v - 1) {
-        const Seconds head = output_head_time(ctx, c);
-        st.forward += head;
-        st.backward += head * 2.0;
-      }
-      ct.forward.push_back(st.forward);
-      ct.backward.push_back(st.backward);
-    }
+  Seconds forward, backward;
+  for (int64_t l = first + count * k / v; l < first + count * (k + 1) / v; ++l) {
+    const StageTimes& layer = m.moe_layer[static_cast<size_t>(l)] ? kinds.moe : kinds.dense;
+    forward += layer.forward;
+    backward += layer.backward;
   }
+  if (s == *p.pp - 1 && k == v - 1) {
+    const Seconds head = output_head_time(ctx, c);
+    forward += head;
+    backward += head * 2.0;
+  }
+  return {forward, backward};
+}
+
+// Calls visit(stage, forward, backward) for every chunk of every stage, in order.
+template <class Visit>
+void for_each_chunk(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                    Visit visit) {
+  int64_t first = 0;
+  for (int64_t s = 0; s < *c.parallel.pp; ++s) {
+    const int64_t count = layers_in_stage(*ctx.model, c.parallel, s);
+    for (int64_t k = 0; k < *c.parallel.vpp; ++k) {
+      const auto [forward, backward] = chunk_passes(ctx, c, kinds, s, first, count, k);
+      visit(s, forward, backward);
+    }
+    first += count;
+  }
+}
+
+// Every chunk of every stage: what the schedule walk takes.
+std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
+                                    const LayerKinds& kinds) {
+  std::vector<ChunkTimes> out(static_cast<size_t>(*c.parallel.pp));
+  for_each_chunk(ctx, c, kinds, [&](int64_t s, Seconds forward, Seconds backward) {
+    out[static_cast<size_t>(s)].forward.push_back(forward);
+    out[static_cast<size_t>(s)].backward.push_back(backward);
+  });
   return out;
 }
 
 // The lightest chunk's forward, without building the chunk lists (most candidates stop here).
 Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
                                const LayerKinds& kinds) {
-  const ModelSpec& m = *ctx.model;
-  const ParallelConfig& p = c.parallel;
-  const int64_t v = *p.vpp;
   Seconds lightest(std::numeric_limits<double>::infinity());
-  for (int64_t s = 0; s < *p.pp; ++s) {
-    const int64_t first = first_layer_of_stage(m, p, s);
-    const int64_t count = layers_in_stage(m, p, s);
-    for (int64_t k = 0; k < v; ++k) {
-      Seconds f;
-      for (int64_t l = first + count * k / v; l < first + count * (k + 1) / v; ++l)
-        f += (m.moe_layer[static_cast<size_t>(l)] ? kinds.moe : kinds.dense).forward;
-      if (s == *p.pp - 1 && k == v - 1) f += output_head_time(ctx, c);
-      lightest = std::min(lightest, f);
-    }
-  }
+  for_each_chunk(ctx, c, kinds, [&](int64_t, Seconds forward, Seconds) {
+    lightest = std::min(lightest, forward);
+  });
   return lightest;
 }
 
@@ -475,9 +490,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
       (crosses_nodes(ctx, p, kind) ? nic_comm : fabric_comm) += time;
     }
   }
-  const double passes = c.recompute == Recompute::kFull            ? 3.0
-                        : c.recompute == Recompute::kRematerialize ? 2.5
-                                                                   : 2.0;
+  const double passes = traffic_passes(c.recompute);
   // One window: the sync's time on each link against the pass's traffic there (forward or
   // backward share); returns the stretched pass and the sync's own stretch.
   auto window = [&](Seconds time, Seconds in_node, bool backward_pass) {
