@@ -892,6 +892,14 @@ class Training {
       if (gather_of.empty()) return;
       gate.push_back(static_cast<uint32_t>(gather_of[static_cast<size_t>(layer - begin)]));
     };
+    // Rematerialization (MegaScale-MoE Sec. 4.1): backward gathers a layer's inputs again
+    // instead of keeping them. `remat` holds, per slice, the gather the next chain's first
+    // compute behind a communication (the block whose weight gradients need those inputs)
+    // waits for; `last_comm` the last communication of the chain just built, per slice, which
+    // the gather for the layer below follows, so it runs while this layer's remaining backward
+    // computes rather than ahead of its own collectives.
+    std::vector<uint32_t> remat;
+    std::vector<int64_t> last_comm(static_cast<size_t>(slices), -1);
     // Runs layer `layer`'s `ops` (its forward list, or reversed: backward) as `slices` pipelined
     // chains continuing from the tails. `alloc_first` and `alloc_token` tag the first op and the
     // token op of slice 0; `release` tags slice (slices - 1)'s last op.
@@ -903,13 +911,20 @@ class Training {
       // memory is released before the next allocates (and each layer pays its own pipeline
       // fill, as the planner's overlap residual has it).
       const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
+      std::fill(last_comm.begin(), last_comm.end(), barrier);
       for (int64_t j = 0; j < slices; ++j) {
+        bool remat_pending = !remat.empty();
         for (size_t q = 0; q < ops.size(); ++q) {
           std::vector<uint32_t> after =
               q > 0 ? after_tail(j)
                     : (barrier < 0 ? std::vector<uint32_t>{}
                                    : std::vector<uint32_t>{static_cast<uint32_t>(barrier)});
           if (q == 0) after.insert(after.end(), gate.begin(), gate.end());
+          if (remat_pending && q > 0 && ops[q].kind == OpKind::kCompute &&
+              ops[q - 1].kind != OpKind::kCompute) {
+            after.push_back(remat[static_cast<size_t>(j)]);
+            remat_pending = false;
+          }
           const size_t forward_index = reversed ? ops.size() - 1 - q : q;
           ref_ = {static_cast<int32_t>(layer), static_cast<int32_t>(forward_index)};
           const uint32_t i =
@@ -918,8 +933,23 @@ class Training {
           if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
           if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
           if (j == slices - 1 && q + 1 == ops.size() && release) g[i].tag = release;
+          if (ops[q].kind != OpKind::kCompute) last_comm[static_cast<size_t>(j)] = i;
           tail[static_cast<size_t>(j)] = i;
         }
+      }
+    };
+    // Layer `layer`'s rematerializing gather, per slice, after the last communication of the
+    // chain built before it (or the tails, first in a pass).
+    auto rematerialize = [&](int64_t layer) {
+      remat.clear();
+      const LayerState& L = layers_[static_cast<size_t>(layer)];
+      if (plan_.recompute != Recompute::kRematerialize || L.forward_comm.value() <= 0) return;
+      const LayerOp gather{"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5};
+      for (int64_t j = 0; j < slices; ++j) {
+        const int64_t before = last_comm[static_cast<size_t>(j)];
+        remat.push_back(add_op(
+            g, st, gather, share, 1.0,
+            before < 0 ? after_tail(j) : std::vector<uint32_t>{static_cast<uint32_t>(before)}));
       }
     };
     ++st.pass_serial;
@@ -937,6 +967,8 @@ class Training {
       if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
     } else {
       if (last_stage) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
+      std::fill(last_comm.begin(), last_comm.end(), -1);
+      if (!full) rematerialize(end - 1);
       for (int64_t l = end - 1; l >= begin; --l) {
         const LayerState& L = layers_[static_cast<size_t>(l)];
         const Bytes held =
@@ -951,20 +983,15 @@ class Training {
         } else if (plan_.recompute != Recompute::kNone) {
           // Selective recompute and rematerialization redo the element-wise work (5 % of the
           // forward); rematerialization also replays the all-gather half of TP/EP
-          // communication, beside the gradient computation.
-          std::vector<LayerOp> redo = {
-              {"selective recompute", OpKind::kCompute, L.forward_compute * 0.05}};
-          if (plan_.recompute == Recompute::kRematerialize && L.forward_comm.value() > 0) {
-            redo.push_back({"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5});
-          }
-          for (int64_t j = 0; j < slices; ++j) {
-            const uint32_t i = add_op(g, st, redo[0], share, 1.0, after_tail(j));
-            if (redo.size() > 1) add_op(g, st, redo[1], share, 1.0, after_tail(j));
-            tail[static_cast<size_t>(j)] = i;
-          }
+          // communication (`remat`, issued during the layer above's backward).
+          const LayerOp redo{"selective recompute", OpKind::kCompute, L.forward_compute * 0.05};
+          for (int64_t j = 0; j < slices; ++j)
+            tail[static_cast<size_t>(j)] = add_op(g, st, redo, share, 1.0, after_tail(j));
         }
         const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
         chain(l, true, 2.0, -1, 0, 0, a_release);
+        remat.clear();
+        if (!full && l > begin) rematerialize(l - 1);
       }
     }
 

@@ -345,6 +345,49 @@ TEST(TrainingSim, RematerializationsGathersShareTheLinksInThePlannerToo) {
   EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.10);
 }
 
+TEST(TrainingSim, RematerializedGathersRunAheadAndGateTheExpertsBackward) {
+  // Each layer's rematerialized gather is issued after the last collective of the layer above's
+  // backward, so it runs beside that layer's attention backward rather than in front of its own
+  // layer's combine; the experts' backward, whose weight gradients need the gathered tokens,
+  // waits for it.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  PlanChoice c = choice(m, "tp=1,pp=1,ep=8,etp=1,dp=16,cp=1,vpp=1,mbs=1,gbs=64");
+  c.recompute = Recompute::kRematerialize;
+  c.overlap = false;  // one slice per layer
+  TrainingOptions o;
+  o.iterations = 1;
+  o.record_trace = true;
+  std::vector<TraceSpan> spans = simulate_training(ctx, cl, c, o).spans;
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const TraceSpan& a, const TraceSpan& b) { return a.start < b.start; });
+  const int64_t passes = 64 / 16;
+  int64_t gathers = 0, beside_attention = 0, gated = 0;
+  const TraceSpan* last_gather = nullptr;
+  for (const TraceSpan& s : spans) {
+    if (s.name == "rematerialized all-gather") {
+      ++gathers;
+      last_gather = &s;
+      for (const TraceSpan& a : spans) {
+        if (a.name == "core attention" && a.start < s.end && s.start < a.end) {
+          ++beside_attention;
+          break;
+        }
+      }
+    } else if (s.name == "routed experts" && last_gather != nullptr) {
+      // The first experts span after a gather starts is that layer's backward.
+      EXPECT_GE(s.start, last_gather->end);
+      ++gated;
+      last_gather = nullptr;
+    }
+  }
+  EXPECT_EQ(gathers, passes * m.num_layers);
+  EXPECT_EQ(gated, gathers);
+  // All but the first gather of each backward pass run beside the layer above's attention.
+  EXPECT_EQ(beside_attention, gathers - passes);
+}
+
 TEST(TrainingSim, ExpertTpWithoutEpGathersOverItsGroup) {
   // TP+TP (MegaScale Fig. 13's baseline): with EP = 1 the experts' all-gather and reduce-scatter
   // run over the eight expert-TP ranks, one collective each, as EP = 8's all-to-alls do; not as
