@@ -308,6 +308,45 @@ TEST(Cli, PlanSavesAFileThatReadsBack) {
   std::remove(path.c_str());
 }
 
+TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
+  // MemFine Model II on the PCIe-only A800 cluster, EP = 32 across its four nodes: the planner
+  // ranks ZeRO-2 plans first, but their per-micro-batch gradient reduce-scatters share the NICs
+  // the expert all-to-alls already saturate. --verify simulates the shortlist and puts the
+  // simulator's fastest (the planner's #3, 26.1 s against #1's 30.7 s) first, and saves it.
+  const std::string path = temp_path("moeplan_cli_verified.json");
+  const std::string base =
+      "plan --model models/memfine-model-2.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g4.json --global-batch 256 --top 3";
+  const auto plain = nlohmann::json::parse(run(base + " --json").out);
+  const Result r = run(base + " --verify 3 --json --save " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["verified"].get<int>(), 3);
+  ASSERT_EQ(j["plans"].size(), 3u);
+  double previous = 0;
+  for (const auto& p : j["plans"]) {
+    const double t = p["simulated"]["iteration_s"].get<double>();
+    EXPECT_GE(t, previous);
+    previous = t;
+    // Every verified plan is one of the planner's three, at the rank it reports.
+    const int was = p["simulated"]["planner_rank"].get<int>();
+    EXPECT_EQ(plain["plans"][static_cast<size_t>(was - 1)]["parallel"], p["parallel"]);
+  }
+  EXPECT_NE(j["plans"][0]["simulated"]["planner_rank"].get<int>(), 1);
+  EXPECT_LT(j["plans"][0]["simulated"]["iteration_s"].get<double>(),
+            0.9 * j["plans"][1]["simulated"]["iteration_s"].get<double>());
+  EXPECT_EQ(nlohmann::json::parse(read_file(path))["parallel"], j["plans"][0]["parallel"]);
+  std::remove(path.c_str());
+  const Result text = run(base + " --verify 3");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("sim vs plan"), std::string::npos);
+  EXPECT_NE(text.out.find("its fastest is the planner's #3"), std::string::npos) << text.out;
+  // Of the first two alone the simulator keeps the planner's order.
+  EXPECT_NE(run(base + " --verify 2").out.find("the simulator agrees on the best"),
+            std::string::npos);
+  expect_one_line_error(run(base + " --verify 0"), "--verify", 2);
+}
+
 TEST(Cli, PlanKeepsTheFixedAttentionAndOverlap) {
   // MegaScale Fig. 13's TP+TP baseline: attention as TP and no overlap, as the user fixed them.
   const std::string base =

@@ -11,6 +11,7 @@
 #include "planner/io/plan_io.h"
 #include "planner/monta.h"
 #include "planner/search.h"
+#include "simulator/training_sim.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/table.h"
@@ -26,7 +27,7 @@ struct PlanOptions {
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
-  int top = 5, threads = 2;
+  int top = 5, threads = 2, verify = 0;
   double alpha = 1.0;
   std::optional<double> static_override_gb;
   std::optional<int> zero;
@@ -45,10 +46,17 @@ std::string ms(Seconds s) {
   return fmt::format("{:.1f} ms", s.value() * 1e3);
 }
 
-void explain_difference(const Plan& a, const Plan& b) {
+void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
   const TimeBreakdown& x = a.score.time;
   const TimeBreakdown& y = b.score.time;
-  fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", ms(x.iteration), ms(y.iteration));
+  if (simulated_order) {
+    fmt::print(
+        "\nWhere #1 and #2 differ in the planner's terms ({} vs {}; the simulator ordered "
+        "them):\n",
+        ms(x.iteration), ms(y.iteration));
+  } else {
+    fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", ms(x.iteration), ms(y.iteration));
+  }
   fmt::print("  #1 {}\n  #2 {}\n", a.choice.describe(), b.choice.describe());
   Table t({"term", "#1", "#2", "difference"});
   auto row = [&](const char* name, Seconds u, Seconds v) {
@@ -67,6 +75,43 @@ void explain_difference(const Plan& a, const Plan& b) {
   fmt::print("{}", t.render());
   fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
              as_gb(b.score.peak_bytes.value()));
+}
+
+// A ranked plan run through the discrete-event simulator (--verify).
+struct Verified {
+  Seconds iteration;
+  int64_t oom_events = 0;
+};
+
+// Simulates the first `count` plans for one iteration each and, for the throughput objective,
+// reorders them by simulated time (a plan that runs out of memory in simulation goes last):
+// contention, the pipeline's real order and sampled routing can swap plans the closed form
+// put within a few percent. Returns the results aligned with the new order.
+std::vector<Verified> verify_plans(const TimeContext& ctx, const ClusterSpec& c,
+                                   const SearchRequest& req, std::vector<Plan>& ranked,
+                                   size_t count, bool reorder, bool tty) {
+  sim::TrainingOptions opt;
+  opt.alpha = req.alpha;
+  opt.static_override = req.static_override;
+  std::vector<std::pair<Plan, Verified>> runs;
+  for (size_t i = 0; i < count; ++i) {
+    if (tty) fmt::print(stderr, "\rsimulating plan {} of {}", i + 1, count);
+    const sim::TrainingReport r = sim::simulate_training(ctx, c, ranked[i].choice, opt);
+    runs.push_back({ranked[i], {r.mean_iteration, r.oom_count}});
+  }
+  if (tty) fmt::print(stderr, "\r                          \r");
+  if (reorder) {
+    std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+      if ((a.second.oom_events > 0) != (b.second.oom_events > 0)) return b.second.oom_events > 0;
+      return a.second.iteration < b.second.iteration;
+    });
+  }
+  std::vector<Verified> out;
+  for (size_t i = 0; i < count; ++i) {
+    ranked[i] = std::move(runs[i].first);
+    out.push_back(runs[i].second);
+  }
+  return out;
 }
 
 void run_plan(const PlanOptions& o) {
@@ -145,13 +190,37 @@ void run_plan(const PlanOptions& o) {
         n.needed.value() / 1e9, n.stage, n.layout, n.binding, n.capacity.value() / 1e9,
         m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : ""));
   }
+  // --verify: the shortlist through the simulator, ranked by what it measures.
+  const size_t verified_count =
+      offloaded ? 0 : std::min(r.ranked.size(), static_cast<size_t>(std::max(o.verify, 0)));
+  std::vector<size_t> planner_rank(r.ranked.size());
+  for (size_t i = 0; i < planner_rank.size(); ++i) planner_rank[i] = i;
+  std::vector<Verified> verified;
+  if (verified_count > 0) {
+    std::vector<Plan> before(r.ranked.begin(), r.ranked.begin() + verified_count);
+    verified = verify_plans(ctx, c, req, r.ranked, verified_count,
+                            req.objective == Objective::kThroughput, tty && !o.json);
+    for (size_t i = 0; i < verified_count; ++i) {
+      for (size_t j = 0; j < verified_count; ++j) {
+        if (before[j].choice.describe() == r.ranked[i].choice.describe()) planner_rank[i] = j;
+      }
+    }
+  }
   const Plan& best = r.ranked.front();
   if (!o.save.empty())
     io::write_file_atomically(o.save, io::plan_to_json(best, m, c).dump(2) + "\n");
 
   if (o.json) {
     nlohmann::json plans = nlohmann::json::array();
-    for (const Plan& p : r.ranked) plans.push_back(io::plan_to_json(p, m, c));
+    for (size_t i = 0; i < r.ranked.size(); ++i) {
+      nlohmann::json j = io::plan_to_json(r.ranked[i], m, c);
+      if (i < verified.size()) {
+        j["simulated"] = {{"iteration_s", verified[i].iteration.value()},
+                          {"oom_events", verified[i].oom_events},
+                          {"planner_rank", planner_rank[i] + 1}};
+      }
+      plans.push_back(std::move(j));
+    }
     print_json({{"model", m.name},
                 {"cluster", c.name},
                 {"gpus", req.num_gpus},
@@ -164,6 +233,7 @@ void run_plan(const PlanOptions& o) {
                   {"pruned_by_memory", r.stats.pruned_by_memory},
                   {"evaluated", r.stats.evaluated},
                   {"seconds", r.stats.seconds}}},
+                {"verified", verified.size()},
                 {"plans", plans}});
     return;
   }
@@ -180,8 +250,10 @@ void run_plan(const PlanOptions& o) {
         "loaded\n"
         "over PCIe, cold experts on the CPU (planner/offload.h):\n\n");
   }
-  Table t({"#", "GPUs", "layout", "switches", "iteration", "tokens/s", "MFU", "TGS", "peak mem",
-           "headroom"});
+  std::vector<std::string> columns = {"#",        "GPUs", "layout", "switches", "iteration",
+                                      "tokens/s", "MFU",  "TGS",    "peak mem", "headroom"};
+  if (!verified.empty()) columns.insert(columns.end(), {"simulated", "sim vs plan", "planner #"});
+  Table t(columns);
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     const Plan& p = r.ranked[i];
     std::string sw = fmt::format("{} attn={}", recompute_name(p.choice.recompute),
@@ -190,13 +262,41 @@ void run_plan(const PlanOptions& o) {
     const size_t space = full.find(' ');
     if (space != std::string::npos) sw = full.substr(space + 1);
     if (p.choice.offload) sw = "recompute=full, experts split by APTMoE eq. (1)";
-    t.add({std::to_string(i + 1), std::to_string(p.choice.gpus()),
-           p.choice.offload ? full : p.choice.parallel.to_string(), sw, ms(p.score.time.iteration),
-           fmt::format("{:.0f}", p.score.tokens_per_second),
-           fmt::format("{:.1f} %", 100 * p.score.mfu), fmt::format("{:.0f}", p.score.tgs),
-           as_gb(p.score.peak_bytes.value()), as_gb(p.score.headroom.value())});
+    std::vector<std::string> cells = {std::to_string(i + 1),
+                                      std::to_string(p.choice.gpus()),
+                                      p.choice.offload ? full : p.choice.parallel.to_string(),
+                                      sw,
+                                      ms(p.score.time.iteration),
+                                      fmt::format("{:.0f}", p.score.tokens_per_second),
+                                      fmt::format("{:.1f} %", 100 * p.score.mfu),
+                                      fmt::format("{:.0f}", p.score.tgs),
+                                      as_gb(p.score.peak_bytes.value()),
+                                      as_gb(p.score.headroom.value())};
+    if (i < verified.size()) {
+      const Verified& v = verified[i];
+      cells.push_back(v.oom_events > 0 ? "out of memory" : ms(v.iteration));
+      cells.push_back(fmt::format("{:+.1f} %", 100 * (v.iteration / p.score.time.iteration - 1)));
+      cells.push_back(std::to_string(planner_rank[i] + 1));
+    } else if (!verified.empty()) {
+      cells.insert(cells.end(), {"-", "-", std::to_string(i + 1)});
+    }
+    t.add(cells);
   }
   fmt::print("{}\n", t.render());
+  if (!verified.empty()) {
+    size_t was_first = 0;  // where the planner's #1 went
+    while (planner_rank[was_first] != 0) ++was_first;
+    fmt::print("Simulated the first {} plans, one iteration each (moeplan simulate); {}\n\n",
+               verified.size(),
+               planner_rank[0] == 0
+                   ? std::string("the simulator agrees on the best.")
+                   : fmt::format("its fastest is the planner's #{} ({}), shown first and saved; "
+                                 "the planner's #1 simulates at {} (shared links, sampled "
+                                 "routing and the real schedule, which its closed form prices "
+                                 "lower).",
+                                 planner_rank[0] + 1, ms(verified[0].iteration),
+                                 ms(verified[was_first].iteration)));
+  }
   const TimeBreakdown& b = best.score.time;
   fmt::print("Best plan, per iteration ({} micro-batches, {}):\n", b.microbatches,
              schedule_name(best.choice.schedule()));
@@ -260,7 +360,8 @@ void run_plan(const PlanOptions& o) {
   fmt::print("\nDeepSpeed config (MoE layers take ep_size={}):\n{}\n", *best.choice.parallel.ep,
              io::deepspeed_config(best).dump(2));
   if (!o.save.empty()) fmt::print("\nsaved the best plan to {}\n", o.save);
-  if (o.explain && r.ranked.size() > 1) explain_difference(r.ranked[0], r.ranked[1]);
+  if (o.explain && r.ranked.size() > 1)
+    explain_difference(r.ranked[0], r.ranked[1], verified.size() > 1);
 }
 
 }  // namespace
@@ -308,6 +409,10 @@ void add_plan(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--top", o->top, "plans to show")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", o->threads, "search threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--verify", o->verify,
+                  "simulate the first K plans shown (one iteration each) and rank them by "
+                  "simulated time; the best of those is the one saved and launched")
+      ->check(CLI::Range(1, 100));
   cmd->add_option("--save", o->save, "write the best plan (moeplan-plan/1) to this file");
   cmd->add_flag("--json", o->json, "print the ranked plans as one JSON document");
   cmd->add_flag("--explain", o->explain, "say why the best plan beats the runner-up");
