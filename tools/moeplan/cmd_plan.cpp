@@ -81,6 +81,7 @@ void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
 struct Verified {
   Seconds iteration;
   int64_t oom_events = 0;
+  size_t planner_rank = 0;  // 0-based, before the simulator reordered them
 };
 
 // Simulates the first `count` plans for one iteration each and, for the throughput objective,
@@ -97,7 +98,7 @@ std::vector<Verified> verify_plans(const TimeContext& ctx, const ClusterSpec& c,
   for (size_t i = 0; i < count; ++i) {
     if (tty) fmt::print(stderr, "\rsimulating plan {} of {}", i + 1, count);
     const sim::TrainingReport r = sim::simulate_training(ctx, c, ranked[i].choice, opt);
-    runs.push_back({ranked[i], {r.mean_iteration, r.oom_count}});
+    runs.push_back({ranked[i], {r.mean_iteration, r.oom_count, i}});
   }
   if (tty) fmt::print(stderr, "\r                          \r");
   if (reorder) {
@@ -193,19 +194,10 @@ void run_plan(const PlanOptions& o) {
   // --verify: the shortlist through the simulator, ranked by what it measures.
   const size_t verified_count =
       offloaded ? 0 : std::min(r.ranked.size(), static_cast<size_t>(std::max(o.verify, 0)));
-  std::vector<size_t> planner_rank(r.ranked.size());
-  for (size_t i = 0; i < planner_rank.size(); ++i) planner_rank[i] = i;
-  std::vector<Verified> verified;
-  if (verified_count > 0) {
-    std::vector<Plan> before(r.ranked.begin(), r.ranked.begin() + verified_count);
-    verified = verify_plans(ctx, c, req, r.ranked, verified_count,
-                            req.objective == Objective::kThroughput, tty && !o.json);
-    for (size_t i = 0; i < verified_count; ++i) {
-      for (size_t j = 0; j < verified_count; ++j) {
-        if (before[j].choice.describe() == r.ranked[i].choice.describe()) planner_rank[i] = j;
-      }
-    }
-  }
+  const std::vector<Verified> verified =
+      verified_count == 0 ? std::vector<Verified>{}
+                          : verify_plans(ctx, c, req, r.ranked, verified_count,
+                                         req.objective == Objective::kThroughput, tty && !o.json);
   const Plan& best = r.ranked.front();
   if (!o.save.empty())
     io::write_file_atomically(o.save, io::plan_to_json(best, m, c).dump(2) + "\n");
@@ -217,7 +209,7 @@ void run_plan(const PlanOptions& o) {
       if (i < verified.size()) {
         j["simulated"] = {{"iteration_s", verified[i].iteration.value()},
                           {"oom_events", verified[i].oom_events},
-                          {"planner_rank", planner_rank[i] + 1}};
+                          {"planner_rank", verified[i].planner_rank + 1}};
       }
       plans.push_back(std::move(j));
     }
@@ -276,7 +268,7 @@ void run_plan(const PlanOptions& o) {
       const Verified& v = verified[i];
       cells.push_back(v.oom_events > 0 ? "out of memory" : ms(v.iteration));
       cells.push_back(fmt::format("{:+.1f} %", 100 * (v.iteration / p.score.time.iteration - 1)));
-      cells.push_back(std::to_string(planner_rank[i] + 1));
+      cells.push_back(std::to_string(v.planner_rank + 1));
     } else if (!verified.empty()) {
       cells.insert(cells.end(), {"-", "-", std::to_string(i + 1)});
     }
@@ -285,16 +277,16 @@ void run_plan(const PlanOptions& o) {
   fmt::print("{}\n", t.render());
   if (!verified.empty()) {
     size_t was_first = 0;  // where the planner's #1 went
-    while (planner_rank[was_first] != 0) ++was_first;
+    while (verified[was_first].planner_rank != 0) ++was_first;
     fmt::print("Simulated the first {} plans, one iteration each (moeplan simulate); {}\n\n",
                verified.size(),
-               planner_rank[0] == 0
+               verified[0].planner_rank == 0
                    ? std::string("the simulator agrees on the best.")
                    : fmt::format("its fastest is the planner's #{} ({}), shown first and saved; "
                                  "the planner's #1 simulates at {} (shared links, sampled "
                                  "routing and the real schedule, which its closed form prices "
                                  "lower).",
-                                 planner_rank[0] + 1, ms(verified[0].iteration),
+                                 verified[0].planner_rank + 1, ms(verified[0].iteration),
                                  ms(verified[was_first].iteration)));
   }
   const TimeBreakdown& b = best.score.time;
