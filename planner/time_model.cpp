@@ -451,12 +451,10 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // micro-batch in flight and waits only at its ends.
   if (pp > 1 && *p.vpp == 1 && !c.gpipe)
     out.bubble += (one_f_one_b_period(per_stage, hop) - per_mb) * mb;
-  if (pp > 1 && *p.vpp > 1) {
-    if (hop > lightest_chunk_forward(ctx, c, kinds) * 0.25) {
-      const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
-      const Seconds walked = schedule_makespan(chunks, out.microbatches, hop, c.gpipe);
-      out.bubble = std::max(out.bubble, walked - per_mb * mb - out.pp_comm);
-    }
+  if (pp > 1 && *p.vpp > 1 && hop > lightest_chunk_forward(ctx, c, kinds) * 0.25) {
+    const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
+    const Seconds walked = schedule_makespan(chunks, out.microbatches, hop, c.gpipe);
+    out.bubble = std::max(out.bubble, walked - per_mb * mb - out.pp_comm);
   }
 
   const DpSync sync = dp_sync_times(ctx, c, slowest_stage);

@@ -967,8 +967,7 @@ class Training {
       if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
     } else {
       if (last_stage) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
-      std::fill(last_comm.begin(), last_comm.end(), -1);
-      if (!full) rematerialize(end - 1);
+      rematerialize(end - 1);
       for (int64_t l = end - 1; l >= begin; --l) {
         const LayerState& L = layers_[static_cast<size_t>(l)];
         const Bytes held =
@@ -990,8 +989,7 @@ class Training {
         }
         const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
         chain(l, true, 2.0, -1, 0, 0, a_release);
-        remat.clear();
-        if (!full && l > begin) rematerialize(l - 1);
+        if (l > begin) rematerialize(l - 1);
       }
     }
 
