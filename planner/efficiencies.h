@@ -29,6 +29,14 @@ struct Efficiencies {
   // 8K-sequence crossover where MoNTA Fig. 14 measured it (O1 best at <= 16K); calibrate it with
   // the pipelined AllToAll on the user's cluster.
   Seconds pipeline_chunk_overhead = Seconds(150e-6);
+  // Per further round of MemFine's FCDA (a chunk's dispatch, experts and combine) beyond the
+  // collectives' latency: Megatron's token dispatcher runs its preprocessing again each round
+  // (the count exchange over the EP group, a device-to-host copy of the split sizes that
+  // drains the stream, then the round's kernel launches). On one H100 `execute` measured 4.7 ms
+  // more at 8 chunks than at 1 for a Mixtral layer (21 further rounds over forward, recompute
+  // and backward: 0.22 ms each, no collective in them); 300 us adds the count exchange across
+  // GPUs. A calibration file's constants can set it (calibrate/data/memfine-fcda-round.json).
+  Seconds dispatch_round_overhead = Seconds(300e-6);
   // Intra-operator overlap (MegaScale-MoE Sec. 4.2) gives "a few SMs" to communication: 8 of an
   // H800's 132, so a fused GEMM runs 6 % slower while its communication is in flight; a fused
   // pair pays one tile wave of the shorter side before the two overlap (tiles: waves of the
@@ -37,7 +45,14 @@ struct Efficiencies {
   double intra_overlap_tiles = 8;
 };
 
-// Defaults: planner/default_efficiency.h; any named curve in `curves` replaces its default.
-Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves = {});
+// The scalars a calibration file may set ("constants": {name: value}): attention_core and
+// memory_bound (fractions in (0, 1]), pipeline_chunk_overhead_us and dispatch_round_overhead_us
+// (microseconds, >= 0). Throws ConfigError for an unknown name or a value out of range.
+void set_constant(Efficiencies& e, const std::string& name, double value);
+
+// Defaults: planner/default_efficiency.h; any named curve in `curves` replaces its default, then
+// `constants` are set as set_constant() does.
+Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves = {},
+                          const std::map<std::string, double>& constants = {});
 
 }  // namespace moe

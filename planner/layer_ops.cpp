@@ -191,11 +191,11 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
           pair = alltoall_time(ctx, per_rank, ep, etp) * 2.0;
         }
         // FCDA: every further chunk pays the collective latency again, dispatch and combine,
-        // and the launch and synchronisation of one more dispatch-compute-combine round (the
-        // per-chunk overhead MoNTA's pipelining pays too). MemFine measures fixed c = 8 at
-        // 5.4 % below c = 1 (Model II, Sec. 4), so chunks are not free.
-        pair += (ctx.links.latency(ep * etp) + ctx.eff.pipeline_chunk_overhead) *
-                (2.0 * (chunks - 1.0));
+        // and the dispatcher's preprocessing, host sync and launches of one more
+        // dispatch-compute-combine round. MemFine measures fixed c = 8 at 5.4 % below c = 1
+        // (Model II, Sec. 5), so chunks are not free.
+        pair +=
+            (ctx.links.latency(ep * etp) * 2.0 + ctx.eff.dispatch_round_overhead) * (chunks - 1.0);
       }
       return pair;
     };

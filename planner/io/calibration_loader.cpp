@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "planner/efficiencies.h"
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
@@ -21,7 +22,26 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& so
   Calibration cal;
   cal.provenance = r.has("provenance") ? r.raw("provenance") : nlohmann::json::object();
   r.ignore("provenance");
-  const nlohmann::json& curves = r.raw("curves");
+  if (r.has("constants")) {
+    ObjectReader k = r.object("constants");
+    const nlohmann::json& all = r.raw("constants");
+    Efficiencies probe;
+    for (auto it = all.begin(); it != all.end(); ++it) {
+      const double value = k.number(it.key());
+      try {
+        set_constant(probe, it.key(), value);
+      } catch (const ConfigError& e) {
+        k.fail(it.key(), e.what());
+      }
+      cal.constants.emplace(it.key(), value);
+    }
+    k.finish();
+  } else {
+    r.ignore("constants");
+  }
+  if (!r.has("curves") && cal.constants.empty())
+    r.fail("curves", "missing: a calibration file holds curves, constants or both");
+  const nlohmann::json& curves = r.has("curves") ? r.raw("curves") : nlohmann::json::object();
   if (!curves.is_object()) r.fail("curves", "expected an object of named curves");
   for (auto it = curves.begin(); it != curves.end(); ++it) {
     ObjectReader c(it.value(), source, r.pointer("curves") + "/" + it.key());

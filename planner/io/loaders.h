@@ -30,6 +30,8 @@ struct Calibration {
   // The rate a compute curve's efficiencies are relative to, where the file records one
   // (reference_GFLOPS): the cluster file's peak for GEMMs, the best measured rate for the CPU.
   std::map<std::string, FlopsPerSec> reference_flops;
+  // Scalars of the time model ("constants"), checked by set_constant (planner/efficiencies.h).
+  std::map<std::string, double> constants;
   nlohmann::json provenance;
 };
 Calibration load_calibration(const std::string& path);

@@ -866,7 +866,11 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   EXPECT_EQ(ours("memfine", "Fig. 5 Model I largest MACT chunk count, first iteration"), 2.0);
   EXPECT_LT(ours("memfine", "Fig. 5 Model I largest MACT chunk count, last simulated iteration"),
             2.0);
-  EXPECT_LT(ours("memfine", "Fig. 4 Model II TGS, method 2 over method 1"), 1.0);
+  // Model II's c = 8 sets the FCDA round overhead (calibrate/data/memfine-fcda-round.json):
+  // within 0.5 % of the paper's -5.40 % when the file is applied. Model I's MACT over c = 8 is
+  // then a prediction: 1.067 against the paper's 1.1826, the gain at least 5 %.
+  within("memfine", "Fig. 4 Model II TGS, method 2 over method 1", 0.005);
+  EXPECT_GT(ours("memfine", "Fig. 4 Model I TGS, method 3 (MACT) over method 2 (c = 8)"), 1.05);
   EXPECT_GE(ours("memfine", "Fig. 4 Model II TGS, method 3 over method 1"), 1.0);
   // MegaScale-MoE Table 3: the speedup within 15 % at every scale (the tolerance; -10 %
   // at 1,440 GPUs, within 6 % elsewhere); Fig. 11: Megatron-LM within 3 points of its -2.74 %

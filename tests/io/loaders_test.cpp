@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "planner/efficiencies.h"
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
 #include "test_paths.h"
@@ -152,6 +153,51 @@ TEST(Loaders, CalibrationCurves) {
               load_calibration(data("curves-number-overflow.json"));
             }).find("malformed JSON: number overflow"),
             std::string::npos);
+}
+
+// "constants" set the time model's scalars; a file may hold them without curves, and a bad
+// name or value is one line naming the field.
+TEST(Loaders, CalibrationConstants) {
+  const Calibration fit =
+      load_calibration(std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/memfine-fcda-round.json");
+  EXPECT_TRUE(fit.curves.empty());
+  const Efficiencies e = efficiencies(fit.curves, fit.constants);
+  EXPECT_DOUBLE_EQ(e.dispatch_round_overhead.value(), 2200e-6);
+  EXPECT_DOUBLE_EQ(e.pipeline_chunk_overhead.value(),
+                   efficiencies().pipeline_chunk_overhead.value());
+
+  auto load = [](const std::string& text) {
+    return calibration_from_json(nlohmann::json::parse(text), "cal.json");
+  };
+  const Calibration all = load(
+      R"({"format": "moeplan-calibration/1", "curves": {}, "constants": {"attention_core": 0.6,
+          "memory_bound": 0.8, "pipeline_chunk_overhead_us": 90, "dispatch_round_overhead_us": 0}})");
+  const Efficiencies set = efficiencies(all.curves, all.constants);
+  EXPECT_DOUBLE_EQ(set.attention_core, 0.6);
+  EXPECT_DOUBLE_EQ(set.memory_bound, 0.8);
+  EXPECT_DOUBLE_EQ(set.pipeline_chunk_overhead.value(), 90e-6);
+  EXPECT_DOUBLE_EQ(set.dispatch_round_overhead.value(), 0.0);
+
+  EXPECT_EQ(error_of([&] {
+              load(R"({"format": "moeplan-calibration/1", "constants": {"launch_us": 5}})");
+            }).rfind("cal.json: /constants/launch_us: unknown constant 'launch_us'", 0),
+            0u);
+  EXPECT_NE(error_of([&] {
+              load(R"({"format": "moeplan-calibration/1", "constants": {"memory_bound": 1.5}})");
+            }).find("/constants/memory_bound: memory_bound is a fraction of peak in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load(R"({"format": "moeplan-calibration/1",
+                       "constants": {"dispatch_round_overhead_us": -1}})");
+            }).find("/constants/dispatch_round_overhead_us: "),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load(R"({"format": "moeplan-calibration/1", "constants": {"memory_bound": "x"}})");
+            }).find("/constants/memory_bound"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { load(R"({"format": "moeplan-calibration/1"})"); }).find("/curves: missing"),
+      std::string::npos);
 }
 
 // The curves measured on a lent H100 (tools/gpu_session.sh) load, and say what an H100 does:

@@ -247,6 +247,35 @@ TEST(TimeModel, UnfusedPermutationMovesEveryRoutedRowTwice) {
   for (const Plan& plan : r.ranked) EXPECT_FALSE(plan.choice.permute_fusion);
 }
 
+TEST(TimeModel, EachFurtherFcdaRoundPaysItsLatenciesAndTheRoundOverhead) {
+  // MemFine FCDA in c chunks: dispatch + combine pay two collective latencies and the
+  // dispatcher's round overhead (a calibration constant) once per chunk after the first; the
+  // experts' GEMMs run c times smaller. Nothing else changes.
+  Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=1,ep=8,dp=8,pp=1,mbs=1,gbs=8"));
+  auto ops = [&](int64_t chunks) {
+    std::map<std::string, Seconds> by_name;
+    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, chunks))
+      by_name[op.name] = op.time;
+    return by_name;
+  };
+  const Seconds latency = s.ctx.links.latency(8);
+  for (const Seconds round : {Seconds(300e-6), Seconds(2.2e-3)}) {
+    s.ctx.eff.dispatch_round_overhead = round;
+    const auto one = ops(1), four = ops(4);
+    const Seconds pair =
+        four.at("dispatch") + four.at("combine") - one.at("dispatch") - one.at("combine");
+    EXPECT_NEAR(pair.value(), 3.0 * (2.0 * latency + round).value(), 1e-12);
+    EXPECT_GT(four.at("routed experts").value(), one.at("routed experts").value());
+    for (const auto& [name, time] : one) {
+      if (name != "dispatch" && name != "combine" && name != "routed experts") {
+        EXPECT_EQ(four.at(name).value(), time.value()) << name;
+      }
+    }
+  }
+}
+
 TEST(TimeModel, Fp8MovesHalfTheBytesAndRunsLinearLayersAtTheFp8Peak) {
   // MegaScale-MoE Sec. 5: FP8 TP collectives; DeepSeek-V3: FP8 dispatch, BF16 combine.
   const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");

@@ -78,7 +78,8 @@ RoutingSkew skew_for(const std::string& text, const ModelSpec& m) {
 
 Efficiencies efficiencies_from(const std::string& calibration_file) {
   if (calibration_file.empty()) return efficiencies();
-  return efficiencies(io::load_calibration(calibration_file).curves);
+  const io::Calibration cal = io::load_calibration(calibration_file);
+  return efficiencies(cal.curves, cal.constants);
 }
 
 Dtype parse_dtype(const std::string& text, const std::string& option) {
