@@ -32,10 +32,11 @@ struct Efficiencies {
   // Per further round of MemFine's FCDA (a chunk's dispatch, experts and combine) beyond the
   // collectives' latency: Megatron's token dispatcher runs its preprocessing again each round
   // (the count exchange over the EP group, a device-to-host copy of the split sizes that
-  // drains the stream, then the round's kernel launches). On one H100 `execute` measured 4.7 ms
-  // more at 8 chunks than at 1 for a Mixtral layer (21 further rounds over forward, recompute
-  // and backward: 0.22 ms each, no collective in them); 300 us adds the count exchange across
-  // GPUs. A calibration file's constants can set it (calibrate/data/memfine-fcda-round.json).
+  // drains the stream, then the round's kernel launches). On one H100 `execute` measured a
+  // Mixtral layer at 8 chunks 1.1 ms above what the GEMM curve explains, over 21 further rounds
+  // (forward, recompute, backward): 0.05 ms each for launches alone, with no collective and no
+  // host sync in them; 300 us is our estimate with the count exchange and the sync. A
+  // calibration file's constants can set it (calibrate/data/memfine-fcda-round.json).
   Seconds dispatch_round_overhead = Seconds(300e-6);
   // Intra-operator overlap (MegaScale-MoE Sec. 4.2) gives "a few SMs" to communication: 8 of an
   // H800's 132, so a fused GEMM runs 6 % slower while its communication is in flight; a fused
