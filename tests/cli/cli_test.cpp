@@ -772,6 +772,28 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   expect_one_line_error(
       run("whatif " + pair + " --search --global-batch 64 --sweep chunks=2 --out " + dir),
       "chunks needs --plan");
+  // --calibration reaches every point: a costlier FCDA round slows 8 chunks, not 1.
+  auto by_chunks = [&](const std::string& extra, const std::string& out) {
+    const Result w =
+        run("whatif " + pair + " --plan " + plan + " --sweep chunks=1,8 --out " + out + extra);
+    EXPECT_EQ(w.code, 0) << w.err;
+    std::map<std::string, double> seconds;
+    for (const auto& f : csv_rows(read_file(out + "/points.csv"))) {
+      if (f.size() >= 4) seconds[f[1]] = std::stod(f[3]);  // point, chunks, status, iteration_s
+    }
+    return seconds;
+  };
+  const auto plain = by_chunks("", dir + "/plain");
+  const auto fitted =
+      by_chunks(" --calibration calibrate/data/memfine-fcda-round.json", dir + "/fitted");
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(fitted.size(), 2u);
+  EXPECT_DOUBLE_EQ(fitted.at("1"), plain.at("1"));
+  EXPECT_GT(fitted.at("8"), plain.at("8") * 1.01);
+  expect_one_line_error(
+      run("whatif " + pair + " --plan " + plan +
+          " --sweep chunks=1 --calibration tests/data/curves-bad-unit.json --out " + dir),
+      "curves-bad-unit.json");
   std::filesystem::remove_all(dir);
 }
 

@@ -41,7 +41,7 @@ const std::vector<std::string> kAxes = {
 const std::string kAxisList = fmt::format("{}", fmt::join(kAxes, ", "));
 
 struct WhatifOptions {
-  std::string model, cluster, plan, out, skew = "balanced";
+  std::string model, cluster, plan, out, skew = "balanced", calibration;
   std::vector<std::string> sweeps;
   bool search = false, resume = false;
   int64_t global_batch = 0, seq_len = 4096;
@@ -246,7 +246,8 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
 }
 
 Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& base_cluster,
-                const GpuCatalog& catalog, const std::optional<PlanChoice>& fixed, const Point& p) {
+                const GpuCatalog& catalog, const Efficiencies& eff,
+                const std::optional<PlanChoice>& fixed, const Point& p) {
   PointInputs in;
   try {
     in = point_inputs(o, base, base_cluster, catalog, p);
@@ -261,7 +262,7 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
   const int64_t seq = in.seq, gbs = in.gbs, gpus = in.gpus;
   Result r;
   try {
-    const TimeContext ctx = make_time_context(m, c, efficiencies(), skew_for(in.skew, m), seq);
+    const TimeContext ctx = make_time_context(m, c, eff, skew_for(in.skew, m), seq);
     if (fixed) {
       PlanChoice plan = replanned_layout(*fixed, in);
       plan.seq_len = seq;
@@ -522,6 +523,7 @@ void run_whatif(const WhatifOptions& o) {
     }
     points = next;
   }
+  const Efficiencies eff = efficiencies_from(o.calibration);
   std::filesystem::create_directories(o.out);
   const std::string csv_path = o.out + "/points.csv";
   const std::map<std::string, Result> earlier =
@@ -560,7 +562,7 @@ void run_whatif(const WhatifOptions& o) {
     pool.emplace_back([&] {
       for (size_t i = next++; i < points.size(); i = next++) {
         if (was_kept[i]) continue;
-        const Result r = evaluate(o, m, c, catalog, fixed, points[i]);
+        const Result r = evaluate(o, m, c, catalog, eff, fixed, points[i]);
         std::lock_guard<std::mutex> g(lock);
         results[i] = r;
         ++finished;
@@ -608,6 +610,8 @@ void add_whatif(CLI::App& app) {
   cmd->add_option("--global-batch", o->global_batch, "global batch when not swept");
   cmd->add_option("--seq-len", o->seq_len, "sequence length when not swept");
   cmd->add_option("--skew", o->skew, "routing skew when not swept");
+  cmd->add_option("--calibration", o->calibration,
+                  "calibration file (curves and constants) for every point");
   cmd->add_option("--threads", o->threads, "points evaluated at once (default: all cores)");
   cmd->add_option("--out", o->out, "directory for points.csv and report.html")->required();
   cmd->add_flag("--resume", o->resume, "keep the points an earlier run finished");
