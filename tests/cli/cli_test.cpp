@@ -152,6 +152,23 @@ TEST(Cli, MontaTable8Acceptance) {
   EXPECT_NEAR(j["o3"]["time_s"].get<double>() * 1e3, 1.967, 0.001);
   EXPECT_NEAR(j["o2"]["per_chunk"]["alltoall_s"].get<double>() * 1e3, 0.3747, 0.0001);
   EXPECT_EQ(j["choice"].get<std::string>(), "O3");
+  // A curves file's pipeline_chunk_overhead_us applies unless --chunk-overhead-us says otherwise:
+  // 4 chunks at 100 us each add at least 0.3 ms to O2 (the first chunk's may hide).
+  nlohmann::json with = nlohmann::json::parse(read_file("calibrate/data/monta-table8-curves.json"));
+  with["constants"] = {{"pipeline_chunk_overhead_us", 100}};
+  const std::string cal = temp_path("moeplan_a2a_constants.json");
+  std::ofstream(cal) << with.dump();
+  auto o2_ms = [&](const std::string& extra) {
+    const Result a =
+        run("a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --tp 8 "
+            "--ep 2 --chunks 4 --json --curves " +
+            cal + extra);
+    EXPECT_EQ(a.code, 0) << a.err;
+    return nlohmann::json::parse(a.out)["at_chunks"]["o2"]["time_s"].get<double>() * 1e3;
+  };
+  EXPECT_GT(o2_ms(""), 2.117 + 0.3);
+  EXPECT_NEAR(o2_ms(" --chunk-overhead-us 0"), 2.117, 0.001);
+  std::filesystem::remove(cal);
 }
 
 TEST(Cli, CommAndAffinityProduceJson) {

@@ -19,7 +19,7 @@ struct A2aOptions {
   int64_t tp = 8, ep = 2;
   std::optional<int64_t> chunks;
   double min_chunk_mib = 1.0;
-  double chunk_overhead_us = 0.0;
+  std::optional<double> chunk_overhead_us;  // else the --curves file's constant, else 0
   bool json = false, explain = false;
   // --execute: run the four strategies over the ranks a launcher started (tp x ep of them).
   bool execute = false;
@@ -75,7 +75,13 @@ void run_a2a(const A2aOptions& o) {
   p.tp = o.tp;
   p.ep = o.ep;
   p.min_chunk = mebibytes(o.min_chunk_mib);
-  p.chunk_overhead = Seconds(o.chunk_overhead_us * 1e-6);
+  double overhead_us = 0.0;
+  if (o.chunk_overhead_us) {
+    overhead_us = *o.chunk_overhead_us;
+  } else if (cal && cal->constants.count("pipeline_chunk_overhead_us")) {
+    overhead_us = cal->constants.at("pipeline_chunk_overhead_us");
+  }
+  p.chunk_overhead = Seconds(overhead_us * 1e-6);
   p.curves.alltoall = curve_or(calp, "alltoall_inter", defaults::alltoall_inter_node());
   p.curves.allgather = curve_or(calp, "allgather_intra", defaults::allgather_intra_node());
   p.curves.d2d = curve_or(calp, "d2d_copy", defaults::d2d_copy());
@@ -195,9 +201,9 @@ void add_a2a(CLI::App& app) {
   cmd->add_option("--min-chunk", o->min_chunk_mib,
                   "I_minimal in MiB: smallest chunk the search tries")
       ->check(CLI::PositiveNumber);
-  cmd->add_option(
-         "--chunk-overhead-us", o->chunk_overhead_us,
-         "fixed cost per pipelined chunk in us (0: MoNTA's theoretical model; plan uses 150)")
+  cmd->add_option("--chunk-overhead-us", o->chunk_overhead_us,
+                  "fixed cost per pipelined chunk in us (default: the --curves file's "
+                  "pipeline_chunk_overhead_us, else 0, MoNTA's theoretical model; plan uses 150)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", o->json, "print one JSON document (seconds, bytes)");
   cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");
