@@ -154,7 +154,8 @@ TEST(Cli, MontaTable8Acceptance) {
   EXPECT_EQ(j["choice"].get<std::string>(), "O3");
   // A curves file's pipeline_chunk_overhead_us applies unless --chunk-overhead-us says otherwise:
   // 4 chunks at 100 us each add at least 0.3 ms to O2 (the first chunk's may hide).
-  nlohmann::json with = nlohmann::json::parse(read_file("calibrate/data/monta-table8-curves.json"));
+  nlohmann::json with = nlohmann::json::parse(
+      read_file(std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/monta-table8-curves.json"));
   with["constants"] = {{"pipeline_chunk_overhead_us", 100}};
   const std::string cal = temp_path("moeplan_a2a_constants.json");
   std::ofstream(cal) << with.dump();
