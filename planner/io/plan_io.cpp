@@ -7,6 +7,7 @@
 
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
+#include "planner/megatron_flops.h"
 #include "planner/monta.h"
 
 namespace moe::io {
@@ -131,7 +132,12 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
             {"host_bytes", s.host_bytes.value()},
             {"headroom_bytes", s.headroom.value()},
             {"oom_received_tokens", s.oom_received_tokens},
-            {"stages", stages}}},
+            {"stages", stages},
+            {"megatron_log",
+             {{"elapsed_time_per_iteration_ms", t.iteration.value() * 1e3},
+              {"throughput_per_gpu_tflops",
+               megatron_logged_tflops(m, ch.seq_len, *ch.parallel.gbs, *ch.parallel.tp, ch.gpus(),
+                                      t.iteration)}}}}},
           {"cp_expansion", cp_expansion_json(plan, c)},
           {"megatron_args", megatron_arguments(plan, m)},
           {"deepspeed",

@@ -288,7 +288,8 @@ TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* needle :
        {"Megatron-LM arguments:", "--expert-model-parallel-size", "DeepSpeed config",
-        "train_micro_batch_size_per_gpu", "Why #1 beats #2", "Best plan, per iteration"}) {
+        "train_micro_batch_size_per_gpu", "Why #1 beats #2", "Best plan, per iteration",
+        "Megatron-LM would log: elapsed time per iteration (ms): "}) {
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle;
   }
 }
@@ -323,6 +324,24 @@ TEST(Cli, PlanSavesAFileThatReadsBack) {
   EXPECT_EQ(saved["format"], "moeplan-plan/1");
   EXPECT_EQ(saved["parallel"], printed["plans"][0]["parallel"]);
   EXPECT_TRUE(saved["megatron_args"].is_array());
+  // Megatron-LM's log line for the plan: its FLOP count (no router, causal attention) is ours
+  // within 0.5 %, so TFLOP/s/GPU reads as MFU x the H100's 989.5 TFLOP/s.
+  const auto& predicted = saved["predicted"];
+  EXPECT_DOUBLE_EQ(predicted["megatron_log"]["elapsed_time_per_iteration_ms"].get<double>(),
+                   predicted["iteration_s"].get<double>() * 1e3);
+  EXPECT_NEAR(predicted["megatron_log"]["throughput_per_gpu_tflops"].get<double>() /
+                  (predicted["mfu"].get<double>() * 989.5),
+              1.0, 0.005);
+  // simulate prints the same line for its simulated iteration.
+  const Result sim =
+      run("simulate --model models/deepseekmoe-16b.json --cluster "
+          "topologies/h100-sxm-8.json --json --plan " +
+          path);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  const auto simulated = nlohmann::json::parse(sim.out);
+  EXPECT_NEAR(simulated["megatron_log"]["throughput_per_gpu_tflops"].get<double>() /
+                  (simulated["mfu"].get<double>() * 989.5),
+              1.0, 0.005);
   std::remove(path.c_str());
 }
 

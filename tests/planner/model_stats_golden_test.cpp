@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/io/loaders.h"
+#include "planner/megatron_flops.h"
 #include "planner/model_stats.h"
 #include "test_paths.h"
 
@@ -100,6 +101,39 @@ TEST(ModelStats, MoeFlopsCountOnlyActiveExperts) {
   double norms = p.final_norm;
   for (const LayerParams& l : p.layers) norms += l.norms;
   EXPECT_NEAR(f.forward_matmul.value(), 2.0 * (p.active(m) - p.embedding - norms), 1.0);
+}
+
+// Megatron-LM's num_floating_point_operations (training.py, transformer_flops): what its log's
+// "throughput per GPU (TFLOP/s/GPU)" divides by the iteration time.
+TEST(MegatronFlops, DenseGptIsTheClassicFormulaWithCausalAttention) {
+  // Narayanan et al. 2021: 72 B s L h^2 (1 + s / 6h + V / 12hL) for a GPT with a 4h FFN; the
+  // log now halves the attention scores for the causal mask (s / 12h), and pads V to 128 x tp.
+  const ModelSpec m = model("gpt-1.7b.json");
+  const double B = 8, s = 2048, L = 24, h = 2304, V = 51200;  // 51,200 = 400 x 128
+  const double classic = 72.0 * B * s * L * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * h * L));
+  EXPECT_NEAR(megatron_iteration_flops(m, 2048, 8, 1).value() / classic, 1.0, 1e-12);
+  EXPECT_EQ(megatron_padded_vocab(51200, 1), 51200);
+  EXPECT_EQ(megatron_padded_vocab(51200, 3), 51456);  // the next multiple of 384
+  EXPECT_EQ(megatron_padded_vocab(129280, 8), 130048);
+}
+
+TEST(MegatronFlops, MoeAndLatentAttentionAsTheLogCountsThem) {
+  // Per-token values worked by hand from the formula's terms (routed experts at top-k, shared
+  // experts, GQA or MLA with its low-rank norms, MTP as one more MoE layer plus its projection,
+  // the logits twice with MTP).
+  EXPECT_DOUBLE_EQ(megatron_iteration_flops(model("mixtral-8x7b.json"), 4096, 1, 1).value(),
+                   79706456064.0 * 4096);
+  EXPECT_NEAR(megatron_iteration_flops(model("deepseek-v3.json"), 4096, 1, 1).value() / 4096,
+              259992950784.0, 1.0);
+  // Our own count differs by the router and MTP only: within 0.1 % for Mixtral.
+  const ModelSpec mixtral = model("mixtral-8x7b.json");
+  EXPECT_NEAR(megatron_iteration_flops(mixtral, 4096, 1, 1).value() /
+                  (flops_per_token(mixtral, 4096).training().value() * 4096),
+              1.0, 1e-3);
+  // The log line: FLOPs over (seconds x GPUs), in TFLOP/s.
+  EXPECT_NEAR(megatron_logged_tflops(mixtral, 4096, 1, 1, 8, Seconds(0.5)),
+              79706456064.0 * 4096 / (0.5 * 8 * 1e12), 1e-9);
+  EXPECT_EQ(megatron_logged_tflops(mixtral, 4096, 1, 1, 0, Seconds(0.5)), 0.0);
 }
 
 }  // namespace moe

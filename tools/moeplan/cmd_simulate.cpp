@@ -9,6 +9,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/megatron_flops.h"
 #include "planner/offload.h"
 #include "planner/time_model.h"
 #include "simulator/offload_sim.h"
@@ -153,6 +154,11 @@ void run_simulate(const SimulateOptions& o) {
   const Seconds total = iteration * static_cast<double>(o.iterations);
   const double error = iteration / predicted.iteration - 1.0;
   const double tokens = static_cast<double>(*choice.parallel.gbs * choice.seq_len);
+  // What Megatron-LM's log line prints for an iteration of this length.
+  auto logged_tflops = [&](Seconds t) {
+    return megatron_logged_tflops(m, choice.seq_len, *choice.parallel.gbs, *choice.parallel.tp,
+                                  choice.gpus(), t);
+  };
   if (!o.trace.empty()) io::write_file_atomically(o.trace, chrome_trace(r).dump() + "\n");
   const sim::RoutingGenerator generator(m, ctx.skew, routing.dynamics, o.seed);
 
@@ -200,6 +206,9 @@ void run_simulate(const SimulateOptions& o) {
                 {"tokens_per_s", r.tokens_per_second},
                 {"mfu", r.mfu},
                 {"tgs", r.tgs},
+                {"megatron_log",
+                 {{"elapsed_time_per_iteration_ms", iteration.value() * 1e3},
+                  {"throughput_per_gpu_tflops", logged_tflops(iteration)}}},
                 {"stages", stages},
                 {"oom_count", r.oom_count},
                 {"oom_events", ooms},
@@ -219,7 +228,7 @@ void run_simulate(const SimulateOptions& o) {
              o.seed,
              o.every_gpu ? fmt::format("every GPU simulated ({})", r.gpus_simulated)
                          : std::string("one representative GPU per stage"));
-  Table t({"", "iteration", "tokens/s", "MFU", "TGS"});
+  Table t({"", "iteration", "tokens/s", "MFU", "TGS", "TFLOP/s/GPU (Megatron log)"});
   const PlanScore planned = [&] {
     PlanScore s;
     s.tokens_per_second = tokens / predicted.iteration.value();
@@ -229,10 +238,11 @@ void run_simulate(const SimulateOptions& o) {
   }();
   t.add({"planner (closed form)", as_ms(predicted.iteration.value()),
          fmt::format("{:.0f}", planned.tokens_per_second),
-         fmt::format("{:.1f} %", 100 * planned.mfu), fmt::format("{:.0f}", planned.tgs)});
+         fmt::format("{:.1f} %", 100 * planned.mfu), fmt::format("{:.0f}", planned.tgs),
+         fmt::format("{:.1f}", logged_tflops(predicted.iteration))});
   t.add({fmt::format("simulator (mean of {})", o.iterations), as_ms(iteration.value()),
          fmt::format("{:.0f}", r.tokens_per_second), fmt::format("{:.1f} %", 100 * r.mfu),
-         fmt::format("{:.0f}", r.tgs)});
+         fmt::format("{:.0f}", r.tgs), fmt::format("{:.1f}", logged_tflops(iteration))});
   fmt::print("{}", t.render());
   fmt::print("difference {:+.2f} %\n", 100 * error);
   if (o.iterations > 1) {
