@@ -169,6 +169,11 @@ TEST(Cli, MontaTable8Acceptance) {
   };
   EXPECT_GT(o2_ms(""), 2.117 + 0.3);
   EXPECT_NEAR(o2_ms(" --chunk-overhead-us 0"), 2.117, 0.001);
+  const Result explained = run(
+      "a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --explain --curves " + cal);
+  EXPECT_NE(explained.out.find("pays 100 us (the --curves file's pipeline_chunk_overhead_us)"),
+            std::string::npos)
+      << explained.out;
   std::filesystem::remove(cal);
 }
 

@@ -179,6 +179,10 @@ void run_a2a(const A2aOptions& o) {
         o.min_chunk_mib);
     fmt::print("  curves: {}\n",
                o.curves.empty() ? "built-in defaults (planner/default_efficiency.h)" : o.curves);
+    fmt::print("  each O2/O3 chunk also pays {:.0f} us ({})\n", p.chunk_overhead.value() * 1e6,
+               o.chunk_overhead_us            ? "--chunk-overhead-us"
+               : p.chunk_overhead.value() > 0 ? "the --curves file's pipeline_chunk_overhead_us"
+                                              : "none: MoNTA's theoretical model");
   }
 }
 
