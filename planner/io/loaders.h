@@ -36,6 +36,9 @@ struct Calibration {
 };
 Calibration load_calibration(const std::string& path);
 Calibration calibration_from_json(const nlohmann::json& j, const std::string& source);
+// The same document back (curves sized in FLOPs for gemm* and cpu_*, else in bytes); what
+// calibration_from_json reads as the same Calibration.
+nlohmann::json calibration_to_json(const Calibration& cal);
 
 // Per-layer, per-expert token counts (or proportions); rows are normalised to proportions.
 std::vector<std::vector<double>> load_popularity(const std::string& path);

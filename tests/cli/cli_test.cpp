@@ -350,6 +350,47 @@ TEST(Cli, PlanSavesAFileThatReadsBack) {
   std::remove(path.c_str());
 }
 
+TEST(Cli, AnchorFitsTheModelToAMeasuredIteration) {
+  // A user's run measured at 1.5x the prediction: anchor writes a calibration under which the
+  // same plan predicts the measurement, and every command reads it.
+  const std::string plan = temp_path("moeplan_anchor_plan.json");
+  const std::string cal = temp_path("moeplan_anchor_cal.json");
+  const std::string pair =
+      "--model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json";
+  ASSERT_EQ(
+      run("plan " + pair + " --global-batch 64 --parallel tp=1,ep=8,mbs=2 --save " + plan).code, 0);
+  const double predicted =
+      nlohmann::json::parse(read_file(plan))["predicted"]["iteration_s"].get<double>();
+  const double measured_ms = predicted * 1.5e3;
+  const Result r = run("anchor " + pair + " --plan " + plan + " --json --out " + cal +
+                       fmt::format(" --measured-ms {}", measured_ms));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fit = nlohmann::json::parse(r.out);
+  EXPECT_LT(fit["scale"].get<double>(), 0.7);
+  EXPECT_NEAR(fit["predicted_after_s"].get<double>() * 1e3 / measured_ms, 1.0, 1e-3);
+  const auto written = nlohmann::json::parse(read_file(cal));
+  EXPECT_EQ(written["provenance"]["tool"], "moeplan anchor");
+  const Result again = run("plan " + pair + " --global-batch 64 --parallel " +
+                           "tp=1,ep=8,mbs=2,pp=1,cp=1,vpp=1,etp=1 --json --calibration " + cal);
+  ASSERT_EQ(again.code, 0) << again.err;
+  const auto best = nlohmann::json::parse(again.out)["plans"][0];
+  EXPECT_NEAR(best["predicted"]["iteration_s"].get<double>() * 1e3 / measured_ms, 1.0, 0.01);
+  // Bad input: an unknown scope, a measurement out of reach, a missing plan.
+  expect_one_line_error(run("anchor " + pair + " --plan " + plan +
+                            " --measured-ms 100 --scope x "
+                            "--out " +
+                            cal),
+                        "--scope");
+  expect_one_line_error(
+      run("anchor " + pair + " --plan " + plan + " --measured-ms 0.001 --out " + cal),
+      "out of reach");
+  expect_one_line_error(
+      run("anchor " + pair + " --plan /nonexistent.json --measured-ms 100 --out " + cal),
+      "/nonexistent.json");
+  std::remove(plan.c_str());
+  std::remove(cal.c_str());
+}
+
 TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
   // MemFine Model II on the PCIe-only A800 cluster, EP = 32 across its four nodes: the planner
   // ranks ZeRO-2 plans first, but their per-micro-batch gradient reduce-scatters share the NICs
@@ -954,6 +995,14 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   // ahead for every model.
   for (int gpus : {240, 480, 720, 960, 1440})
     within("megascale", fmt::format("Table 3 speedup over Megatron-LM on {} H800", gpus), 0.15);
+  // Table 3 anchored on Megatron-LM's measured 39.94 s at 240 GPUs: all ten points within the
+  // issue's 20 % (the other nine are predictions; ours -2 to -15 %).
+  for (int gpus : {240, 480, 720, 960, 1440}) {
+    for (const char* system : {"Megatron-LM", "MegaScale-MoE"}) {
+      within("megascale", fmt::format("Table 3 anchored: {} tokens/s on {} H800", system, gpus),
+             0.20);
+    }
+  }
   // Sec. 6.1: the paper's MFU counts Megatron-LM's FLOPs with the gated MLP at four matrices
   // (282 GFLOP per token for the 352B model, from both of its MFU figures); ours 219.
   within("megascale", "Sec. 6.1 GFLOP per token behind the paper's MFU, 240 H800", 0.002);

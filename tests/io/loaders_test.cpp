@@ -200,6 +200,30 @@ TEST(Loaders, CalibrationConstants) {
       std::string::npos);
 }
 
+// A calibration written back reads as the same calibration (anchor writes files this way).
+TEST(Loaders, CalibrationRoundTrips) {
+  const std::string dir = std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/";
+  for (const char* file : {"monta-table8-curves.json", "h100.json", "memfine-fcda-round.json"}) {
+    const Calibration a = load_calibration(dir + file);
+    const Calibration b = calibration_from_json(calibration_to_json(a), "written");
+    ASSERT_EQ(a.curves.size(), b.curves.size()) << file;
+    for (const auto& [name, curve] : a.curves) {
+      const EfficiencyCurve& back = b.curves.at(name);
+      ASSERT_EQ(curve.points().size(), back.points().size()) << name;
+      for (size_t i = 0; i < curve.points().size(); ++i) {
+        EXPECT_DOUBLE_EQ(curve.points()[i].size, back.points()[i].size) << name;
+        EXPECT_DOUBLE_EQ(curve.points()[i].efficiency, back.points()[i].efficiency) << name;
+      }
+      EXPECT_EQ(curve.reference().has_value(), back.reference().has_value()) << name;
+      if (curve.reference()) {
+        EXPECT_DOUBLE_EQ(curve.reference()->value(), back.reference()->value());
+      }
+    }
+    EXPECT_EQ(a.constants, b.constants) << file;
+    EXPECT_EQ(a.reference_flops.size(), b.reference_flops.size()) << file;
+  }
+}
+
 // The curves measured on a lent H100 (tools/gpu_session.sh) load, and say what an H100 does:
 // large BF16 GEMMs near 0.8 of the 989.5 TFLOP/s peak, pinned PCIe near 55 of 63 GB/s, and a
 // CPU curve (MoE-S-8's expert, from one token) relative to the rate it measured.

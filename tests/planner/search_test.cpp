@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "planner/anchor.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
@@ -274,6 +275,38 @@ TEST(TimeModel, EachFurtherFcdaRoundPaysItsLatenciesAndTheRoundOverhead) {
       }
     }
   }
+}
+
+TEST(Anchor, OneMeasuredIterationSetsOneScaleForEveryEfficiency) {
+  // A run measured at 1.6x the prediction: the fit finds the efficiency scale that predicts it,
+  // and the same scale moves other layouts. Scaling compute alone needs a smaller factor, as
+  // communication keeps its curves.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=8,ep=8,etp=1,dp=2,pp=1,mbs=1,gbs=64"));
+  c.attention = AttentionMode::kUlysses;
+  const Seconds predicted = estimate_time(s.ctx, c).iteration;
+  const AnchorFit all = fit_anchor(s.ctx, c, predicted * 1.6, true);
+  ASSERT_TRUE(all.converged);
+  EXPECT_NEAR(all.after / (predicted * 1.6), 1.0, 1e-3);
+  EXPECT_EQ(all.before.value(), predicted.value());
+  EXPECT_LT(all.scale, 1.0 / 1.5);  // latencies do not scale, so f < 1 / 1.6 is not exact
+  EXPECT_GT(all.scale, 1.0 / 1.7);
+  const AnchorFit compute = fit_anchor(s.ctx, c, predicted * 1.6, false);
+  ASSERT_TRUE(compute.converged);
+  EXPECT_LT(compute.scale, all.scale);
+  // The scaled efficiencies: every curve point and scalar times f, capped.
+  const Efficiencies e = scale_efficiencies(s.ctx.eff, 0.5, true);
+  EXPECT_DOUBLE_EQ(e.gemm.points().back().efficiency,
+                   0.5 * s.ctx.eff.gemm.points().back().efficiency);
+  EXPECT_DOUBLE_EQ(e.alltoall_inter.at(Bytes(1e9)), 0.5 * s.ctx.eff.alltoall_inter.at(Bytes(1e9)));
+  EXPECT_DOUBLE_EQ(e.attention_core, 0.5 * s.ctx.eff.attention_core);
+  EXPECT_DOUBLE_EQ(scale_efficiencies(s.ctx.eff, 0.5, false).alltoall_inter.at(Bytes(1e9)),
+                   s.ctx.eff.alltoall_inter.at(Bytes(1e9)));
+  EXPECT_DOUBLE_EQ(scale_efficiencies(s.ctx.eff, 3.0, true).memory_bound, 1.0);
+  // A faster measurement than the scale's cap allows is reported, not met.
+  EXPECT_FALSE(fit_anchor(s.ctx, c, predicted * 0.01, true).converged);
+  EXPECT_THROW(fit_anchor(s.ctx, c, Seconds(0), true), ConfigError);
 }
 
 TEST(TimeModel, Fp8MovesHalfTheBytesAndRunsLinearLayersAtTheFp8Peak) {

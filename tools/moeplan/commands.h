@@ -21,6 +21,7 @@ void add_calibrate(CLI::App& app);
 void add_execute(CLI::App& app);
 void add_whatif(CLI::App& app);
 void add_reproduce(CLI::App& app);
+void add_anchor(CLI::App& app);
 
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);

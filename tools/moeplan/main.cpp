@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   moe::cli::add_affinity(app);
   moe::cli::add_devices(app);
   moe::cli::add_calibrate(app);
+  moe::cli::add_anchor(app);
   moe::cli::add_execute(app);
   moe::cli::add_whatif(app);
   moe::cli::add_reproduce(app);

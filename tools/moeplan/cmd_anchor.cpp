@@ -1,0 +1,125 @@
+// moeplan anchor: fits the time model to one measured iteration of a plan the user runs (the
+// "elapsed time per iteration (ms)" of Megatron-LM's log) and writes the calibration file that
+// carries the fit, so plan, simulate and whatif predict other layouts relative to that run.
+#include <fmt/format.h>
+
+#include "planner/anchor.h"
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
+#include "planner/time_model.h"
+#include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
+#include "tools/moeplan/table.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct AnchorOptions {
+  std::string model, cluster, plan, calibration, out, skew = "balanced", scope = "all";
+  double measured_ms = 0;
+  bool json = false;
+};
+
+// The scaled efficiencies as a calibration file: the planner's six curves and its constants,
+// and whatever else the base file carried (CPU and PCIe curves for affinity) unchanged.
+io::Calibration anchored_calibration(const io::Calibration& base, const Efficiencies& e) {
+  io::Calibration out = base;
+  out.curves["gemm"] = e.gemm;
+  out.curves["alltoall_intra"] = e.alltoall_intra;
+  out.curves["alltoall_inter"] = e.alltoall_inter;
+  out.curves["allgather_intra"] = e.allgather_intra;
+  out.curves["allgather_inter"] = e.allgather_inter;
+  out.curves["d2d_copy"] = e.d2d_copy;
+  out.constants["attention_core"] = e.attention_core;
+  out.constants["memory_bound"] = e.memory_bound;
+  out.constants["pipeline_chunk_overhead_us"] = e.pipeline_chunk_overhead.value() * 1e6;
+  out.constants["dispatch_round_overhead_us"] = e.dispatch_round_overhead.value() * 1e6;
+  return out;
+}
+
+void run_anchor(const AnchorOptions& o) {
+  const bool communication =
+      *named<bool>("--scope", o.scope, {{"all", true}, {"compute", false}}, false);
+  const ModelSpec m = io::load_model(o.model);
+  const ClusterSpec c = io::load_cluster(o.cluster);
+  const PlanChoice choice = io::load_plan_choice(o.plan);
+  if (choice.offload)
+    throw InputError(o.plan, "/switches/offload",
+                     "anchor fits GPU-resident plans; an offload plan's CPU and PCIe rates come "
+                     "from calibrate --only cpu,pcie");
+  try {
+    check(choice.parallel, m);
+  } catch (const ConfigError& e) {
+    throw InputError(o.plan, "/parallel", e.what());
+  }
+  const io::Calibration base =
+      o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
+  const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),
+                                            skew_for(o.skew, m), choice.seq_len);
+  const Seconds measured(o.measured_ms * 1e-3);
+  const AnchorFit fit = fit_anchor(ctx, choice, measured, communication);
+  if (!fit.converged) {
+    throw InputError("--measured-ms", "",
+                     fmt::format("{:.1f} ms is out of reach: scaling every efficiency by {:.3f} "
+                                 "gives {:.1f} ms (curves cap at 1.5, fused attention and "
+                                 "memory-bound kernels at 1)",
+                                 o.measured_ms, fit.scale, fit.after.value() * 1e3));
+  }
+  io::Calibration out =
+      anchored_calibration(base, scale_efficiencies(ctx.eff, fit.scale, communication));
+  out.provenance = {
+      {"tool", "moeplan anchor"},
+      {"model", m.name},
+      {"cluster", c.name},
+      {"plan", choice.describe()},
+      {"measured_iteration_ms", o.measured_ms},
+      {"predicted_before_ms", fit.before.value() * 1e3},
+      {"scale", fit.scale},
+      {"scope", o.scope},
+      {"base_calibration", o.calibration.empty() ? "built-in defaults" : o.calibration}};
+  io::write_file_atomically(o.out, io::calibration_to_json(out).dump(2) + "\n");
+  if (o.json) {
+    print_json({{"scale", fit.scale},
+                {"scope", o.scope},
+                {"predicted_before_s", fit.before.value()},
+                {"measured_s", measured.value()},
+                {"predicted_after_s", fit.after.value()},
+                {"out", o.out}});
+    return;
+  }
+  fmt::print("{} on {}: {}\n", m.name, c.name, choice.describe());
+  fmt::print("measured {:.1f} ms per iteration; moeplan predicted {:.1f} ms ({:+.1f} %)\n",
+             o.measured_ms, fit.before.value() * 1e3, 100 * (fit.before / measured - 1.0));
+  fmt::print("{} efficiencies scaled by {:.3f}: the plan now predicts {:.1f} ms\n",
+             communication ? "every (compute and communication)" : "compute", fit.scale,
+             fit.after.value() * 1e3);
+  fmt::print("written to {}; plan, simulate and whatif read it with --calibration\n", o.out);
+}
+
+}  // namespace
+
+void add_anchor(CLI::App& app) {
+  auto o = std::make_shared<AnchorOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "anchor",
+      "Fit the time model to one measured iteration of a plan and write the calibration file");
+  cmd->add_option("--model", o->model, "model file")->required();
+  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
+  cmd->add_option("--plan", o->plan, "the plan that ran (moeplan-plan/1)")->required();
+  cmd->add_option("--measured-ms", o->measured_ms,
+                  "its measured iteration time in ms (Megatron-LM: elapsed time per iteration)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--out", o->out, "calibration file to write")->required();
+  cmd->add_option("--scope", o->scope,
+                  "what the fit scales: all (compute and communication efficiencies, default) | "
+                  "compute (keep measured collective curves)");
+  cmd->add_option("--calibration", o->calibration, "start from this calibration file");
+  cmd->add_option("--skew", o->skew, "routing skew of the run (as plan --skew)");
+  cmd->add_flag("--json", o->json, "print one JSON document");
+  cmd->callback([o] { run_anchor(*o); });
+}
+
+}  // namespace moe::cli
