@@ -387,6 +387,10 @@ TEST(Cli, AnchorFitsTheModelToAMeasuredIteration) {
   expect_one_line_error(
       run("anchor " + pair + " --plan /nonexistent.json --measured-ms 100 --out " + cal),
       "/nonexistent.json");
+  expect_one_line_error(run("anchor --model models/deepseekmoe-16b.json --cluster "
+                            "topologies/h100-1.json --plan " +
+                            plan + " --measured-ms 100 --out " + cal),
+                        "the plan needs 8 GPUs");
   std::remove(plan.c_str());
   std::remove(cal.c_str());
 }

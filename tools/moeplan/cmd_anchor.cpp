@@ -54,6 +54,11 @@ void run_anchor(const AnchorOptions& o) {
   } catch (const ConfigError& e) {
     throw InputError(o.plan, "/parallel", e.what());
   }
+  if (choice.parallel.world() > c.num_gpus()) {
+    throw InputError(o.plan, "/parallel",
+                     fmt::format("the plan needs {} GPUs; cluster {} has {}",
+                                 choice.parallel.world(), c.name, c.num_gpus()));
+  }
   const io::Calibration base =
       o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
   const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),
