@@ -312,13 +312,15 @@ void run_plan(const PlanOptions& o) {
   }
   fmt::print("{}\n", bt.render());
   const ParallelConfig& bp = best.choice.parallel;
-  // The two numbers users compare with first: Megatron-LM's per-iteration log line.
-  fmt::print(
-      "Megatron-LM would log: elapsed time per iteration (ms): {:.1f} | throughput per GPU "
-      "(TFLOP/s/GPU): {:.1f}\n\n",
-      b.iteration.value() * 1e3,
-      megatron_logged_tflops(m, best.choice.seq_len, *bp.gbs, *bp.tp, best.choice.gpus(),
-                             b.iteration));
+  // The two numbers users compare with first: Megatron-LM's per-iteration log line (an APTMoE
+  // offload plan does not run on Megatron-LM).
+  if (!best.choice.offload)
+    fmt::print(
+        "Megatron-LM would log: elapsed time per iteration (ms): {:.1f} | throughput per GPU "
+        "(TFLOP/s/GPU): {:.1f}\n\n",
+        b.iteration.value() * 1e3,
+        megatron_logged_tflops(m, best.choice.seq_len, *bp.gbs, *bp.tp, best.choice.gpus(),
+                               b.iteration));
   if (!best.choice.offload && *bp.cp > 1 && *bp.ep > 1) {
     const monta::CpExpansionChoice e = monta::choose_cp_expansion(*bp.cp, *bp.ep, c.switch_radix);
     fmt::print("CP and EP groups (MoNTA Sec. 5): {} expansion, network scale {}{}; {}\n\n",
