@@ -49,16 +49,7 @@ void run_anchor(const AnchorOptions& o) {
     throw InputError(o.plan, "/switches/offload",
                      "anchor fits GPU-resident plans; an offload plan's CPU and PCIe rates come "
                      "from calibrate --only cpu,pcie");
-  try {
-    check(choice.parallel, m);
-  } catch (const ConfigError& e) {
-    throw InputError(o.plan, "/parallel", e.what());
-  }
-  if (choice.parallel.world() > c.num_gpus()) {
-    throw InputError(o.plan, "/parallel",
-                     fmt::format("the plan needs {} GPUs; cluster {} has {}",
-                                 choice.parallel.world(), c.name, c.num_gpus()));
-  }
+  check_plan_layout(choice, m, c, o.plan);
   const io::Calibration base =
       o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
   const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),

@@ -123,16 +123,7 @@ void run_simulate(const SimulateOptions& o) {
     run_offload(o, m, c, choice, ctx);
     return;
   }
-  try {
-    check(choice.parallel, m);
-  } catch (const ConfigError& e) {
-    throw InputError(o.plan, "/parallel", e.what());
-  }
-  if (choice.parallel.world() > c.num_gpus()) {
-    throw InputError(o.plan, "/parallel",
-                     fmt::format("the plan needs {} GPUs; cluster {} has {}",
-                                 choice.parallel.world(), c.name, c.num_gpus()));
-  }
+  check_plan_layout(choice, m, c, o.plan);
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
   const TimeBreakdown predicted = estimate_time(ctx, choice);

@@ -61,6 +61,20 @@ void warn_world_size(const ParallelConfig& p, const ClusterSpec& c) {
   }
 }
 
+void check_plan_layout(const PlanChoice& choice, const ModelSpec& m, const ClusterSpec& c,
+                       const std::string& plan_file) {
+  try {
+    check(choice.parallel, m);
+  } catch (const ConfigError& e) {
+    throw InputError(plan_file, "/parallel", e.what());
+  }
+  if (choice.parallel.world() > c.num_gpus()) {
+    throw InputError(plan_file, "/parallel",
+                     fmt::format("the plan needs {} GPUs; cluster {} has {}",
+                                 choice.parallel.world(), c.name, c.num_gpus()));
+  }
+}
+
 RoutingSkew skew_for(const std::string& text, const ModelSpec& m) {
   if (text.find(".json") == std::string::npos) return parse_skew(text, m);
   RoutingSkew skew;

@@ -28,6 +28,10 @@ namespace moe::cli {
 
 // Parses, resolves and checks a layout against the model; errors name the --parallel option.
 ParallelConfig layout_for(const std::string& text, const ModelSpec& m);
+// A saved plan's layout against the model and cluster: one InputError naming `plan_file` and
+// /parallel when it does not divide the model or needs more GPUs than the cluster has.
+void check_plan_layout(const PlanChoice& choice, const ModelSpec& m, const ClusterSpec& c,
+                       const std::string& plan_file);
 // Prints a warning when a layout spans a different number of GPUs than the cluster has.
 void warn_world_size(const ParallelConfig& p, const ClusterSpec& c);
 // A --skew spec (balanced | capacity=F | G=x | worst) or a popularity file (.json) of observed
