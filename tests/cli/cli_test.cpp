@@ -377,6 +377,18 @@ TEST(Cli, AnchorFitsTheModelToAMeasuredIteration) {
   ASSERT_EQ(again.code, 0) << again.err;
   const auto best = nlohmann::json::parse(again.out)["plans"][0];
   EXPECT_NEAR(best["predicted"]["iteration_s"].get<double>() * 1e3 / measured_ms, 1.0, 0.01);
+  // The same run given as the TFLOP/s/GPU Megatron-LM logged for it: the same fit.
+  const double tflops = nlohmann::json::parse(read_file(
+                            plan))["predicted"]["megatron_log"]["throughput_per_gpu_tflops"]
+                            .get<double>() /
+                        1.5;
+  const Result by_tflops = run("anchor " + pair + " --plan " + plan + " --json --out " + cal +
+                               fmt::format(" --measured-tflops {}", tflops));
+  ASSERT_EQ(by_tflops.code, 0) << by_tflops.err;
+  EXPECT_NEAR(nlohmann::json::parse(by_tflops.out)["scale"].get<double>(),
+              fit["scale"].get<double>(), 1e-3);
+  expect_one_line_error(run("anchor " + pair + " --plan " + plan + " --out " + cal),
+                        "--measured-ms");
   // Bad input: an unknown scope, a measurement out of reach, a missing plan.
   expect_one_line_error(run("anchor " + pair + " --plan " + plan +
                             " --measured-ms 100 --scope x "

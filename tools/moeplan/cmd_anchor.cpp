@@ -7,6 +7,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/megatron_flops.h"
 #include "planner/time_model.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
@@ -18,7 +19,7 @@ namespace {
 
 struct AnchorOptions {
   std::string model, cluster, plan, calibration, out, skew = "balanced", scope = "all";
-  double measured_ms = 0;
+  double measured_ms = 0, measured_tflops = 0;
   bool json = false;
 };
 
@@ -54,14 +55,21 @@ void run_anchor(const AnchorOptions& o) {
       o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
   const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),
                                             skew_for(o.skew, m), choice.seq_len);
-  const Seconds measured(o.measured_ms * 1e-3);
+  // Megatron-LM logs both numbers; its TFLOP/s/GPU is its FLOP count over time and GPUs.
+  const Seconds measured =
+      o.measured_ms > 0 ? Seconds(o.measured_ms * 1e-3)
+                        : Seconds(megatron_iteration_flops(m, choice.seq_len, *choice.parallel.gbs,
+                                                           *choice.parallel.tp)
+                                      .value() /
+                                  (o.measured_tflops * 1e12 * static_cast<double>(choice.gpus())));
+  const double measured_ms = measured.value() * 1e3;
   const AnchorFit fit = fit_anchor(ctx, choice, measured, communication);
   if (!fit.converged) {
     throw InputError("--measured-ms", "",
                      fmt::format("{:.1f} ms is out of reach: scaling every efficiency by {:.3f} "
                                  "gives {:.1f} ms (curves cap at 1.5, fused attention and "
                                  "memory-bound kernels at 1)",
-                                 o.measured_ms, fit.scale, fit.after.value() * 1e3));
+                                 measured_ms, fit.scale, fit.after.value() * 1e3));
   }
   io::Calibration out =
       anchored_calibration(base, scale_efficiencies(ctx.eff, fit.scale, communication));
@@ -70,7 +78,7 @@ void run_anchor(const AnchorOptions& o) {
       {"model", m.name},
       {"cluster", c.name},
       {"plan", choice.describe()},
-      {"measured_iteration_ms", o.measured_ms},
+      {"measured_iteration_ms", measured_ms},
       {"predicted_before_ms", fit.before.value() * 1e3},
       {"scale", fit.scale},
       {"scope", o.scope},
@@ -87,7 +95,7 @@ void run_anchor(const AnchorOptions& o) {
   }
   fmt::print("{} on {}: {}\n", m.name, c.name, choice.describe());
   fmt::print("measured {:.1f} ms per iteration; moeplan predicted {:.1f} ms ({:+.1f} %)\n",
-             o.measured_ms, fit.before.value() * 1e3, 100 * (fit.before / measured - 1.0));
+             measured_ms, fit.before.value() * 1e3, 100 * (fit.before / measured - 1.0));
   fmt::print("{} efficiencies scaled by {:.3f}: the plan now predicts {:.1f} ms\n",
              communication ? "every (compute and communication)" : "compute", fit.scale,
              fit.after.value() * 1e3);
@@ -104,10 +112,20 @@ void add_anchor(CLI::App& app) {
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_option("--plan", o->plan, "the plan that ran (moeplan-plan/1)")->required();
-  cmd->add_option("--measured-ms", o->measured_ms,
-                  "its measured iteration time in ms (Megatron-LM: elapsed time per iteration)")
-      ->required()
-      ->check(CLI::PositiveNumber);
+  CLI::Option* ms =
+      cmd->add_option("--measured-ms", o->measured_ms,
+                      "its measured iteration time in ms (Megatron-LM: elapsed time per iteration)")
+          ->check(CLI::PositiveNumber);
+  CLI::Option* tflops =
+      cmd->add_option("--measured-tflops", o->measured_tflops,
+                      "or the throughput per GPU (TFLOP/s/GPU) Megatron-LM logged for it")
+          ->check(CLI::PositiveNumber);
+  ms->excludes(tflops);
+  cmd->callback([o, ms, tflops] {
+    if (ms->count() == 0 && tflops->count() == 0)
+      throw InputError("--measured-ms", "", "give the measured iteration (or --measured-tflops)");
+    run_anchor(*o);
+  });
   cmd->add_option("--out", o->out, "calibration file to write")->required();
   cmd->add_option("--scope", o->scope,
                   "what the fit scales: all (compute and communication efficiencies, default) | "
@@ -115,7 +133,6 @@ void add_anchor(CLI::App& app) {
   cmd->add_option("--calibration", o->calibration, "start from this calibration file");
   cmd->add_option("--skew", o->skew, "routing skew of the run (as plan --skew)");
   cmd->add_flag("--json", o->json, "print one JSON document");
-  cmd->callback([o] { run_anchor(*o); });
 }
 
 }  // namespace moe::cli
