@@ -27,21 +27,45 @@ void set_constant(Efficiencies& e, const std::string& name, double value) {
   }
 }
 
+namespace {
+// The curves a calibration file names, where each lives in Efficiencies, and its default.
+struct NamedCurve {
+  const char* name;
+  EfficiencyCurve Efficiencies::*member;
+  EfficiencyCurve (*fallback)();
+};
+constexpr NamedCurve kCurves[] = {
+    {"gemm", &Efficiencies::gemm, defaults::gemm},
+    {"alltoall_intra", &Efficiencies::alltoall_intra, defaults::alltoall_intra_node},
+    {"alltoall_inter", &Efficiencies::alltoall_inter, defaults::alltoall_inter_node},
+    {"allgather_intra", &Efficiencies::allgather_intra, defaults::allgather_intra_node},
+    {"allgather_inter", &Efficiencies::allgather_inter, defaults::allgather_inter_node},
+    {"d2d_copy", &Efficiencies::d2d_copy, defaults::d2d_copy},
+};
+}  // namespace
+
 Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves,
                           const std::map<std::string, double>& constants) {
-  auto pick = [&](const char* name, EfficiencyCurve fallback) {
-    auto it = curves.find(name);
-    return it == curves.end() ? fallback : it->second;
-  };
   Efficiencies e;
-  e.gemm = pick("gemm", defaults::gemm());
-  e.alltoall_intra = pick("alltoall_intra", defaults::alltoall_intra_node());
-  e.alltoall_inter = pick("alltoall_inter", defaults::alltoall_inter_node());
-  e.allgather_intra = pick("allgather_intra", defaults::allgather_intra_node());
-  e.allgather_inter = pick("allgather_inter", defaults::allgather_inter_node());
-  e.d2d_copy = pick("d2d_copy", defaults::d2d_copy());
+  for (const NamedCurve& c : kCurves) {
+    auto it = curves.find(c.name);
+    e.*c.member = it == curves.end() ? c.fallback() : it->second;
+  }
   for (const auto& [name, value] : constants) set_constant(e, name, value);
   return e;
+}
+
+std::map<std::string, EfficiencyCurve> curves_of(const Efficiencies& e) {
+  std::map<std::string, EfficiencyCurve> out;
+  for (const NamedCurve& c : kCurves) out.emplace(c.name, e.*c.member);
+  return out;
+}
+
+std::map<std::string, double> constants_of(const Efficiencies& e) {
+  return {{"attention_core", e.attention_core},
+          {"memory_bound", e.memory_bound},
+          {"pipeline_chunk_overhead_us", e.pipeline_chunk_overhead.value() * 1e6},
+          {"dispatch_round_overhead_us", e.dispatch_round_overhead.value() * 1e6}};
 }
 
 }  // namespace moe

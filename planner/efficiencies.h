@@ -56,4 +56,9 @@ void set_constant(Efficiencies& e, const std::string& name, double value);
 Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves = {},
                           const std::map<std::string, double>& constants = {});
 
+// The inverse, by the same names: what efficiencies(curves_of(e), constants_of(e)) gives back
+// as e (the calibration file `moeplan anchor` writes).
+std::map<std::string, EfficiencyCurve> curves_of(const Efficiencies& e);
+std::map<std::string, double> constants_of(const Efficiencies& e);
+
 }  // namespace moe

@@ -304,6 +304,15 @@ TEST(Anchor, OneMeasuredIterationSetsOneScaleForEveryEfficiency) {
   EXPECT_DOUBLE_EQ(scale_efficiencies(s.ctx.eff, 0.5, false).alltoall_inter.at(Bytes(1e9)),
                    s.ctx.eff.alltoall_inter.at(Bytes(1e9)));
   EXPECT_DOUBLE_EQ(scale_efficiencies(s.ctx.eff, 3.0, true).memory_bound, 1.0);
+  // What anchor writes reads back as the scaled efficiencies.
+  const Efficiencies back = efficiencies(curves_of(e), constants_of(e));
+  EXPECT_DOUBLE_EQ(back.gemm.at(1e10), e.gemm.at(1e10));
+  EXPECT_DOUBLE_EQ(back.d2d_copy.at(Bytes(1e8)), e.d2d_copy.at(Bytes(1e8)));
+  EXPECT_DOUBLE_EQ(back.allgather_intra.at(Bytes(1e7)), e.allgather_intra.at(Bytes(1e7)));
+  EXPECT_DOUBLE_EQ(back.attention_core, e.attention_core);
+  EXPECT_DOUBLE_EQ(back.memory_bound, e.memory_bound);
+  EXPECT_NEAR(back.dispatch_round_overhead.value(), e.dispatch_round_overhead.value(), 1e-15);
+  EXPECT_EQ(curves_of(e).size(), 6u);
   // A faster measurement than the scale's cap allows is reported, not met.
   EXPECT_FALSE(fit_anchor(s.ctx, c, predicted * 0.01, true).converged);
   EXPECT_THROW(fit_anchor(s.ctx, c, Seconds(0), true), ConfigError);

@@ -23,20 +23,12 @@ struct AnchorOptions {
   bool json = false;
 };
 
-// The scaled efficiencies as a calibration file: the planner's six curves and its constants,
-// and whatever else the base file carried (CPU and PCIe curves for affinity) unchanged.
+// The scaled efficiencies as a calibration file: the planner's curves and constants, and
+// whatever else the base file carried (CPU and PCIe curves for affinity) unchanged.
 io::Calibration anchored_calibration(const io::Calibration& base, const Efficiencies& e) {
   io::Calibration out = base;
-  out.curves["gemm"] = e.gemm;
-  out.curves["alltoall_intra"] = e.alltoall_intra;
-  out.curves["alltoall_inter"] = e.alltoall_inter;
-  out.curves["allgather_intra"] = e.allgather_intra;
-  out.curves["allgather_inter"] = e.allgather_inter;
-  out.curves["d2d_copy"] = e.d2d_copy;
-  out.constants["attention_core"] = e.attention_core;
-  out.constants["memory_bound"] = e.memory_bound;
-  out.constants["pipeline_chunk_overhead_us"] = e.pipeline_chunk_overhead.value() * 1e6;
-  out.constants["dispatch_round_overhead_us"] = e.dispatch_round_overhead.value() * 1e6;
+  for (auto& [name, curve] : curves_of(e)) out.curves.insert_or_assign(name, std::move(curve));
+  for (const auto& [name, value] : constants_of(e)) out.constants[name] = value;
   return out;
 }
 
@@ -53,7 +45,7 @@ void run_anchor(const AnchorOptions& o) {
   check_plan_layout(choice, m, c, o.plan);
   const io::Calibration base =
       o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
-  const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),
+  const TimeContext ctx = make_time_context(m, c, efficiencies(base.curves, base.constants),
                                             skew_for(o.skew, m), choice.seq_len);
   // Megatron-LM logs both numbers; its TFLOP/s/GPU is its FLOP count over time and GPUs.
   const Seconds measured =
