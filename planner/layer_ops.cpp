@@ -36,9 +36,25 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
   const double tokens =
       static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
-  const double core =
-      ctx.flops.forward_attention.value() / static_cast<double>(ctx.model->num_layers) * tokens;
-  return Flops(core) / (reference_peak_of(ctx, c.precision) * ctx.eff.attention_core);
+  const FlopsPerSec peak = reference_peak_of(ctx, c.precision);
+  if (c.attention_kernel == AttentionKernel::kFused) {
+    const double core =
+        ctx.flops.forward_attention.value() / static_cast<double>(ctx.model->num_layers) * tokens;
+    return Flops(core) / (peak * ctx.eff.attention_core);
+  }
+  // Unfused: per sequence and local head (TP and Ulysses SP both leave a / t heads), scores =
+  // Q K^T over every key (no causal skipping), a fused scale-mask-softmax that reads and writes
+  // them (4 bytes a score), dropout that reads them and writes its output and a 1-byte mask (5),
+  // then scores x V. The two batched GEMMs go through gemm_time, which also moves the scores.
+  const AttentionSpec& a = ctx.model->attention;
+  const double keys = static_cast<double>(ctx.seq_len);
+  const double queries = keys / static_cast<double>(*p.cp);
+  const double heads = static_cast<double>(*p.mbs * a.num_heads) / static_cast<double>(*p.tp);
+  const Seconds gemms =
+      gemm_time(ctx, peak, queries, static_cast<double>(a.qk_head_dim()), keys, heads, heads) +
+      gemm_time(ctx, peak, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
+  const Bytes softmax_and_dropout(9.0 * heads * queries * keys);
+  return gemms + softmax_and_dropout / (ctx.links.hbm * ctx.eff.memory_bound);
 }
 
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {

@@ -41,6 +41,10 @@ struct LayerShape {
   // weight gradient. 0: D_t, as the paper's BF16 training has it.
   double gemm_input_bytes = 0;
   double gemm_input() const { return gemm_input_bytes > 0 ? gemm_input_bytes : bytes_per_element; }
+  // Bytes kept per attention score by an unfused kernel (PlanChoice::attention_kernel): 5, the
+  // softmax output, dropout mask and dropout output. 0 (eq. 2 as the paper writes it): a fused
+  // kernel keeps no s x s matrix.
+  double score_bytes = 0;
 };
 
 // First term of eq. (2) without m_g: D_t b s (5h + a h_d + 2 k_a h_d + e_n) / (tc).

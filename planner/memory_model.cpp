@@ -72,6 +72,12 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
     chunks = 1;
   }
   Bytes seq = memfine::sequence_activation(s);
+  // An unfused kernel's score matrix: (a / t) heads of (s / c) queries x s keys per sequence.
+  // Every recompute mode keeps it for the layer being run backward (full recompute too: m_g = 1
+  // counts that layer); none of the MemFine or MegaScale modes recomputes core attention.
+  seq += Bytes(s.score_bytes * static_cast<double>(s.micro_batch) * static_cast<double>(s.heads) /
+               static_cast<double>(s.tp) * static_cast<double>(s.seq_len) /
+               static_cast<double>(s.cp) * static_cast<double>(s.seq_len));
   Bytes per_token = memfine::activation_per_received_token(s);
   if (recompute == Recompute::kSelective) {
     // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
@@ -175,6 +181,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
   MemoryReport report;
   report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element);
   report.moe_shape.gemm_input_bytes = r.gemm_input_bytes;
+  report.moe_shape.score_bytes = r.score_bytes;
   report.received_tokens = r.received_tokens.value_or(balanced_received_tokens(m, r.seq_len));
   if (!r.chunk_bins.empty()) report.largest_chunk_bin = r.chunk_bins.back();
   report.fits = true;

@@ -39,6 +39,7 @@ struct MemoryRequest {
   Recompute recompute = Recompute::kNone;
   double bytes_per_element = 2;  // D_t of activations
   double gemm_input_bytes = 0;   // of activations kept for FP8 GEMMs' backward; 0: D_t
+  double score_bytes = 0;        // per attention score, unfused attention (LayerShape)
   memfine::StaticBytesPerParam static_bytes;
   int zero_stage = 1;  // 0: replicated; 1: optimizer sharded (distributed optimizer); 2; 3
   // s'': tokens one GPU's MoE layer receives; unset means balanced routing (s x top-k).

@@ -7,6 +7,9 @@ namespace moe {
 const char* attention_mode_name(AttentionMode a) {
   return a == AttentionMode::kTensor ? "tp" : "ulysses";
 }
+const char* attention_kernel_name(AttentionKernel k) {
+  return k == AttentionKernel::kFused ? "fused" : "unfused";
+}
 const char* schedule_name(Schedule s) {
   switch (s) {
     case Schedule::kOneFOneB:
@@ -49,6 +52,7 @@ std::string PlanChoice::describe() const {
   if (dp_bf16_compression) out += " dp-bf16";
   if (intra_overlap) out += " intra-overlap";
   if (!permute_fusion) out += " unfused-permute";
+  if (attention_kernel == AttentionKernel::kUnfused) out += " unfused-attention";
   if (gpipe) out += " gpipe";
   if (zero_stage != 1) out += fmt::format(" zero={}", zero_stage);
   if (!overlap) out += " no-overlap";
@@ -125,6 +129,7 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   }
   if (c.overlap && *p.tp > 1 && c.attention == AttentionMode::kTensor)
     a.push_back("--tp-comm-overlap");
+  if (c.attention_kernel == AttentionKernel::kUnfused) a.push_back("--attention-backend unfused");
   const AttentionSpec& att = m.attention;
   if (att.kind == AttentionKind::kLatent) {
     a.push_back("--multi-latent-attention");

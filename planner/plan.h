@@ -18,12 +18,20 @@
 namespace moe {
 
 enum class AttentionMode { kTensor, kUlysses };  // Megatron TP+SP, or MegaScale's Ulysses SP
+// The core-attention kernel. Fused: FlashAttention or cuDNN (Megatron-Core's default backends),
+// causal blocks skipped, no score matrix in memory. Unfused: Megatron's own DotProductAttention
+// (`--attention-backend unfused`, and every Megatron-LM run before FlashAttention, 2022): two
+// batched GEMMs over the whole s x s score matrix, a fused scale-mask-softmax kernel and
+// attention dropout between them, and the softmax output, dropout mask and output kept for
+// backward (Korthikanti et al. 2022: 5 a s^2 b bytes per layer) unless the layer is recomputed.
+enum class AttentionKernel { kFused, kUnfused };
 enum class Schedule { kOneFOneB, kInterleaved, kGPipe };
 // BF16 mixed precision; FP32 (APTMoE fine-tuning); FP8 (MegaScale-MoE Sec. 5, Transformer
 // Engine): linear-layer GEMMs in FP8, core attention and the output head in BF16, FP8 weights
 // gathered over DP, TP collectives and the expert dispatch moved in FP8 (combine stays BF16).
 enum class Precision { kBf16, kFp32, kFp8 };
 const char* attention_mode_name(AttentionMode a);
+const char* attention_kernel_name(AttentionKernel k);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);
 
@@ -31,6 +39,7 @@ struct PlanChoice {
   ParallelConfig parallel;  // complete, gbs included
   Recompute recompute = Recompute::kNone;
   AttentionMode attention = AttentionMode::kTensor;
+  AttentionKernel attention_kernel = AttentionKernel::kFused;
   megascale::Dispatcher dispatcher = megascale::Dispatcher::kAllToAll;
   monta::Strategy alltoall = monta::Strategy::kBaseline;  // MoNTA, when etp > 1 spans nodes
   int64_t alltoall_chunks = 1;

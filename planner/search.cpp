@@ -122,6 +122,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   }
   // FP8 (Transformer Engine): the inputs of the linear layers are kept in FP8 for backward.
   if (c.precision == Precision::kFp8) r.gemm_input_bytes = 1;
+  if (c.attention_kernel == AttentionKernel::kUnfused) r.score_bytes = 5;
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
@@ -328,6 +329,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               c.seq_len = ctx.seq_len;
               c.gpipe = req.gpipe;
               c.permute_fusion = req.permute_fusion;
+              c.attention_kernel = req.attention_kernel;
               // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
               // stage. Higher stages only trade time for memory: try them only when needed.
               MemoryReport mem;

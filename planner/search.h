@@ -36,6 +36,9 @@ struct SearchRequest {
   // Megatron-Core's fused permutation (PlanChoice::permute_fusion): on unless the user's
   // Megatron predates it; never searched, since fused is never slower.
   bool permute_fusion = true;
+  // The core-attention kernel every candidate uses (PlanChoice::attention_kernel): fused unless
+  // the user runs Megatron's unfused attention (the search never picks the slower kernel).
+  AttentionKernel attention_kernel = AttentionKernel::kFused;
   std::optional<AttentionMode> attention;  // fixed, or searched
   std::optional<int> zero;                 // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
   bool gpipe = false;                      // GPipe schedule instead of (interleaved) 1F1B

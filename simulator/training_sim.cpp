@@ -165,7 +165,7 @@ class Training {
     capacity_ = cluster.node.gpu.hbm_capacity;
     const MemoryRequest request = memory_request(ctx, plan, capacity_, o.alpha, o.static_override);
     memory_ = estimate_memory(m_, ctx.params, p_, request);
-    shape_ = moe_layer_shape(m_, p_, ctx.seq_len, request.bytes_per_element);
+    shape_ = memory_.moe_shape;  // with the request's FP8 input and score bytes
     microbatches_ = *p_.gbs / (*p_.mbs * *p_.dp);
     per_stage_ = o.every_gpu ? p_.world() / *p_.pp : 1;
     gpus_per_node_ = std::max<int64_t>(cluster.node.num_gpus, 1);

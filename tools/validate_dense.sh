@@ -12,7 +12,7 @@ printf "%-9s %6s %6s %-11s %10s %10s %8s\n" model GPUs batch layout paper_TF pre
 while read -r model gpus batch layout paper; do
   predicted=$("$moeplan" plan --model "models/$model.json" --cluster topologies/selene-a100-3072.json \
     --gpus "$gpus" --global-batch "$batch" --seq-len 2048 --parallel "$layout,cp=1,vpp=1,mbs=1" \
-    --recompute full --overlap off --attention tp --json |
+    --recompute full --overlap off --attention tp --attention-kernel unfused --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["plans"][0]["predicted"]["mfu"] * 4 / 3 * 312)')
   python3 -c "p=$predicted; print('%-9s %6s %6s %-11s %10s %10.0f %+7.1f%%' % ('$model', $gpus, $batch, '$layout', $paper, p, 100 * (p / $paper - 1)))"
 done <<'ROWS'

@@ -103,6 +103,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                           {"overlap", ch.overlap},
                           {"intra_overlap", ch.intra_overlap},
                           {"permute_fusion", ch.permute_fusion},
+                          {"attention_kernel", attention_kernel_name(ch.attention_kernel)},
                           {"offload", ch.offload},
                           {"predictor_accuracy", ch.predictor_accuracy},
                           {"historical_accuracy", ch.historical_accuracy},
@@ -200,6 +201,11 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.overlap = s.boolean_or("overlap", true);
   c.intra_overlap = s.boolean_or("intra_overlap", false);
   c.permute_fusion = s.boolean_or("permute_fusion", true);
+  if (s.has("attention_kernel")) {
+    c.attention_kernel = enum_of<AttentionKernel>(
+        s, "attention_kernel",
+        {{"fused", AttentionKernel::kFused}, {"unfused", AttentionKernel::kUnfused}});
+  }
   c.offload = s.boolean_or("offload", false);
   auto share = [&](const char* key) {
     const double v = s.number_or(key, 1.0);

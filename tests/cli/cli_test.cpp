@@ -1027,7 +1027,8 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   for (int gpus : {240, 480, 720, 960, 1440}) {
     for (const char* system : {"Megatron-LM", "MegaScale-MoE"}) {
       within("megascale",
-             fmt::format("Table 3 simulated, anchored: {} tokens/s on {} H800", system, gpus), 0.20);
+             fmt::format("Table 3 simulated, anchored: {} tokens/s on {} H800", system, gpus),
+             0.20);
     }
     within("megascale",
            fmt::format("Table 3 simulated, anchored: speedup over Megatron-LM on {} H800", gpus),

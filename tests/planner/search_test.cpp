@@ -400,6 +400,51 @@ TEST(Search, OutOfMemorySkewCountsTheChunks) {
   EXPECT_NEAR(score_plan(s.ctx, c, cap, 1.0).oom_received_tokens, 8 * per_chunk, 1e-6 * per_chunk);
 }
 
+TEST(TimeModel, UnfusedAttentionMaterializesTheScores) {
+  // Megatron's unfused DotProductAttention: two batched GEMMs over the whole s x s score matrix
+  // of each local head (no causal skipping), 9 bytes a score of softmax and dropout traffic, and
+  // 5 bytes a score kept for backward. GPT-3 1.7B shapes (h 2304, 24 heads of 96) at TP = 2.
+  const Inputs s("gpt-1.7b.json", "selene-a100-3072.json", 2048);
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=2,pp=1,dp=1,mbs=2,gbs=2"));
+  const Seconds fused = core_attention_time(s.ctx, c);
+  c.attention_kernel = AttentionKernel::kUnfused;
+  const Seconds unfused = core_attention_time(s.ctx, c);
+  const double heads = 2 * 24 / 2, q = 2048, keys = 2048, d = 96;
+  const FlopsPerSec peak = s.cluster.node.gpu.peak.at(Dtype::kBf16);
+  const Seconds expected = gemm_time(s.ctx, peak, q, d, keys, heads, heads) +
+                           gemm_time(s.ctx, peak, q, keys, d, heads, heads) +
+                           Bytes(9 * heads * q * keys) / (s.ctx.links.hbm * s.ctx.eff.memory_bound);
+  EXPECT_NEAR(unfused.value(), expected.value(), 1e-12);
+  EXPECT_GT(unfused.value(), 3 * fused.value());
+  // Memory: 5 bytes a score on top of the fused layer, with or without recompute (the recomputed
+  // layer holds them); the plan says so and asks Megatron for the unfused backend.
+  for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+    c.recompute = r;
+    c.attention_kernel = AttentionKernel::kFused;
+    const PlanScore a = score_plan(s.ctx, c, s.cluster.node.gpu.hbm_capacity, 1.0);
+    c.attention_kernel = AttentionKernel::kUnfused;
+    const PlanScore b = score_plan(s.ctx, c, s.cluster.node.gpu.hbm_capacity, 1.0);
+    const double layers_held = r == Recompute::kFull ? 1.0 : 24.0;  // m_g = 1 stage, p = 1
+    EXPECT_NEAR((b.memory.stages[0].activation_bytes - a.memory.stages[0].activation_bytes).value(),
+                5 * heads * q * keys * layers_held, 1.0)
+        << recompute_name(r);
+    EXPECT_GT(b.time.iteration.value(), a.time.iteration.value());
+  }
+  Plan p;
+  p.choice = c;
+  const auto args = megatron_arguments(p, s.model);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--attention-backend unfused"), args.end());
+  EXPECT_NE(c.describe().find("unfused-attention"), std::string::npos);
+  // The search carries the request's kernel into every plan.
+  SearchRequest req = request(8, 64, "tp=2");
+  req.attention_kernel = AttentionKernel::kUnfused;
+  const SearchResult r = search_plans(s.ctx, req);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const Plan& plan : r.ranked)
+    EXPECT_EQ(plan.choice.attention_kernel, AttentionKernel::kUnfused);
+}
+
 TEST(PlanFile, RoundTripsTheChoices) {
   const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json");
   const SearchResult r = search_plans(s.ctx, request(8, 64));
@@ -415,12 +460,15 @@ TEST(PlanFile, RoundTripsTheChoices) {
   tuned.choice.precision = Precision::kFp8;
   tuned.choice.zero_stage = 0;
   tuned.choice.permute_fusion = false;
+  tuned.choice.attention_kernel = AttentionKernel::kUnfused;
   const PlanChoice tuned_back =
       io::plan_choice_from_json(io::plan_to_json(tuned, s.model, s.cluster), "plan.json");
   EXPECT_TRUE(tuned_back.intra_overlap);
   EXPECT_EQ(tuned_back.precision, Precision::kFp8);
   EXPECT_EQ(tuned_back.zero_stage, 0);
   EXPECT_FALSE(tuned_back.permute_fusion);
+  EXPECT_EQ(tuned_back.attention_kernel, AttentionKernel::kUnfused);
+  EXPECT_EQ(j["switches"]["attention_kernel"], "fused");
   EXPECT_TRUE(best.choice.permute_fusion);
   EXPECT_DOUBLE_EQ(j["predicted"]["iteration_s"].get<double>(), best.score.time.iteration.value());
 }

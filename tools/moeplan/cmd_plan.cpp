@@ -25,7 +25,8 @@ struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
                                                      save;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
-                         intra_overlap = "off", schedule = "1f1b", permute_fusion = "on";
+                         intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
+                         attention_kernel = "fused";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2, verify = 0;
@@ -153,6 +154,11 @@ void run_plan(const PlanOptions& o) {
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
+  if (o.attention_kernel == "unfused")
+    req.attention_kernel = AttentionKernel::kUnfused;
+  else if (o.attention_kernel != "fused")
+    throw InputError("--attention-kernel", "",
+                     fmt::format("'{}' is not one of fused, unfused", o.attention_kernel));
   req.attention = parse_attention(o.attention, "--attention", true);
   req.precision = parse_precision(o.precision, "--precision");
   if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
@@ -404,6 +410,10 @@ void add_plan(CLI::App& app) {
                   "Megatron-Core --moe-permute-fusion: on (default) | off (a Megatron that "
                   "predates it: the permutation moves twice the bytes)");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
+  cmd->add_option("--attention-kernel", o->attention_kernel,
+                  "core attention: fused (FlashAttention or cuDNN, default) | unfused (Megatron "
+                  "--attention-backend unfused, and Megatron-LM before FlashAttention: the s x s "
+                  "scores in HBM)");
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--static-override", o->static_override_gb,

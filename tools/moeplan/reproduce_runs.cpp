@@ -168,11 +168,12 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
                       fmt::format("simulated, anchored: Megatron-LM tokens/s on {} H800", p.gpus),
                       p.megatron, lm, "tokens/s",
                       p.gpus == 240 ? "moeplan simulate on the anchored calibration" : ""});
+      rows.push_back({"Table 3",
+                      fmt::format("simulated, anchored: MegaScale-MoE tokens/s on {} H800", p.gpus),
+                      p.megascale, ms, "tokens/s", ""});
       rows.push_back(
-          {"Table 3", fmt::format("simulated, anchored: MegaScale-MoE tokens/s on {} H800", p.gpus),
-           p.megascale, ms, "tokens/s", ""});
-      rows.push_back(
-          {"Table 3", fmt::format("simulated, anchored: speedup over Megatron-LM on {} H800", p.gpus),
+          {"Table 3",
+           fmt::format("simulated, anchored: speedup over Megatron-LM on {} H800", p.gpus),
            p.megascale / p.megatron, ms / lm, "x", ""});
     }
   }
