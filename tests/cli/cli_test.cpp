@@ -959,6 +959,11 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   }
   EXPECT_GE(checked, 29);
   within("memfine", "Table 4 Model I activation, method 3 (c = 2)", 1e-3);
+  // Table 4's Model II MACT row (11.9 GB, two chunks) against eq. (8)-(9), which keep one chunk
+  // (22.9 GB) unless alpha is below 62.4 / 64, where eq. (3) would also fail method 1.
+  EXPECT_NEAR(ours("memfine", "Table 4 Model II activation, method 3 (MACT)"), 22.9, 0.01);
+  EXPECT_NEAR(ours("memfine", "eq. (3) largest alpha at which MACT chunks Model II (c = 2)"), 0.975,
+              1e-3);
   // Eq. (8) on Table 4's A100 and H20: R scales with bandwidth over peak (x1.5 x 989/312 and
   // x2.25 x 989/148 of H800's 9.94).
   EXPECT_NEAR(ours("megascale", "eq. (8) R, Mixtral h_ffn, A100, NVLink 600 GB/s"), 47.26, 0.01);

@@ -95,6 +95,16 @@ std::vector<Row> memfine_rows(const std::string& root) {
       {"eq. (9)", "Model I MACT chunk count", 2, bin(max_one), "", ""},
       {"eq. (8)", "Model II s'_max", 640200, max_two, "tokens", ""},
       {"eq. (9)", "Model II MACT chunk count", 1, bin(max_two), "", ""},
+      // Table 4 prints 11.9 GB (two chunks) for Model II's method 3 too, where eq. (8)-(9) keep
+      // one chunk at alpha = 1. MACT chunks Model II only below the alpha at which method 1's
+      // eq. (3) total (62.4 GB) fills the GPU, and there eq. (3) would also fail method 1,
+      // which Table 4 marks as training: the row follows neither reading.
+      {"Table 4", "Model II activation, method 3 (MACT)", 11.9,
+       memfine::activation(s, 1, received, static_cast<int64_t>(bin(max_two))).value() / gb, "GB",
+       "eq. (8)-(9) at alpha = 1 keep c = 1; the paper's 11.9 GB is c = 2"},
+      {"eq. (3)", "largest alpha at which MACT chunks Model II (c = 2)", NAN,
+       (39.5 + act(1)) / 64.0, "",
+       "below it eq. (3) fails method 1, which Table 4 marks as training"},
   };
 }
 
