@@ -866,6 +866,34 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
                            dir + "/intra");
   ASSERT_EQ(intra.code, 0) << intra.err;
   EXPECT_NE(read_file(dir + "/intra/points.csv").find("intra-overlap"), std::string::npos);
+  // Kernels too: Megatron's unfused attention and permutation each cost the fixed plan time
+  // (the plan recomputes, so the unfused scores of one layer fit). A kernel with no such name
+  // is a failed point that says so.
+  const std::string full = dir + "/full.json";
+  ASSERT_EQ(run("plan " + pair + " --gpus 16 --global-batch 64 --parallel tp=1,ep=16 " +
+                "--recompute full --save " + full)
+                .code,
+            0);
+  for (const char* axis : {"attention-kernel=fused,unfused", "permute-fusion=on,off"}) {
+    const std::string out = dir + "/" + std::string(axis).substr(0, 6);
+    const Result k =
+        run("whatif " + pair + " --plan " + full + " --sweep " + axis + " --out " + out);
+    ASSERT_EQ(k.code, 0) << k.err;
+    std::vector<double> tokens_per_s;
+    for (const auto& f : csv_rows(read_file(out + "/points.csv"))) {
+      ASSERT_GE(f.size(), 5u) << f[0];
+      EXPECT_EQ(f[2], "ok") << f[0];
+      tokens_per_s.push_back(std::stod(f[4]));
+    }
+    ASSERT_EQ(tokens_per_s.size(), 2u) << axis;
+    EXPECT_GT(tokens_per_s[0], tokens_per_s[1]) << axis;  // fused / on first
+  }
+  ASSERT_EQ(run("whatif " + pair + " --plan " + full + " --sweep attention-kernel=flash --out " +
+                dir + "/flash")
+                .code,
+            0);
+  EXPECT_NE(read_file(dir + "/flash/points.csv").find("'flash' is not one of fused, unfused"),
+            std::string::npos);
   // A GPU name two cluster files share is a failed point naming both; chunks need a plan.
   const Result a = run("whatif " + pair + " --plan " + plan + " --sweep gpu=A800 --out " + dir);
   ASSERT_EQ(a.code, 0) << a.err;

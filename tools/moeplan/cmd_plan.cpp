@@ -154,11 +154,7 @@ void run_plan(const PlanOptions& o) {
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
-  if (o.attention_kernel == "unfused")
-    req.attention_kernel = AttentionKernel::kUnfused;
-  else if (o.attention_kernel != "fused")
-    throw InputError("--attention-kernel", "",
-                     fmt::format("'{}' is not one of fused, unfused", o.attention_kernel));
+  req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
   req.attention = parse_attention(o.attention, "--attention", true);
   req.precision = parse_precision(o.precision, "--precision");
   if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {

@@ -32,12 +32,34 @@ namespace {
 
 // The planner's flag names where it has one; hardware axes rewrite the cluster file's fields;
 // the parallel sizes and switches are plan fields (fixed in the plan, or fixed for the search).
-const std::vector<std::string> kAxes = {
-    "seq-len",     "global-batch", "gpus",        "skew",     "top-k",         "experts",
-    "expert-size", "gpu",          "nvlink-GBps", "nic-Gbps", "pcie-gen",      "cpu-cores-per-gpu",
-    "chunks",      "recompute",    "precision",   "overlap",  "intra-overlap", "attention",
-    "zero",        "tp",           "pp",          "ep",       "etp",           "cp",
-    "vpp",         "mbs"};
+const std::vector<std::string> kAxes = {"seq-len",
+                                        "global-batch",
+                                        "gpus",
+                                        "skew",
+                                        "top-k",
+                                        "experts",
+                                        "expert-size",
+                                        "gpu",
+                                        "nvlink-GBps",
+                                        "nic-Gbps",
+                                        "pcie-gen",
+                                        "cpu-cores-per-gpu",
+                                        "chunks",
+                                        "recompute",
+                                        "precision",
+                                        "overlap",
+                                        "intra-overlap",
+                                        "attention",
+                                        "attention-kernel",
+                                        "permute-fusion",
+                                        "zero",
+                                        "tp",
+                                        "pp",
+                                        "ep",
+                                        "etp",
+                                        "cp",
+                                        "vpp",
+                                        "mbs"};
 const std::string kAxisList = fmt::format("{}", fmt::join(kAxes, ", "));
 
 struct WhatifOptions {
@@ -156,6 +178,8 @@ struct PointInputs {
   std::optional<Precision> precision;
   std::optional<bool> overlap, intra_overlap;
   std::optional<AttentionMode> attention;
+  std::optional<AttentionKernel> attention_kernel;
+  std::optional<bool> permute_fusion;
   std::optional<int> zero;
 };
 
@@ -204,6 +228,9 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     if (axis == "overlap") in.overlap = parse_on_off(v, "--sweep", false, axis);
     if (axis == "intra-overlap") in.intra_overlap = parse_on_off(v, "--sweep", false, axis);
     if (axis == "attention") in.attention = parse_attention(v, "--sweep", false, axis);
+    if (axis == "attention-kernel")
+      in.attention_kernel = parse_attention_kernel(v, "--sweep", axis);
+    if (axis == "permute-fusion") in.permute_fusion = parse_on_off(v, "--sweep", false, axis);
     if (axis == "zero")
       in.zero = named<int>("--sweep", v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false, axis);
     for (const ParallelField& f : parallel_fields())
@@ -237,6 +264,8 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   if (in.overlap) plan.overlap = *in.overlap;
   if (in.intra_overlap) plan.intra_overlap = *in.intra_overlap;
   if (in.attention) plan.attention = *in.attention;
+  if (in.attention_kernel) plan.attention_kernel = *in.attention_kernel;
+  if (in.permute_fusion) plan.permute_fusion = *in.permute_fusion;
   if (in.zero) plan.zero_stage = *in.zero;
   if (in.chunks) {
     plan.fcda_chunks = *in.chunks;
@@ -301,6 +330,8 @@ Result evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec
     req.overlap = in.overlap;
     if (in.intra_overlap) req.intra_overlap = in.intra_overlap;
     req.attention = in.attention;
+    if (in.attention_kernel) req.attention_kernel = *in.attention_kernel;
+    if (in.permute_fusion) req.permute_fusion = *in.permute_fusion;
     req.zero = in.zero;
     req.threads = 1;
     const SearchResult s = search_plans(ctx, req);

@@ -43,6 +43,13 @@ std::optional<bool> parse_on_off(const std::string& value, const std::string& op
   return named<bool>(option, value, {{"on", true}, {"off", false}}, search, where);
 }
 
+AttentionKernel parse_attention_kernel(const std::string& value, const std::string& option,
+                                       const std::string& where) {
+  return *named<AttentionKernel>(
+      option, value, {{"fused", AttentionKernel::kFused}, {"unfused", AttentionKernel::kUnfused}},
+      false, where);
+}
+
 ParallelConfig layout_for(const std::string& text, const ModelSpec& m) {
   try {
     ParallelConfig p = resolve(parse_parallel(text));

@@ -71,6 +71,8 @@ std::optional<AttentionMode> parse_attention(const std::string& value, const std
                                              bool search, const std::string& where = "");
 std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,
                                  const std::string& where = "");
+AttentionKernel parse_attention_kernel(const std::string& value, const std::string& option,
+                                       const std::string& where = "");
 
 // APTMoE's split run on GPU `device` and `threads` CPU threads (0: hardware threads - 1) beside
 // loading every expert, predicted and measured as JSON (affinity --execute, and execute on an
