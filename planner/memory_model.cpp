@@ -74,10 +74,12 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
   Bytes seq = memfine::sequence_activation(s);
   // An unfused kernel's score matrix: (a / t) heads of (s / c) queries x s keys per sequence.
   // Every recompute mode keeps it for the layer being run backward (full recompute too: m_g = 1
-  // counts that layer); none of the MemFine or MegaScale modes recomputes core attention.
-  seq += Bytes(s.score_bytes * static_cast<double>(s.micro_batch) * static_cast<double>(s.heads) /
-               static_cast<double>(s.tp) * static_cast<double>(s.seq_len) /
-               static_cast<double>(s.cp) * static_cast<double>(s.seq_len));
+  // counts that layer); none of the MemFine or MegaScale modes recomputes core attention, so
+  // rematerialization's share below leaves it whole.
+  const Bytes scores(s.score_bytes * static_cast<double>(s.micro_batch) *
+                     static_cast<double>(s.heads) / static_cast<double>(s.tp) *
+                     static_cast<double>(s.seq_len) / static_cast<double>(s.cp) *
+                     static_cast<double>(s.seq_len));
   Bytes per_token = memfine::activation_per_received_token(s);
   if (recompute == Recompute::kSelective) {
     // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
@@ -86,7 +88,7 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
     per_token -= Bytes(s.gemm_input() * s.micro_batch * s.expert_ffn / tc);
   }
   const Bytes layer = seq + per_token * memfine::tokens_per_chunk(received_tokens, chunks);
-  return recompute == Recompute::kRematerialize ? layer * remat_ratio : layer;
+  return (recompute == Recompute::kRematerialize ? layer * remat_ratio : layer) + scores;
 }
 
 // MegaScale App. A.2: what rematerialization keeps of a layer, (2kf + 4 + 2/m) over

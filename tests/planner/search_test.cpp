@@ -418,8 +418,9 @@ TEST(TimeModel, UnfusedAttentionMaterializesTheScores) {
   EXPECT_NEAR(unfused.value(), expected.value(), 1e-12);
   EXPECT_GT(unfused.value(), 3 * fused.value());
   // Memory: 5 bytes a score on top of the fused layer, with or without recompute (the recomputed
-  // layer holds them); the plan says so and asks Megatron for the unfused backend.
-  for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+  // layer holds them; rematerialization's share leaves them whole); the plan says so and asks
+  // Megatron for the unfused backend.
+  for (Recompute r : {Recompute::kNone, Recompute::kFull, Recompute::kRematerialize}) {
     c.recompute = r;
     c.attention_kernel = AttentionKernel::kFused;
     const PlanScore a = score_plan(s.ctx, c, s.cluster.node.gpu.hbm_capacity, 1.0);
