@@ -487,6 +487,37 @@ TEST(Cli, PlanForAMegatronWithoutFusedPermutation) {
                         "--permute-fusion: 'search' is not one of");
 }
 
+TEST(Cli, PlanForMegatronsUnfusedAttention) {
+  // --attention-kernel unfused: the plan, its file and its arguments say so, it costs more,
+  // and a kernel with another name is a one-line error from the flag and from the plan file.
+  const std::string dir = temp_path("moeplan_unfused_attention");
+  std::filesystem::create_directories(dir);
+  const std::string base =
+      "plan --model models/gpt-1.7b.json --cluster topologies/selene-a100-3072.json --gpus 32 "
+      "--global-batch 512 --seq-len 2048 --parallel tp=1,pp=1 --recompute full";
+  const Result fused = run(base + " --json");
+  const Result unfused = run(base + " --attention-kernel unfused --json --save " + dir + "/u.json");
+  ASSERT_EQ(fused.code, 0) << fused.err;
+  ASSERT_EQ(unfused.code, 0) << unfused.err;
+  const auto f = nlohmann::json::parse(fused.out)["plans"][0];
+  const auto u = nlohmann::json::parse(unfused.out)["plans"][0];
+  EXPECT_EQ(u["switches"]["attention_kernel"], "unfused");
+  EXPECT_GT(u["predicted"]["iteration_s"].get<double>(),
+            f["predicted"]["iteration_s"].get<double>());
+  EXPECT_NE(unfused.out.find("--attention-backend unfused"), std::string::npos);
+  EXPECT_EQ(fused.out.find("--attention-backend"), std::string::npos);
+  expect_one_line_error(run(base + " --attention-kernel flash"),
+                        "--attention-kernel: 'flash' is not one of fused, unfused");
+  std::string text = read_file(dir + "/u.json");
+  text.replace(text.find("\"unfused\""), 9, "\"flash\"");
+  { std::ofstream(dir + "/bad.json") << text; }
+  expect_one_line_error(run("simulate --model models/gpt-1.7b.json --cluster "
+                            "topologies/selene-a100-3072.json --plan " +
+                            dir + "/bad.json"),
+                        "/switches/attention_kernel: 'flash' is not one of fused, unfused");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, PlanEvaluatesPlainDdpAsZeroStageZero) {
   // A user's DDP layout: optimizer states replicated (more memory than ZeRO-1), no distributed
   // optimizer in the launch arguments, DeepSpeed stage 0.
