@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The planner's time model on dense GPT models against Megatron-LM's published runs
 # (Narayanan et al. 2021, arXiv 2104.04473, Table 1: A100 80GB on Selene, sequence 2048,
-# full activation recomputation, 2021 kernels without TP overlap). The paper counts hardware
+# full activation recomputation, 2021 kernels without TP overlap, attention unfused as
+# FlashAttention came in 2022: --attention-kernel unfused). The paper counts hardware
 # FLOPs including the recomputed forward (4 passes); moeplan's MFU counts 3, so the predicted
 # per-GPU rate is MFU x 4/3 x 312 TFLOP/s.
 set -euo pipefail
