@@ -76,10 +76,7 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
   // Every recompute mode keeps it for the layer being run backward (full recompute too: m_g = 1
   // counts that layer); none of the MemFine or MegaScale modes recomputes core attention, so
   // rematerialization's share below leaves it whole.
-  const Bytes scores(s.score_bytes * static_cast<double>(s.micro_batch) *
-                     static_cast<double>(s.heads) / static_cast<double>(s.tp) *
-                     static_cast<double>(s.seq_len) / static_cast<double>(s.cp) *
-                     static_cast<double>(s.seq_len));
+  const Bytes scores = attention_score_bytes(s);
   Bytes per_token = memfine::activation_per_received_token(s);
   if (recompute == Recompute::kSelective) {
     // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
@@ -166,6 +163,12 @@ Bytes sharded_static(double params, int64_t shards, int zero,
 }
 
 }  // namespace
+
+Bytes attention_score_bytes(const memfine::LayerShape& s) {
+  return Bytes(s.score_bytes * static_cast<double>(s.micro_batch) * static_cast<double>(s.heads) /
+               static_cast<double>(s.tp) * static_cast<double>(s.seq_len) /
+               static_cast<double>(s.cp) * static_cast<double>(s.seq_len));
+}
 
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& p,
                              const memfine::LayerShape& shape, bool moe_layer,

@@ -106,6 +106,13 @@ memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p,
 double balanced_received_tokens(const ModelSpec& m, int64_t seq_len);
 double worst_received_tokens(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len);
 
+// What an unfused attention kernel keeps per score for backward (Korthikanti et al. 2022: the
+// softmax output, 2 bytes, the dropout mask, 1, and the dropout output, 2).
+constexpr double kUnfusedAttentionScoreBytes = 5.0;
+// Those scores for one layer and micro-batch on one GPU: (a / t) heads of (s / c) queries x s
+// keys at shape.score_bytes each (0 with a fused kernel).
+Bytes attention_score_bytes(const memfine::LayerShape& shape);
+
 // One layer's activation for one micro-batch as eq. (2) / Table 2 count it under the recompute
 // mode, with `received_tokens` (s'') in `chunks` FCDA chunks (MegaScale's rematerialization keeps
 // its App. A.2 share). Dense layers ignore s'' and chunks.

@@ -122,7 +122,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   }
   // FP8 (Transformer Engine): the inputs of the linear layers are kept in FP8 for backward.
   if (c.precision == Precision::kFp8) r.gemm_input_bytes = 1;
-  if (c.attention_kernel == AttentionKernel::kUnfused) r.score_bytes = 5;
+  if (c.attention_kernel == AttentionKernel::kUnfused) r.score_bytes = kUnfusedAttentionScoreBytes;
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);

@@ -286,6 +286,24 @@ TEST(Cli, StaticMemoryFollowsPrecision) {
   EXPECT_NEAR(fp32["stages"][0]["static_bytes"].get<double>(), 20 * params, 1.0);
 }
 
+TEST(Cli, MemoryCountsAnUnfusedKernelsScores) {
+  // GPT 1.7B at s = 2048, one sequence, 24 heads, no recompute: the unfused kernel keeps
+  // 5 x 24 x 2048^2 bytes a layer, 24 layers in the one-stage 1F1B stage; --explain says so.
+  const std::string base =
+      "memory --model models/gpt-1.7b.json --cluster topologies/selene-a100-3072.json "
+      "--parallel tp=1,pp=1,mbs=1 --seq-len 2048 --recompute none";
+  const auto fused = nlohmann::json::parse(run(base + " --json").out);
+  const auto unfused = nlohmann::json::parse(run(base + " --attention-kernel unfused --json").out);
+  EXPECT_NEAR(unfused["stages"][0]["activation_bytes"].get<double>() -
+                  fused["stages"][0]["activation_bytes"].get<double>(),
+              5.0 * 24 * 2048 * 2048 * 24, 1.0);
+  EXPECT_NE(
+      run(base + " --attention-kernel unfused --explain").out.find("unfused attention scores"),
+      std::string::npos);
+  expect_one_line_error(run(base + " --attention-kernel naive"),
+                        "--attention-kernel: 'naive' is not one of fused, unfused");
+}
+
 TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
   const Result r =
       run("plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "

@@ -17,7 +17,7 @@ namespace {
 
 struct MemoryOptions {
   std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto";
-  std::string dtype = "bf16", weights = "bf16", grads = "fp32";
+  std::string dtype = "bf16", weights = "bf16", grads = "fp32", attention_kernel = "fused";
   int64_t seq_len = 4096;
   std::optional<double> received_tokens;
   std::optional<double> static_override_gb;
@@ -37,6 +37,10 @@ void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m
       as_gb(memfine::sequence_activation(s).value()));
   fmt::print("  eq. (2) per received token  D_t b (2h + 2 g_e)/(tc) = {:.0f} bytes\n",
              memfine::activation_per_received_token(s).value());
+  if (s.score_bytes > 0) {
+    fmt::print("  unfused attention scores  {} x b (a/t) (s/c) s = {} per layer\n", s.score_bytes,
+               as_gb(attention_score_bytes(s).value()));
+  }
   fmt::print("  received tokens s'' = {:.0f} ({})\n", r.received_tokens,
              req.received_tokens ? "given" : "balanced: s x top-k");
   fmt::print(
@@ -55,6 +59,7 @@ void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m
 }
 
 void run_memory(const MemoryOptions& o) {
+  const AttentionKernel kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const ParallelConfig p = layout_for(o.parallel, m);
@@ -70,6 +75,7 @@ void run_memory(const MemoryOptions& o) {
   req.static_bytes.grad = dtype_bytes(parse_dtype(o.grads, "--grads"));
   req.gpu_capacity = c.node.gpu.hbm_capacity;
   req.alpha = o.alpha;
+  if (kernel == AttentionKernel::kUnfused) req.score_bytes = kUnfusedAttentionScoreBytes;
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (o.received_tokens) {
     req.received_tokens = *o.received_tokens;
@@ -187,6 +193,8 @@ void add_memory(CLI::App& app) {
   cmd->add_option("--weights", o->weights,
                   "weight precision for static memory (eq. 1): bf16, fp32, fp8");
   cmd->add_option("--grads", o->grads, "gradient precision for static memory (eq. 1): fp32, bf16");
+  cmd->add_option("--attention-kernel", o->attention_kernel,
+                  "core attention: fused (default) | unfused (keeps 5 bytes per s x s score)");
   cmd->add_flag("--json", o->json, "print one JSON document (bytes)");
   cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");
   cmd->callback([o] { run_memory(*o); });
