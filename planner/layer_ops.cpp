@@ -34,10 +34,10 @@ bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
 
 Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
-  const double tokens =
-      static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
   const FlopsPerSec peak = reference_peak_of(ctx, c.precision);
   if (c.attention_kernel == AttentionKernel::kFused) {
+    const double tokens =
+        static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
     const double core =
         ctx.flops.forward_attention.value() / static_cast<double>(ctx.model->num_layers) * tokens;
     return Flops(core) / (peak * ctx.eff.attention_core);

@@ -73,9 +73,10 @@ std::vector<Row> memfine_rows(const std::string& root) {
   const double gb = 1e9;
   auto act = [&](int64_t c) { return memfine::activation(s, 1, received, c).value() / gb; };
   const Bytes gpu = gigabytes(64);
+  const Bytes static_two = gigabytes(39.5);  // Table 4, Model II
   const double max_one = memfine::max_received_tokens(s, 1, gigabytes(43.0), gpu, 1.0);
   const double max_two =
-      memfine::max_received_tokens(moe_layer_shape(two, p, 4096, 2), 1, gigabytes(39.5), gpu, 1.0);
+      memfine::max_received_tokens(moe_layer_shape(two, p, 4096, 2), 1, static_two, gpu, 1.0);
   auto bin = [&](double max) {
     return static_cast<double>(
         memfine::select_bin(memfine::chunks_needed(received, max), {1, 2, 4, 8}));
@@ -103,7 +104,7 @@ std::vector<Row> memfine_rows(const std::string& root) {
        memfine::activation(s, 1, received, static_cast<int64_t>(bin(max_two))).value() / gb, "GB",
        "eq. (8)-(9) at alpha = 1 keep c = 1; the paper's 11.9 GB is c = 2"},
       {"eq. (3)", "largest alpha at which MACT chunks Model II (c = 2)", NAN,
-       (39.5 + act(1)) / 64.0, "",
+       (static_two.value() / gb + act(1)) / (gpu.value() / gb), "",
        "below it eq. (3) fails method 1, which Table 4 marks as training"},
   };
 }
