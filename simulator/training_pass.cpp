@@ -1,0 +1,311 @@
+// A pipeline pass (one micro-batch through a stage's model chunk, forward or backward) as a task
+// graph: each layer's operators in overlap slices, recompute and rematerialization, ZeRO-3
+// gathers, MoNTA's all-to-all pieces, the memory each task allocates and frees, and the DP
+// gradient sync it starts.
+#include <algorithm>
+
+#include "planner/monta.h"
+#include "simulator/training_run.h"
+
+namespace moe::sim::training {
+
+namespace {
+
+int stream_of(OpKind k) {
+  switch (k) {
+    case OpKind::kCompute:
+      return kCompute;
+    case OpKind::kTp:
+      return kTpStream;
+    case OpKind::kEp:
+      return kEpStream;
+    case OpKind::kCp:
+      return kCpStream;
+  }
+  return kCompute;
+}
+
+// The exchange a layer op's collective runs: a ring, or an all-to-all whose heavy side is the
+// receiver for the dispatch's forward and the combine's backward (tokens and their gradients
+// go to the hot experts' rank), the sender otherwise.
+Exchange exchange_of(const LayerOp& op, bool backward) {
+  if (op.pattern == CommPattern::kRing) return Exchange::kRing;
+  return op.receives_tokens != backward ? Exchange::kAllToAllIntoHeavy
+                                        : Exchange::kAllToAllFromHeavy;
+}
+
+}  // namespace
+
+// MoNTA (experts tensor-parallel with EP): the expert all-to-all as its pieces. O1 sends 1/t of
+// the tokens across (EP stream, on the link the group crosses) and all-gathers the rest inside
+// the node (TP stream, NVLink); O2 and O3 cut that into N chunks whose all-to-all, all-gather
+// and token-order D2D copy pipeline: O2 copies on the all-gather's stream, O3 on the copy
+// engine (MoNTA Algorithms 1 and 2). Each chunk pays the per-chunk overhead on its all-to-all;
+// what the planner's op holds beyond MoNTA's time (FCDA chunk latencies) goes on the first.
+uint32_t Training::add_monta(std::vector<Task>& g, const StageState& st, const LayerOp& op,
+                             double scale, double load, bool backward,
+                             std::vector<uint32_t> after) {
+  monta::Problem prob = expert_alltoall_problem(ctx_, plan_);
+  prob.volume = prob.volume * (load / ctx_.skew.imbalance(m_, *p_.ep));
+  const bool nic = crosses_nodes(ctx_, p_, OpKind::kEp);
+  const bool o3 = plan_.alltoall == monta::Strategy::kO3;
+  const int64_t n = plan_.alltoall == monta::Strategy::kO1 ? 1 : plan_.alltoall_chunks;
+  const monta::ChunkCosts c = monta::chunk_costs(prob, n);
+  const Seconds modeled =
+      plan_.alltoall == monta::Strategy::kO1
+          ? monta::o1_time(prob)
+          : monta::at_chunks(prob, o3 ? monta::Pipelining::kO3 : monta::Pipelining::kO2, n).time;
+  const Seconds residual = std::max(Seconds(0), op.time - modeled);
+  const Seconds overhead = n > 1 ? prob.chunk_overhead : Seconds(0);
+  auto push = [&](Task t, std::vector<uint32_t> deps) {
+    t.after = std::move(deps);
+    return append(g, std::move(t));
+  };
+  uint32_t last = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const Seconds aa = c.alltoall + overhead + (j == 0 ? residual : Seconds(0));
+    const uint32_t a = push(
+        comm_task(st, "MoNTA all-to-all", kEpStream, aa * scale, nic, exchange_of(op, backward)),
+        after);
+    last = push(comm_task(st, "MoNTA all-gather", kTpStream, c.allgather * scale, false), {a});
+    if (plan_.alltoall != monta::Strategy::kO1) {
+      last =
+          push(compute_task("MoNTA D2D copy", o3 ? kCopyStream : kTpStream, c.d2d * scale), {last});
+    }
+  }
+  return last;
+}
+
+// Appends one op (a slice of it) and returns its index.
+uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const LayerOp& op,
+                          double scale, double compute_scale, std::vector<uint32_t> after,
+                          double load, bool backward) {
+  if (op.kind == OpKind::kEp && *p_.etp > 1 && *p_.ep > 1 &&
+      plan_.alltoall != monta::Strategy::kBaseline) {
+    return add_monta(g, st, op, scale, load, backward, std::move(after));
+  }
+  Task t = op.kind == OpKind::kCompute
+               ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
+               : comm_task(st, op.name, stream_of(op.kind),
+                           (every_gpu() ? op.port_time() : op.time) * scale,
+                           crosses_nodes(ctx_, p_, op.kind), exchange_of(op, backward));
+  t.after = std::move(after);
+  return append(g, std::move(t));
+}
+
+// Appends a task of the pass being built, naming the layer operator it runs (ref_).
+uint32_t Training::append(std::vector<Task>& g, Task t) {
+  g.push_back(std::move(t));
+  ++report_.tasks;
+  if (every_gpu()) {
+    StageState& st = stages_[static_cast<size_t>(building_stage_)];
+    st.refs.resize(g.size(), OpRef{});
+    st.refs.back() = ref_;
+  }
+  return static_cast<uint32_t>(g.size() - 1);
+}
+
+int64_t Training::add_action(StageState& st, MemAction a) {
+  st.actions.push_back(a);
+  return static_cast<int64_t>(st.actions.size());
+}
+
+void Training::run_pass(const PassId& id, std::function<void()> done) {
+  StageState& st = stages_[static_cast<size_t>(id.stage)];
+  st.actions.clear();
+  st.refs.clear();
+  building_stage_ = id.stage;
+  ref_ = OpRef{};
+  const int64_t v = *p_.vpp;
+  const int64_t begin = st.first_layer + st.num_layers * id.chunk / v;
+  const int64_t end = st.first_layer + st.num_layers * (id.chunk + 1) / v;
+  const int64_t slices = plan_.overlap ? kOverlapSlices : 1;
+  const double share = 1.0 / static_cast<double>(slices);
+  const bool full = plan_.recompute == Recompute::kFull;
+  const bool last_stage = id.stage == *p_.pp - 1 && id.chunk == v - 1;
+  std::vector<Task> g;
+  std::vector<int64_t> tail(static_cast<size_t>(slices), -1);  // last task of each slice
+  auto after_tail = [&](int64_t j) {
+    return tail[static_cast<size_t>(j)] < 0
+               ? std::vector<uint32_t>{}
+               : std::vector<uint32_t>{static_cast<uint32_t>(tail[static_cast<size_t>(j)])};
+  };
+  auto all_tails = [&] {
+    std::vector<uint32_t> out;
+    for (int64_t t : tail)
+      if (t >= 0) out.push_back(static_cast<uint32_t>(t));
+    return out;
+  };
+  auto head_task = [&](const char* name, Seconds time) {
+    if (time.value() <= 0) return;
+    Task t = compute_task(name, kCompute, time);
+    t.after = all_tails();
+    append(g, std::move(t));
+    std::fill(tail.begin(), tail.end(), static_cast<int64_t>(g.size() - 1));
+  };
+  // ZeRO-3: each layer's weights are gathered before its first operator, the next layer's
+  // gather running while this one computes (FSDP's prefetch of one layer); a pass's compute
+  // stalls on the DP stream when the gathers cannot keep up.
+  std::vector<int64_t> gather_of;  // task index by layer - begin
+  std::vector<uint32_t> gate;      // what the next chain's first operators also wait for
+  if (plan_.zero_stage >= 3 && st.sync.all_gather.value() > 0 && end > begin) {
+    gather_of.assign(static_cast<size_t>(end - begin), -1);
+    const Seconds per_layer =
+        st.sync.all_gather * (1.0 / static_cast<double>(v)) / static_cast<double>(end - begin);
+    for (int64_t k = 0; k < end - begin; ++k) {
+      const int64_t l = id.forward ? begin + k : end - 1 - k;
+      append(g, comm_task(st, "ZeRO-3 parameter all-gather", kDpStream, per_layer,
+                          st.sync.crosses_nodes));
+      gather_of[static_cast<size_t>(l - begin)] = static_cast<int64_t>(g.size() - 1);
+    }
+  }
+  auto gate_on = [&](int64_t layer) {
+    gate.clear();
+    if (gather_of.empty()) return;
+    gate.push_back(static_cast<uint32_t>(gather_of[static_cast<size_t>(layer - begin)]));
+  };
+  // Rematerialization (MegaScale-MoE Sec. 4.1): backward gathers a layer's inputs again
+  // instead of keeping them. `remat` holds, per slice, the gather the next chain's first
+  // compute behind a communication (the block whose weight gradients need those inputs)
+  // waits for; `last_comm` the last communication of the chain just built, per slice, which
+  // the gather for the layer below follows, so it runs while this layer's remaining backward
+  // computes rather than ahead of its own collectives.
+  std::vector<uint32_t> remat;
+  std::vector<int64_t> last_comm(static_cast<size_t>(slices), -1);
+  // Runs layer `layer`'s `ops` (its forward list, or reversed: backward) as `slices` pipelined
+  // chains continuing from the tails. `alloc_first` and `alloc_token` tag the first op and the
+  // token op of slice 0; `release` tags slice (slices - 1)'s last op.
+  auto chain = [&](int64_t layer, bool reversed, double compute_scale, int64_t token_op,
+                   int64_t alloc_first, int64_t alloc_token, int64_t release) {
+    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    const std::vector<LayerOp>& ops = reversed ? L.backward : L.forward;
+    // Slices pipeline inside a layer; a layer starts once the one before has ended, so its
+    // memory is released before the next allocates (and each layer pays its own pipeline
+    // fill, as the planner's overlap residual has it).
+    const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
+    std::fill(last_comm.begin(), last_comm.end(), barrier);
+    for (int64_t j = 0; j < slices; ++j) {
+      bool remat_pending = !remat.empty();
+      for (size_t q = 0; q < ops.size(); ++q) {
+        std::vector<uint32_t> after =
+            q > 0 ? after_tail(j)
+                  : (barrier < 0 ? std::vector<uint32_t>{}
+                                 : std::vector<uint32_t>{static_cast<uint32_t>(barrier)});
+        if (q == 0) after.insert(after.end(), gate.begin(), gate.end());
+        if (remat_pending && q > 0 && ops[q].kind == OpKind::kCompute &&
+            ops[q - 1].kind != OpKind::kCompute) {
+          after.push_back(remat[static_cast<size_t>(j)]);
+          remat_pending = false;
+        }
+        const size_t forward_index = reversed ? ops.size() - 1 - q : q;
+        ref_ = {static_cast<int32_t>(layer), static_cast<int32_t>(forward_index)};
+        const uint32_t i =
+            add_op(g, st, ops[q], share, compute_scale, std::move(after), L.load, reversed);
+        ref_ = OpRef{};
+        if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
+        if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
+        if (j == slices - 1 && q + 1 == ops.size() && release) g[i].tag = release;
+        if (ops[q].kind != OpKind::kCompute) last_comm[static_cast<size_t>(j)] = i;
+        tail[static_cast<size_t>(j)] = i;
+      }
+    }
+  };
+  // Layer `layer`'s rematerializing gather, per slice, after the last communication of the
+  // chain built before it (or the tails, first in a pass).
+  auto rematerialize = [&](int64_t layer) {
+    remat.clear();
+    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    if (plan_.recompute != Recompute::kRematerialize || L.forward_comm.value() <= 0) return;
+    const LayerOp gather{"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5};
+    for (int64_t j = 0; j < slices; ++j) {
+      const int64_t before = last_comm[static_cast<size_t>(j)];
+      remat.push_back(add_op(
+          g, st, gather, share, 1.0,
+          before < 0 ? after_tail(j) : std::vector<uint32_t>{static_cast<uint32_t>(before)}));
+    }
+  };
+  ++st.pass_serial;
+
+  if (id.forward) {
+    for (int64_t l = begin; l < end; ++l) {
+      const LayerState& L = layers_[static_cast<size_t>(l)];
+      const int64_t a_first =
+          add_action(st, {l, id.micro, L.chunks, full ? L.checkpoint : L.sequence_part, Bytes(0)});
+      const int64_t a_token =
+          full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
+      gate_on(l);
+      chain(l, false, 1.0, L.token_op, a_first, a_token, 0);
+    }
+    if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
+  } else {
+    if (last_stage) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
+    rematerialize(end - 1);
+    for (int64_t l = end - 1; l >= begin; --l) {
+      const LayerState& L = layers_[static_cast<size_t>(l)];
+      const Bytes held =
+          full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
+      gate_on(l);
+      if (full) {
+        const int64_t a_first = add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
+        const int64_t a_token =
+            add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
+        chain(l, false, 1.0, L.token_op, a_first, a_token, 0);
+      } else if (plan_.recompute != Recompute::kNone) {
+        // Selective recompute and rematerialization redo the element-wise work (5 % of the
+        // forward); rematerialization also replays the all-gather half of TP/EP
+        // communication (`remat`, issued during the layer above's backward).
+        const LayerOp redo{"selective recompute", OpKind::kCompute, L.forward_compute * 0.05};
+        for (int64_t j = 0; j < slices; ++j)
+          tail[static_cast<size_t>(j)] = add_op(g, st, redo, share, 1.0, after_tail(j));
+      }
+      const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
+      chain(l, true, 2.0, -1, 0, 0, a_release);
+      if (l > begin) rematerialize(l - 1);
+    }
+  }
+
+  // Data-parallel synchronisation, asynchronous as Megatron overlaps it: ZeRO-1 reduce-
+  // scatters a model chunk's gradients from the start of its last backward (with
+  // interleaving, chunk v - 1's while the others still run), ZeRO-2 from the start of every
+  // backward (the optimizer step waits for them). ZeRO-3's weight gathers are above.
+  const double per_chunk = 1.0 / static_cast<double>(v);
+  if (!id.forward && (plan_.zero_stage >= 2 || id.micro == microbatches_ - 1)) {
+    for (int64_t k = st.first_gpu; k < st.first_gpu + st.num_gpus; ++k) {
+      // Hierarchical (App. A.1) for SP-replicated weights: in the node first, then across.
+      dp_async(k, "DP gradient reduce-scatter (in node)",
+               st.sync.reduce_scatter_in_node * per_chunk, {}, false);
+      dp_async(k, "DP gradient reduce-scatter",
+               (st.sync.reduce_scatter - st.sync.reduce_scatter_in_node) * per_chunk);
+    }
+  }
+  // Every GPU of the stage runs the graph; the pass ends when the last one is through (the
+  // first pass of an iteration not before that GPU's parameters are in).
+  // append() kept one OpRef per task in every-GPU mode; the graph's GPUs share them.
+  std::shared_ptr<const std::vector<OpRef>> refs;
+  if (every_gpu()) refs = std::make_shared<const std::vector<OpRef>>(std::move(st.refs));
+  auto graph = std::make_shared<const TaskGraph>(std::move(g));
+  report_.tasks += graph->size() * static_cast<uint64_t>(st.num_gpus - 1);
+  st.gpus_left = st.num_gpus;
+  st.pass_done = std::move(done);
+  for (int64_t k = st.first_gpu; k < st.first_gpu + st.num_gpus; ++k) {
+    std::function<void()> finish = [this, s = id.stage] {
+      StageState& y = stages_[static_cast<size_t>(s)];
+      if (--y.gpus_left == 0) std::exchange(y.pass_done, {})();
+    };
+    if (id.forward && id.micro == 0) {  // the chunk's first forward this iteration
+      finish = [this, k, chunk = id.chunk, finish = std::move(finish)]() mutable {
+        GpuState& x = gpus_[static_cast<size_t>(k)];
+        if (x.chunks_gathered <= chunk) {
+          x.deferred_done[static_cast<size_t>(chunk)] = std::move(finish);
+        } else {
+          finish();
+        }
+      };
+    }
+    GpuState& x = gpus_[static_cast<size_t>(k)];
+    x.refs = refs;
+    x.gpu->run(graph, std::move(finish));
+  }
+}
+
+}  // namespace moe::sim::training
