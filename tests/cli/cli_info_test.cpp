@@ -1,0 +1,72 @@
+// `--help`, `info`, `topo` and `devices` run as a user would, and bad input to any command: one
+// line naming the file and field, non-zero exit.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/cli_run.h"
+#include "test_paths.h"
+
+TEST(Cli, HelpListsEverySubcommand) {
+  const Result r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* sub : {"info", "topo", "memory", "a2a", "comm", "affinity"}) {
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+  }
+}
+
+TEST(Cli, InfoOnHuggingFaceMixtral) {
+  const Result r = run("info --model models/hf/mixtral-8x7b.config.json --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["total_params"].get<double>() / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(j["active_params"].get<double>() / 1e9, 12.9, 0.05);
+  const Result text = run("info --model models/hf/mixtral-8x7b.config.json");
+  EXPECT_NE(text.out.find("46.70 B"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("12.88 B"), std::string::npos) << text.out;
+}
+
+TEST(Cli, TopoSummarises) {
+  const Result r = run("topo --cluster topologies/aptmoe-4x-a800-40gb-c1g2.json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU 0 -> host memory"), std::string::npos);
+  EXPECT_NE(r.out.find("A800-PCIe-40GB"), std::string::npos);
+}
+
+TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
+  const std::string d = std::string(MOEPLAN_TEST_DATA) + "/";
+  expect_one_line_error(run("info --model " + d + "malformed.json"), "malformed JSON at line 4");
+  expect_one_line_error(run("info --model " + d + "model-missing-hidden.json"),
+                        "/hidden_size: missing required field");
+  expect_one_line_error(run("info --model " + d + "hf-unknown-type.json"), "is not supported");
+  expect_one_line_error(run("topo --cluster " + d + "cluster-nic-missing-gpu.json"),
+                        "/node/nics/1/gpus: GPU 9 does not exist (node has 8)");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --parallel tp=3"),
+                        "--parallel: tp=3: 32 attention heads are not divisible by tp");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --parallel tp=1,ep=8,dp=1"),
+                        "dp=1");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --parallel tq=2"),
+                        "tq: unknown size");
+  expect_one_line_error(run("a2a --cluster topologies/h100-sxm-8.json --bytes lots"), "--bytes");
+  expect_one_line_error(
+      run("affinity --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --G 2"),
+      "outside [1/E, 1]");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json"), "--cluster is required", 2);
+  expect_one_line_error(run("frobnicate"), "", 2);
+}
+
+TEST(Cli, DevicesListsGpusOrSaysThereAreNone) {
+  const Result r = run("devices --json");
+  if (r.code == 0) {
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_GE(j["devices"].size(), 1u);
+    EXPECT_FALSE(j["driver"].get<std::string>().empty());
+  } else {
+    // No GPU here (CI): one line, exit 1, never a crash.
+    expect_one_line_error(r, "GPU");
+  }
+}

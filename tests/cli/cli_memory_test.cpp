@@ -1,0 +1,63 @@
+// `memory` run as a user would: MemFine's Table 4, precision, unfused attention scores.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "cli/cli_run.h"
+
+constexpr const char* kMemFine =
+    "memory --model models/memfine-model-1.json --cluster topologies/memfine-32x64gb.json "
+    "--parallel tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1 --recompute full --received-tokens 596797 "
+    "--static-override 43.0";
+
+TEST(Cli, MemFineAcceptance) {
+  // 22.9 / 11.9 / 3.65 GB activation for 1 / 2 / 8 chunks; MACT picks 2.
+  for (auto [chunks, gb] : {std::pair{"1", 22.9}, {"2", 11.9}, {"8", 3.65}}) {
+    const Result r = run(std::string(kMemFine) + " --chunks " + chunks + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_NEAR(j["stages"][0]["activation_bytes"].get<double>() / 1e9, gb, 0.005);
+    EXPECT_EQ(j["mact_chunks"].get<int>(), 2);
+    EXPECT_EQ(j["stages"][0]["fits"].get<bool>(), std::string(chunks) != "1");
+    for (const char* key : {"static_bytes", "activation_bytes", "total_bytes", "fits"}) {
+      EXPECT_TRUE(j["stages"][0].contains(key)) << key;
+    }
+  }
+  const Result text = run(std::string(kMemFine) + " --chunks 2");
+  EXPECT_NE(text.out.find("11.90 GB"), std::string::npos);
+  EXPECT_NE(text.out.find("MACT picks c = 2"), std::string::npos);
+  // The layout needs 128 GPUs; the cluster has 32: a warning, not a failure.
+  EXPECT_NE(text.err.find("warning: layout"), std::string::npos);
+}
+
+TEST(Cli, StaticMemoryFollowsPrecision) {
+  // Eq. (1) per parameter without sharding: bf16 weights 2 + 4 + 12 = 18 bytes; fp32 weights 20.
+  const std::string base =
+      "memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
+      "tp=1,ep=8 --zero 0 --json";
+  const auto bf16 = nlohmann::json::parse(run(base).out);
+  const auto fp32 = nlohmann::json::parse(run(base + " --weights fp32").out);
+  const double params = bf16["stages"][0]["params_per_gpu"].get<double>();
+  EXPECT_NEAR(bf16["stages"][0]["static_bytes"].get<double>(), 18 * params, 1.0);
+  EXPECT_NEAR(fp32["stages"][0]["static_bytes"].get<double>(), 20 * params, 1.0);
+}
+
+TEST(Cli, MemoryCountsAnUnfusedKernelsScores) {
+  // GPT 1.7B at s = 2048, one sequence, 24 heads, no recompute: the unfused kernel keeps
+  // 5 x 24 x 2048^2 bytes a layer, 24 layers in the one-stage 1F1B stage; --explain says so.
+  const std::string base =
+      "memory --model models/gpt-1.7b.json --cluster topologies/selene-a100-3072.json "
+      "--parallel tp=1,pp=1,mbs=1 --seq-len 2048 --recompute none";
+  const auto fused = nlohmann::json::parse(run(base + " --json").out);
+  const auto unfused = nlohmann::json::parse(run(base + " --attention-kernel unfused --json").out);
+  EXPECT_NEAR(unfused["stages"][0]["activation_bytes"].get<double>() -
+                  fused["stages"][0]["activation_bytes"].get<double>(),
+              5.0 * 24 * 2048 * 2048 * 24, 1.0);
+  EXPECT_NE(
+      run(base + " --attention-kernel unfused --explain").out.find("unfused attention scores"),
+      std::string::npos);
+  expect_one_line_error(run(base + " --attention-kernel naive"),
+                        "--attention-kernel: 'naive' is not one of fused, unfused");
+}

@@ -1,0 +1,335 @@
+// `plan` and `anchor` run as a user would: ranked plans, launch arguments, saved plans, fixed
+// switches, the no-fit exit.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+
+#include "cli/cli_run.h"
+
+TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
+  const Result r =
+      run("plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 --explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* needle :
+       {"Megatron-LM arguments:", "--expert-model-parallel-size", "DeepSpeed config",
+        "train_micro_batch_size_per_gpu", "Why #1 beats #2", "Best plan, per iteration",
+        "Megatron-LM would log: elapsed time per iteration (ms): "}) {
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle;
+  }
+}
+
+TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
+  // Mixtral-8x7B does not fit 8 x 80 GB, but its weights and Adam states fit the node's host
+  // memory: the planner answers with APTMoE offload plans rather than failing.
+  const Result r =
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("No layout fits in GPU memory. APTMoE offload plans"), std::string::npos);
+  EXPECT_NE(r.out.find("offload_param"), std::string::npos);
+  EXPECT_NE(r.out.find("PCIe loading (exposed)"), std::string::npos);
+  // Megatron-LM cannot run an offload plan, so there is no log line to predict.
+  EXPECT_EQ(r.out.find("Megatron-LM would log"), std::string::npos);
+}
+
+TEST(Cli, PlanSavesAFileThatReadsBack) {
+  const std::string path = temp_path("moeplan_cli_plan.json");
+  const Result r =
+      run("plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 "
+          "--parallel tp=1,ep=8 --save " +
+          path + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto printed = nlohmann::json::parse(r.out);
+  ASSERT_GE(printed["plans"].size(), 1u);
+  for (const auto& p : printed["plans"]) {
+    EXPECT_EQ(p["parallel"]["tp"].get<int>(), 1);
+    EXPECT_EQ(p["parallel"]["ep"].get<int>(), 8);
+  }
+  const auto saved = nlohmann::json::parse(read_file(path));
+  EXPECT_EQ(saved["format"], "moeplan-plan/1");
+  EXPECT_EQ(saved["parallel"], printed["plans"][0]["parallel"]);
+  EXPECT_TRUE(saved["megatron_args"].is_array());
+  // Megatron-LM's log line for the plan: its FLOP count (no router, causal attention) is ours
+  // within 0.5 %, so TFLOP/s/GPU reads as MFU x the H100's 989.5 TFLOP/s.
+  const auto& predicted = saved["predicted"];
+  EXPECT_DOUBLE_EQ(predicted["megatron_log"]["elapsed_time_per_iteration_ms"].get<double>(),
+                   predicted["iteration_s"].get<double>() * 1e3);
+  EXPECT_NEAR(predicted["megatron_log"]["throughput_per_gpu_tflops"].get<double>() /
+                  (predicted["mfu"].get<double>() * 989.5),
+              1.0, 0.005);
+  // simulate prints the same line for its simulated iteration.
+  const Result sim =
+      run("simulate --model models/deepseekmoe-16b.json --cluster "
+          "topologies/h100-sxm-8.json --json --plan " +
+          path);
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  const auto simulated = nlohmann::json::parse(sim.out);
+  EXPECT_NEAR(simulated["megatron_log"]["throughput_per_gpu_tflops"].get<double>() /
+                  (simulated["mfu"].get<double>() * 989.5),
+              1.0, 0.005);
+  std::remove(path.c_str());
+}
+
+TEST(Cli, AnchorFitsTheModelToAMeasuredIteration) {
+  // A user's run measured at 1.5x the prediction: anchor writes a calibration under which the
+  // same plan predicts the measurement, and every command reads it.
+  const std::string plan = temp_path("moeplan_anchor_plan.json");
+  const std::string cal = temp_path("moeplan_anchor_cal.json");
+  const std::string pair =
+      "--model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json";
+  ASSERT_EQ(
+      run("plan " + pair + " --global-batch 64 --parallel tp=1,ep=8,mbs=2 --save " + plan).code, 0);
+  const double predicted =
+      nlohmann::json::parse(read_file(plan))["predicted"]["iteration_s"].get<double>();
+  const double measured_ms = predicted * 1.5e3;
+  const Result r = run("anchor " + pair + " --plan " + plan + " --json --out " + cal +
+                       fmt::format(" --measured-ms {}", measured_ms));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fit = nlohmann::json::parse(r.out);
+  EXPECT_LT(fit["scale"].get<double>(), 0.7);
+  EXPECT_NEAR(fit["predicted_after_s"].get<double>() * 1e3 / measured_ms, 1.0, 1e-3);
+  const auto written = nlohmann::json::parse(read_file(cal));
+  EXPECT_EQ(written["provenance"]["tool"], "moeplan anchor");
+  const Result again = run("plan " + pair + " --global-batch 64 --parallel " +
+                           "tp=1,ep=8,mbs=2,pp=1,cp=1,vpp=1,etp=1 --json --calibration " + cal);
+  ASSERT_EQ(again.code, 0) << again.err;
+  const auto best = nlohmann::json::parse(again.out)["plans"][0];
+  EXPECT_NEAR(best["predicted"]["iteration_s"].get<double>() * 1e3 / measured_ms, 1.0, 0.01);
+  // The same run given as the TFLOP/s/GPU Megatron-LM logged for it: the same fit.
+  const double tflops = nlohmann::json::parse(read_file(
+                            plan))["predicted"]["megatron_log"]["throughput_per_gpu_tflops"]
+                            .get<double>() /
+                        1.5;
+  const Result by_tflops = run("anchor " + pair + " --plan " + plan + " --json --out " + cal +
+                               fmt::format(" --measured-tflops {}", tflops));
+  ASSERT_EQ(by_tflops.code, 0) << by_tflops.err;
+  EXPECT_NEAR(nlohmann::json::parse(by_tflops.out)["scale"].get<double>(),
+              fit["scale"].get<double>(), 1e-3);
+  expect_one_line_error(run("anchor " + pair + " --plan " + plan + " --out " + cal),
+                        "--measured-ms");
+  // Bad input: an unknown scope, a measurement out of reach, a missing plan.
+  expect_one_line_error(run("anchor " + pair + " --plan " + plan +
+                            " --measured-ms 100 --scope x "
+                            "--out " +
+                            cal),
+                        "--scope");
+  expect_one_line_error(
+      run("anchor " + pair + " --plan " + plan + " --measured-ms 0.001 --out " + cal),
+      "out of reach");
+  expect_one_line_error(
+      run("anchor " + pair + " --plan /nonexistent.json --measured-ms 100 --out " + cal),
+      "/nonexistent.json");
+  expect_one_line_error(run("anchor --model models/deepseekmoe-16b.json --cluster "
+                            "topologies/h100-1.json --plan " +
+                            plan + " --measured-ms 100 --out " + cal),
+                        "the plan needs 8 GPUs");
+  std::remove(plan.c_str());
+  std::remove(cal.c_str());
+}
+
+TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
+  // MemFine Model II on the PCIe-only A800 cluster, EP = 32 across its four nodes: the planner
+  // ranks ZeRO-2 plans first, but their per-micro-batch gradient reduce-scatters share the NICs
+  // the expert all-to-alls already saturate. --verify simulates the shortlist and puts the
+  // simulator's fastest (the planner's #3, 26.1 s against #1's 30.7 s) first, and saves it.
+  const std::string path = temp_path("moeplan_cli_verified.json");
+  const std::string base =
+      "plan --model models/memfine-model-2.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g4.json --global-batch 256 --top 3";
+  const auto plain = nlohmann::json::parse(run(base + " --json").out);
+  const Result r = run(base + " --verify 3 --json --save " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["verified"].get<int>(), 3);
+  ASSERT_EQ(j["plans"].size(), 3u);
+  double previous = 0;
+  for (const auto& p : j["plans"]) {
+    const double t = p["simulated"]["iteration_s"].get<double>();
+    EXPECT_GE(t, previous);
+    previous = t;
+    // Every verified plan is one of the planner's three, at the rank it reports.
+    const int was = p["simulated"]["planner_rank"].get<int>();
+    EXPECT_EQ(plain["plans"][static_cast<size_t>(was - 1)]["parallel"], p["parallel"]);
+  }
+  EXPECT_NE(j["plans"][0]["simulated"]["planner_rank"].get<int>(), 1);
+  EXPECT_LT(j["plans"][0]["simulated"]["iteration_s"].get<double>(),
+            0.9 * j["plans"][1]["simulated"]["iteration_s"].get<double>());
+  EXPECT_EQ(nlohmann::json::parse(read_file(path))["parallel"], j["plans"][0]["parallel"]);
+  std::remove(path.c_str());
+  const Result text = run(base + " --verify 3");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("sim vs plan"), std::string::npos);
+  EXPECT_NE(text.out.find("its fastest is the planner's #3"), std::string::npos) << text.out;
+  // Of the first two alone the simulator keeps the planner's order.
+  EXPECT_NE(run(base + " --verify 2").out.find("the simulator agrees on the best"),
+            std::string::npos);
+  expect_one_line_error(run(base + " --verify 0"), "--verify", 2);
+}
+
+TEST(Cli, PlanKeepsTheFixedAttentionAndOverlap) {
+  // MegaScale Fig. 13's TP+TP baseline: attention as TP and no overlap, as the user fixed them.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 32 --parallel tp=8,etp=8,ep=1 --top 10 --json";
+  for (auto [flags, attention, overlap] :
+       {std::tuple{" --attention tp --overlap off", "tp", false},
+        std::tuple{" --attention ulysses --overlap on", "ulysses", true}}) {
+    const Result r = run(base + flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto plans = nlohmann::json::parse(r.out)["plans"];
+    ASSERT_GE(plans.size(), 1u);
+    for (const auto& p : plans) {
+      EXPECT_EQ(p["switches"]["attention"], attention) << flags;
+      EXPECT_EQ(p["switches"]["overlap"], overlap) << flags;
+    }
+  }
+  expect_one_line_error(run(base + " --attention sp"), "--attention: 'sp' is not one of");
+  expect_one_line_error(run(base + " --overlap maybe"), "--overlap: 'maybe' is not one of");
+}
+
+TEST(Cli, PlanForAMegatronWithoutFusedPermutation) {
+  // --permute-fusion off: every plan is costed unfused and its arguments drop the flag.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 64 --parallel tp=1,ep=8,pp=1";
+  const Result fused = run(base);
+  const Result unfused = run(base + " --permute-fusion off --json");
+  ASSERT_EQ(fused.code, 0) << fused.err;
+  ASSERT_EQ(unfused.code, 0) << unfused.err;
+  EXPECT_NE(fused.out.find("--moe-permute-fusion"), std::string::npos);
+  EXPECT_EQ(unfused.out.find("--moe-permute-fusion"), std::string::npos);
+  const auto plans = nlohmann::json::parse(unfused.out)["plans"];
+  ASSERT_GE(plans.size(), 1u);
+  for (const auto& p : plans) EXPECT_EQ(p["switches"]["permute_fusion"], false);
+  expect_one_line_error(run(base + " --permute-fusion search"),
+                        "--permute-fusion: 'search' is not one of");
+}
+
+TEST(Cli, PlanForMegatronsUnfusedAttention) {
+  // --attention-kernel unfused: the plan, its file and its arguments say so, it costs more,
+  // and a kernel with another name is a one-line error from the flag and from the plan file.
+  const std::string dir = temp_path("moeplan_unfused_attention");
+  std::filesystem::create_directories(dir);
+  const std::string base =
+      "plan --model models/gpt-1.7b.json --cluster topologies/selene-a100-3072.json --gpus 32 "
+      "--global-batch 512 --seq-len 2048 --parallel tp=1,pp=1 --recompute full";
+  const Result fused = run(base + " --json");
+  const Result unfused = run(base + " --attention-kernel unfused --json --save " + dir + "/u.json");
+  ASSERT_EQ(fused.code, 0) << fused.err;
+  ASSERT_EQ(unfused.code, 0) << unfused.err;
+  const auto f = nlohmann::json::parse(fused.out)["plans"][0];
+  const auto u = nlohmann::json::parse(unfused.out)["plans"][0];
+  EXPECT_EQ(u["switches"]["attention_kernel"], "unfused");
+  EXPECT_GT(u["predicted"]["iteration_s"].get<double>(),
+            f["predicted"]["iteration_s"].get<double>());
+  EXPECT_NE(unfused.out.find("--attention-backend unfused"), std::string::npos);
+  EXPECT_EQ(fused.out.find("--attention-backend"), std::string::npos);
+  expect_one_line_error(run(base + " --attention-kernel flash"),
+                        "--attention-kernel: 'flash' is not one of fused, unfused");
+  std::string text = read_file(dir + "/u.json");
+  text.replace(text.find("\"unfused\""), 9, "\"flash\"");
+  { std::ofstream(dir + "/bad.json") << text; }
+  expect_one_line_error(run("simulate --model models/gpt-1.7b.json --cluster "
+                            "topologies/selene-a100-3072.json --plan " +
+                            dir + "/bad.json"),
+                        "/switches/attention_kernel: 'flash' is not one of fused, unfused");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, PlanEvaluatesPlainDdpAsZeroStageZero) {
+  // A user's DDP layout: optimizer states replicated (more memory than ZeRO-1), no distributed
+  // optimizer in the launch arguments, DeepSpeed stage 0.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/megascale-h800-240.json "
+      "--gpus 16 --global-batch 64 --parallel tp=1,pp=2,ep=8,etp=1,dp=8,mbs=1 --recompute full "
+      "--attention tp --overlap on --json --top 1";
+  const Result zero = run(base + " --zero 0");
+  const Result one = run(base + " --zero 1");
+  ASSERT_EQ(zero.code, 0) << zero.err;
+  ASSERT_EQ(one.code, 0) << one.err;
+  const auto z = nlohmann::json::parse(zero.out)["plans"][0];
+  const auto o = nlohmann::json::parse(one.out)["plans"][0];
+  EXPECT_EQ(z["switches"]["zero_stage"], 0);
+  EXPECT_EQ(z["deepspeed"]["config"]["zero_optimization"]["stage"], 0);
+  EXPECT_GT(z["predicted"]["peak_bytes"].get<double>(), o["predicted"]["peak_bytes"].get<double>());
+  const std::string args = z["megatron_args"].dump();
+  EXPECT_EQ(args.find("--use-distributed-optimizer"), std::string::npos) << args;
+  EXPECT_NE(o["megatron_args"].dump().find("--use-distributed-optimizer"), std::string::npos);
+  expect_one_line_error(run(base + " --zero 4"), "--zero", 2);  // a usage error
+}
+
+TEST(Cli, PlanAndSimulateFp8Training) {
+  // FP8 on H800: faster than BF16, Transformer Engine's flags, a plan file the simulator reads;
+  // an A100 has no FP8 peak, which is a one-line error.
+  const std::string dir = temp_path("moeplan_fp8");
+  std::filesystem::create_directories(dir);
+  const std::string base =
+      "plan --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
+      "--gpus 32 --global-batch 128 --seq-len 8192 --parallel tp=8,ep=1,etp=8,dp=4 --top 1 --json";
+  const Result bf16 = run(base);
+  const Result fp8 = run(base + " --precision fp8 --save " + dir + "/plan.json");
+  ASSERT_EQ(bf16.code, 0) << bf16.err;
+  ASSERT_EQ(fp8.code, 0) << fp8.err;
+  const auto b = nlohmann::json::parse(bf16.out)["plans"][0];
+  const auto f = nlohmann::json::parse(fp8.out)["plans"][0];
+  EXPECT_EQ(f["switches"]["precision"], "fp8");
+  EXPECT_LT(f["predicted"]["iteration_s"].get<double>(),
+            0.9 * b["predicted"]["iteration_s"].get<double>());
+  const std::string args = f["megatron_args"].dump();
+  EXPECT_NE(args.find("--fp8-format hybrid"), std::string::npos) << args;
+  EXPECT_NE(args.find("--fp8-param-gather"), std::string::npos) << args;
+  const Result sim =
+      run("simulate --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
+          "--plan " +
+          dir + "/plan.json --json");
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  expect_one_line_error(
+      run("plan --model models/mixtral-8x7b.json --cluster "
+          "topologies/megascale-a100-4x8.json --global-batch 128 --precision fp8"),
+      "has no fp8 peak");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
+  // DeepSeek-V3 needs ~12 TB of weights and optimizer state: neither 8 x 80 GB of HBM nor the
+  // node's 2 TB of host memory (APTMoE offload) hold it.
+  const Result r =
+      run("plan --model models/deepseek-v3.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64");
+  expect_one_line_error(r, "nothing fits: needs", 3);
+  EXPECT_NE(r.err.find("GPU has 80.0 GB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no APTMoE offload plan fits"), std::string::npos) << r.err;
+  expect_one_line_error(run("plan --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --global-batch 64 --gpus 9"),
+                        "--gpus: 9 GPUs asked");
+  expect_one_line_error(run("plan --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --global-batch 64 --skew G=7"),
+                        "--skew");
+}
+
+namespace moe {
+
+TEST(Cli, PlanSaysHowCpAndEpGroupsArePlaced) {
+  // MoNTA Sec. 5: cp 2 < ep 8 on a radix-64 switch places CP and EP groups orthogonally.
+  const std::string args =
+      "plan --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
+      "--gpus 64 --global-batch 64 --seq-len 32768 --parallel tp=4,cp=2,ep=8,etp=1";
+  const Result text = run(args);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("horizontal expansion, network scale 16"), std::string::npos) << text.out;
+  const Result json = run(args + " --json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto e = nlohmann::json::parse(json.out)["plans"][0]["cp_expansion"];
+  EXPECT_EQ(e["layout"], "horizontal");
+  EXPECT_EQ(e["network_scale"], 16);
+}
+
+}  // namespace moe

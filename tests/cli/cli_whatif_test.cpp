@@ -1,0 +1,180 @@
+// `whatif` run as a user would: sweeps over hardware and plan fields, written as CSV and HTML,
+// resumed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/cli_run.h"
+
+namespace moe {
+
+TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
+  const std::string dir = temp_path("moeplan_whatif");
+  std::filesystem::remove_all(dir);
+  const std::string pair =
+      "--model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json";
+  const std::string sweep = " --search --global-batch 64 --sweep skew=balanced,G=0.3 --out " + dir;
+  const Result first = run("whatif " + pair + sweep + " --sweep seq-len=2048,4096");
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("4 point(s) computed, 0 kept"), std::string::npos) << first.out;
+  const std::string csv = read_file(dir + "/points.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);  // header + 4 points
+  EXPECT_NE(csv.find("seq-len=4096;skew=G=0.3"), std::string::npos) << csv;
+  const std::string html = read_file(dir + "/report.html");
+  size_t charts = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
+    ++charts;
+  // tokens/s, MFU, iteration, exposed communication, peak memory against each of the two axes;
+  // the stacked breakdown.
+  EXPECT_EQ(charts, 11u);
+  EXPECT_NE(html.find("<h2>Against skew</h2>"), std::string::npos);
+  EXPECT_NE(html.find("MFU vs seq-len"), std::string::npos);
+  EXPECT_NE(html.find("MFU vs skew"), std::string::npos);
+  EXPECT_NE(html.find(">G=0.3</text>"), std::string::npos);  // a categorical axis's tick
+  EXPECT_NE(html.find("GPU memory"), std::string::npos);
+  EXPECT_NE(html.find("Iteration time breakdown"), std::string::npos);
+  EXPECT_NE(html.find("<rect"), std::string::npos);
+  // Every point's split: compute, exposed communication and bubble add up to at most the
+  // iteration, and compute is most of it.
+  EXPECT_NE(csv.find("peak_memory_GB,compute_s,exposed_comm_s,bubble_s,plan"), std::string::npos);
+  for (const auto& f : csv_rows(csv)) {
+    ASSERT_GE(f.size(), 11u) << f[0];
+    // point, skew, seq-len, status, iteration, tokens, mfu, peak, compute, comm, bubble
+    const double iteration = std::stod(f[4]), compute = std::stod(f[8]), comm = std::stod(f[9]),
+                 bubble = std::stod(f[10]);
+    EXPECT_LE(compute + comm + bubble, iteration * (1 + 1e-9)) << f[0];
+    EXPECT_GT(compute, 0.5 * iteration) << f[0];
+  }
+  EXPECT_EQ(html.find("<script"), std::string::npos);  // no script, no network
+  // A wider sweep keeps the four finished points.
+  const Result again = run("whatif " + pair + sweep + " --sweep seq-len=2048,4096,8192 --resume");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("2 point(s) computed, 4 kept"), std::string::npos) << again.out;
+
+  expect_one_line_error(run("whatif " + pair + sweep + " --sweep color=red"), "color");
+  expect_one_line_error(run("whatif " + pair + " --out " + dir + " --sweep seq-len=1"), "--search");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
+  const std::string dir = temp_path("moeplan_whatif_axes");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string pair =
+      "--model models/deepseekmoe-16b.json --cluster topologies/megascale-h800-240.json";
+  const std::string plan = dir + "/plan.json";
+  ASSERT_EQ(
+      run("plan " + pair + " --gpus 16 --global-batch 64 --parallel tp=1,ep=16 --save " + plan)
+          .code,
+      0);
+  // A fixed plan on other GPUs and NICs: the EP all-to-all crosses nodes, so a slower NIC
+  // slows it; an A100 is slower than an H800.
+  const Result r = run("whatif " + pair + " --plan " + plan +
+                       " --sweep gpu=H800,A100 --sweep nic-Gbps=50,400 --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, double> tokens, comm;
+  for (const auto& f : csv_rows(read_file(dir + "/points.csv"))) {
+    // point, gpu, nic-Gbps, status, iteration_s, tokens_per_s, mfu, peak, compute_s, comm_s
+    ASSERT_GE(f.size(), 10u) << f[0];
+    EXPECT_EQ(f[3], "ok") << f[0];
+    tokens[f[1] + "/" + f[2]] = std::stod(f[5]);
+    comm[f[1] + "/" + f[2]] = std::stod(f[9]);
+  }
+  ASSERT_EQ(tokens.size(), 4u);
+  EXPECT_LT(tokens["H800/50"], tokens["H800/400"]);
+  EXPECT_GT(comm["H800/50"], comm["H800/400"]);  // the slower NIC shows as exposed comm
+  EXPECT_LT(tokens["A100/400"], tokens["H800/400"]);
+  // Plan fields fix the search: every point's best plan has the swept tp.
+  const Result t =
+      run("whatif " + pair + " --search --global-batch 64 --sweep gpus=16 --sweep tp=1,2 --out " +
+          dir + "/tp");
+  ASSERT_EQ(t.code, 0) << t.err;
+  const std::string tp_csv = read_file(dir + "/tp/points.csv");
+  EXPECT_NE(tp_csv.find("\"tp=1,"), std::string::npos) << tp_csv;
+  EXPECT_NE(tp_csv.find("\"tp=2,"), std::string::npos) << tp_csv;
+  // Switches are plan fields too: FP8 beats BF16 on the fixed plan; a search told to use
+  // MegaScale's intra-operator overlap returns plans that do.
+  const Result prec = run("whatif " + pair + " --plan " + plan +
+                          " --sweep precision=bf16,fp8 --out " + dir + "/prec");
+  ASSERT_EQ(prec.code, 0) << prec.err;
+  std::map<std::string, double> by_precision;
+  for (const auto& f : csv_rows(read_file(dir + "/prec/points.csv"))) {
+    ASSERT_GE(f.size(), 6u) << f[0];
+    by_precision[f[1]] = std::stod(f[4]);  // point, precision, status, iteration_s, tokens/s
+  }
+  EXPECT_GT(by_precision["fp8"], by_precision["bf16"]);
+  const Result intra = run("whatif " + pair +
+                           " --search --global-batch 64 --sweep gpus=16 --sweep intra-overlap=on "
+                           "--out " +
+                           dir + "/intra");
+  ASSERT_EQ(intra.code, 0) << intra.err;
+  EXPECT_NE(read_file(dir + "/intra/points.csv").find("intra-overlap"), std::string::npos);
+  // Kernels too: Megatron's unfused attention and permutation each cost the fixed plan time
+  // (the plan recomputes, so the unfused scores of one layer fit). A kernel with no such name
+  // is a failed point that says so.
+  const std::string full = dir + "/full.json";
+  ASSERT_EQ(run("plan " + pair + " --gpus 16 --global-batch 64 --parallel tp=1,ep=16 " +
+                "--recompute full --save " + full)
+                .code,
+            0);
+  for (const char* axis : {"attention-kernel=fused,unfused", "permute-fusion=on,off"}) {
+    const std::string out = dir + "/" + std::string(axis).substr(0, 6);
+    const Result k =
+        run("whatif " + pair + " --plan " + full + " --sweep " + axis + " --out " + out);
+    ASSERT_EQ(k.code, 0) << k.err;
+    std::vector<double> tokens_per_s;
+    for (const auto& f : csv_rows(read_file(out + "/points.csv"))) {
+      ASSERT_GE(f.size(), 5u) << f[0];
+      EXPECT_EQ(f[2], "ok") << f[0];
+      tokens_per_s.push_back(std::stod(f[4]));
+    }
+    ASSERT_EQ(tokens_per_s.size(), 2u) << axis;
+    EXPECT_GT(tokens_per_s[0], tokens_per_s[1]) << axis;  // fused / on first
+  }
+  ASSERT_EQ(run("whatif " + pair + " --plan " + full + " --sweep attention-kernel=flash --out " +
+                dir + "/flash")
+                .code,
+            0);
+  EXPECT_NE(read_file(dir + "/flash/points.csv").find("'flash' is not one of fused, unfused"),
+            std::string::npos);
+  // A GPU name two cluster files share is a failed point naming both; chunks need a plan.
+  const Result a = run("whatif " + pair + " --plan " + plan + " --sweep gpu=A800 --out " + dir);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_NE(a.out.find("'A800' is ambiguous"), std::string::npos) << a.out;
+  expect_one_line_error(
+      run("whatif " + pair + " --search --global-batch 64 --sweep chunks=2 --out " + dir),
+      "chunks needs --plan");
+  // --calibration reaches every point: a costlier FCDA round slows 8 chunks, not 1.
+  auto by_chunks = [&](const std::string& extra, const std::string& out) {
+    const Result w =
+        run("whatif " + pair + " --plan " + plan + " --sweep chunks=1,8 --out " + out + extra);
+    EXPECT_EQ(w.code, 0) << w.err;
+    std::map<std::string, double> seconds;
+    for (const auto& f : csv_rows(read_file(out + "/points.csv"))) {
+      if (f.size() >= 4) seconds[f[1]] = std::stod(f[3]);  // point, chunks, status, iteration_s
+    }
+    return seconds;
+  };
+  const auto plain = by_chunks("", dir + "/plain");
+  const auto fitted =
+      by_chunks(" --calibration calibrate/data/memfine-fcda-round.json", dir + "/fitted");
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(fitted.size(), 2u);
+  EXPECT_DOUBLE_EQ(fitted.at("1"), plain.at("1"));
+  EXPECT_GT(fitted.at("8"), plain.at("8") * 1.01);
+  expect_one_line_error(
+      run("whatif " + pair + " --plan " + plan +
+          " --sweep chunks=1 --calibration tests/data/curves-bad-unit.json --out " + dir),
+      "curves-bad-unit.json");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace moe
