@@ -2,7 +2,7 @@
 // the paper's value beside ours and the relative error, as a table, a CSV and an HTML page.
 // The cost-model numbers here: MoNTA Table 8 and eq. (13)-(16); MemFine eq. (2), Table 4, eq.
 // (3) and (8)-(9); MegaScale-MoE eq. (1)-(4), (8)-(9) and App. A.2; APTMoE Table I and eq. (2).
-// The end-to-end experiments (planner searches and simulations) are in reproduce_runs.cpp.
+// The end-to-end experiments (planner searches and simulations) are in reproduce_<paper>.cpp.
 #include <fmt/format.h>
 
 #include <cmath>
