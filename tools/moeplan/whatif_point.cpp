@@ -1,0 +1,312 @@
+#include "tools/moeplan/whatif_point.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <sstream>
+
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "planner/search.h"
+#include "simulator/training_sim.h"
+#include "tools/moeplan/common.h"
+
+namespace moe::cli {
+
+namespace {
+
+// The planner's flag names where it has one; hardware axes rewrite the cluster file's fields;
+// the parallel sizes and switches are plan fields (fixed in the plan, or fixed for the search).
+const std::vector<std::string> kAxes = {"seq-len",
+                                        "global-batch",
+                                        "gpus",
+                                        "skew",
+                                        "top-k",
+                                        "experts",
+                                        "expert-size",
+                                        "gpu",
+                                        "nvlink-GBps",
+                                        "nic-Gbps",
+                                        "pcie-gen",
+                                        "cpu-cores-per-gpu",
+                                        "chunks",
+                                        "recompute",
+                                        "precision",
+                                        "overlap",
+                                        "intra-overlap",
+                                        "attention",
+                                        "attention-kernel",
+                                        "permute-fusion",
+                                        "zero",
+                                        "tp",
+                                        "pp",
+                                        "ep",
+                                        "etp",
+                                        "cp",
+                                        "vpp",
+                                        "mbs"};
+const std::string kAxisList = fmt::format("{}", fmt::join(kAxes, ", "));
+
+int64_t positive(const std::string& axis, const std::string& v) {
+  if (const std::optional<int64_t> n = positive_integer(v)) return *n;
+  throw InputError("--sweep", "", fmt::format("{}={} is not a positive integer", axis, v));
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// The catalog's GPU whose model is `name` or the only one that starts with it ("H800" for
+// "H800-SXM5-80GB"); a point that names none, or several, fails with the candidates.
+GpuSpec gpu_named(const GpuCatalog& catalog, const std::string& name) {
+  std::vector<std::string> hits;
+  for (const auto& [model, spec] : catalog) {
+    if (lower(model) == lower(name)) return spec;
+    if (lower(model).rfind(lower(name), 0) == 0) hits.push_back(model);
+  }
+  if (hits.size() == 1) return catalog.at(hits.front());
+  std::vector<std::string> known;
+  for (const auto& [model, spec] : catalog) known.push_back(model);
+  throw InputError("--sweep", "gpu",
+                   fmt::format("'{}' {} (cluster files beside --cluster have: {})", name,
+                               hits.empty() ? "matches no GPU" : "is ambiguous",
+                               fmt::join(hits.empty() ? known : hits, ", ")));
+}
+
+double positive_number(const std::string& axis, const std::string& v) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size() && x > 0 && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  throw InputError("--sweep", "", fmt::format("{}={} is not a positive number", axis, v));
+}
+
+// What one point changes: the model, the cluster, and the plan fields it fixes.
+struct PointInputs {
+  ModelSpec model;
+  ClusterSpec cluster;
+  int64_t seq = 0, gbs = 0, gpus = 0;
+  std::string skew;
+  ParallelConfig sizes;  // the parallel sizes the point fixes
+  std::optional<Recompute> recompute;
+  std::optional<int64_t> chunks;
+  std::optional<Precision> precision;
+  std::optional<bool> overlap, intra_overlap;
+  std::optional<AttentionMode> attention;
+  std::optional<AttentionKernel> attention_kernel;
+  std::optional<bool> permute_fusion;
+  std::optional<int> zero;
+};
+
+PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& c,
+                         const GpuCatalog& catalog, const Point& p) {
+  PointInputs in;
+  in.model = base;
+  in.cluster = c;
+  in.seq = o.seq_len;
+  in.gbs = o.global_batch;
+  in.gpus = c.num_gpus();
+  in.skew = o.skew;
+  NodeSpec& node = in.cluster.node;
+  for (const auto& [axis, v] : p.at) {
+    if (axis == "seq-len") in.seq = positive(axis, v);
+    if (axis == "global-batch") in.gbs = positive(axis, v);
+    if (axis == "gpus") in.gpus = positive(axis, v);
+    if (axis == "skew") in.skew = v;
+    if (axis == "top-k") in.model.top_k = positive(axis, v);
+    if (axis == "experts") in.model.num_routed_experts = positive(axis, v);
+    if (axis == "expert-size") in.model.expert_ffn_size = positive(axis, v);
+    if (axis == "gpu") node.gpu = gpu_named(catalog, v);
+    if (axis == "nvlink-GBps") node.nvlink_bandwidth = gigabytes_per_sec(positive_number(axis, v));
+    if (axis == "nic-Gbps") {
+      for (Nic& nic : node.nics) nic.bandwidth = BytesPerSec(positive_number(axis, v) * 1e9 / 8);
+    }
+    if (axis == "pcie-gen") {
+      node.pcie_generation = static_cast<int>(positive(axis, v));
+      if (node.pcie_generation < 3 || node.pcie_generation > 6)
+        throw InputError("--sweep", "pcie-gen", fmt::format("{} is not a PCIe generation 3-6", v));
+    }
+    if (axis == "cpu-cores-per-gpu") {
+      // Cores per GPU over the node, spread over its sockets; a socket's FLOP rate moves with
+      // its core count.
+      const double sockets = static_cast<double>(node.cpus.size());
+      for (CpuSocket& cpu : node.cpus) {
+        const int cores =
+            static_cast<int>(std::max(1.0, positive_number(axis, v) * node.num_gpus / sockets));
+        cpu.achievable_flops = cpu.achievable_flops * (static_cast<double>(cores) / cpu.cores);
+        cpu.cores = cores;
+      }
+    }
+    if (axis == "chunks") in.chunks = positive(axis, v);
+    if (axis == "recompute") in.recompute = parse_recompute(v, "--sweep", axis);
+    if (axis == "precision") in.precision = parse_precision(v, "--sweep", axis);
+    if (axis == "overlap") in.overlap = parse_on_off(v, "--sweep", false, axis);
+    if (axis == "intra-overlap") in.intra_overlap = parse_on_off(v, "--sweep", false, axis);
+    if (axis == "attention") in.attention = parse_attention(v, "--sweep", false, axis);
+    if (axis == "attention-kernel")
+      in.attention_kernel = parse_attention_kernel(v, "--sweep", axis);
+    if (axis == "permute-fusion") in.permute_fusion = parse_on_off(v, "--sweep", false, axis);
+    if (axis == "zero")
+      in.zero = named<int>("--sweep", v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false, axis);
+    for (const ParallelField& f : parallel_fields())
+      if (axis == f.key) in.sizes.*f.member = positive(axis, v);
+  }
+  return in;
+}
+
+// A fixed plan with the point's sizes: the GPU count stays, dp (and edp) follow.
+PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
+  const int64_t world = plan.parallel.world();
+  bool changed = false;
+  for (const ParallelField& f : parallel_fields()) {
+    if (!(in.sizes.*f.member)) continue;
+    plan.parallel.*f.member = in.sizes.*f.member;
+    changed = true;
+  }
+  if (changed) {
+    const ParallelConfig& p = plan.parallel;
+    const int64_t per_replica = *p.tp * *p.cp * *p.pp;
+    if (world % per_replica != 0) {
+      throw ConfigError(
+          fmt::format("tp*cp*pp = {} does not divide the plan's {} GPUs", per_replica, world));
+    }
+    plan.parallel.dp = world / per_replica;
+    plan.parallel.edp.reset();
+    plan.parallel = resolve(plan.parallel);
+  }
+  if (in.recompute) plan.recompute = *in.recompute;
+  if (in.precision) plan.precision = *in.precision;
+  if (in.overlap) plan.overlap = *in.overlap;
+  if (in.intra_overlap) plan.intra_overlap = *in.intra_overlap;
+  if (in.attention) plan.attention = *in.attention;
+  if (in.attention_kernel) plan.attention_kernel = *in.attention_kernel;
+  if (in.permute_fusion) plan.permute_fusion = *in.permute_fusion;
+  if (in.zero) plan.zero_stage = *in.zero;
+  if (in.chunks) {
+    plan.fcda_chunks = *in.chunks;
+    plan.mact = false;
+  }
+  return plan;
+}
+
+}  // namespace
+
+const std::string& whatif_axis_list() {
+  return kAxisList;
+}
+
+Axis parse_axis(const std::string& text) {
+  const size_t eq = text.find('=');
+  Axis a;
+  a.name = text.substr(0, eq);
+  if (std::find(kAxes.begin(), kAxes.end(), a.name) == kAxes.end())
+    throw InputError("--sweep", "", fmt::format("'{}' is not an axis ({})", a.name, kAxisList));
+  std::stringstream in(eq == std::string::npos ? "" : text.substr(eq + 1));
+  for (std::string v; std::getline(in, v, ',');)
+    if (!v.empty()) a.values.push_back(v);
+  if (a.values.empty()) throw InputError("--sweep", "", fmt::format("'{}' has no values", text));
+  return a;
+}
+
+GpuCatalog gpu_catalog(const std::string& cluster_file) {
+  GpuCatalog out;
+  const std::filesystem::path dir = std::filesystem::path(cluster_file).parent_path();
+  for (const auto& entry : std::filesystem::directory_iterator(dir.empty() ? "." : dir)) {
+    if (entry.path().extension() != ".json") continue;
+    try {
+      const ClusterSpec c = io::load_cluster(entry.path().string());
+      out.emplace(c.node.gpu.model, c.node.gpu);
+    } catch (const std::exception&) {
+      // Not a cluster file; the catalog holds the ones that load.
+    }
+  }
+  return out;
+}
+
+PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& base_cluster,
+                     const GpuCatalog& catalog, const Efficiencies& eff,
+                     const std::optional<PlanChoice>& fixed, const Point& p) {
+  PointInputs in;
+  try {
+    in = point_inputs(o, base, base_cluster, catalog, p);
+    validate(in.model);
+  } catch (const ConfigError& e) {
+    return PointResult::failed(fmt::format("model: {}", e.what()));
+  } catch (const InputError& e) {
+    return PointResult::failed(e.what());
+  }
+  const ModelSpec& m = in.model;
+  const ClusterSpec& c = in.cluster;
+  const int64_t seq = in.seq, gbs = in.gbs, gpus = in.gpus;
+  PointResult r;
+  try {
+    const TimeContext ctx = make_time_context(m, c, eff, skew_for(in.skew, m), seq);
+    if (fixed) {
+      PlanChoice plan = replanned_layout(*fixed, in);
+      plan.seq_len = seq;
+      if (gbs > 0) plan.parallel.gbs = gbs;
+      check(plan.parallel, m);
+      const sim::TrainingReport t = sim::simulate_training(ctx, c, plan, {});
+      r.iteration_s = t.mean_iteration.value();
+      r.tokens_per_s = t.tokens_per_second;
+      r.mfu = t.mfu;
+      double peak = 0;
+      const sim::StageReport* busiest = nullptr;
+      for (const sim::StageReport& s : t.stages) {
+        peak = std::max(peak, s.peak_bytes.value());
+        if (!busiest || s.compute_busy > busiest->compute_busy) busiest = &s;
+      }
+      r.peak_gb = peak / 1e9;
+      if (busiest) {
+        // The stage that computes most sets the pace. Outside its passes is bubble (and the
+        // step at the end); the rest of its time not computing waited on communication: its
+        // streams, and the parameter gathers a pass cannot end without.
+        const double runs = static_cast<double>(t.iteration_times.size());
+        r.compute_s = busiest->compute_busy.value() / runs;
+        r.bubble_s = busiest->pipeline_wait.value() / runs;
+        r.exposed_comm_s = std::max(0.0, r.iteration_s - r.compute_s - r.bubble_s);
+      }
+      r.plan = plan.describe();
+      if (t.oom_count > 0) r.status = fmt::format("OOM x{}", t.oom_count);
+      return r;
+    }
+    SearchRequest req;
+    req.num_gpus = gpus;
+    req.global_batch = gbs;
+    req.fixed = in.sizes;
+    req.recompute = in.recompute;
+    if (in.precision) req.precision = *in.precision;
+    req.overlap = in.overlap;
+    if (in.intra_overlap) req.intra_overlap = in.intra_overlap;
+    req.attention = in.attention;
+    if (in.attention_kernel) req.attention_kernel = *in.attention_kernel;
+    if (in.permute_fusion) req.permute_fusion = *in.permute_fusion;
+    req.zero = in.zero;
+    req.threads = 1;
+    const SearchResult s = search_plans(ctx, req);
+    if (s.ranked.empty()) return PointResult::failed("nothing fits");
+    const Plan& best = s.ranked.front();
+    r.iteration_s = best.score.time.iteration.value();
+    r.tokens_per_s = best.score.tokens_per_second;
+    r.mfu = best.score.mfu;
+    r.peak_gb = best.score.peak_bytes.value() / 1e9;
+    const TimeBreakdown& b = best.score.time;
+    r.compute_s = (b.compute + b.recompute).value();
+    r.exposed_comm_s = (b.tp_comm + b.ep_comm + b.cp_comm + b.pp_comm + b.dp_comm).value();
+    r.bubble_s = b.bubble.value();
+    r.plan = best.choice.describe();
+  } catch (const ConfigError& e) {
+    return PointResult::failed(e.what());
+  } catch (const InputError& e) {
+    return PointResult::failed(e.what());
+  }
+  return r;
+}
+
+}  // namespace moe::cli
