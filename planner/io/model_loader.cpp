@@ -83,9 +83,9 @@ ModelSpec from_ours(ObjectReader& r) {
 
 // --- HuggingFace config.json --------------------------------------------------------------
 
-const std::vector<std::string> kHfTypes = {"deepseek", "deepseek_v2", "deepseek_v3", "mixtral",
-                                           "phimoe",   "qwen2_moe",   "qwen3_moe",   "olmoe",
-                                           "llama",    "qwen2",       "mistral"};
+const std::vector<std::string> kHfTypes = {
+    "deepseek", "deepseek_v2", "deepseek_v3", "glm4_moe", "mixtral", "phimoe",
+    "qwen2_moe", "qwen3_moe",  "olmoe",       "llama",    "qwen2",   "mistral"};
 
 void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.kind = AttentionKind::kMultiHead;
@@ -120,6 +120,11 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type) {
     m.attention.v_head_dim = positive(r, "v_head_dim");
   } else if (type == "qwen2" || type == "qwen2_moe") {
     hf_attention_mha(r, m, AttentionBias::kQkv);  // Qwen2 always biases q, k, v
+  } else if (type == "glm4_moe") {
+    // GLM-4.5's attention_bias biases q, k and v only (o_proj has none). Its q/k RMSNorms
+    // (use_qk_norm, 2 x head_dim weights a layer) are not counted.
+    hf_attention_mha(
+        r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kQkv : AttentionBias::kNone);
   } else if (type == "phimoe") {
     hf_attention_mha(
         r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
@@ -128,7 +133,10 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type) {
         r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
   }
 
-  if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3") {
+  if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3" ||
+      type == "glm4_moe") {
+    // GLM-4.5 names its MoE fields as DeepSeek does (shared experts of moe_intermediate_size,
+    // the first first_k_dense_replace layers dense, MTP layers apart).
     m.dense_ffn_size = positive(r, "intermediate_size");
     m.num_routed_experts = r.optional_integer("n_routed_experts").value_or(0);
     if (m.is_moe()) {

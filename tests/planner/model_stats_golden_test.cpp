@@ -58,6 +58,29 @@ TEST(ModelStatsGolden, OtherPublishedCounts) {
   }
 }
 
+TEST(ModelStatsGolden, Glm45) {
+  // Model cards: GLM-4.5 355 B total / 32 B active, GLM-4.5-Air 106 B / 12 B; Hugging Face's
+  // safetensors hold 358 B and 110 B with the MTP layer. Active counts leave out the embedding
+  // and the output head.
+  struct Case {
+    const char* file;
+    double total, with_mtp, active;
+  };
+  for (const Case& c : {Case{"hf/glm-4.5.config.json", 355, 358, 32},
+                        Case{"hf/glm-4.5-air.config.json", 106, 110, 12}}) {
+    const ModelSpec m = model(c.file);
+    const ModelParams p = count_params(m);
+    EXPECT_NEAR(p.total() / kB, c.total, 0.01 * c.total) << c.file;
+    EXPECT_NEAR((p.total() + p.mtp) / kB, c.with_mtp, 0.6) << c.file;
+    EXPECT_NEAR((p.active(m) - p.embedding - p.output_head) / kB, c.active, 0.25) << c.file;
+    EXPECT_EQ(m.mtp_layers, 1) << c.file;
+    EXPECT_EQ(m.attention.bias, AttentionBias::kQkv) << c.file;
+  }
+  const ModelSpec glm = model("hf/glm-4.5.config.json");
+  EXPECT_EQ(glm.num_dense_layers(), 3);  // first_k_dense_replace
+  EXPECT_EQ(glm.num_shared_experts, 1);
+}
+
 TEST(ModelStatsGolden, AptMoeTableI) {
   // Transformer blocks only (attention 4 d^2 + experts 2 d h each, 64 layers), as Table I counts.
   struct Case {
