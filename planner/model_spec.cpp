@@ -20,6 +20,17 @@ std::vector<bool> ModelSpec::layer_map(int64_t num_layers, int64_t first_dense, 
   return map;
 }
 
+std::vector<bool> ModelSpec::window_map(int64_t num_layers, int64_t skip_freq) {
+  std::vector<bool> map(static_cast<size_t>(std::max<int64_t>(num_layers, 0)), true);
+  if (skip_freq <= 0) return map;
+  for (int64_t i = 0; i < num_layers; ++i) map[static_cast<size_t>(i)] = (i + 1) % skip_freq != 0;
+  return map;
+}
+
+int64_t ModelSpec::num_windowed_layers() const {
+  return std::count(windowed_layer.begin(), windowed_layer.end(), true);
+}
+
 void validate(const ModelSpec& m) {
   require_field(m.num_layers > 0, "num_layers", "must be positive");
   require_field(m.hidden_size > 0, "hidden_size", "must be positive");
@@ -38,6 +49,15 @@ void validate(const ModelSpec& m) {
     require_field(a.q_lora_rank >= 0, "q_lora_rank", "must not be negative");
   } else {
     require_field(a.head_dim > 0, "head_dim", "must be positive");
+  }
+  require_field(a.sliding_window >= 0, "sliding_window", "must not be negative");
+  if (a.sliding_window > 0) {
+    require_field(
+        static_cast<int64_t>(m.windowed_layer.size()) == m.num_layers, "layer_types",
+        fmt::format("has {} entries for {} layers", m.windowed_layer.size(), m.num_layers));
+  } else {
+    require_field(m.num_windowed_layers() == 0, "sliding_window",
+                  "windowed layers need a positive window");
   }
   require_field(static_cast<int64_t>(m.moe_layer.size()) == m.num_layers, "moe_layer",
                 fmt::format("has {} entries for {} layers", m.moe_layer.size(), m.num_layers));

@@ -26,6 +26,9 @@ struct AttentionSpec {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // Sliding-window attention (Mistral, gpt-oss): a windowed layer's query sees at most this many
+  // keys, itself included (Megatron's --window-size W,0); 0: every layer attends causally to all.
+  int64_t sliding_window = 0;
 
   // Width of one query/key head (the h_d of MemFine Table 2) and of one value head.
   int64_t qk_head_dim() const {
@@ -52,6 +55,9 @@ struct ModelSpec {
   int64_t mtp_layers = 0;  // DeepSeek-V3 multi-token-prediction modules
   // moe_layer[i]: layer i carries routed experts; otherwise it has a dense FFN.
   std::vector<bool> moe_layer;
+  // windowed_layer[i]: layer i's attention is windowed (attention.sliding_window keys); empty
+  // when the model has no window.
+  std::vector<bool> windowed_layer;
 
   bool is_moe() const { return num_routed_experts > 0; }
   int64_t num_moe_layers() const;
@@ -65,6 +71,10 @@ struct ModelSpec {
   // `freq`-th layer (counted from layer 0, as HF DeepSeek does) is MoE.
   static std::vector<bool> layer_map(int64_t num_layers, int64_t first_dense, int64_t freq,
                                      bool has_experts);
+  // Megatron's --window-attn-skip-freq N: every N-th layer (1-based) attends fully, the rest are
+  // windowed; N = 0 windows every layer.
+  static std::vector<bool> window_map(int64_t num_layers, int64_t skip_freq);
+  int64_t num_windowed_layers() const;
 };
 
 // Throws ConfigError naming the first inconsistent field (heads not divisible by KV heads, a

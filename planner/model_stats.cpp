@@ -106,6 +106,12 @@ double ModelParams::active(const ModelSpec& m) const {
   return t;
 }
 
+double attended_keys(int64_t seq_len, int64_t window) {
+  const double s = static_cast<double>(seq_len);
+  const double w = static_cast<double>(window);
+  return window > 0 && s > w ? w - w * w / (2.0 * s) : s / 2.0;
+}
+
 TokenFlops flops_per_token(const ModelSpec& m, int64_t seq_len) {
   const ModelParams p = count_params(m);
   // Matrices only: norms are element-wise, the embedding is a lookup.
@@ -114,14 +120,17 @@ TokenFlops flops_per_token(const ModelSpec& m, int64_t seq_len) {
     matmul += l.attention + l.router + l.shared_experts + l.dense_ffn +
               l.one_routed_expert * static_cast<double>(m.top_k);
   }
-  // Per token: QK^T is 2 s a d_qk FLOPs and AV is 2 s a d_v; causal masking halves both.
+  // Per token: QK^T is 2 a d_qk FLOPs per attended key and AV 2 a d_v; causal masking halves
+  // the keys, a window caps them.
   const AttentionSpec& a = m.attention;
-  const double per_layer = static_cast<double>(a.num_heads) *
-                           static_cast<double>(a.qk_head_dim() + a.value_head_dim()) *
-                           static_cast<double>(seq_len);
+  const double per_key = 2.0 * static_cast<double>(a.num_heads) *
+                         static_cast<double>(a.qk_head_dim() + a.value_head_dim());
+  const double windowed = static_cast<double>(m.num_windowed_layers());
+  const double keys = (static_cast<double>(m.num_layers) - windowed) * attended_keys(seq_len, 0) +
+                      windowed * attended_keys(seq_len, a.sliding_window);
   TokenFlops f;
   f.forward_matmul = Flops(2.0 * matmul);
-  f.forward_attention = Flops(per_layer * static_cast<double>(m.num_layers));
+  f.forward_attention = Flops(per_key * keys);
   return f;
 }
 

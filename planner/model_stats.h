@@ -61,8 +61,12 @@ struct TokenFlops {
   Flops training() const { return forward() * 3.0; }  // forward + 2x for backward
 };
 
+// Keys a query attends to, averaged over a causal sequence of seq_len tokens: s / 2, or with a
+// window of w keys (0: none) w - w^2 / (2 s) once s > w (the first w queries see fewer).
+double attended_keys(int64_t seq_len, int64_t window);
+
 // FLOPs per token for a sequence of seq_len tokens (attention's term is per token, averaged
-// over the causal triangle).
+// over the causal triangle, or the window band of windowed layers).
 TokenFlops flops_per_token(const ModelSpec& m, int64_t seq_len);
 
 }  // namespace moe

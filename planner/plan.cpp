@@ -142,6 +142,23 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back("--group-query-attention");
     a.push_back(fmt::format("--num-query-groups {}", att.num_kv_heads));
   }
+  if (att.sliding_window > 0) {
+    // --window-attn-skip-freq N: every N-th layer attends fully; a pattern no N gives goes as
+    // Megatron's list form, 1 for a windowed layer.
+    a.push_back(fmt::format("--window-size {},0", att.sliding_window));
+    if (m.num_windowed_layers() < m.num_layers) {
+      int64_t freq = 0;
+      for (int64_t n = 2; n <= m.num_layers && freq == 0; ++n)
+        if (ModelSpec::window_map(m.num_layers, n) == m.windowed_layer) freq = n;
+      if (freq > 0) {
+        a.push_back(fmt::format("--window-attn-skip-freq {}", freq));
+      } else {
+        std::vector<int> pattern;
+        for (bool w : m.windowed_layer) pattern.push_back(w ? 1 : 0);
+        a.push_back(fmt::format("--window-attn-skip-freq [{}]", fmt::join(pattern, ",")));
+      }
+    }
+  }
   return a;
 }
 

@@ -165,6 +165,20 @@ std::vector<int64_t> ObjectReader::integer_array_or_empty(const std::string& key
   return has(key) ? integer_array(key) : std::vector<int64_t>{};
 }
 
+std::vector<std::string> ObjectReader::string_array(const std::string& key) {
+  const nlohmann::json& v = get(key);
+  if (!v.is_array()) fail(key, fmt::format("expected an array, got {}", type_name(v)));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) {
+      throw InputError(file_, pointer(key) + fmt::format("/{}", i),
+                       fmt::format("expected a string, got {}", v[i].dump()));
+    }
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
 std::vector<double> ObjectReader::number_array(const std::string& key) {
   const nlohmann::json& v = get(key);
   if (!v.is_array()) fail(key, fmt::format("expected an array, got {}", type_name(v)));

@@ -41,6 +41,7 @@ class ObjectReader {
   std::vector<int64_t> integer_array(const std::string& key);
   std::vector<int64_t> integer_array_or_empty(const std::string& key);
   std::vector<double> number_array(const std::string& key);
+  std::vector<std::string> string_array(const std::string& key);
   ObjectReader object(const std::string& key);
   std::vector<ObjectReader> object_array(const std::string& key);
   const nlohmann::json& raw(const std::string& key);

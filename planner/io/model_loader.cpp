@@ -51,6 +51,13 @@ ModelSpec from_ours(ObjectReader& r) {
   } else {
     a.fail("type", fmt::format("'{}' is not one of mha, gqa, mla", type));
   }
+  // Megatron's names: --window-size W,0 and --window-attn-skip-freq N.
+  m.attention.sliding_window = a.integer_or("window_size", 0);
+  const int64_t skip_freq = a.integer_or("window_attn_skip_freq", 0);
+  if (m.attention.sliding_window < 0) a.fail("window_size", "must not be negative");
+  if (skip_freq < 0) a.fail("window_attn_skip_freq", "must not be negative");
+  if (m.attention.sliding_window > 0)
+    m.windowed_layer = ModelSpec::window_map(m.num_layers, skip_freq);
   a.finish();
 
   ObjectReader f = r.object("ffn");
@@ -84,8 +91,8 @@ ModelSpec from_ours(ObjectReader& r) {
 // --- HuggingFace config.json --------------------------------------------------------------
 
 const std::vector<std::string> kHfTypes = {
-    "deepseek", "deepseek_v2", "deepseek_v3", "glm4_moe", "mixtral", "phimoe",
-    "qwen2_moe", "qwen3_moe",  "olmoe",       "llama",    "qwen2",   "mistral"};
+    "deepseek",  "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "mixtral", "phimoe",
+    "qwen2_moe", "qwen3_moe",   "olmoe",       "llama",    "qwen2",   "mistral"};
 
 void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.kind = AttentionKind::kMultiHead;
@@ -95,6 +102,35 @@ void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.head_dim =
       r.optional_integer("head_dim").value_or(m.hidden_size / m.attention.num_heads);
   m.attention.bias = bias;
+}
+
+// Sliding-window attention: gpt-oss windows the layers its layer_types call
+// "sliding_attention" (every other one, from layer 0, when the list is absent); Mistral and
+// Mixtral window every layer when sliding_window is a number (null: none). Other types attend
+// fully: their sliding_window keys (Qwen's, off by default) are not read.
+void hf_sliding_window(ObjectReader& r, ModelSpec& m, const std::string& type) {
+  const bool every_layer = type == "mistral" || type == "mixtral";
+  if (type != "gpt_oss" && !every_layer) return;
+  const std::optional<int64_t> window = r.optional_integer("sliding_window");
+  if (!window) return;
+  if (*window <= 0) r.fail("sliding_window", "must be positive");
+  m.attention.sliding_window = *window;
+  if (every_layer) {
+    m.windowed_layer = ModelSpec::window_map(m.num_layers, 0);
+  } else if (r.has("layer_types")) {
+    const std::vector<std::string> types = r.string_array("layer_types");
+    if (static_cast<int64_t>(types.size()) != m.num_layers)
+      r.fail("layer_types", fmt::format("has {} entries for {} layers", types.size(), m.num_layers));
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "sliding_attention" && types[i] != "full_attention") {
+        throw InputError(r.file(), r.pointer("layer_types") + fmt::format("/{}", i),
+                         fmt::format("'{}' is not sliding_attention or full_attention", types[i]));
+      }
+      m.windowed_layer.push_back(types[i] == "sliding_attention");
+    }
+  } else {
+    m.windowed_layer = ModelSpec::window_map(m.num_layers, 2);
+  }
 }
 
 ModelSpec from_hf(ObjectReader& r, const std::string& type) {
@@ -147,10 +183,14 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type) {
       freq = r.integer_or("moe_layer_freq", 1);
     }
     m.mtp_layers = r.integer_or("num_nextn_predict_layers", 0);
-  } else if (type == "mixtral" || type == "phimoe") {
+  } else if (type == "mixtral" || type == "phimoe" || type == "gpt_oss") {
     m.num_routed_experts = positive(r, "num_local_experts");
     m.expert_ffn_size = positive(r, "intermediate_size");
-    m.top_k = positive(r, "num_experts_per_tok");
+    // gpt-oss writes its top-k under both names.
+    m.top_k = type == "gpt_oss" && !r.has("num_experts_per_tok")
+                  ? positive(r, "experts_per_token")
+                  : positive(r, "num_experts_per_tok");
+    r.ignore("experts_per_token");
   } else if (type == "qwen2_moe" || type == "qwen3_moe") {
     m.num_routed_experts = positive(r, "num_experts");
     m.expert_ffn_size = positive(r, "moe_intermediate_size");
@@ -184,6 +224,7 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type) {
   } else {
     m.moe_layer = ModelSpec::layer_map(m.num_layers, first_dense, freq, m.is_moe());
   }
+  hf_sliding_window(r, m, type);
   r.ignore_rest();  // HF configs carry many runtime keys (rope scaling, dropout, ...)
   return m;
 }

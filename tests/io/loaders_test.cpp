@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "planner/efficiencies.h"
 #include "planner/errors.h"
@@ -81,7 +82,7 @@ TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
 
 TEST(Loaders, HuggingFaceErrors) {
   const std::string e = error_of([] { load_model(data("hf-unknown-type.json")); });
-  EXPECT_NE(e.find("/model_type: 'gpt_oss' is not supported (supported: deepseek"),
+  EXPECT_NE(e.find("/model_type: 'llama4' is not supported (supported: deepseek"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("mixtral"), std::string::npos);
@@ -89,6 +90,56 @@ TEST(Loaders, HuggingFaceErrors) {
               load_model(data("hf-missing-experts.json"));
             }).find("/num_local_experts: missing required field"),
             std::string::npos);
+}
+
+TEST(Loaders, SlidingWindowLayers) {
+  // gpt-oss: layer_types alternate from a windowed layer 0; the window is Megatron's
+  // --window-size 128,0 with --window-attn-skip-freq 2.
+  const ModelSpec oss =
+      load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/gpt-oss-20b.config.json");
+  EXPECT_EQ(oss.attention.sliding_window, 128);
+  ASSERT_EQ(oss.windowed_layer.size(), 24u);
+  EXPECT_EQ(oss.windowed_layer, ModelSpec::window_map(24, 2));
+  EXPECT_TRUE(oss.windowed_layer[0]);
+  EXPECT_FALSE(oss.windowed_layer[1]);
+  EXPECT_EQ(oss.num_windowed_layers(), 12);
+  EXPECT_EQ(oss.top_k, 4);
+  EXPECT_EQ(oss.attention.bias, AttentionBias::kAll);
+  // Mixtral's sliding_window is null: every layer attends fully.
+  const ModelSpec mixtral =
+      load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/mixtral-8x7b.config.json");
+  EXPECT_EQ(mixtral.attention.sliding_window, 0);
+  EXPECT_TRUE(mixtral.windowed_layer.empty());
+  // Megatron's skip frequency: every N-th layer (1-based) is full, 0 windows them all.
+  EXPECT_EQ(ModelSpec::window_map(6, 3),
+            (std::vector<bool>{true, true, false, true, true, false}));
+  EXPECT_EQ(ModelSpec::window_map(3, 0), (std::vector<bool>{true, true, true}));
+  // Our format takes Megatron's two names.
+  nlohmann::json own = {{"format", "moeplan-model/1"},
+                        {"name", "windowed"},
+                        {"num_layers", 8},
+                        {"hidden_size", 256},
+                        {"vocab_size", 1000},
+                        {"attention",
+                         {{"type", "gqa"},
+                          {"num_heads", 4},
+                          {"num_kv_heads", 2},
+                          {"window_size", 4096},
+                          {"window_attn_skip_freq", 4}}},
+                        {"ffn", {{"dense_size", 512}}}};
+  const ModelSpec windowed = model_from_json(own, "windowed.json");
+  EXPECT_EQ(windowed.attention.sliding_window, 4096);
+  EXPECT_EQ(windowed.windowed_layer, ModelSpec::window_map(8, 4));
+  EXPECT_EQ(windowed.num_windowed_layers(), 6);
+  own["attention"]["window_size"] = -1;
+  EXPECT_NE(error_of([&] { model_from_json(own, "windowed.json"); })
+                .find("windowed.json: /attention/window_size: must not be negative"),
+            std::string::npos);
+  const std::string e = error_of([] { load_model(data("hf-bad-layer-types.json")); });
+  EXPECT_NE(e.find("hf-bad-layer-types.json: /layer_types/1: 'chunked_attention' is not "
+                   "sliding_attention or full_attention"),
+            std::string::npos)
+      << e;
 }
 
 TEST(Loaders, HuggingFaceLayerMaps) {

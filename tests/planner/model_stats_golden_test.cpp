@@ -81,6 +81,42 @@ TEST(ModelStatsGolden, Glm45) {
   EXPECT_EQ(glm.num_shared_experts, 1);
 }
 
+TEST(ModelStatsGolden, GptOss) {
+  // OpenAI's model card: gpt-oss-120b 116.83 B total, 5.13 B active; gpt-oss-20b 20.91 B and
+  // 3.61 B (active counts the unembedding, not the embedding). The experts' and router's
+  // biases and the attention sinks (0.04 B in all) are not counted.
+  struct Case {
+    const char* file;
+    double total, active;
+  };
+  for (const Case& c : {Case{"hf/gpt-oss-120b.config.json", 116.83, 5.13},
+                        Case{"hf/gpt-oss-20b.config.json", 20.91, 3.61}}) {
+    const ModelSpec m = model(c.file);
+    const ModelParams p = count_params(m);
+    EXPECT_NEAR(p.total() / kB, c.total, 0.05) << c.file;
+    EXPECT_NEAR((p.active(m) - p.embedding) / kB, c.active, 0.01) << c.file;
+  }
+}
+
+TEST(ModelStatsGolden, SlidingWindowAttentionFlops) {
+  // Mean keys a query attends: s / 2 causally; under a window of w once s > w,
+  // (w (w + 1) / 2 + (s - w) w) / s ~ w - w^2 / (2 s): 126 at s = 4096, w = 128.
+  EXPECT_DOUBLE_EQ(attended_keys(4096, 0), 2048.0);
+  EXPECT_DOUBLE_EQ(attended_keys(4096, 128), 126.0);
+  EXPECT_DOUBLE_EQ(attended_keys(100, 128), 50.0);  // a window wider than the sequence
+  // gpt-oss-120b at 4,096 tokens: 2 x 64 heads x (64 + 64) = 16,384 FLOPs per key, over
+  // 18 full layers (2,048 keys) and 18 windowed ones (126): 641,138,688 FLOPs a token.
+  const ModelSpec oss = model("hf/gpt-oss-120b.config.json");
+  EXPECT_DOUBLE_EQ(flops_per_token(oss, 4096).forward_attention.value(),
+                   16384.0 * (18 * 2048.0 + 18 * 126.0));
+  // Without the window every layer pays the causal 2,048.
+  ModelSpec full = oss;
+  full.attention.sliding_window = 0;
+  full.windowed_layer.clear();
+  EXPECT_DOUBLE_EQ(flops_per_token(full, 4096).forward_attention.value(),
+                   16384.0 * 36 * 2048.0);
+}
+
 TEST(ModelStatsGolden, AptMoeTableI) {
   // Transformer blocks only (attention 4 d^2 + experts 2 d h each, 64 layers), as Table I counts.
   struct Case {

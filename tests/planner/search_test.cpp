@@ -491,6 +491,23 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   EXPECT_TRUE(has("--multi-latent-attention"));
   EXPECT_TRUE(has("--num-layers-per-virtual-pipeline-stage 3"));  // 61 layers / 16 chunks
   EXPECT_TRUE(has("--moe-token-dispatcher-type alltoall"));
+  EXPECT_FALSE(has("--window-size 128,0"));
+  // A windowed model: gpt-oss alternates from a windowed first layer, Megatron's skip
+  // frequency 2; a pattern no frequency gives goes as the list form.
+  ModelSpec oss = io::load_model(root("models/hf/gpt-oss-20b.config.json"));
+  Plan q;
+  q.choice.parallel = resolve(parse_parallel("tp=1,pp=1,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=64"));
+  auto oss_args = megatron_arguments(q, oss);
+  auto has_oss = [&](const std::string& a) {
+    return std::find(oss_args.begin(), oss_args.end(), a) != oss_args.end();
+  };
+  EXPECT_TRUE(has_oss("--window-size 128,0"));
+  EXPECT_TRUE(has_oss("--window-attn-skip-freq 2"));
+  oss.num_layers = 4;
+  oss.moe_layer.resize(4);
+  oss.windowed_layer = {true, false, false, true};
+  oss_args = megatron_arguments(q, oss);
+  EXPECT_TRUE(has_oss("--window-attn-skip-freq [1,0,0,1]"));
 }
 
 }  // namespace moe

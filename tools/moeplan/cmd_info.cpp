@@ -54,6 +54,8 @@ void run_info(const InfoOptions& o) {
                   {"dense_ffn", dense},
                   {"norms", norms + p.final_norm}}},
                 {"layers", layers},
+                {"sliding_window", m.attention.sliding_window},
+                {"windowed_layers", m.num_windowed_layers()},
                 {"seq_len", o.seq_len},
                 {"flops_per_token",
                  {{"forward", f.forward().value()},
@@ -65,6 +67,10 @@ void run_info(const InfoOptions& o) {
   fmt::print("{}: {} layers ({} MoE, {} dense), hidden {}, {} routed experts top-{}, {} shared\n",
              m.name, m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
              m.num_routed_experts, m.top_k, m.num_shared_experts);
+  if (m.attention.sliding_window > 0) {
+    fmt::print("sliding window     {} keys on {} of {} layers\n", m.attention.sliding_window,
+               m.num_windowed_layers(), m.num_layers);
+  }
   fmt::print("total parameters   {}\nactive per token   {}\n", as_billions(p.total()),
              as_billions(p.active(m)));
   if (p.mtp > 0) fmt::print("MTP modules        {} (not in the total)\n", as_billions(p.mtp));
