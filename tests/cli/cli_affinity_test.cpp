@@ -14,11 +14,9 @@ namespace moe {
 TEST(Cli, AffinityTablePrintsTheProfilersLookupTable) {
   // APTMoE Sec. III-A: per token count, one expert's CPU and GPU time; CPU time grows with the
   // tokens, so past a break-even the GPU (with the expert's load) wins.
-  const Result r =
-      run("affinity --model models/aptmoe-moe-s-16.json --cluster "
-          "topologies/aptmoe-4x-a800-40gb-c1g2.json --tokens 64 --table --json");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json j = run_json(
+      "affinity --model models/aptmoe-moe-s-16.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g2.json --tokens 64 --table --json");
   const auto& rows = j["expert_time"];
   ASSERT_EQ(rows.size(), 8u);  // 1, 2, ..., 64, then 128 = tokens x top-2
   EXPECT_EQ(rows.back()["tokens"], 128.0);

@@ -11,11 +11,9 @@
 #include "test_paths.h"
 
 TEST(Cli, MontaTable8Acceptance) {
-  const Result r =
-      run("a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --tp 8 --ep 2 "
-          "--curves calibrate/data/monta-table8-curves.json --json");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json j = run_json(
+      "a2a --cluster topologies/monta-2x8-a800.json --bytes '256 MiB' --tp 8 --ep 2 "
+      "--curves calibrate/data/monta-table8-curves.json --json");
   EXPECT_NEAR(j["baseline_s"].get<double>() * 1e3, 6.909, 0.001);
   EXPECT_NEAR(j["o1_s"].get<double>() * 1e3, 2.455, 0.002);
   EXPECT_EQ(j["o2"]["chunks"].get<int>(), 4);
@@ -50,22 +48,18 @@ TEST(Cli, MontaTable8Acceptance) {
 }
 
 TEST(Cli, CommAndAffinityProduceJson) {
-  const Result comm =
-      run("comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
-          "tp=8,ep=8,dp=1 --json");
-  ASSERT_EQ(comm.code, 0) << comm.err;
-  const auto c = nlohmann::json::parse(comm.out);
+  const nlohmann::json c = run_json(
+      "comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
+      "tp=8,ep=8,dp=1 --json");
   EXPECT_DOUBLE_EQ(c["sp_over_tp_attention"].get<double>(), 0.3125);
   EXPECT_DOUBLE_EQ(c["ep_over_tp_ffn"].get<double>(), 0.25);
   EXPECT_EQ(c["dispatcher"].get<std::string>(), "alltoall");
   EXPECT_DOUBLE_EQ(c["sar_activation"]["units_full"].get<double>(), 54.25);
   EXPECT_DOUBLE_EQ(c["sar_activation"]["units_remat"].get<double>(), 18.5);
 
-  const Result aff =
-      run("affinity --model models/aptmoe-moe-s-8.json --cluster "
-          "topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.5 --json");
-  ASSERT_EQ(aff.code, 0) << aff.err;
-  const auto a = nlohmann::json::parse(aff.out);
+  const nlohmann::json a = run_json(
+      "affinity --model models/aptmoe-moe-s-8.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g4.json --G 0.5 --json");
   EXPECT_NEAR(a["G"].get<double>(), 0.5, 1e-6);
   EXPECT_EQ(a["experts"].size(), 8u);
   EXPECT_LE(a["final_r"].get<double>(), 1.0 + 1e-12);
@@ -74,13 +68,11 @@ TEST(Cli, CommAndAffinityProduceJson) {
 TEST(Cli, CalibrationCurvesChangeTheAnswers) {
   const std::string profile = std::string(MOEPLAN_TEST_DATA) + "/curves-expert-profile.json";
   // MegaScale's dispatcher from measured efficiencies: 0.64 at Mixtral's volumes instead of 0.75.
-  const Result comm =
-      run("comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
-          "tp=8,ep=8,dp=1 --json "
-          "--curves " +
-          profile);
-  ASSERT_EQ(comm.code, 0) << comm.err;
-  const auto c = nlohmann::json::parse(comm.out);
+  const nlohmann::json c = run_json(
+      "comm --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
+      "tp=8,ep=8,dp=1 --json "
+      "--curves " +
+      profile);
   EXPECT_NEAR(c["alltoall_over_allgather_efficiency"].get<double>(), 0.64, 0.02);
   // APTMoE with a CPU profile that is slow on small experts loads at least as many experts.
   const std::string base =

@@ -17,9 +17,7 @@ TEST(Cli, HelpListsEverySubcommand) {
 }
 
 TEST(Cli, InfoOnHuggingFaceMixtral) {
-  const Result r = run("info --model models/hf/mixtral-8x7b.config.json --json");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json j = run_json("info --model models/hf/mixtral-8x7b.config.json --json");
   EXPECT_NEAR(j["total_params"].get<double>() / 1e9, 46.7, 0.05);
   EXPECT_NEAR(j["active_params"].get<double>() / 1e9, 12.9, 0.05);
   const Result text = run("info --model models/hf/mixtral-8x7b.config.json");

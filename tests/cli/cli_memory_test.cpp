@@ -15,9 +15,7 @@ constexpr const char* kMemFine =
 TEST(Cli, MemFineAcceptance) {
   // 22.9 / 11.9 / 3.65 GB activation for 1 / 2 / 8 chunks; MACT picks 2.
   for (auto [chunks, gb] : {std::pair{"1", 22.9}, {"2", 11.9}, {"8", 3.65}}) {
-    const Result r = run(std::string(kMemFine) + " --chunks " + chunks + " --json");
-    ASSERT_EQ(r.code, 0) << r.err;
-    const auto j = nlohmann::json::parse(r.out);
+    const nlohmann::json j = run_json(std::string(kMemFine) + " --chunks " + chunks + " --json");
     EXPECT_NEAR(j["stages"][0]["activation_bytes"].get<double>() / 1e9, gb, 0.005);
     EXPECT_EQ(j["mact_chunks"].get<int>(), 2);
     EXPECT_EQ(j["stages"][0]["fits"].get<bool>(), std::string(chunks) != "1");

@@ -41,13 +41,11 @@ TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
 
 TEST(Cli, PlanSavesAFileThatReadsBack) {
   const std::string path = temp_path("moeplan_cli_plan.json");
-  const Result r =
-      run("plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
-          "--global-batch 64 "
-          "--parallel tp=1,ep=8 --save " +
-          path + " --json");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto printed = nlohmann::json::parse(r.out);
+  const nlohmann::json printed = run_json(
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 64 "
+      "--parallel tp=1,ep=8 --save " +
+      path + " --json");
   ASSERT_GE(printed["plans"].size(), 1u);
   for (const auto& p : printed["plans"]) {
     EXPECT_EQ(p["parallel"]["tp"].get<int>(), 1);
@@ -66,12 +64,10 @@ TEST(Cli, PlanSavesAFileThatReadsBack) {
                   (predicted["mfu"].get<double>() * 989.5),
               1.0, 0.005);
   // simulate prints the same line for its simulated iteration.
-  const Result sim =
-      run("simulate --model models/deepseekmoe-16b.json --cluster "
-          "topologies/h100-sxm-8.json --json --plan " +
-          path);
-  ASSERT_EQ(sim.code, 0) << sim.err;
-  const auto simulated = nlohmann::json::parse(sim.out);
+  const nlohmann::json simulated = run_json(
+      "simulate --model models/deepseekmoe-16b.json --cluster "
+      "topologies/h100-sxm-8.json --json --plan " +
+      path);
   EXPECT_NEAR(simulated["megatron_log"]["throughput_per_gpu_tflops"].get<double>() /
                   (simulated["mfu"].get<double>() * 989.5),
               1.0, 0.005);
@@ -90,10 +86,8 @@ TEST(Cli, AnchorFitsTheModelToAMeasuredIteration) {
   const double predicted =
       nlohmann::json::parse(read_file(plan))["predicted"]["iteration_s"].get<double>();
   const double measured_ms = predicted * 1.5e3;
-  const Result r = run("anchor " + pair + " --plan " + plan + " --json --out " + cal +
-                       fmt::format(" --measured-ms {}", measured_ms));
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto fit = nlohmann::json::parse(r.out);
+  const nlohmann::json fit = run_json("anchor " + pair + " --plan " + plan + " --json --out " +
+                                      cal + fmt::format(" --measured-ms {}", measured_ms));
   EXPECT_LT(fit["scale"].get<double>(), 0.7);
   EXPECT_NEAR(fit["predicted_after_s"].get<double>() * 1e3 / measured_ms, 1.0, 1e-3);
   const auto written = nlohmann::json::parse(read_file(cal));
@@ -145,9 +139,7 @@ TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
       "plan --model models/memfine-model-2.json --cluster "
       "topologies/aptmoe-4x-a800-40gb-c1g4.json --global-batch 256 --top 3";
   const auto plain = nlohmann::json::parse(run(base + " --json").out);
-  const Result r = run(base + " --verify 3 --json --save " + path);
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json j = run_json(base + " --verify 3 --json --save " + path);
   ASSERT_EQ(j["verified"].get<int>(), 3);
   ASSERT_EQ(j["plans"].size(), 3u);
   double previous = 0;

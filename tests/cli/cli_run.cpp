@@ -70,3 +70,14 @@ void expect_one_line_error(const Result& r, const std::string& needle, int code)
   EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
 }
+
+nlohmann::json run_json(const std::string& args) {
+  const Result r = run(args);
+  EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const nlohmann::json::exception& e) {
+    ADD_FAILURE() << args << ": " << e.what();
+    return nullptr;
+  }
+}

@@ -2,6 +2,7 @@
 // share.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@ struct Result {
 // `moeplan ARGS` from the source tree's root. `env`: variables set for this run only
 // ("NAME=value ...").
 Result run(const std::string& args, const std::string& env = "");
+
+// `moeplan ARGS` that must succeed, its standard output parsed: a failed exit or output that is
+// not JSON fails the test and gives null (reading a field of it then fails the test too).
+nlohmann::json run_json(const std::string& args);
 
 // A whole file as text ("" when it cannot be opened, which the JSON parse then reports).
 std::string read_file(const std::string& path);

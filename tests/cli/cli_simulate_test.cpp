@@ -20,9 +20,8 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
       run("plan " + pair + " --gpus 64 --global-batch 256 --parallel pp=4,vpp=1 --save " + plan)
           .code,
       0);
-  const Result r = run("simulate " + pair + " --plan " + plan + " --trace " + trace + " --json");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json j =
+      run_json("simulate " + pair + " --plan " + plan + " --trace " + trace + " --json");
   // No contention in this plan: the simulator and the closed form agree within 10 %.
   EXPECT_LT(std::abs(j["relative_difference"].get<double>()), 0.10);
   const auto t = nlohmann::json::parse(read_file(trace));
@@ -73,9 +72,8 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
           " --gpus 4 --precision fp32 --global-batch 16 --seq-len 512 --skew G=0.5 --save " + plan)
           .code,
       0);
-  const Result r = run("simulate " + pair + " --plan " + plan + " --skew G=0.5 --json");
-  ASSERT_EQ(r.code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json j =
+      run_json("simulate " + pair + " --plan " + plan + " --skew G=0.5 --json");
   // APTMoE's throughput under extra simulate flags.
   auto aptmoe_tokens = [&](const std::string& plan_file, const std::string& flags) {
     const Result out =
