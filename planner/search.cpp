@@ -223,10 +223,11 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
     }
   }
   if (layouts.empty()) {
-    throw ConfigError(
-        fmt::format("no valid layout of {} GPUs for {} with the fixed sizes {} (heads, experts, "
-                    "layers or global batch {} do not divide)",
-                    world, m.name, f.to_string(), req.global_batch));
+    const std::string fixed = f.to_string();
+    throw ConfigError(fmt::format(
+        "no valid layout of {} GPUs for {}{} (heads, experts, layers or global batch {} do not "
+        "divide)",
+        world, m.name, fixed.empty() ? "" : " with the fixed sizes " + fixed, req.global_batch));
   }
 
   const std::vector<Recompute> recomputes =

@@ -55,6 +55,17 @@ TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
       "outside [1/E, 1]");
   expect_one_line_error(run("memory --model models/mixtral-8x7b.json"), "--cluster is required", 2);
   expect_one_line_error(run("frobnicate"), "", 2);
+  // Numeric flags name the flag and the value, not CLI11's range bounds.
+  const std::string plan =
+      "plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json ";
+  expect_one_line_error(run(plan + "--global-batch 64 --gpus 0"), "--gpus: must be positive, got 0",
+                        2);
+  expect_one_line_error(run(plan + "--global-batch 64 --seq-len abc"),
+                        "--seq-len: 'abc' is not a number", 2);
+  // Nothing fixed: the error says what does not divide without an empty list of fixed sizes.
+  const Result none = run(plan + "--global-batch 1 --seq-len 1");
+  expect_one_line_error(none, "no valid layout of 8 GPUs for Mixtral-8x7B (heads, experts");
+  EXPECT_EQ(none.err.find("fixed sizes"), std::string::npos) << none.err;
 }
 
 TEST(Cli, DevicesListsGpusOrSaysThereAreNone) {

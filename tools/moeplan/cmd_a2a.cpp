@@ -196,19 +196,19 @@ void add_a2a(CLI::App& app) {
   cmd->add_option("--bytes", o->bytes,
                   "AllToAll volume I = b s h BPE: bytes, or with a unit (\"256 MiB\")")
       ->required();
-  cmd->add_option("--tp", o->tp, "tensor-parallel size t")->check(CLI::PositiveNumber);
-  cmd->add_option("--ep", o->ep, "expert-parallel size e")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", o->tp, "tensor-parallel size t")->check(kPositive);
+  cmd->add_option("--ep", o->ep, "expert-parallel size e")->check(kPositive);
   cmd->add_option("--curves", o->curves,
                   "calibration file with alltoall_inter, allgather_intra, d2d_copy curves");
   cmd->add_option("--chunks", o->chunks, "also evaluate O2/O3 at this chunk count")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--min-chunk", o->min_chunk_mib,
                   "I_minimal in MiB: smallest chunk the search tries")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--chunk-overhead-us", o->chunk_overhead_us,
                   "fixed cost per pipelined chunk in us (default: the --curves file's "
                   "pipeline_chunk_overhead_us, else 0, MoNTA's theoretical model; plan uses 150)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_flag("--json", o->json, "print one JSON document (seconds, bytes)");
   cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");
   cmd->add_flag("--execute", o->execute,

@@ -231,7 +231,7 @@ void add_affinity(CLI::App& app) {
   cmd->add_option("--layer", o->layer, "layer of the popularity file");
   cmd->add_option("--tokens", o->tokens,
                   "tokens entering the layer over the micro-batches considered")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option(
       "--calibration", o->calibration,
       "calibration file: cpu_expert_ffn, the dtype's GEMM (gemm for bf16) and pcie_h2d curves");

@@ -107,11 +107,11 @@ void add_anchor(CLI::App& app) {
   CLI::Option* ms =
       cmd->add_option("--measured-ms", o->measured_ms,
                       "its measured iteration time in ms (Megatron-LM: elapsed time per iteration)")
-          ->check(CLI::PositiveNumber);
+          ->check(kPositive);
   CLI::Option* tflops =
       cmd->add_option("--measured-tflops", o->measured_tflops,
                       "or the throughput per GPU (TFLOP/s/GPU) Megatron-LM logged for it")
-          ->check(CLI::PositiveNumber);
+          ->check(kPositive);
   ms->excludes(tflops);
   cmd->callback([o, ms, tflops] {
     if (ms->count() == 0 && tflops->count() == 0)

@@ -204,7 +204,7 @@ void add_calibrate(CLI::App& app) {
   cmd->add_option("--cluster", o->cluster,
                   "cluster file describing this machine: the GPU parts measure against its GPU "
                   "peaks, HBM, PCIe, NVLink and NIC bandwidths (required for the GPU parts)");
-  cmd->add_option("--device", o->device, "GPU index to measure")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", o->device, "GPU index to measure")->check(kNonNegative);
   cmd->add_option("--model", o->model, "take the expert shape (h, g, gated) from this model");
   cmd->add_flag("--quick", o->quick, "fewer sizes and repeats");
   cmd->add_flag("--resume", o->resume, "keep the curves an interrupted run already wrote");

@@ -170,7 +170,7 @@ void add_comm(CLI::App& app) {
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=8,ep=8,dp=4");
-  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
   cmd->add_option("--dtype", o->dtype, "communication precision: bf16, fp16, fp32, fp8");
   cmd->add_option("--curves", o->curves,
                   "calibration file with alltoall_intra and allgather_intra curves");

@@ -104,7 +104,7 @@ void add_info(CLI::App& app) {
   cmd->add_option("--model", o->model, "model file (moeplan JSON or HuggingFace config.json)")
       ->required();
   cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_flag("--json", o->json, "print one JSON document (SI units, plain counts)");
   cmd->callback([o] { run_info(*o); });
 }

@@ -175,16 +175,16 @@ void add_memory(CLI::App& app) {
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file (GPU memory capacity)")->required();
   cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1");
-  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
   cmd->add_option("--recompute", o->recompute, "none | selective | full | sar");
   cmd->add_option("--received-tokens", o->received_tokens,
                   "tokens one GPU's MoE layer receives (s'')")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--skew", o->skew, "balanced | worst, when --received-tokens is not given");
   cmd->add_option("--chunks", o->chunks, "FCDA chunk count, or auto for MACT");
   cmd->add_option("--static-override", o->static_override_gb,
                   "measured static memory in GB (MemFine Table 4)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory (MemFine eq. 3)")
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 (1 = Megatron distributed optimizer)")

@@ -378,10 +378,10 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--cluster", o->cluster, "cluster file")->required();
   cmd->add_option("--global-batch", o->global_batch, "global batch size in sequences")
       ->required()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
   cmd->add_option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--parallel", o->parallel,
                   "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it)");
   cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
@@ -414,7 +414,7 @@ void add_plan(CLI::App& app) {
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--static-override", o->static_override_gb,
                   "measured static memory per GPU in GB (MemFine Table 4)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--top", o->top, "plans to show")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", o->threads, "search threads")->check(CLI::Range(1, 256));
   cmd->add_option("--verify", o->verify,

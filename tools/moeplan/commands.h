@@ -23,6 +23,11 @@ void add_whatif(CLI::App& app);
 void add_reproduce(CLI::App& app);
 void add_anchor(CLI::App& app);
 
+// Checks for numeric flags: "--gpus: must be positive, got 0" where CLI11's PositiveNumber
+// would print its range bounds (0 to 1.8e308).
+extern const CLI::Validator kPositive;
+extern const CLI::Validator kNonNegative;
+
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);
 
