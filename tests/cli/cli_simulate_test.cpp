@@ -55,6 +55,11 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
                         "--pxn: 'maybe' is not one of");
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --pxn off"),
                         "add --every-gpu");
+  // The offload simulator's flags are refused on a GPU-resident plan rather than ignored.
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --load-window 4"),
+                        "--load-window: applies to offload plans");
+  expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --static-override -5"),
+                        "--static-override: must be positive, got -5", 2);
   std::remove(plan.c_str());
   std::remove(trace.c_str());
   expect_one_line_error(run("simulate " + pair + " --plan /nonexistent/plan.json"),
@@ -132,6 +137,12 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   std::remove(trace.c_str());
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --skew G=0.5,drift=3"),
                         "drift and jitter");
+  // The GPU-resident simulator's flags are refused here rather than ignored.
+  for (const char* flag : {"--iterations 3", "--seed 7", "--static-override 30", "--every-gpu"}) {
+    const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+    expect_one_line_error(run("simulate " + pair + " --plan " + plan + " " + flag),
+                          name + ": applies to GPU-resident plans");
+  }
   std::remove(plan.c_str());
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
@@ -35,7 +36,15 @@ struct SimulateOptions {
   // Unset: the plan file's (switches.predictor_accuracy, ...; absent there: 1, 1, 0).
   std::optional<double> predictor_accuracy, historical_accuracy;
   std::optional<int64_t> load_window;
+  std::set<std::string> given;  // the flags on the command line
 };
+
+// Flags that only one of the two simulators reads: given to the other, they are an error
+// rather than silently ignored.
+const char* const kResidentOnly[] = {"--iterations",      "--seed",      "--static-override",
+                                     "--comm-priorities", "--every-gpu", "--pxn"};
+const char* const kOffloadOnly[] = {"--predictor-accuracy", "--load-window",
+                                    "--historical-accuracy"};
 
 std::string percent(Seconds part, Seconds whole) {
   return fmt::format("{:.1f} %", 100.0 * part.value() / whole.value());
@@ -120,8 +129,18 @@ void run_simulate(const SimulateOptions& o) {
   if (choice.offload) {
     if (routing.dynamics.drift_iterations > 0 || routing.dynamics.jitter > 0)
       throw InputError("--skew", "", "drift and jitter apply to GPU-resident plans only");
+    for (const char* flag : kResidentOnly) {
+      if (o.given.count(flag) > 0)
+        throw InputError(flag, "",
+                         "applies to GPU-resident plans; this is an APTMoE offload plan (simulated "
+                         "as one steady-state iteration)");
+    }
     run_offload(o, m, c, choice, ctx);
     return;
+  }
+  for (const char* flag : kOffloadOnly) {
+    if (o.given.count(flag) > 0)
+      throw InputError(flag, "", "applies to offload plans; this plan is GPU-resident");
   }
   check_plan_layout(choice, m, c, o.plan);
   if (o.iterations < 1)
@@ -308,13 +327,14 @@ void add_simulate(CLI::App& app) {
   cmd->add_option("--plan", o->plan, "plan file from `moeplan plan --save`")->required();
   cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
   cmd->add_option("--iterations", o->iterations, "training iterations to simulate (default 1)");
-  cmd->add_option("--seed", o->seed, "seed of the routing noise (default 1)");
+  cmd->add_option("--seed", o->seed, "seed of the routing noise (default 1)")->check(kNonNegative);
   cmd->add_option("--skew", o->skew,
                   "routing: balanced | capacity=F | G=x | worst | popularity file (.json), "
                   "optionally with ,drift=T (skew grows with depth, settles over T iterations) "
                   "and ,jitter=x (per-iteration noise)");
   cmd->add_option("--static-override", o->static_override_gb,
-                  "measured static memory per GPU in GB (MemFine Table 4)");
+                  "measured static memory per GPU in GB (MemFine Table 4)")
+      ->check(kPositive);
   cmd->add_flag("--comm-priorities", o->comm_priorities,
                 "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
                 "sharing them fairly");
@@ -347,7 +367,11 @@ void add_simulate(CLI::App& app) {
          "on NLLB-MoE); a wrong pick loads an unused expert before the right one")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--json", o->json, "print one JSON document");
-  cmd->callback([o] { run_simulate(*o); });
+  cmd->callback([o, cmd] {
+    for (const CLI::Option* opt : cmd->get_options())
+      if (opt->count() > 0) o->given.insert(opt->get_name());
+    run_simulate(*o);
+  });
 }
 
 }  // namespace moe::cli
