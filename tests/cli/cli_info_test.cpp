@@ -62,6 +62,12 @@ TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
                         2);
   expect_one_line_error(run(plan + "--global-batch 64 --seq-len abc"),
                         "--seq-len: 'abc' is not a number", 2);
+  // A bad flag is the only line, even where the layout would also draw a warning.
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --chunks 0"),
+                        "--chunks: '0' is not a positive integer or auto");
+  expect_one_line_error(run("a2a --cluster topologies/h100-sxm-8.json --bytes '0 MiB'"),
+                        "--bytes: '0 MiB' must be positive");
   // Nothing fixed: the error says what does not divide without an empty list of fixed sizes.
   const Result none = run(plan + "--global-batch 1 --seq-len 1");
   expect_one_line_error(none, "no valid layout of 8 GPUs for Mixtral-8x7B (heads, experts");

@@ -1,6 +1,8 @@
 // moeplan a2a: MoNTA's AllToAll strategies (baseline, O1, O2, O3) for one volume and layout.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "planner/default_efficiency.h"
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
@@ -28,16 +30,23 @@ struct A2aOptions {
 };
 
 Bytes parse_volume(const std::string& text) {
+  size_t used = 0;
+  double plain = 0;
   try {
-    size_t used = 0;
-    const double plain = std::stod(text, &used);
-    if (used == text.size()) {
-      if (!(plain > 0)) throw std::invalid_argument("must be positive");
-      return Bytes(plain);
-    }
-    return io::parse_bytes(text);
+    plain = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw InputError("--bytes", "",
+                     fmt::format("'{}' is not a size (bytes, or with a unit: 256 MiB)", text));
+  }
+  if (used == text.size()) {
+    if (!(plain > 0) || !std::isfinite(plain))
+      throw InputError("--bytes", "", fmt::format("'{}' must be positive", text));
+    return Bytes(plain);
+  }
+  try {
+    return io::parse_bytes(text);  // its messages quote the text
   } catch (const std::exception& e) {
-    throw InputError("--bytes", "", fmt::format("'{}': {}", text, e.what()));
+    throw InputError("--bytes", "", e.what());
   }
 }
 

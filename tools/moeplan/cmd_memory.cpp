@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
@@ -60,6 +61,24 @@ void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m
 
 void run_memory(const MemoryOptions& o) {
   const AttentionKernel kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
+  // Flags first: a bad one is the only line printed, not after the layout's warning.
+  std::optional<int64_t> chunks;
+  if (o.chunks != "auto") {
+    try {
+      const int64_t n = std::stoll(o.chunks);
+      if (n <= 0) throw std::invalid_argument("not positive");
+      chunks = n;
+    } catch (const std::exception&) {
+      throw InputError("--chunks", "",
+                       fmt::format("'{}' is not a positive integer or auto", o.chunks));
+    }
+  }
+  if (!o.received_tokens && o.skew != "worst" && o.skew != "balanced")
+    throw InputError("--skew", "", fmt::format("'{}' is not one of balanced, worst", o.skew));
+  const Recompute recompute = parse_recompute(o.recompute);
+  const Dtype activations = parse_dtype(o.dtype, "--dtype");
+  const Dtype weights = parse_dtype(o.weights, "--weights");
+  const Dtype grads = parse_dtype(o.grads, "--grads");
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const ParallelConfig p = layout_for(o.parallel, m);
@@ -67,12 +86,12 @@ void run_memory(const MemoryOptions& o) {
 
   MemoryRequest req;
   req.seq_len = o.seq_len;
-  req.recompute = parse_recompute(o.recompute);
-  req.bytes_per_element = dtype_bytes(parse_dtype(o.dtype, "--dtype"));
+  req.recompute = recompute;
+  req.bytes_per_element = dtype_bytes(activations);
   req.zero_stage = o.zero;
   // Eq. (1) for any precision: weight and gradient bytes per parameter; Adam states stay FP32.
-  req.static_bytes.param = dtype_bytes(parse_dtype(o.weights, "--weights"));
-  req.static_bytes.grad = dtype_bytes(parse_dtype(o.grads, "--grads"));
+  req.static_bytes.param = dtype_bytes(weights);
+  req.static_bytes.grad = dtype_bytes(grads);
   req.gpu_capacity = c.node.gpu.hbm_capacity;
   req.alpha = o.alpha;
   if (kernel == AttentionKernel::kUnfused) req.score_bytes = kUnfusedAttentionScoreBytes;
@@ -81,19 +100,8 @@ void run_memory(const MemoryOptions& o) {
     req.received_tokens = *o.received_tokens;
   } else if (o.skew == "worst") {
     req.received_tokens = worst_received_tokens(m, p, o.seq_len);
-  } else if (o.skew != "balanced") {
-    throw InputError("--skew", "", fmt::format("'{}' is not one of balanced, worst", o.skew));
   }
-  if (o.chunks != "auto") {
-    try {
-      const int64_t n = std::stoll(o.chunks);
-      if (n <= 0) throw std::invalid_argument("not positive");
-      req.chunks = n;
-    } catch (const std::exception&) {
-      throw InputError("--chunks", "",
-                       fmt::format("'{}' is not a positive integer or auto", o.chunks));
-    }
-  }
+  if (chunks) req.chunks = *chunks;
   const MemoryReport r = estimate_memory(m, p, req);
 
   // The chunk sweep: what each bin would give on every stage.

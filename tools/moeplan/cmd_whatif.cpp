@@ -150,7 +150,8 @@ void add_whatif(CLI::App& app) {
   cmd->add_option("--skew", o->skew, "routing skew when not swept");
   cmd->add_option("--calibration", o->calibration,
                   "calibration file (curves and constants) for every point");
-  cmd->add_option("--threads", o->threads, "points evaluated at once (default: all cores)");
+  cmd->add_option("--threads", o->threads, "points evaluated at once (default: all cores)")
+      ->check(kNonNegative);
   cmd->add_option("--out", o->out, "directory for points.csv and report.html")->required();
   cmd->add_flag("--resume", o->resume, "keep the points an earlier run finished");
   cmd->callback([o] { run_whatif(*o); });
