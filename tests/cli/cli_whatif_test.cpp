@@ -57,7 +57,14 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
 
   expect_one_line_error(run("whatif " + pair + sweep + " --sweep color=red"), "color");
   expect_one_line_error(run("whatif " + pair + " --out " + dir + " --sweep seq-len=1"), "--search");
+  // A sweep in which no point runs is an error (exit 1, one line naming the first point's
+  // reason), its files still written.
+  const Result none =
+      run("whatif " + pair + " --search --global-batch 64 --sweep tp=3,5 --out " + dir + "_none");
+  expect_one_line_error(none, "no point of the sweep ran; tp=3:");
+  EXPECT_NE(read_file(dir + "_none/points.csv").find("tp=5"), std::string::npos);
   std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir + "_none");
 }
 
 }  // namespace moe
@@ -139,14 +146,15 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
     ASSERT_EQ(tokens_per_s.size(), 2u) << axis;
     EXPECT_GT(tokens_per_s[0], tokens_per_s[1]) << axis;  // fused / on first
   }
-  ASSERT_EQ(run("whatif " + pair + " --plan " + full + " --sweep attention-kernel=flash --out " +
-                dir + "/flash")
-                .code,
-            0);
+  // A point that cannot run says why in its row; a sweep of nothing else is an error too.
+  expect_one_line_error(run("whatif " + pair + " --plan " + full +
+                            " --sweep attention-kernel=flash --out " + dir + "/flash"),
+                        "'flash' is not one of fused, unfused");
   EXPECT_NE(read_file(dir + "/flash/points.csv").find("'flash' is not one of fused, unfused"),
             std::string::npos);
   // A GPU name two cluster files share is a failed point naming both; chunks need a plan.
-  const Result a = run("whatif " + pair + " --plan " + plan + " --sweep gpu=A800 --out " + dir);
+  const Result a =
+      run("whatif " + pair + " --plan " + plan + " --sweep gpu=A800,H100 --out " + dir);
   ASSERT_EQ(a.code, 0) << a.err;
   EXPECT_NE(a.out.find("'A800' is ambiguous"), std::string::npos) << a.out;
   expect_one_line_error(

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -131,6 +132,16 @@ void run_whatif(const WhatifOptions& o) {
   }
   fmt::print("{} point(s) computed, {} kept from the earlier run; {} and {}\n", finished, kept,
              csv_path, o.out + "/report.html");
+  // Each point says why it has no number; a sweep where none has one is an error as a whole
+  // (a plan file the model cannot run, say), not a table of blanks with exit 0.
+  const bool any = std::any_of(done_rows.begin(), done_rows.end(), [](const auto& row) {
+    return std::isfinite(row.second.iteration_s);
+  });
+  if (!done_rows.empty() && !any) {
+    throw InputError(o.plan.empty() ? "--sweep" : o.plan, "",
+                     fmt::format("no point of the sweep ran; {}: {}", done_rows.front().first.key(),
+                                 done_rows.front().second.status));
+  }
 }
 
 }  // namespace
