@@ -175,6 +175,13 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
   const int64_t world = req.num_gpus;
   const int64_t gpn = ctx.links.gpus_per_node;
   const Bytes capacity = ctx.gpu.hbm_capacity;
+  if (!m.is_moe()) {
+    for (const auto& [name, size] : {std::pair{"ep", f.ep}, std::pair{"etp", f.etp}}) {
+      if (size && *size > 1)
+        throw ConfigError(
+            fmt::format("fixed {}={}, but {} has no routed experts", name, *size, m.name));
+    }
+  }
 
   // TP stays inside a node and divides the heads; powers of two as Megatron users run them.
   std::vector<int64_t> tps, cps, mbss = {1, 2, 4, 8}, vpps = {1, 2, 4};

@@ -126,6 +126,17 @@ TEST(Search, NothingFitsNamesTheClosestCandidate) {
 TEST(Search, ImpossibleFixedSizesAreAConfigError) {
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
   EXPECT_THROW(search_plans(s.ctx, request(8, 64, "tp=3")), ConfigError);
+  // Expert sizes on a dense model name the model rather than a generic "does not divide".
+  const Inputs dense("llama-2-7b.json", "h100-sxm-8.json");
+  try {
+    search_plans(dense.ctx, request(8, 64, "ep=2"));
+    ADD_FAILURE() << "ep=2 on a dense model searched";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("fixed ep=2, but Llama-2-7B has no routed experts"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(search_plans(dense.ctx, request(8, 64, "ep=1,etp=1")).ranked.empty());
 }
 
 TEST(TimeModel, OneFOneBIterationIsMicrobatchesPlusStagesMinusOne) {
