@@ -168,21 +168,13 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
   return s;
 }
 
-SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+// Every layout of `world` GPUs the model and the fixed sizes allow (unscored).
+std::vector<Layout> valid_layouts(const TimeContext& ctx, const SearchRequest& req, int64_t world) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& f = req.fixed;
-  const int64_t world = req.num_gpus;
   const int64_t gpn = ctx.links.gpus_per_node;
-  const Bytes capacity = ctx.gpu.hbm_capacity;
-  if (!m.is_moe()) {
-    for (const auto& [name, size] : {std::pair{"ep", f.ep}, std::pair{"etp", f.etp}}) {
-      if (size && *size > 1)
-        throw ConfigError(
-            fmt::format("fixed {}={}, but {} has no routed experts", name, *size, m.name));
-    }
-  }
-
   // TP stays inside a node and divides the heads; powers of two as Megatron users run them.
   std::vector<int64_t> tps, cps, mbss = {1, 2, 4, 8}, vpps = {1, 2, 4};
   for (int64_t t = 1; t <= gpn; t *= 2) tps.push_back(t);
@@ -229,12 +221,42 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
       }
     }
   }
+  return layouts;
+}
+
+}  // namespace
+
+SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& f = req.fixed;
+  const int64_t world = req.num_gpus;
+  const int64_t gpn = ctx.links.gpus_per_node;
+  const Bytes capacity = ctx.gpu.hbm_capacity;
+  if (!m.is_moe()) {
+    for (const auto& [name, size] : {std::pair{"ep", f.ep}, std::pair{"etp", f.etp}}) {
+      if (size && *size > 1)
+        throw ConfigError(
+            fmt::format("fixed {}={}, but {} has no routed experts", name, *size, m.name));
+    }
+  }
+
+  std::vector<Layout> layouts = valid_layouts(ctx, req, world);
   if (layouts.empty()) {
+    // The largest GPU count below that does divide, in whole nodes where the cluster has them
+    // (240 H800 and a batch of 64 leave 15 as a factor no layout takes; 224 do). The next 16
+    // counts only: enumerating 16,384 GPUs' layouts takes tens of milliseconds.
+    const int64_t step = world > gpn ? gpn : 1;
+    int64_t fewer = 0;
+    for (int64_t n = (world - 1) / step * step, tries = 0; n >= step && fewer == 0 && tries < 16;
+         n -= step, ++tries)
+      if (!valid_layouts(ctx, req, n).empty()) fewer = n;
     const std::string fixed = f.to_string();
     throw ConfigError(fmt::format(
         "no valid layout of {} GPUs for {}{} (heads, experts, layers or global batch {} do not "
-        "divide)",
-        world, m.name, fixed.empty() ? "" : " with the fixed sizes " + fixed, req.global_batch));
+        "divide){}",
+        world, m.name, fixed.empty() ? "" : " with the fixed sizes " + fixed, req.global_batch,
+        fewer > 0 ? fmt::format("; {} GPUs divide", fewer) : ""));
   }
 
   const std::vector<Recompute> recomputes =

@@ -137,6 +137,16 @@ TEST(Search, ImpossibleFixedSizesAreAConfigError) {
         << e.what();
   }
   EXPECT_FALSE(search_plans(dense.ctx, request(8, 64, "ep=1,etp=1")).ranked.empty());
+  // 240 GPUs and a batch of 64: a factor 15 no layout takes; the error names 224, which does.
+  const Inputs node30("mixtral-8x7b.json", "megascale-h800-240.json");
+  try {
+    search_plans(node30.ctx, request(240, 64));
+    ADD_FAILURE() << "240 GPUs at batch 64 searched";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("do not divide); 224 GPUs divide"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(search_plans(node30.ctx, request(224, 64)).ranked.empty());  // pp = 7
 }
 
 TEST(TimeModel, OneFOneBIterationIsMicrobatchesPlusStagesMinusOne) {
