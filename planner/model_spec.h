@@ -29,6 +29,9 @@ struct AttentionSpec {
   // Sliding-window attention (Mistral, gpt-oss): a windowed layer's query sees at most this many
   // keys, itself included (Megatron's --window-size W,0); 0: every layer attends causally to all.
   int64_t sliding_window = 0;
+  // Llama 4's chunked attention: a windowed layer's query sees the keys of its own block of
+  // sliding_window tokens (block-diagonal causal), not the last sliding_window ones.
+  bool chunked_window = false;
 
   // Width of one query/key head (the h_d of MemFine Table 2) and of one value head.
   int64_t qk_head_dim() const {

@@ -106,10 +106,14 @@ double ModelParams::active(const ModelSpec& m) const {
   return t;
 }
 
-double attended_keys(int64_t seq_len, int64_t window) {
+double attended_keys(int64_t seq_len, int64_t window, bool chunked) {
   const double s = static_cast<double>(seq_len);
   const double w = static_cast<double>(window);
-  return window > 0 && s > w ? w - w * w / (2.0 * s) : s / 2.0;
+  if (window <= 0 || seq_len <= window) return s / 2.0;
+  if (!chunked) return w - w * w / (2.0 * s);
+  const double whole = static_cast<double>(seq_len / window);
+  const double rest = static_cast<double>(seq_len % window);
+  return (whole * w * w + rest * rest) / (2.0 * s);
 }
 
 TokenFlops flops_per_token(const ModelSpec& m, int64_t seq_len) {
@@ -127,7 +131,7 @@ TokenFlops flops_per_token(const ModelSpec& m, int64_t seq_len) {
                          static_cast<double>(a.qk_head_dim() + a.value_head_dim());
   const double windowed = static_cast<double>(m.num_windowed_layers());
   const double keys = (static_cast<double>(m.num_layers) - windowed) * attended_keys(seq_len, 0) +
-                      windowed * attended_keys(seq_len, a.sliding_window);
+                      windowed * attended_keys(seq_len, a.sliding_window, a.chunked_window);
   TokenFlops f;
   f.forward_matmul = Flops(2.0 * matmul);
   f.forward_attention = Flops(per_key * keys);

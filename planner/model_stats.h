@@ -62,8 +62,10 @@ struct TokenFlops {
 };
 
 // Keys a query attends to, averaged over a causal sequence of seq_len tokens: s / 2, or with a
-// window of w keys (0: none) w - w^2 / (2 s) once s > w (the first w queries see fewer).
-double attended_keys(int64_t seq_len, int64_t window);
+// window of w keys (0: none) w - w^2 / (2 s) once s > w (the first w queries see fewer); in
+// chunks of w (Llama 4), each chunk's causal triangle: (k w^2 + r^2) / (2 s) for k whole chunks
+// and a remainder of r tokens.
+double attended_keys(int64_t seq_len, int64_t window, bool chunked = false);
 
 // FLOPs per token for a sequence of seq_len tokens (attention's term is per token, averaged
 // over the causal triangle, or the window band of windowed layers).

@@ -142,7 +142,8 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back("--group-query-attention");
     a.push_back(fmt::format("--num-query-groups {}", att.num_kv_heads));
   }
-  if (att.sliding_window > 0) {
+  // Llama 4's chunked attention has no Megatron-LM argument: only sliding windows are written.
+  if (att.sliding_window > 0 && !att.chunked_window) {
     // --window-attn-skip-freq N: every N-th layer attends fully; a pattern no N gives goes as
     // Megatron's list form, 1 for a windowed layer.
     a.push_back(fmt::format("--window-size {},0", att.sliding_window));

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
@@ -90,9 +91,10 @@ ModelSpec from_ours(ObjectReader& r) {
 
 // --- HuggingFace config.json --------------------------------------------------------------
 
-const std::vector<std::string> kHfTypes = {
-    "deepseek",  "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "mixtral", "phimoe",
-    "qwen2_moe", "qwen3_moe",   "olmoe",       "llama",    "qwen2",   "mistral"};
+const std::vector<std::string> kHfTypes = {"deepseek", "deepseek_v2", "deepseek_v3", "glm4_moe",
+                                           "gpt_oss",  "llama4",      "llama4_text", "mixtral",
+                                           "phimoe",   "qwen2_moe",   "qwen3_moe",   "olmoe",
+                                           "llama",    "qwen2",       "mistral"};
 
 void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.kind = AttentionKind::kMultiHead;
@@ -120,7 +122,8 @@ void hf_sliding_window(ObjectReader& r, ModelSpec& m, const std::string& type) {
   } else if (r.has("layer_types")) {
     const std::vector<std::string> types = r.string_array("layer_types");
     if (static_cast<int64_t>(types.size()) != m.num_layers)
-      r.fail("layer_types", fmt::format("has {} entries for {} layers", types.size(), m.num_layers));
+      r.fail("layer_types",
+             fmt::format("has {} entries for {} layers", types.size(), m.num_layers));
     for (size_t i = 0; i < types.size(); ++i) {
       if (types[i] != "sliding_attention" && types[i] != "full_attention") {
         throw InputError(r.file(), r.pointer("layer_types") + fmt::format("/{}", i),
@@ -131,6 +134,72 @@ void hf_sliding_window(ObjectReader& r, ModelSpec& m, const std::string& type) {
   } else {
     m.windowed_layer = ModelSpec::window_map(m.num_layers, 2);
   }
+}
+
+// Llama 4's text model (text_config of a llama4 config, or a llama4_text config itself): every
+// interleave_moe_layer_step-th layer (moe_layers when listed) has num_local_experts routed
+// experts and one shared expert, both of intermediate_size, the others a dense FFN of
+// intermediate_size_mlp; attention is chunked (attention_chunk_size) on the layers layer_types
+// calls chunked_attention, or no_rope_layers marks 1 (RoPE layers), or all but every
+// no_rope_layer_interval-th (4) by default.
+ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
+  ModelSpec m;
+  m.name = name;
+  m.num_layers = positive(r, "num_hidden_layers");
+  m.hidden_size = positive(r, "hidden_size");
+  m.vocab_size = positive(r, "vocab_size");
+  m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
+  m.gated_ffn = true;
+  hf_attention_mha(
+      r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
+  m.num_routed_experts = positive(r, "num_local_experts");
+  m.expert_ffn_size = positive(r, "intermediate_size");
+  m.top_k = positive(r, "num_experts_per_tok");
+  m.num_shared_experts = 1;
+  m.dense_ffn_size = r.integer_or("intermediate_size_mlp", 0);
+  const int64_t step = r.integer_or("interleave_moe_layer_step", 1);
+  if (step <= 0) r.fail("interleave_moe_layer_step", "must be positive");
+  const std::vector<int64_t> listed = r.integer_array_or_empty("moe_layers");
+  m.moe_layer.assign(static_cast<size_t>(m.num_layers), false);
+  for (int64_t i = 0; i < m.num_layers; ++i)
+    m.moe_layer[static_cast<size_t>(i)] =
+        listed.empty() ? (i + 1) % step == 0 : std::count(listed.begin(), listed.end(), i) > 0;
+  for (int64_t i : listed)
+    if (i < 0 || i >= m.num_layers)
+      r.fail("moe_layers", fmt::format("layer {} is not in [0, {})", i, m.num_layers));
+
+  const std::optional<int64_t> chunk = r.optional_integer("attention_chunk_size");
+  if (chunk) {
+    if (*chunk <= 0) r.fail("attention_chunk_size", "must be positive");
+    m.attention.sliding_window = *chunk;
+    m.attention.chunked_window = true;
+    const std::vector<int64_t> rope = r.integer_array_or_empty("no_rope_layers");
+    if (r.has("layer_types")) {
+      const std::vector<std::string> types = r.string_array("layer_types");
+      if (static_cast<int64_t>(types.size()) != m.num_layers)
+        r.fail("layer_types",
+               fmt::format("has {} entries for {} layers", types.size(), m.num_layers));
+      for (size_t i = 0; i < types.size(); ++i) {
+        if (types[i] != "chunked_attention" && types[i] != "full_attention") {
+          throw InputError(
+              r.file(), r.pointer("layer_types") + fmt::format("/{}", i),
+              fmt::format("'{}' is not chunked_attention or full_attention", types[i]));
+        }
+        m.windowed_layer.push_back(types[i] == "chunked_attention");
+      }
+    } else if (!rope.empty()) {
+      if (static_cast<int64_t>(rope.size()) != m.num_layers)
+        r.fail("no_rope_layers",
+               fmt::format("has {} entries for {} layers", rope.size(), m.num_layers));
+      for (int64_t uses_rope : rope) m.windowed_layer.push_back(uses_rope != 0);
+    } else {
+      const int64_t interval = r.integer_or("no_rope_layer_interval", 4);
+      if (interval <= 0) r.fail("no_rope_layer_interval", "must be positive");
+      m.windowed_layer = ModelSpec::window_map(m.num_layers, interval);
+    }
+  }
+  r.ignore_rest();
+  return m;
 }
 
 ModelSpec from_hf(ObjectReader& r, const std::string& type) {
@@ -169,8 +238,7 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type) {
         r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
   }
 
-  if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3" ||
-      type == "glm4_moe") {
+  if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe") {
     // GLM-4.5 names its MoE fields as DeepSeek does (shared experts of moe_intermediate_size,
     // the first first_k_dense_replace layers dense, MTP layers apart).
     m.dense_ffn_size = positive(r, "intermediate_size");
@@ -245,7 +313,16 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
       for (const auto& t : kHfTypes) list += (list.empty() ? "" : ", ") + t;
       r.fail("model_type", fmt::format("'{}' is not supported (supported: {})", type, list));
     }
-    m = from_hf(r, type);
+    const std::string name = r.has("_name_or_path") ? r.string("_name_or_path") : type;
+    if (type == "llama4") {
+      ObjectReader text = r.object("text_config");  // the vision encoder is not modelled
+      m = from_hf_llama4(text, name);
+      r.ignore_rest();
+    } else if (type == "llama4_text") {
+      m = from_hf_llama4(r, name);
+    } else {
+      m = from_hf(r, type);
+    }
   } else {
     m = from_ours(r);
   }

@@ -82,7 +82,7 @@ TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
 
 TEST(Loaders, HuggingFaceErrors) {
   const std::string e = error_of([] { load_model(data("hf-unknown-type.json")); });
-  EXPECT_NE(e.find("/model_type: 'llama4' is not supported (supported: deepseek"),
+  EXPECT_NE(e.find("/model_type: 'jamba' is not supported (supported: deepseek"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("mixtral"), std::string::npos);
@@ -111,9 +111,31 @@ TEST(Loaders, SlidingWindowLayers) {
   EXPECT_EQ(mixtral.attention.sliding_window, 0);
   EXPECT_TRUE(mixtral.windowed_layer.empty());
   // Megatron's skip frequency: every N-th layer (1-based) is full, 0 windows them all.
-  EXPECT_EQ(ModelSpec::window_map(6, 3),
-            (std::vector<bool>{true, true, false, true, true, false}));
+  EXPECT_EQ(ModelSpec::window_map(6, 3), (std::vector<bool>{true, true, false, true, true, false}));
   EXPECT_EQ(ModelSpec::window_map(3, 0), (std::vector<bool>{true, true, true}));
+  // Llama 4 text config without its lists: MoE every interleave_moe_layer_step-th layer, chunked
+  // attention on all but every fourth; a bad layer_types entry is named.
+  nlohmann::json llama4 = {{"model_type", "llama4_text"},
+                           {"num_hidden_layers", 8},
+                           {"hidden_size", 256},
+                           {"vocab_size", 1000},
+                           {"num_attention_heads", 4},
+                           {"num_key_value_heads", 2},
+                           {"num_local_experts", 4},
+                           {"num_experts_per_tok", 1},
+                           {"intermediate_size", 128},
+                           {"intermediate_size_mlp", 512},
+                           {"interleave_moe_layer_step", 2},
+                           {"attention_chunk_size", 64}};
+  const ModelSpec l4 = model_from_json(llama4, "llama4.json");
+  EXPECT_EQ(l4.moe_layer, (std::vector<bool>{false, true, false, true, false, true, false, true}));
+  EXPECT_EQ(l4.windowed_layer, ModelSpec::window_map(8, 4));
+  EXPECT_TRUE(l4.attention.chunked_window);
+  llama4["layer_types"] = std::vector<std::string>(8, "sliding_attention");
+  EXPECT_NE(error_of([&] { model_from_json(llama4, "llama4.json"); })
+                .find("llama4.json: /layer_types/0: 'sliding_attention' is not chunked_attention "
+                      "or full_attention"),
+            std::string::npos);
   // Our format takes Megatron's two names.
   nlohmann::json own = {{"format", "moeplan-model/1"},
                         {"name", "windowed"},
@@ -132,8 +154,9 @@ TEST(Loaders, SlidingWindowLayers) {
   EXPECT_EQ(windowed.windowed_layer, ModelSpec::window_map(8, 4));
   EXPECT_EQ(windowed.num_windowed_layers(), 6);
   own["attention"]["window_size"] = -1;
-  EXPECT_NE(error_of([&] { model_from_json(own, "windowed.json"); })
-                .find("windowed.json: /attention/window_size: must not be negative"),
+  EXPECT_NE(error_of([&] {
+              model_from_json(own, "windowed.json");
+            }).find("windowed.json: /attention/window_size: must not be negative"),
             std::string::npos);
   const std::string e = error_of([] { load_model(data("hf-bad-layer-types.json")); });
   EXPECT_NE(e.find("hf-bad-layer-types.json: /layer_types/1: 'chunked_attention' is not "

@@ -98,12 +98,45 @@ TEST(ModelStatsGolden, GptOss) {
   }
 }
 
+TEST(ModelStatsGolden, Llama4) {
+  // Meta's model cards: Scout 109 B total, Maverick 400 B, 17 B active each. The cards count the
+  // vision encoder (about 0.85 B: 34 layers of width 1,408) that moeplan does not load.
+  struct Case {
+    const char* file;
+    double total, tol;
+    int64_t moe_layers;
+  };
+  for (const Case& c : {Case{"hf/llama-4-scout-17b-16e.config.json", 109, 1.3, 48},
+                        Case{"hf/llama-4-maverick-17b-128e.config.json", 400, 1.0, 24}}) {
+    const ModelSpec m = model(c.file);
+    const ModelParams p = count_params(m);
+    EXPECT_NEAR(p.total() / kB, c.total, c.tol) << c.file;
+    EXPECT_NEAR(p.active(m) / kB, 17, 0.25) << c.file;
+    EXPECT_EQ(m.num_moe_layers(), c.moe_layers) << c.file;
+    EXPECT_EQ(m.num_shared_experts, 1) << c.file;
+    // Chunked attention on the RoPE layers: all but every fourth.
+    EXPECT_TRUE(m.attention.chunked_window) << c.file;
+    EXPECT_EQ(m.attention.sliding_window, 8192) << c.file;
+    EXPECT_EQ(m.windowed_layer, ModelSpec::window_map(48, 4)) << c.file;
+  }
+  // Maverick interleaves: layer 0 dense (intermediate_size_mlp), layer 1 MoE.
+  const ModelSpec maverick = model("hf/llama-4-maverick-17b-128e.config.json");
+  EXPECT_FALSE(maverick.moe_layer[0]);
+  EXPECT_TRUE(maverick.moe_layer[1]);
+  EXPECT_EQ(maverick.dense_ffn_size, 16384);
+}
+
 TEST(ModelStatsGolden, SlidingWindowAttentionFlops) {
   // Mean keys a query attends: s / 2 causally; under a window of w once s > w,
   // (w (w + 1) / 2 + (s - w) w) / s ~ w - w^2 / (2 s): 126 at s = 4096, w = 128.
   EXPECT_DOUBLE_EQ(attended_keys(4096, 0), 2048.0);
   EXPECT_DOUBLE_EQ(attended_keys(4096, 128), 126.0);
   EXPECT_DOUBLE_EQ(attended_keys(100, 128), 50.0);  // a window wider than the sequence
+  // Chunks (Llama 4) restart the triangle every w tokens: (k w^2 + r^2) / (2 s).
+  EXPECT_DOUBLE_EQ(attended_keys(16384, 8192, true), 4096.0);
+  EXPECT_DOUBLE_EQ(attended_keys(20000, 8192, true), (2.0 * 8192 * 8192 + 3616.0 * 3616) / 40000.0);
+  EXPECT_DOUBLE_EQ(attended_keys(20000, 8192), 8192 - 8192.0 * 8192 / 40000.0);
+  EXPECT_DOUBLE_EQ(attended_keys(4096, 8192, true), 2048.0);
   // gpt-oss-120b at 4,096 tokens: 2 x 64 heads x (64 + 64) = 16,384 FLOPs per key, over
   // 18 full layers (2,048 keys) and 18 windowed ones (126): 641,138,688 FLOPs a token.
   const ModelSpec oss = model("hf/gpt-oss-120b.config.json");
@@ -113,8 +146,7 @@ TEST(ModelStatsGolden, SlidingWindowAttentionFlops) {
   ModelSpec full = oss;
   full.attention.sliding_window = 0;
   full.windowed_layer.clear();
-  EXPECT_DOUBLE_EQ(flops_per_token(full, 4096).forward_attention.value(),
-                   16384.0 * 36 * 2048.0);
+  EXPECT_DOUBLE_EQ(flops_per_token(full, 4096).forward_attention.value(), 16384.0 * 36 * 2048.0);
 }
 
 TEST(ModelStatsGolden, AptMoeTableI) {

@@ -529,6 +529,10 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   oss.windowed_layer = {true, false, false, true};
   oss_args = megatron_arguments(q, oss);
   EXPECT_TRUE(has_oss("--window-attn-skip-freq [1,0,0,1]"));
+  // Chunked attention (Llama 4) has no Megatron-LM argument; none is made up.
+  oss.attention.chunked_window = true;
+  oss_args = megatron_arguments(q, oss);
+  EXPECT_FALSE(has_oss("--window-size 128,0"));
 }
 
 }  // namespace moe

@@ -56,6 +56,7 @@ void run_info(const InfoOptions& o) {
                 {"layers", layers},
                 {"sliding_window", m.attention.sliding_window},
                 {"windowed_layers", m.num_windowed_layers()},
+                {"chunked_window", m.attention.chunked_window},
                 {"seq_len", o.seq_len},
                 {"flops_per_token",
                  {{"forward", f.forward().value()},
@@ -68,8 +69,9 @@ void run_info(const InfoOptions& o) {
              m.name, m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
              m.num_routed_experts, m.top_k, m.num_shared_experts);
   if (m.attention.sliding_window > 0) {
-    fmt::print("sliding window     {} keys on {} of {} layers\n", m.attention.sliding_window,
-               m.num_windowed_layers(), m.num_layers);
+    fmt::print("{} {} keys on {} of {} layers\n",
+               m.attention.chunked_window ? "chunked attention " : "sliding window    ",
+               m.attention.sliding_window, m.num_windowed_layers(), m.num_layers);
   }
   fmt::print("total parameters   {}\nactive per token   {}\n", as_billions(p.total()),
              as_billions(p.active(m)));
@@ -103,8 +105,7 @@ void add_info(CLI::App& app) {
       app.add_subcommand("info", "Parameter counts (total, active, per part) and FLOPs per token");
   cmd->add_option("--model", o->model, "model file (moeplan JSON or HuggingFace config.json)")
       ->required();
-  cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs")
-      ->check(kPositive);
+  cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs")->check(kPositive);
   cmd->add_flag("--json", o->json, "print one JSON document (SI units, plain counts)");
   cmd->callback([o] { run_info(*o); });
 }
