@@ -106,6 +106,23 @@ void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.bias = bias;
 }
 
+// HF's layer_types: which layers attend through a window (`windowed`, e.g. sliding_attention)
+// and which fully (full_attention); any other entry is an error naming it.
+std::vector<bool> hf_layer_types(ObjectReader& r, int64_t layers, const std::string& windowed) {
+  const std::vector<std::string> types = r.string_array("layer_types");
+  if (static_cast<int64_t>(types.size()) != layers)
+    r.fail("layer_types", fmt::format("has {} entries for {} layers", types.size(), layers));
+  std::vector<bool> out;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != windowed && types[i] != "full_attention") {
+      throw InputError(r.file(), r.pointer("layer_types") + fmt::format("/{}", i),
+                       fmt::format("'{}' is not {} or full_attention", types[i], windowed));
+    }
+    out.push_back(types[i] == windowed);
+  }
+  return out;
+}
+
 // Sliding-window attention: gpt-oss windows the layers its layer_types call
 // "sliding_attention" (every other one, from layer 0, when the list is absent); Mistral and
 // Mixtral window every layer when sliding_window is a number (null: none). Other types attend
@@ -120,17 +137,7 @@ void hf_sliding_window(ObjectReader& r, ModelSpec& m, const std::string& type) {
   if (every_layer) {
     m.windowed_layer = ModelSpec::window_map(m.num_layers, 0);
   } else if (r.has("layer_types")) {
-    const std::vector<std::string> types = r.string_array("layer_types");
-    if (static_cast<int64_t>(types.size()) != m.num_layers)
-      r.fail("layer_types",
-             fmt::format("has {} entries for {} layers", types.size(), m.num_layers));
-    for (size_t i = 0; i < types.size(); ++i) {
-      if (types[i] != "sliding_attention" && types[i] != "full_attention") {
-        throw InputError(r.file(), r.pointer("layer_types") + fmt::format("/{}", i),
-                         fmt::format("'{}' is not sliding_attention or full_attention", types[i]));
-      }
-      m.windowed_layer.push_back(types[i] == "sliding_attention");
-    }
+    m.windowed_layer = hf_layer_types(r, m.num_layers, "sliding_attention");
   } else {
     m.windowed_layer = ModelSpec::window_map(m.num_layers, 2);
   }
@@ -175,18 +182,7 @@ ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
     m.attention.chunked_window = true;
     const std::vector<int64_t> rope = r.integer_array_or_empty("no_rope_layers");
     if (r.has("layer_types")) {
-      const std::vector<std::string> types = r.string_array("layer_types");
-      if (static_cast<int64_t>(types.size()) != m.num_layers)
-        r.fail("layer_types",
-               fmt::format("has {} entries for {} layers", types.size(), m.num_layers));
-      for (size_t i = 0; i < types.size(); ++i) {
-        if (types[i] != "chunked_attention" && types[i] != "full_attention") {
-          throw InputError(
-              r.file(), r.pointer("layer_types") + fmt::format("/{}", i),
-              fmt::format("'{}' is not chunked_attention or full_attention", types[i]));
-        }
-        m.windowed_layer.push_back(types[i] == "chunked_attention");
-      }
+      m.windowed_layer = hf_layer_types(r, m.num_layers, "chunked_attention");
     } else if (!rope.empty()) {
       if (static_cast<int64_t>(rope.size()) != m.num_layers)
         r.fail("no_rope_layers",

@@ -82,8 +82,7 @@ TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
 
 TEST(Loaders, HuggingFaceErrors) {
   const std::string e = error_of([] { load_model(data("hf-unknown-type.json")); });
-  EXPECT_NE(e.find("/model_type: 'jamba' is not supported (supported: deepseek"),
-            std::string::npos)
+  EXPECT_NE(e.find("/model_type: 'jamba' is not supported (supported: deepseek"), std::string::npos)
       << e;
   EXPECT_NE(e.find("mixtral"), std::string::npos);
   EXPECT_NE(error_of([] {

@@ -380,8 +380,7 @@ void add_plan(CLI::App& app) {
       ->required()
       ->check(kPositive);
   cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
-  cmd->add_option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)")
-      ->check(kPositive);
+  cmd->add_option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)")->check(kPositive);
   cmd->add_option("--parallel", o->parallel,
                   "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it)");
   cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
