@@ -169,11 +169,12 @@ ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
   const std::vector<int64_t> listed = r.integer_array_or_empty("moe_layers");
   m.moe_layer.assign(static_cast<size_t>(m.num_layers), false);
   for (int64_t i = 0; i < m.num_layers; ++i)
-    m.moe_layer[static_cast<size_t>(i)] =
-        listed.empty() ? (i + 1) % step == 0 : std::count(listed.begin(), listed.end(), i) > 0;
-  for (int64_t i : listed)
+    m.moe_layer[static_cast<size_t>(i)] = listed.empty() && (i + 1) % step == 0;
+  for (int64_t i : listed) {
     if (i < 0 || i >= m.num_layers)
       r.fail("moe_layers", fmt::format("layer {} is not in [0, {})", i, m.num_layers));
+    m.moe_layer[static_cast<size_t>(i)] = true;
+  }
 
   const std::optional<int64_t> chunk = r.optional_integer("attention_chunk_size");
   if (chunk) {
@@ -198,10 +199,9 @@ ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
   return m;
 }
 
-ModelSpec from_hf(ObjectReader& r, const std::string& type) {
+ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& name) {
   ModelSpec m;
-  m.name = type;
-  if (r.has("_name_or_path")) m.name = r.string("_name_or_path");
+  m.name = name;
   m.num_layers = positive(r, "num_hidden_layers");
   m.hidden_size = positive(r, "hidden_size");
   m.vocab_size = positive(r, "vocab_size");
@@ -317,7 +317,7 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
     } else if (type == "llama4_text") {
       m = from_hf_llama4(r, name);
     } else {
-      m = from_hf(r, type);
+      m = from_hf(r, type, name);
     }
   } else {
     m = from_ours(r);

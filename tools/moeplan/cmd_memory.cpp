@@ -64,14 +64,10 @@ void run_memory(const MemoryOptions& o) {
   // Flags first: a bad one is the only line printed, not after the layout's warning.
   std::optional<int64_t> chunks;
   if (o.chunks != "auto") {
-    try {
-      const int64_t n = std::stoll(o.chunks);
-      if (n <= 0) throw std::invalid_argument("not positive");
-      chunks = n;
-    } catch (const std::exception&) {
+    chunks = positive_integer(o.chunks);
+    if (!chunks)
       throw InputError("--chunks", "",
                        fmt::format("'{}' is not a positive integer or auto", o.chunks));
-    }
   }
   if (!o.received_tokens && o.skew != "worst" && o.skew != "balanced")
     throw InputError("--skew", "", fmt::format("'{}' is not one of balanced, worst", o.skew));
