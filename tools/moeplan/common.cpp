@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -155,6 +156,16 @@ std::optional<int64_t> positive_integer(const std::string& text) {
     size_t used = 0;
     const long long n = std::stoll(text, &used);
     if (used == text.size() && n > 0) return n;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+std::optional<double> finite_number(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(x)) return x;
   } catch (const std::exception&) {
   }
   return std::nullopt;

@@ -42,6 +42,8 @@ Efficiencies efficiencies_from(const std::string& calibration_file);
 Dtype parse_dtype(const std::string& text, const std::string& option);
 // The whole of `text` as an integer above zero, or nothing ("2x", "0", "" and overflow alike).
 std::optional<int64_t> positive_integer(const std::string& text);
+// The whole of `text` as a finite number, or nothing ("2x", "", "nan", "inf" alike).
+std::optional<double> finite_number(const std::string& text);
 
 // A switch's named value; "search" (where the switch allows it) leaves it to the search. Errors
 // name `option` (and `where` in it, a --sweep axis).

@@ -1,9 +1,10 @@
 #include <fmt/format.h>
 
-#include <cmath>
+#include <optional>
 #include <string>
 
 #include "tools/moeplan/commands.h"
+#include "tools/moeplan/common.h"
 
 namespace moe::cli {
 
@@ -12,15 +13,9 @@ namespace {
 CLI::Validator sign_check(bool zero_allowed) {
   return CLI::Validator(
       [zero_allowed](std::string& text) -> std::string {
-        double v = NAN;
-        try {
-          size_t used = 0;
-          v = std::stod(text, &used);
-          if (used != text.size()) v = NAN;
-        } catch (const std::exception&) {
-        }
-        if (std::isnan(v)) return fmt::format("'{}' is not a number", text);
-        if (v > 0 || (zero_allowed && v == 0)) return "";
+        const std::optional<double> v = finite_number(text);
+        if (!v) return fmt::format("'{}' is not a number", text);
+        if (*v > 0 || (zero_allowed && *v == 0)) return "";
         return fmt::format("must be {}, got {}", zero_allowed ? "zero or more" : "positive", text);
       },
       zero_allowed ? "NONNEGATIVE" : "POSITIVE");

@@ -78,12 +78,7 @@ GpuSpec gpu_named(const GpuCatalog& catalog, const std::string& name) {
 }
 
 double positive_number(const std::string& axis, const std::string& v) {
-  try {
-    size_t used = 0;
-    const double x = std::stod(v, &used);
-    if (used == v.size() && x > 0 && std::isfinite(x)) return x;
-  } catch (const std::exception&) {
-  }
+  if (const std::optional<double> x = finite_number(v); x && *x > 0) return *x;
   throw InputError("--sweep", "", fmt::format("{}={} is not a positive number", axis, v));
 }
 
