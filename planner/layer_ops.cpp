@@ -32,14 +32,23 @@ bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
   return false;
 }
 
-Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {
+Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool linear_layer) {
   const ParallelConfig& p = c.parallel;
   const FlopsPerSec peak = reference_peak_of(ctx, c.precision);
+  // A Gated DeltaNet layer's recurrence, or the mean softmax layer's attention (windows and
+  // DSA's indexer included): per token of this layer kind.
+  const ModelSpec& m = *ctx.model;
+  const double linear_layers = static_cast<double>(m.num_linear_layers());
+  const double softmax_layers = static_cast<double>(m.num_layers) - linear_layers;
+  const double tokens =
+      static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
+  if (linear_layer) {
+    return Flops(ctx.flops.forward_linear.value() / linear_layers * tokens) /
+           (peak * ctx.eff.attention_core);
+  }
   if (c.attention_kernel == AttentionKernel::kFused) {
-    const double tokens =
-        static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
     const double core =
-        ctx.flops.forward_attention.value() / static_cast<double>(ctx.model->num_layers) * tokens;
+        (ctx.flops.forward_attention - ctx.flops.forward_linear).value() / softmax_layers * tokens;
     return Flops(core) / (peak * ctx.eff.attention_core);
   }
   // Unfused: per sequence and local head (TP and Ulysses SP both leave a / t heads), scores =
@@ -54,7 +63,11 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c) {
       gemm_time(ctx, peak, queries, static_cast<double>(a.qk_head_dim()), keys, heads, heads) +
       gemm_time(ctx, peak, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
   const Bytes softmax_and_dropout(9.0 * heads * queries * keys);
-  return gemms + softmax_and_dropout / (ctx.links.hbm * ctx.eff.memory_bound);
+  // DSA's indexer runs in its own (fused) kernel beside the unfused core.
+  const double indexer = ctx.flops.forward_indexer.value() / softmax_layers * queries *
+                         static_cast<double>(*p.mbs) / static_cast<double>(*p.tp);
+  return gemms + softmax_and_dropout / (ctx.links.hbm * ctx.eff.memory_bound) +
+         Flops(indexer) / (peak * ctx.eff.attention_core);
 }
 
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
@@ -127,7 +140,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   add(fuse_attention ? "attention projections (fused TP/SP communication)"
                      : "attention projections",
       OpKind::kCompute, fuse_attention ? fused(projections, attention_comm) : projections);
-  const Seconds core = core_attention_time(ctx, c);
+  const Seconds core = core_attention_time(ctx, c, lp.linear);
   add("core attention", OpKind::kCompute, core);
   // Context parallelism: K and V of the local chunk travel around the ring, hidden behind core
   // attention where it can be; what is left shows.

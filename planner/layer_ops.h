@@ -50,8 +50,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
 // on the node's fabric: TP over t ranks, EP over ep x etp, CP over t x cp. Compute never does.
 bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k);
 
-// Core attention time of one layer's forward (what ring attention's K/V exchange hides behind).
-Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c);
+// Core attention time of one layer's forward (what ring attention's K/V exchange hides behind):
+// the mean softmax layer's, or a Gated DeltaNet layer's recurrence.
+Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool linear_layer);
 
 // The output head (vocab-parallel over TP) of the last stage, forward, one micro-batch.
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c);

@@ -42,13 +42,24 @@ Flops megatron_iteration_flops(const ModelSpec& m, int64_t seq_len, int64_t glob
   } else {
     const double q = static_cast<double>(a.head_dim) * heads;
     const double kv = static_cast<double>(a.head_dim * a.num_kv_heads);
-    attention = k * (h * (q + 2.0 * kv) + q * s / 2.0 * 2.0 + q * h);
+    const double gate = a.output_gate ? q : 0.0;  // gate_projection_size
+    attention = k * (h * (q + 2.0 * kv + gate) + q * s / 2.0 * 2.0 + q * h);
   }
+  // Gated DeltaNet layers as Megatron-Core counts them (linear_self_attn_term): in_proj, the
+  // conv, 4 n_v d_v^2 for the delta rule (KK^T, VK^T, S(a(I - bKK^T)) and SQ) and out_proj.
+  const LinearAttentionSpec& l = m.linear_attention;
+  const double linear_layers = static_cast<double>(m.num_linear_layers());
+  const double qk = static_cast<double>(l.key_width()), vw = static_cast<double>(l.value_width());
+  const double nv = static_cast<double>(l.value_heads), dv = static_cast<double>(l.value_head_dim);
+  const double linear = k * (h * (2.0 * qk + 2.0 * vw + 2.0 * nv) +
+                             static_cast<double>(l.conv_kernel) * (2.0 * qk + vw) +
+                             nv * dv * dv * 4.0 + h * vw);
 
   const double mtp_extra = k * mtp * (3.0 * h + 2.0 * h * h);
   const double logits =
       k * h * static_cast<double>(megatron_padded_vocab(m.vocab_size, tp)) * (mtp + 1.0);
-  const double per_token = mlp + attention * layers + mtp_extra + logits;
+  const double per_token =
+      mlp + attention * (layers - linear_layers) + linear * linear_layers + mtp_extra + logits;
   return Flops(per_token * s * static_cast<double>(global_batch));
 }
 

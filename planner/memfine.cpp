@@ -13,11 +13,10 @@ double tc(const LayerShape& s) {
 
 Bytes sequence_activation(const LayerShape& s) {
   // Rows 2 (QKV input) and 6 (output projection input) feed GEMMs; the rest do not.
-  const double per_token =
-      s.bytes_per_element *
-          (3.0 * s.hidden + static_cast<double>(s.heads * s.head_dim) +
-           2.0 * static_cast<double>(s.kv_heads * s.head_dim) + static_cast<double>(s.experts)) +
-      s.gemm_input() * 2.0 * s.hidden;
+  const double per_token = s.bytes_per_element * (3.0 * s.hidden + s.attention_elements() +
+                                                  static_cast<double>(s.experts) +
+                                                  static_cast<double>(s.indexer_width)) +
+                           s.gemm_input() * 2.0 * s.hidden;
   return Bytes(s.micro_batch * static_cast<double>(s.seq_len) * per_token / tc(s));
 }
 

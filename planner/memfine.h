@@ -45,9 +45,21 @@ struct LayerShape {
   // softmax output, dropout mask and dropout output. 0 (eq. 2 as the paper writes it): a fused
   // kernel keeps no s x s matrix.
   double score_bytes = 0;
+  // DSA (not in MemFine): the elements a token keeps for its lightning indexer, heads x dim of
+  // query, one key of dim and a weight a head; 0 without.
+  int64_t indexer_width = 0;
+  // Not in MemFine: the elements a token keeps for its attention in place of a h_d + 2 k_a h_d,
+  // the mean over layers when some are Gated DeltaNet or the query carries an output gate;
+  // negative: eq. (2)'s own terms.
+  double attention_width = -1;
+  double attention_elements() const {
+    return attention_width >= 0 ? attention_width
+                                : static_cast<double>(heads * head_dim + 2 * kv_heads * head_dim);
+  }
 };
 
-// First term of eq. (2) without m_g: D_t b s (5h + a h_d + 2 k_a h_d + e_n) / (tc).
+// First term of eq. (2) without m_g: D_t b s (5h + a h_d + 2 k_a h_d + e_n) / (tc), plus the DSA
+// indexer's width when the model has one.
 Bytes sequence_activation(const LayerShape& s);
 // Second term per received token: D_t b (2h + 2 g_e) / (tc).
 Bytes activation_per_received_token(const LayerShape& s);

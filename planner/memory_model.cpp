@@ -41,6 +41,23 @@ memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p,
   s.kv_heads = m.attention.num_kv_heads;
   s.experts = m.num_routed_experts;
   s.expert_ffn = m.is_moe() ? m.expert_ffn_size : m.dense_ffn_size;
+  const AttentionSpec& a = m.attention;
+  if (a.sparse()) {
+    s.indexer_width = a.indexer_heads * a.indexer_head_dim + a.indexer_head_dim + a.indexer_heads;
+  }
+  if (!m.linear_layer.empty() || a.output_gate) {
+    // Softmax layers: q (and its gate), k and v. Gated DeltaNet layers: q, k and v before and
+    // after the convolution, the gate z and the recurrence's output, beta and the decay.
+    const LinearAttentionSpec& l = m.linear_attention;
+    const double softmax = s.attention_elements() +
+                           (a.output_gate ? static_cast<double>(a.num_heads * a.head_dim) : 0.0);
+    const double qkv = static_cast<double>(2 * l.key_width() + l.value_width());
+    const double linear = 2.0 * qkv + 2.0 * static_cast<double>(l.value_width()) +
+                          2.0 * static_cast<double>(l.value_heads);
+    const double n = static_cast<double>(m.num_linear_layers());
+    const double layers = static_cast<double>(m.num_layers);
+    s.attention_width = ((layers - n) * softmax + n * linear) / layers;
+  }
   s.tp = *p.tp;
   s.cp = *p.cp;
   return s;

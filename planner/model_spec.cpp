@@ -27,6 +27,10 @@ std::vector<bool> ModelSpec::window_map(int64_t num_layers, int64_t skip_freq) {
   return map;
 }
 
+int64_t ModelSpec::num_linear_layers() const {
+  return std::count(linear_layer.begin(), linear_layer.end(), true);
+}
+
 int64_t ModelSpec::num_windowed_layers() const {
   return std::count(windowed_layer.begin(), windowed_layer.end(), true);
 }
@@ -51,6 +55,29 @@ void validate(const ModelSpec& m) {
     require_field(a.head_dim > 0, "head_dim", "must be positive");
   }
   require_field(a.sliding_window >= 0, "sliding_window", "must not be negative");
+  if (!m.linear_layer.empty()) {
+    const LinearAttentionSpec& l = m.linear_attention;
+    require_field(static_cast<int64_t>(m.linear_layer.size()) == m.num_layers, "layer_types",
+                  fmt::format("has {} entries for {} layers", m.linear_layer.size(), m.num_layers));
+    require_field(l.key_heads > 0, "linear_num_key_heads", "must be positive");
+    require_field(l.value_heads > 0, "linear_num_value_heads", "must be positive");
+    require_field(l.key_head_dim > 0, "linear_key_head_dim", "must be positive");
+    require_field(l.value_head_dim > 0, "linear_value_head_dim", "must be positive");
+    require_field(l.conv_kernel > 0, "linear_conv_kernel_dim", "must be positive");
+    require_field(l.value_heads % l.key_heads == 0, "linear_num_value_heads",
+                  fmt::format("{} value heads are not a multiple of {} key heads", l.value_heads,
+                              l.key_heads));
+    require_field(m.num_windowed_layers() == 0 && !a.sparse(), "layer_types",
+                  "linear attention beside windowed or sparse attention");
+  }
+  require_field(a.sparse_topk >= 0, "index_topk", "must not be negative");
+  if (a.sparse()) {
+    require_field(a.kind == AttentionKind::kLatent, "index_topk",
+                  "DeepSeek sparse attention needs latent attention (kv_lora_rank)");
+    require_field(a.indexer_heads > 0, "index_n_heads", "must be positive with index_topk");
+    require_field(a.indexer_head_dim > 0, "index_head_dim", "must be positive with index_topk");
+    require_field(a.sliding_window == 0, "index_topk", "sparse attention with a window");
+  }
   if (a.sliding_window > 0) {
     require_field(
         static_cast<int64_t>(m.windowed_layer.size()) == m.num_layers, "layer_types",

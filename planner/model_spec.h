@@ -32,12 +32,36 @@ struct AttentionSpec {
   // Llama 4's chunked attention: a windowed layer's query sees the keys of its own block of
   // sliding_window tokens (block-diagonal causal), not the last sliding_window ones.
   bool chunked_window = false;
+  // DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5; MLA only): a lightning indexer of
+  // indexer_heads heads of indexer_head_dim scores every earlier key, and each query attends to
+  // the sparse_topk best (Megatron's --dsa-indexer-topk); 0: dense attention.
+  int64_t sparse_topk = 0;
+  int64_t indexer_heads = 0;
+  int64_t indexer_head_dim = 0;
+  bool sparse() const { return sparse_topk > 0; }
+  // Qwen3-Next's gated attention: q_proj also yields a sigmoid gate on the attention output
+  // (Megatron's --attention-output-gate), doubling the query projection.
+  bool output_gate = false;
 
   // Width of one query/key head (the h_d of MemFine Table 2) and of one value head.
   int64_t qk_head_dim() const {
     return kind == AttentionKind::kLatent ? qk_nope_head_dim + qk_rope_head_dim : head_dim;
   }
   int64_t value_head_dim() const { return kind == AttentionKind::kLatent ? v_head_dim : head_dim; }
+};
+
+// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a layer replaces softmax attention with
+// a gated delta-rule recurrence over key_heads x key_head_dim keys and value_heads x
+// value_head_dim values (q and k repeated up to the value heads), after a depthwise causal
+// convolution of conv_kernel taps over q, k and v.
+struct LinearAttentionSpec {
+  int64_t key_heads = 0;
+  int64_t value_heads = 0;
+  int64_t key_head_dim = 0;
+  int64_t value_head_dim = 0;
+  int64_t conv_kernel = 0;
+  int64_t key_width() const { return key_heads * key_head_dim; }
+  int64_t value_width() const { return value_heads * value_head_dim; }
 };
 
 struct ModelSpec {
@@ -61,6 +85,10 @@ struct ModelSpec {
   // windowed_layer[i]: layer i's attention is windowed (attention.sliding_window keys); empty
   // when the model has no window.
   std::vector<bool> windowed_layer;
+  // linear_layer[i]: layer i is Gated DeltaNet linear attention (linear_attention); empty when
+  // every layer runs softmax attention.
+  LinearAttentionSpec linear_attention;
+  std::vector<bool> linear_layer;
 
   bool is_moe() const { return num_routed_experts > 0; }
   int64_t num_moe_layers() const;
@@ -78,6 +106,7 @@ struct ModelSpec {
   // windowed; N = 0 windows every layer.
   static std::vector<bool> window_map(int64_t num_layers, int64_t skip_freq);
   int64_t num_windowed_layers() const;
+  int64_t num_linear_layers() const;
 };
 
 // Throws ConfigError naming the first inconsistent field (heads not divisible by KV heads, a

@@ -1,10 +1,25 @@
 #include "planner/model_stats.h"
 
+#include <algorithm>
+
 namespace moe {
 
 double ffn_params(const ModelSpec& m, int64_t width) {
   const double h = static_cast<double>(m.hidden_size);
   return (m.gated_ffn ? 3.0 : 2.0) * h * static_cast<double>(width);
+}
+
+double indexer_params(const ModelSpec& m) {
+  const AttentionSpec& a = m.attention;
+  if (!a.sparse()) return 0.0;
+  // DeepSeek-V3.2's Indexer: wq_b from the query's low-rank latent (or the hidden state) to
+  // heads x dim, wk from the hidden state to one key of dim, its LayerNorm (weight and bias), and
+  // weights_proj to one weight a head.
+  const double h = static_cast<double>(m.hidden_size);
+  const double heads = static_cast<double>(a.indexer_heads);
+  const double dim = static_cast<double>(a.indexer_head_dim);
+  const double q_in = a.q_lora_rank > 0 ? static_cast<double>(a.q_lora_rank) : h;
+  return q_in * heads * dim + h * dim + 2.0 * dim + h * heads;
 }
 
 double attention_params(const ModelSpec& m) {
@@ -26,21 +41,51 @@ double attention_params(const ModelSpec& m) {
     const double kv = h * (r_kv + a.qk_rope_head_dim) + r_kv +
                       r_kv * heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim);
     const double o = heads * static_cast<double>(a.v_head_dim) * h;
-    return q + kv + o;
+    return q + kv + o + indexer_params(m);
   }
   const double d = static_cast<double>(a.head_dim);
   const double q_width = heads * d;
   const double kv_width = static_cast<double>(a.num_kv_heads) * d;
   double p = h * q_width + 2.0 * h * kv_width + q_width * h;
+  if (a.output_gate) p += h * q_width;  // the gate half of q_proj
   if (a.bias == AttentionBias::kQkv || a.bias == AttentionBias::kAll) p += q_width + 2.0 * kv_width;
   if (a.bias == AttentionBias::kAll) p += h;
   return p;
 }
 
-LayerParams layer_params(const ModelSpec& m, bool moe_layer) {
+double linear_attention_params(const ModelSpec& m) {
+  // Qwen3-Next's GatedDeltaNet: in_proj_qkvz [h -> 2K + 2V] (q, k, v and the output gate z),
+  // in_proj_ba [h -> 2 n_v] (beta and the decay's input), the depthwise conv over q, k and v
+  // ((2K + V) x taps), dt_bias and A_log (n_v each), the gated RMSNorm over d_v, and
+  // out_proj [V -> h]. Qwen3.5 splits the projections; the count is the same.
+  const LinearAttentionSpec& l = m.linear_attention;
+  const double h = static_cast<double>(m.hidden_size);
+  const double k = static_cast<double>(l.key_width()), v = static_cast<double>(l.value_width());
+  const double nv = static_cast<double>(l.value_heads);
+  return h * (2.0 * k + 2.0 * v) + h * 2.0 * nv +
+         (2.0 * k + v) * static_cast<double>(l.conv_kernel) + 2.0 * nv +
+         static_cast<double>(l.value_head_dim) + v * h;
+}
+
+double linear_attention_flops_per_token(const ModelSpec& m) {
+  // The chunkwise gated delta rule (Yang et al., Gated Delta Networks, Sec. 3.3) per value head
+  // and chunk of C tokens: K K^T, W = T K, U = T V and the masked Q K^T (3 C^2 d_k + C^2 d_v
+  // multiply-adds with (Q K^T)(U - W S)), W S^T, Q S^T and the state update K^T(U - W S)
+  // (3 C d_k d_v), and the triangular solve behind T (C^3 / 3). Per token, times 2 FLOPs:
+  // 2 (3 d_k d_v + C (3 d_k + 2 d_v) + C^2 / 3), at flash-linear-attention's C = 64. Linear in
+  // the sequence: 5.9 MFLOP a token for Qwen3-Next's 32 heads of 128, at any length.
+  constexpr double kChunk = 64;
+  const LinearAttentionSpec& l = m.linear_attention;
+  const double dk = static_cast<double>(l.key_head_dim), dv = static_cast<double>(l.value_head_dim);
+  return static_cast<double>(l.value_heads) * 2.0 *
+         (3.0 * dk * dv + kChunk * (3.0 * dk + 2.0 * dv) + kChunk * kChunk / 3.0);
+}
+
+LayerParams layer_params(const ModelSpec& m, bool moe_layer, bool linear) {
   const double h = static_cast<double>(m.hidden_size);
   LayerParams p;
-  p.attention = attention_params(m);
+  p.attention = linear ? linear_attention_params(m) : attention_params(m);
+  p.linear = linear;
   p.norms = 2.0 * h;
   if (moe_layer) {
     p.router = h * static_cast<double>(m.num_routed_experts) + (m.shared_expert_gate ? h : 0.0);
@@ -59,7 +104,10 @@ ModelParams count_params(const ModelSpec& m) {
   const double v = static_cast<double>(m.vocab_size);
   ModelParams out;
   out.layers.reserve(m.moe_layer.size());
-  for (bool moe_layer : m.moe_layer) out.layers.push_back(layer_params(m, moe_layer));
+  for (size_t i = 0; i < m.moe_layer.size(); ++i) {
+    out.layers.push_back(
+        layer_params(m, m.moe_layer[i], !m.linear_layer.empty() && m.linear_layer[i]));
+  }
   out.embedding = v * h;
   out.output_head = m.tied_embeddings ? 0.0 : v * h;
   out.final_norm = h;
@@ -127,14 +175,35 @@ TokenFlops flops_per_token(const ModelSpec& m, int64_t seq_len) {
   // Per token: QK^T is 2 a d_qk FLOPs per attended key and AV 2 a d_v; causal masking halves
   // the keys, a window caps them.
   const AttentionSpec& a = m.attention;
-  const double per_key = 2.0 * static_cast<double>(a.num_heads) *
-                         static_cast<double>(a.qk_head_dim() + a.value_head_dim());
+  const double heads = static_cast<double>(a.num_heads);
+  const double per_key = 2.0 * heads * static_cast<double>(a.qk_head_dim() + a.value_head_dim());
   const double windowed = static_cast<double>(m.num_windowed_layers());
-  const double keys = (static_cast<double>(m.num_layers) - windowed) * attended_keys(seq_len, 0) +
+  const double linear = static_cast<double>(m.num_linear_layers());
+  const double layers = static_cast<double>(m.num_layers);
+  const double keys = (layers - windowed - linear) * attended_keys(seq_len, 0) +
                       windowed * attended_keys(seq_len, a.sliding_window, a.chunked_window);
   TokenFlops f;
   f.forward_matmul = Flops(2.0 * matmul);
-  f.forward_attention = Flops(per_key * keys);
+  f.forward_linear = Flops(linear * linear_attention_flops_per_token(m));
+  f.forward_attention = Flops(per_key * keys) + f.forward_linear;
+  if (a.sparse()) {
+    // DSA runs MLA in MQA mode: a selected latent entry (kv_lora + rope) serves every head, 2 a
+    // (r_kv + d_rope) FLOPs for the score and 2 a r_kv for the value (the up-projections fold into
+    // q and the output, as many FLOPs as MHA mode's k/v up-projection, which the matmul count
+    // already holds). That pair costs 3.4x an MHA-mode pair for DeepSeek-V3.2, so below about
+    // 14K tokens DeepSeek runs a masked MHA mode instead: we price the cheaper of the two. The
+    // indexer scores every earlier key, 2 heads x dim a pair, at the attention kernels' rate
+    // (DeepSeek runs it in FP8; we keep BF16's peak); fused kernels keep no s x s score matrix.
+    const double r_kv = static_cast<double>(a.kv_lora_rank);
+    const double sparse_per_key =
+        2.0 * heads * (2.0 * r_kv + static_cast<double>(a.qk_rope_head_dim));
+    const double dense = per_key * attended_keys(seq_len, 0);
+    const double sparse = sparse_per_key * attended_keys(seq_len, a.sparse_topk);
+    f.forward_indexer =
+        Flops(layers * 2.0 * static_cast<double>(a.indexer_heads * a.indexer_head_dim) *
+              attended_keys(seq_len, 0));
+    f.forward_attention = Flops(layers * std::min(dense, sparse)) + f.forward_indexer;
+  }
   return f;
 }
 

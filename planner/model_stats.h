@@ -25,6 +25,7 @@ struct LayerParams {
   double routed_experts = 0;  // all routed experts of the layer
   double dense_ffn = 0;       // a dense layer's FFN
   double one_routed_expert = 0;
+  bool linear = false;  // Gated DeltaNet attention (its weights in `attention`)
 
   double total() const {
     return attention + norms + router + shared_experts + routed_experts + dense_ffn;
@@ -50,13 +51,20 @@ double last_stage_head_params(const ModelParams& all, bool also_first);
 
 // Weight count of one FFN of the given width (3 matrices gated, 2 plain).
 double ffn_params(const ModelSpec& m, int64_t width);
-double attention_params(const ModelSpec& m);
-LayerParams layer_params(const ModelSpec& m, bool moe_layer);
+double attention_params(const ModelSpec& m);  // DSA's indexer included
+double indexer_params(const ModelSpec& m);    // DSA's lightning indexer; 0 without
+// A layer's weights: softmax attention, or Gated DeltaNet when `linear`.
+LayerParams layer_params(const ModelSpec& m, bool moe_layer, bool linear = false);
+double linear_attention_params(const ModelSpec& m);
+// Forward FLOPs a token of one Gated DeltaNet layer's recurrence (the projections are matmuls).
+double linear_attention_flops_per_token(const ModelSpec& m);
 ModelParams count_params(const ModelSpec& m);
 
 struct TokenFlops {
   Flops forward_matmul;     // 2 x active matrix weights
-  Flops forward_attention;  // scores and values, causal
+  Flops forward_attention;  // scores and values, causal (DSA: with its indexer)
+  Flops forward_indexer;    // DSA's lightning indexer, part of forward_attention
+  Flops forward_linear;     // Gated DeltaNet layers' recurrence, part of forward_attention
   Flops forward() const { return forward_matmul + forward_attention; }
   Flops training() const { return forward() * 3.0; }  // forward + 2x for backward
 };

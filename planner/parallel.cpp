@@ -165,6 +165,9 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
           fmt::format("tp={}: {} attention heads are not divisible by tp", tp, a.num_heads));
   require(a.kind == AttentionKind::kLatent || a.num_kv_heads % tp == 0,
           fmt::format("tp={}: {} KV heads are not divisible by tp", tp, a.num_kv_heads));
+  require(m.linear_layer.empty() || m.linear_attention.key_heads % tp == 0,
+          fmt::format("tp={}: {} linear-attention key heads are not divisible by tp", tp,
+                      m.linear_attention.key_heads));
   if (m.is_moe()) {
     require(m.num_routed_experts % ep == 0,
             fmt::format("ep={}: {} experts are not divisible by ep", ep, m.num_routed_experts));

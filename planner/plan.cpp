@@ -59,6 +59,20 @@ std::string PlanChoice::describe() const {
   return out;
 }
 
+namespace {
+// Megatron's per-layer pattern flags (--window-attn-skip-freq, --linear-attention-freq): N when
+// every N-th layer (1-based) is the odd one out, else the list form, 1 for a marked layer.
+std::string layer_pattern(const std::vector<bool>& marked) {
+  const int64_t layers = static_cast<int64_t>(marked.size());
+  for (int64_t n = 2; n <= layers; ++n) {
+    if (ModelSpec::window_map(layers, n) == marked) return std::to_string(n);
+  }
+  std::vector<int> pattern;
+  for (bool w : marked) pattern.push_back(w ? 1 : 0);
+  return fmt::format("[{}]", fmt::join(pattern, ","));
+}
+}  // namespace
+
 std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m) {
   const PlanChoice& c = plan.choice;
   if (c.offload) return {};  // Megatron-LM cannot run experts on the CPU
@@ -138,6 +152,13 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back(fmt::format("--qk-head-dim {}", att.qk_nope_head_dim));
     a.push_back(fmt::format("--qk-pos-emb-head-dim {}", att.qk_rope_head_dim));
     a.push_back(fmt::format("--v-head-dim {}", att.v_head_dim));
+    if (att.sparse()) {
+      // Megatron-Core's DeepSeek Sparse Attention (experimental), with the indexer's sizes.
+      a.push_back("--experimental-attention-variant dsa");
+      a.push_back(fmt::format("--dsa-indexer-n-heads {}", att.indexer_heads));
+      a.push_back(fmt::format("--dsa-indexer-head-dim {}", att.indexer_head_dim));
+      a.push_back(fmt::format("--dsa-indexer-topk {}", att.sparse_topk));
+    }
   } else if (att.num_kv_heads != att.num_heads) {
     a.push_back("--group-query-attention");
     a.push_back(fmt::format("--num-query-groups {}", att.num_kv_heads));
@@ -148,18 +169,22 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     // Megatron's list form, 1 for a windowed layer.
     a.push_back(fmt::format("--window-size {},0", att.sliding_window));
     if (m.num_windowed_layers() < m.num_layers) {
-      int64_t freq = 0;
-      for (int64_t n = 2; n <= m.num_layers && freq == 0; ++n)
-        if (ModelSpec::window_map(m.num_layers, n) == m.windowed_layer) freq = n;
-      if (freq > 0) {
-        a.push_back(fmt::format("--window-attn-skip-freq {}", freq));
-      } else {
-        std::vector<int> pattern;
-        for (bool w : m.windowed_layer) pattern.push_back(w ? 1 : 0);
-        a.push_back(fmt::format("--window-attn-skip-freq [{}]", fmt::join(pattern, ",")));
-      }
+      a.push_back("--window-attn-skip-freq " + layer_pattern(m.windowed_layer));
     }
   }
+  if (!m.linear_layer.empty()) {
+    // Megatron-Core's Gated DeltaNet (experimental): --linear-attention-freq as the window's
+    // skip frequency, 1 for a linear layer in its list form.
+    const LinearAttentionSpec& l = m.linear_attention;
+    a.push_back("--experimental-attention-variant gated_delta_net");
+    a.push_back("--linear-attention-freq " + layer_pattern(m.linear_layer));
+    a.push_back(fmt::format("--linear-conv-kernel-dim {}", l.conv_kernel));
+    a.push_back(fmt::format("--linear-key-head-dim {}", l.key_head_dim));
+    a.push_back(fmt::format("--linear-value-head-dim {}", l.value_head_dim));
+    a.push_back(fmt::format("--linear-num-key-heads {}", l.key_heads));
+    a.push_back(fmt::format("--linear-num-value-heads {}", l.value_heads));
+  }
+  if (att.output_gate) a.push_back("--attention-output-gate");
   return a;
 }
 

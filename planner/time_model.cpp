@@ -1,6 +1,7 @@
 #include "planner/time_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -198,9 +199,17 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
 
 namespace {
 
-// Every dense layer costs the same, and so does every MoE layer: one pass of each per candidate.
+// Every layer of a kind costs the same (MoE or dense FFN, softmax or Gated DeltaNet attention):
+// one pass of each kind per candidate.
 struct LayerKinds {
-  StageTimes dense, moe;
+  // In pricing order: MoE, dense, then their linear-attention twins.
+  static constexpr size_t kCount = 4;
+  std::array<StageTimes, kCount> times;
+  static size_t kind(const ModelSpec& m, size_t layer) {
+    const bool linear = !m.linear_layer.empty() && m.linear_layer[layer];
+    return (m.moe_layer[layer] ? 0 : 1) + (linear ? 2 : 0);
+  }
+  const StageTimes& of(const ModelSpec& m, size_t layer) const { return times[kind(m, layer)]; }
 };
 
 // How many forwards' worth of TP/EP/CP traffic a micro-batch puts on the links: forward,
@@ -246,10 +255,8 @@ LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
   const ModelSpec& m = *ctx.model;
   LayerKinds k;
   for (size_t i = 0; i < m.moe_layer.size(); ++i) {
-    if (m.moe_layer[i] && k.moe.forward.value() == 0)
-      k.moe = one_layer(ctx, c, ctx.params.layers[i], true);
-    if (!m.moe_layer[i] && k.dense.forward.value() == 0)
-      k.dense = one_layer(ctx, c, ctx.params.layers[i], false);
+    StageTimes& kind = k.times[LayerKinds::kind(m, i)];
+    if (kind.forward.value() == 0) kind = one_layer(ctx, c, ctx.params.layers[i], m.moe_layer[i]);
   }
   return k;
 }
@@ -270,11 +277,14 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   const ParallelConfig& p = c.parallel;
   const int64_t first = first_layer_of_stage(m, p, stage);
   const int64_t count = layers_in_stage(m, p, stage);
-  int64_t moe = 0;
-  for (int64_t i = first; i < first + count; ++i) moe += m.moe_layer[i];
+  // Layers counted by kind, then priced (the search's hot path: an add a kind, not a layer).
+  std::array<int64_t, LayerKinds::kCount> layers{};
+  for (int64_t i = first; i < first + count; ++i)
+    ++layers[LayerKinds::kind(m, static_cast<size_t>(i))];
   StageTimes st;
-  add(st, kinds.moe, static_cast<double>(moe));
-  add(st, kinds.dense, static_cast<double>(count - moe));
+  for (size_t k = 0; k < LayerKinds::kCount; ++k) {
+    if (layers[k] > 0) add(st, kinds.times[k], static_cast<double>(layers[k]));
+  }
   if (stage == *p.pp - 1) {
     // Output head (vocab-parallel over TP) and its loss.
     const Seconds t = output_head_time(ctx, c);
@@ -296,7 +306,7 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   const int64_t v = *p.vpp;
   Seconds forward, backward;
   for (int64_t l = first + count * k / v; l < first + count * (k + 1) / v; ++l) {
-    const StageTimes& layer = m.moe_layer[static_cast<size_t>(l)] ? kinds.moe : kinds.dense;
+    const StageTimes& layer = kinds.of(m, static_cast<size_t>(l));
     forward += layer.forward;
     backward += layer.backward;
   }

@@ -78,6 +78,10 @@ void ObjectReader::fail(const std::string& key, const std::string& problem) cons
                    problem);
 }
 
+void ObjectReader::fail_at(const std::string& key, size_t index, const std::string& problem) const {
+  throw InputError(file_, pointer(key) + fmt::format("/{}", index), problem);
+}
+
 bool ObjectReader::has(const std::string& key) const {
   return value_.contains(key) && !value_.at(key).is_null();
 }
@@ -152,8 +156,7 @@ std::vector<int64_t> ObjectReader::integer_array(const std::string& key) {
   std::vector<int64_t> out;
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number_integer()) {
-      throw InputError(file_, pointer(key) + fmt::format("/{}", i),
-                       fmt::format("expected an integer, got {}", v[i].dump()));
+      fail_at(key, i, fmt::format("expected an integer, got {}", v[i].dump()));
     }
     out.push_back(v[i].get<int64_t>());
   }
@@ -171,8 +174,7 @@ std::vector<std::string> ObjectReader::string_array(const std::string& key) {
   std::vector<std::string> out;
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_string()) {
-      throw InputError(file_, pointer(key) + fmt::format("/{}", i),
-                       fmt::format("expected a string, got {}", v[i].dump()));
+      fail_at(key, i, fmt::format("expected a string, got {}", v[i].dump()));
     }
     out.push_back(v[i].get<std::string>());
   }
@@ -185,8 +187,7 @@ std::vector<double> ObjectReader::number_array(const std::string& key) {
   std::vector<double> out;
   for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number() || !std::isfinite(v[i].get<double>())) {
-      throw InputError(file_, pointer(key) + fmt::format("/{}", i),
-                       fmt::format("expected a number, got {}", v[i].dump()));
+      fail_at(key, i, fmt::format("expected a number, got {}", v[i].dump()));
     }
     out.push_back(v[i].get<double>());
   }

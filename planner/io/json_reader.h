@@ -55,6 +55,8 @@ class ObjectReader {
   // Throws for keys nobody read.
   void finish() const;
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const;
+  // The same for entry `index` of the array under `key` (/key/index).
+  [[noreturn]] void fail_at(const std::string& key, size_t index, const std::string& problem) const;
   std::string pointer(const std::string& key) const;
   const std::string& file() const { return file_; }
 

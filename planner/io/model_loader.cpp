@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "planner/errors.h"
@@ -49,6 +50,12 @@ ModelSpec from_ours(ObjectReader& r) {
     m.attention.qk_nope_head_dim = positive(a, "qk_nope_head_dim");
     m.attention.qk_rope_head_dim = positive(a, "qk_rope_head_dim");
     m.attention.v_head_dim = positive(a, "v_head_dim");
+    // DeepSeek Sparse Attention, under Megatron's --dsa-indexer-* names.
+    if (a.has("dsa_indexer_topk")) {
+      m.attention.sparse_topk = positive(a, "dsa_indexer_topk");
+      m.attention.indexer_heads = positive(a, "dsa_indexer_n_heads");
+      m.attention.indexer_head_dim = positive(a, "dsa_indexer_head_dim");
+    }
   } else {
     a.fail("type", fmt::format("'{}' is not one of mha, gqa, mla", type));
   }
@@ -91,10 +98,17 @@ ModelSpec from_ours(ObjectReader& r) {
 
 // --- HuggingFace config.json --------------------------------------------------------------
 
-const std::vector<std::string> kHfTypes = {"deepseek", "deepseek_v2", "deepseek_v3", "glm4_moe",
-                                           "gpt_oss",  "llama4",      "llama4_text", "mixtral",
-                                           "phimoe",   "qwen2_moe",   "qwen3_moe",   "olmoe",
-                                           "llama",    "qwen2",       "mistral"};
+const std::vector<std::string> kHfTypes = {
+    "deepseek",         "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
+    "kimi_k25",         "glm4_moe",    "glm_moe_dsa", "gpt_oss",      "llama4",
+    "llama4_text",      "minimax_m2",  "mixtral",     "phimoe",       "qwen2_moe",
+    "qwen3_moe",        "qwen3_next",  "qwen3_5",     "qwen3_5_text", "qwen3_5_moe",
+    "qwen3_5_moe_text", "olmoe",       "llama",       "qwen2",        "mistral"};
+
+// Qwen3-Next and Qwen3.5: Gated DeltaNet layers between gated softmax attention.
+bool qwen_hybrid(const std::string& type) {
+  return type == "qwen3_next" || type == "qwen3_5_text" || type == "qwen3_5_moe_text";
+}
 
 void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.kind = AttentionKind::kMultiHead;
@@ -106,17 +120,22 @@ void hf_attention_mha(ObjectReader& r, ModelSpec& m, AttentionBias bias) {
   m.attention.bias = bias;
 }
 
+// A per-layer list (layer_types, no_rope_layers, attn_type_list) must have an entry a layer.
+void require_per_layer(ObjectReader& r, const std::string& key, size_t entries, int64_t layers) {
+  if (static_cast<int64_t>(entries) != layers)
+    r.fail(key, fmt::format("has {} entries for {} layers", entries, layers));
+}
+
 // HF's layer_types: which layers attend through a window (`windowed`, e.g. sliding_attention)
 // and which fully (full_attention); any other entry is an error naming it.
 std::vector<bool> hf_layer_types(ObjectReader& r, int64_t layers, const std::string& windowed) {
   const std::vector<std::string> types = r.string_array("layer_types");
-  if (static_cast<int64_t>(types.size()) != layers)
-    r.fail("layer_types", fmt::format("has {} entries for {} layers", types.size(), layers));
+  require_per_layer(r, "layer_types", types.size(), layers);
   std::vector<bool> out;
   for (size_t i = 0; i < types.size(); ++i) {
     if (types[i] != windowed && types[i] != "full_attention") {
-      throw InputError(r.file(), r.pointer("layer_types") + fmt::format("/{}", i),
-                       fmt::format("'{}' is not {} or full_attention", types[i], windowed));
+      r.fail_at("layer_types", i,
+                fmt::format("'{}' is not {} or full_attention", types[i], windowed));
     }
     out.push_back(types[i] == windowed);
   }
@@ -143,13 +162,8 @@ void hf_sliding_window(ObjectReader& r, ModelSpec& m, const std::string& type) {
   }
 }
 
-// Llama 4's text model (text_config of a llama4 config, or a llama4_text config itself): every
-// interleave_moe_layer_step-th layer (moe_layers when listed) has num_local_experts routed
-// experts and one shared expert, both of intermediate_size, the others a dense FFN of
-// intermediate_size_mlp; attention is chunked (attention_chunk_size) on the layers layer_types
-// calls chunked_attention, or no_rope_layers marks 1 (RoPE layers), or all but every
-// no_rope_layer_interval-th (4) by default.
-ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
+// The fields every HuggingFace decoder config names alike; SwiGLU FFNs throughout.
+ModelSpec hf_common(ObjectReader& r, const std::string& name) {
   ModelSpec m;
   m.name = name;
   m.num_layers = positive(r, "num_hidden_layers");
@@ -157,6 +171,17 @@ ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
   m.vocab_size = positive(r, "vocab_size");
   m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
   m.gated_ffn = true;
+  return m;
+}
+
+// Llama 4's text model (text_config of a llama4 config, or a llama4_text config itself): every
+// interleave_moe_layer_step-th layer (moe_layers when listed) has num_local_experts routed
+// experts and one shared expert, both of intermediate_size, the others a dense FFN of
+// intermediate_size_mlp; attention is chunked (attention_chunk_size) on the layers layer_types
+// calls chunked_attention, or no_rope_layers marks 1 (RoPE layers), or all but every
+// no_rope_layer_interval-th (4) by default.
+ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
+  ModelSpec m = hf_common(r, name);
   hf_attention_mha(
       r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
   m.num_routed_experts = positive(r, "num_local_experts");
@@ -185,9 +210,7 @@ ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
     if (r.has("layer_types")) {
       m.windowed_layer = hf_layer_types(r, m.num_layers, "chunked_attention");
     } else if (!rope.empty()) {
-      if (static_cast<int64_t>(rope.size()) != m.num_layers)
-        r.fail("no_rope_layers",
-               fmt::format("has {} entries for {} layers", rope.size(), m.num_layers));
+      require_per_layer(r, "no_rope_layers", rope.size(), m.num_layers);
       for (int64_t uses_rope : rope) m.windowed_layer.push_back(uses_rope != 0);
     } else {
       const int64_t interval = r.integer_or("no_rope_layer_interval", 4);
@@ -199,18 +222,80 @@ ModelSpec from_hf_llama4(ObjectReader& r, const std::string& name) {
   return m;
 }
 
+// DeepSeek-V3.2 and GLM-5 (glm_moe_dsa): DeepSeek Sparse Attention's indexer on every layer.
+// GLM-5.2's indexer_types may mark layers "shared" (they reuse an earlier layer's selection and
+// carry no indexer), which we do not model: such a config is refused by layer.
+void hf_sparse_attention(ObjectReader& r, ModelSpec& m) {
+  // index_topk 0 switches the indexer off: dense MLA (the other index fields are then unused).
+  if (r.has("index_topk") && r.integer_or("index_topk", 0) == 0) {
+    for (const char* unused : {"index_n_heads", "index_head_dim", "indexer_types"})
+      r.ignore(unused);
+    return;
+  }
+  m.attention.sparse_topk = positive(r, "index_topk");
+  m.attention.indexer_heads = positive(r, "index_n_heads");
+  m.attention.indexer_head_dim = positive(r, "index_head_dim");
+  if (!r.has("indexer_types")) return;
+  const std::vector<std::string> types = r.string_array("indexer_types");
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "full") {
+      r.fail_at("indexer_types", i,
+                fmt::format("'{}' is not full; layers sharing another layer's indexer "
+                            "selection are not modelled",
+                            types[i]));
+    }
+  }
+}
+
+// Qwen3-Next / Qwen3.5: Gated DeltaNet on the layer_types entries "linear_attention" (else all but
+// every full_attention_interval-th layer), gated softmax attention on the rest (attn_output_gate,
+// always on in Qwen3-Next).
+void hf_linear_attention(ObjectReader& r, ModelSpec& m) {
+  m.attention.output_gate = r.boolean_or("attn_output_gate", true);
+  LinearAttentionSpec& l = m.linear_attention;
+  l.key_heads = positive(r, "linear_num_key_heads");
+  l.value_heads = positive(r, "linear_num_value_heads");
+  l.key_head_dim = positive(r, "linear_key_head_dim");
+  l.value_head_dim = positive(r, "linear_value_head_dim");
+  l.conv_kernel = positive(r, "linear_conv_kernel_dim");
+  if (r.has("layer_types")) {
+    m.linear_layer = hf_layer_types(r, m.num_layers, "linear_attention");
+    r.ignore("full_attention_interval");
+  } else {
+    const int64_t interval = r.integer_or("full_attention_interval", 4);
+    if (interval <= 0) r.fail("full_attention_interval", "must be positive");
+    m.linear_layer = ModelSpec::window_map(m.num_layers, interval);
+  }
+}
+
+// MiniMax-M2: Mixtral's expert fields, an optional shared FFN of shared_intermediate_size, and
+// attn_type_list naming each layer's attention (1 softmax; 0 MiniMax-01's lightning linear
+// attention, which we do not model). Its use_mtp / num_mtp_modules describe MTP heads the released
+// checkpoint does not hold (Hugging Face counts 229 B, ours without them 228.7 B), so they are
+// not counted; the q/k RMSNorms (use_qk_norm) are left out as GLM's are.
+void hf_minimax_m2(ObjectReader& r, ModelSpec& m) {
+  m.shared_expert_ffn_size = r.integer_or("shared_intermediate_size", 0);
+  if (m.shared_expert_ffn_size < 0) r.fail("shared_intermediate_size", "must not be negative");
+  if (!r.has("attn_type_list")) return;
+  const std::vector<int64_t> kinds = r.integer_array_or_empty("attn_type_list");
+  require_per_layer(r, "attn_type_list", kinds.size(), m.num_layers);
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] != 1) {
+      r.fail_at("attn_type_list", i,
+                fmt::format("attention type {} is not 1 (softmax); lightning (linear) "
+                            "attention is not modelled",
+                            kinds[i]));
+    }
+  }
+}
+
 ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& name) {
-  ModelSpec m;
-  m.name = name;
-  m.num_layers = positive(r, "num_hidden_layers");
-  m.hidden_size = positive(r, "hidden_size");
-  m.vocab_size = positive(r, "vocab_size");
-  m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
-  m.gated_ffn = true;
+  ModelSpec m = hf_common(r, name);
   int64_t first_dense = 0, freq = 1;
   std::vector<int64_t> dense_only;  // qwen mlp_only_layers
 
-  if (type == "deepseek_v2" || type == "deepseek_v3") {
+  const bool dsa = type == "deepseek_v32" || type == "glm_moe_dsa";
+  if (type == "deepseek_v2" || type == "deepseek_v3" || dsa) {
     m.attention.kind = AttentionKind::kLatent;
     m.attention.num_heads = positive(r, "num_attention_heads");
     m.attention.num_kv_heads = m.attention.num_heads;
@@ -219,6 +304,7 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
     m.attention.qk_nope_head_dim = positive(r, "qk_nope_head_dim");
     m.attention.qk_rope_head_dim = positive(r, "qk_rope_head_dim");
     m.attention.v_head_dim = positive(r, "v_head_dim");
+    if (dsa) hf_sparse_attention(r, m);
   } else if (type == "qwen2" || type == "qwen2_moe") {
     hf_attention_mha(r, m, AttentionBias::kQkv);  // Qwen2 always biases q, k, v
   } else if (type == "glm4_moe") {
@@ -234,7 +320,8 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
         r, m, r.boolean_or("attention_bias", false) ? AttentionBias::kAll : AttentionBias::kNone);
   }
 
-  if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe") {
+  if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe" ||
+      dsa) {
     // GLM-4.5 names its MoE fields as DeepSeek does (shared experts of moe_intermediate_size,
     // the first first_k_dense_replace layers dense, MTP layers apart).
     m.dense_ffn_size = positive(r, "intermediate_size");
@@ -247,7 +334,7 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
       freq = r.integer_or("moe_layer_freq", 1);
     }
     m.mtp_layers = r.integer_or("num_nextn_predict_layers", 0);
-  } else if (type == "mixtral" || type == "phimoe" || type == "gpt_oss") {
+  } else if (type == "mixtral" || type == "phimoe" || type == "gpt_oss" || type == "minimax_m2") {
     m.num_routed_experts = positive(r, "num_local_experts");
     m.expert_ffn_size = positive(r, "intermediate_size");
     // gpt-oss writes its top-k under both names.
@@ -255,14 +342,16 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
                   ? positive(r, "experts_per_token")
                   : positive(r, "num_experts_per_tok");
     r.ignore("experts_per_token");
-  } else if (type == "qwen2_moe" || type == "qwen3_moe") {
+    if (type == "minimax_m2") hf_minimax_m2(r, m);
+  } else if (type == "qwen2_moe" || type == "qwen3_moe" ||
+             (qwen_hybrid(type) && r.has("num_experts"))) {
     m.num_routed_experts = positive(r, "num_experts");
     m.expert_ffn_size = positive(r, "moe_intermediate_size");
     m.top_k = positive(r, "num_experts_per_tok");
     m.dense_ffn_size = r.integer_or("intermediate_size", 0);
     freq = r.integer_or("decoder_sparse_step", 1);
     dense_only = r.integer_array_or_empty("mlp_only_layers");
-    if (type == "qwen2_moe") {
+    if (type == "qwen2_moe" || qwen_hybrid(type)) {
       m.shared_expert_ffn_size = r.integer_or("shared_expert_intermediate_size", 0);
       m.shared_expert_gate = m.shared_expert_ffn_size > 0;
     }
@@ -278,7 +367,7 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
     r.fail("first_k_dense_replace", fmt::format("must be in [0, {}]", m.num_layers));
   }
 
-  if (type == "qwen2_moe" || type == "qwen3_moe") {
+  if (type == "qwen2_moe" || type == "qwen3_moe" || (qwen_hybrid(type) && m.is_moe())) {
     // Qwen: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and not in mlp_only_layers.
     m.moe_layer.assign(static_cast<size_t>(m.num_layers), false);
     for (int64_t i = 0; i < m.num_layers; ++i) {
@@ -289,6 +378,7 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
     m.moe_layer = ModelSpec::layer_map(m.num_layers, first_dense, freq, m.is_moe());
   }
   hf_sliding_window(r, m, type);
+  if (qwen_hybrid(type)) hf_linear_attention(r, m);
   r.ignore_rest();  // HF configs carry many runtime keys (rope scaling, dropout, ...)
   return m;
 }
@@ -310,15 +400,22 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
       r.fail("model_type", fmt::format("'{}' is not supported (supported: {})", type, list));
     }
     const std::string name = r.has("_name_or_path") ? r.string("_name_or_path") : type;
-    if (type == "llama4") {
-      ObjectReader text = r.object("text_config");  // the vision encoder is not modelled
-      m = from_hf_llama4(text, name);
-      r.ignore_rest();
-    } else if (type == "llama4_text") {
-      m = from_hf_llama4(r, name);
-    } else {
-      m = from_hf(r, type, name);
-    }
+    // Multimodal configs hold the language model in text_config beside a vision tower we do not
+    // model: Llama 4, Qwen3.5 and Kimi K2.5 (whose text model is K2).
+    static const std::map<std::string, std::string> kTextOf = {{"llama4", "llama4_text"},
+                                                               {"qwen3_5", "qwen3_5_text"},
+                                                               {"qwen3_5_moe", "qwen3_5_moe_text"},
+                                                               {"kimi_k25", "kimi_k2"}};
+    const auto nested = kTextOf.find(type);
+    std::optional<ObjectReader> text;
+    if (nested != kTextOf.end()) text.emplace(r.object("text_config"));
+    ObjectReader& body = text ? *text : r;
+    std::string text_type = text ? nested->second : type;
+    // Moonshot's Kimi K2 is DeepSeek-V3's architecture (its config names the class
+    // DeepseekV3ForCausalLM) with its own model_type so that engines can tell them apart.
+    if (text_type == "kimi_k2") text_type = "deepseek_v3";
+    m = text_type == "llama4_text" ? from_hf_llama4(body, name) : from_hf(body, text_type, name);
+    if (text) r.ignore_rest();
   } else {
     m = from_ours(r);
   }

@@ -25,6 +25,23 @@ TEST(Cli, InfoOnHuggingFaceMixtral) {
   EXPECT_NE(text.out.find("12.88 B"), std::string::npos) << text.out;
 }
 
+TEST(Cli, InfoNamesHybridAndSparseAttention) {
+  // Qwen3-Next: its Gated DeltaNet layers and Qwen's one shared FFN; DeepSeek-V3.2: the sparse
+  // attention's top-k and indexer, with the indexer's share of the FLOPs.
+  const Result next = run("info --model models/hf/qwen3-next-80b-a3b.config.json");
+  ASSERT_EQ(next.code, 0) << next.err;
+  EXPECT_NE(next.out.find("512 routed experts top-10, a shared FFN of 512"), std::string::npos)
+      << next.out;
+  EXPECT_NE(next.out.find("Gated DeltaNet on 36 of 48 layers: 16 key heads x 128, 32 value heads"),
+            std::string::npos)
+      << next.out;
+  const nlohmann::json v32 =
+      run_json("info --model models/hf/deepseek-v3.2.config.json --seq-len 131072 --json");
+  EXPECT_EQ(v32["sparse_attention_topk"].get<int>(), 2048);
+  EXPECT_NEAR(v32["flops_per_token"]["forward_indexer"].get<double>() / 1e9, 65.5, 0.05);
+  EXPECT_NEAR(v32["flops_per_token"]["forward_attention"].get<double>() / 1e9, 100.0, 0.05);
+}
+
 TEST(Cli, TopoSummarises) {
   const Result r = run("topo --cluster topologies/aptmoe-4x-a800-40gb-c1g2.json");
   ASSERT_EQ(r.code, 0) << r.err;

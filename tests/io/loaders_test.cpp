@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "planner/efficiencies.h"
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
+#include "planner/model_stats.h"
+#include "planner/parallel.h"
 #include "test_paths.h"
 
 namespace moe::io {
@@ -179,6 +182,154 @@ TEST(Loaders, HuggingFaceLayerMaps) {
       load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/llama-2-7b.config.json");
   EXPECT_FALSE(dense.is_moe());
   EXPECT_EQ(dense.num_moe_layers(), 0);
+}
+
+TEST(Loaders, KimiK25NestsK2InTextConfig) {
+  // Kimi K2.5 (model_type kimi_k25) holds the K2 language model in text_config beside a vision
+  // tower we do not model: the same counts as K2's own config.
+  const std::string k2_file =
+      std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/kimi-k2-instruct.config.json";
+  std::ifstream in(k2_file);
+  nlohmann::json text = nlohmann::json::parse(in);
+  const ModelSpec k2 = model_from_json(text, "k2.json");
+  nlohmann::json k25 = {{"model_type", "kimi_k25"},
+                        {"vision_config", {{"vt_num_hidden_layers", 27}}},
+                        {"text_config", text}};
+  const ModelSpec nested = model_from_json(k25, "k25.json");
+  EXPECT_EQ(count_params(nested).total(), count_params(k2).total());
+  EXPECT_EQ(nested.moe_layer, k2.moe_layer);
+  EXPECT_EQ(nested.num_routed_experts, 384);
+  k25["text_config"].erase("kv_lora_rank");
+  EXPECT_NE(error_of([&] {
+              model_from_json(k25, "k25.json");
+            }).find("k25.json: /text_config/kv_lora_rank: "),
+            std::string::npos);
+  k25.erase("text_config");
+  EXPECT_NE(error_of([&] { model_from_json(k25, "k25.json"); }).find("k25.json: /text_config: "),
+            std::string::npos);
+}
+
+TEST(Loaders, MiniMaxAttentionTypes) {
+  // attn_type_list: 1 is softmax attention; MiniMax-01's lightning (linear) layers are refused by
+  // index rather than priced as softmax.
+  std::ifstream in(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/minimax-m2.config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(model_from_json(j, "m2.json").num_moe_layers(), 62);
+  j["attn_type_list"][7] = 0;
+  EXPECT_NE(error_of([&] {
+              model_from_json(j, "m2.json");
+            }).find("m2.json: /attn_type_list/7: attention type 0 is not 1 (softmax)"),
+            std::string::npos);
+  j["attn_type_list"] = {1, 1};
+  EXPECT_NE(error_of([&] {
+              model_from_json(j, "m2.json");
+            }).find("m2.json: /attn_type_list: has 2 entries for 62 layers"),
+            std::string::npos);
+  j.erase("attn_type_list");
+  j["shared_intermediate_size"] = 512;
+  const ModelSpec shared = model_from_json(j, "m2.json");
+  EXPECT_EQ(shared.shared_expert_ffn_size, 512);
+  EXPECT_FALSE(shared.shared_expert_gate);
+}
+
+TEST(Loaders, DeepSeekSparseAttention) {
+  // deepseek_v32 and glm_moe_dsa read the indexer's three fields; our format takes Megatron's
+  // names; GLM-5.2's shared-indexer layers and DSA without MLA are refused by field.
+  std::ifstream in(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v3.2.config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  const ModelSpec v32 = model_from_json(j, "v32.json");
+  EXPECT_EQ(v32.attention.sparse_topk, 2048);
+  EXPECT_EQ(v32.attention.indexer_heads, 64);
+  EXPECT_EQ(v32.attention.indexer_head_dim, 128);
+  j["model_type"] = "glm_moe_dsa";
+  EXPECT_EQ(count_params(model_from_json(j, "glm5.json")).total(), count_params(v32).total());
+  j["indexer_types"] = {"full", "shared"};
+  EXPECT_NE(error_of([&] {
+              model_from_json(j, "glm5.json");
+            }).find("glm5.json: /indexer_types/1: 'shared' is not full"),
+            std::string::npos);
+  j.erase("indexer_types");
+  // index_topk 0: the indexer is off, dense MLA as DeepSeek-V3.
+  j["index_topk"] = 0;
+  EXPECT_FALSE(model_from_json(j, "glm5.json").attention.sparse());
+  j["index_topk"] = -1;
+  EXPECT_NE(error_of([&] { model_from_json(j, "glm5.json"); }).find("glm5.json: /index_topk: "),
+            std::string::npos);
+  j["index_topk"] = 2048;
+  j.erase("index_n_heads");
+  EXPECT_NE(error_of([&] { model_from_json(j, "glm5.json"); }).find("glm5.json: /index_n_heads: "),
+            std::string::npos);
+  nlohmann::json own = {{"format", "moeplan-model/1"},
+                        {"name", "dsa"},
+                        {"num_layers", 2},
+                        {"hidden_size", 256},
+                        {"vocab_size", 1000},
+                        {"attention",
+                         {{"type", "mla"},
+                          {"num_heads", 4},
+                          {"kv_lora_rank", 64},
+                          {"qk_nope_head_dim", 32},
+                          {"qk_rope_head_dim", 16},
+                          {"v_head_dim", 32},
+                          {"dsa_indexer_topk", 128},
+                          {"dsa_indexer_n_heads", 4},
+                          {"dsa_indexer_head_dim", 32}}},
+                        {"ffn", {{"dense_size", 512}}}};
+  EXPECT_EQ(model_from_json(own, "dsa.json").attention.sparse_topk, 128);
+  own["attention"].erase("dsa_indexer_head_dim");
+  EXPECT_NE(error_of([&] {
+              model_from_json(own, "dsa.json");
+            }).find("dsa.json: /attention/dsa_indexer_head_dim: "),
+            std::string::npos);
+  ModelSpec gqa = load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/mixtral-8x7b.json");
+  gqa.attention.sparse_topk = 2048;
+  gqa.attention.indexer_heads = 64;
+  gqa.attention.indexer_head_dim = 128;
+  try {
+    validate(gqa);
+    ADD_FAILURE() << "DSA on GQA validated";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs latent attention"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loaders, GatedDeltaNetLayers) {
+  // qwen3_next: layer_types name the linear layers, else every full_attention_interval-th layer
+  // is softmax; a bad entry, a missing linear field and tp beyond the key heads are refused.
+  std::ifstream in(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/qwen3-next-80b-a3b.config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["num_hidden_layers"] = 6;
+  j["full_attention_interval"] = 3;
+  EXPECT_EQ(model_from_json(j, "next.json").linear_layer,
+            (std::vector<bool>{true, true, false, true, true, false}));
+  j["layer_types"] = {"linear_attention", "full_attention", "linear_attention",
+                      "linear_attention", "full_attention", "linear_attention"};
+  EXPECT_EQ(model_from_json(j, "next.json").linear_layer,
+            (std::vector<bool>{true, false, true, true, false, true}));
+  j["layer_types"][2] = "sliding_attention";
+  EXPECT_NE(error_of([&] { model_from_json(j, "next.json"); })
+                .find("next.json: /layer_types/2: 'sliding_attention' is not linear_attention or "
+                      "full_attention"),
+            std::string::npos);
+  j.erase("layer_types");
+  j.erase("linear_num_key_heads");
+  EXPECT_NE(
+      error_of([&] { model_from_json(j, "next.json"); }).find("next.json: /linear_num_key_heads: "),
+      std::string::npos);
+  j["linear_num_key_heads"] = 16;
+  j["num_attention_heads"] = j["num_key_value_heads"] = 32;
+  const ModelSpec m = model_from_json(j, "next.json");
+  ParallelConfig p = resolve(parse_parallel("tp=16,pp=1,ep=1,etp=1,cp=1,vpp=1,mbs=1,dp=1,gbs=1"));
+  EXPECT_NO_THROW(check(p, m));
+  p = resolve(parse_parallel("tp=32,pp=1,ep=1,etp=1,cp=1,vpp=1,mbs=1,dp=1,gbs=1"));
+  try {
+    check(p, m);
+    ADD_FAILURE() << "tp=32 over 16 linear key heads passed";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("16 linear-attention key heads are not divisible"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Loaders, ClusterErrorsNameTheJsonPointer) {

@@ -193,4 +193,43 @@ TEST(MemoryModel, Fp8KeepsTheLinearLayersInputsInOneByte) {
   EXPECT_EQ(fp8.stages[0].static_bytes, bf16.stages[0].static_bytes);
 }
 
+TEST(MemoryModel, SparseAttentionIndexerKeepsItsInputs) {
+  // DSA's indexer keeps a token's 64 x 128 query, its 128-wide key and 64 head weights: 8,384
+  // elements more in eq. (2)'s sequence term, 16.8 KB a token in BF16 (+7.6 % for V3's layer).
+  const ModelSpec v3 = testing_models::memfine_model(16);
+  ModelSpec v32 = v3;
+  v32.attention.sparse_topk = 2048;
+  v32.attention.indexer_heads = 64;
+  v32.attention.indexer_head_dim = 128;
+  const ParallelConfig p = layout("tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1", v3);
+  const memfine::LayerShape a = moe_layer_shape(v3, p, 4096, 2),
+                            b = moe_layer_shape(v32, p, 4096, 2);
+  EXPECT_EQ(a.indexer_width, 0);
+  EXPECT_EQ(b.indexer_width, 64 * 128 + 128 + 64);
+  EXPECT_DOUBLE_EQ((memfine::sequence_activation(b) - memfine::sequence_activation(a)).value(),
+                   2.0 * 4096 * 8384);
+}
+
+TEST(MemoryModel, LinearAttentionLayersKeepTheirOwnWidths) {
+  // A token keeps q (and its gate), k and v in a gated softmax layer, and in a Gated DeltaNet
+  // layer q, k and v before and after the conv, z, the recurrence's output, beta and the decay;
+  // eq. (2)'s sequence term takes the mean over layers (the planner prices the mean layer).
+  ModelSpec m = testing_models::mixtral_8x7b();
+  const ParallelConfig p = layout("tp=1,pp=1,ep=8,cp=1,vpp=1,mbs=1", m);
+  const memfine::LayerShape plain = moe_layer_shape(m, p, 4096, 2);
+  EXPECT_LT(plain.attention_width, 0);
+  EXPECT_DOUBLE_EQ(plain.attention_elements(), 32 * 128 + 2 * 8 * 128);
+  m.attention.output_gate = true;
+  m.linear_attention = {16, 32, 128, 128, 4};
+  m.linear_layer = ModelSpec::window_map(32, 4);
+  const double softmax = 2 * 32 * 128 + 2 * 8 * 128;
+  const double qkv = 2 * 16 * 128 + 32 * 128;
+  const double linear = 2 * qkv + 2 * 32 * 128 + 2 * 32;
+  const memfine::LayerShape hybrid = moe_layer_shape(m, p, 4096, 2);
+  EXPECT_DOUBLE_EQ(hybrid.attention_width, (8 * softmax + 24 * linear) / 32);
+  EXPECT_DOUBLE_EQ(
+      (memfine::sequence_activation(hybrid) - memfine::sequence_activation(plain)).value(),
+      2.0 * 4096 * (hybrid.attention_width - plain.attention_elements()));
+}
+
 }  // namespace moe

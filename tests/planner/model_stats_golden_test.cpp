@@ -36,16 +36,148 @@ TEST(ModelStatsGolden, DeepSeekV3) {
   }
 }
 
+TEST(ModelStatsGolden, KimiK2) {
+  // Kimi K2 is DeepSeek-V3's architecture (model_type kimi_k2): 61 layers, the first dense, 384
+  // routed experts top-8 and one shared, 64 MLA heads, a 163,840-token vocabulary. Its card says
+  // 1 T total and 32 B activated; the tech report 1.04 T. Counted by hand from the config: per
+  // layer MLA q_a 7168 x 1536, q_b 1536 x 64 x 192, kv_a 7168 x 576, kv_b 512 x 64 x 256 and o
+  // 8192 x 7168; an expert 3 x 7168 x 2048; the dense FFN 3 x 7168 x 18432; the router 384 x 7168.
+  const double attention =
+      7168.0 * 1536 + 1536.0 * 64 * 192 + 7168.0 * 576 + 512.0 * 64 * 256 + 8192.0 * 7168;
+  const double expert = 3.0 * 7168 * 2048, dense = 3.0 * 7168 * 18432, router = 384.0 * 7168;
+  const double embedding = 163840.0 * 7168;
+  const double matrices_total =
+      2 * embedding + 61 * attention + 60 * (385 * expert + router) + dense;
+  const double matrices_active =
+      2 * embedding + 61 * attention + 60 * (9 * expert + router) + dense;
+  const ModelSpec m = model("hf/kimi-k2-instruct.config.json");
+  const ModelParams p = count_params(m);
+  EXPECT_EQ(m.attention.kind, AttentionKind::kLatent);
+  EXPECT_EQ(m.num_dense_layers(), 1);
+  EXPECT_EQ(m.mtp_layers, 0);
+  EXPECT_NEAR(p.total(), matrices_total, 2e6);  // norms only
+  EXPECT_NEAR(p.active(m), matrices_active, 2e6);
+  EXPECT_NEAR(p.total() / kB, 1026.4, 0.05);
+  EXPECT_NEAR(p.total() / 1.04e12, 1.0, 0.015);
+  EXPECT_NEAR((p.active(m) - p.embedding) / kB, 32, 0.5);
+}
+
+TEST(ModelStatsGolden, MiniMaxM2) {
+  // MiniMax's card: 230 B total, 10 B active; Hugging Face counts the checkpoint at 229 B. Every
+  // one of 62 layers is MoE (256 experts of 3 x 3072 x 1536, top-8) under GQA attention of 48
+  // heads and 8 KV heads of 128: q and o 3072 x 6144 each, k and v 3072 x 1024 each.
+  const double attention = 2.0 * 3072 * 6144 + 2.0 * 3072 * 1024;
+  const double expert = 3.0 * 3072 * 1536, router = 256.0 * 3072, embedding = 200064.0 * 3072;
+  const ModelSpec m = model("hf/minimax-m2.config.json");
+  const ModelParams p = count_params(m);
+  EXPECT_EQ(m.num_moe_layers(), 62);
+  EXPECT_EQ(m.mtp_layers, 0);  // use_mtp: heads the released checkpoint does not hold
+  EXPECT_NEAR(p.total(), 2 * embedding + 62 * (attention + 256 * expert + router), 1e6);
+  EXPECT_NEAR(p.total() / kB, 229, 0.5);
+  EXPECT_NEAR((p.active(m) - p.embedding) / kB, 10, 0.5);
+}
+
+TEST(ModelStatsGolden, DeepSeekV32SparseAttention) {
+  // DeepSeek-V3.2 is V3 plus a lightning indexer a layer: wq_b 1536 x (64 x 128), wk 7168 x 128,
+  // a LayerNorm of 128 (weight and bias) and weights_proj 7168 x 64. Hugging Face counts 685 B
+  // with the MTP module, as for V3.
+  const double indexer = 1536.0 * 64 * 128 + 7168.0 * 128 + 2 * 128 + 7168.0 * 64;
+  const ModelSpec v3 = model("hf/deepseek-v3.config.json");
+  const ModelSpec v32 = model("hf/deepseek-v3.2.config.json");
+  EXPECT_DOUBLE_EQ(indexer_params(v32), indexer);
+  EXPECT_DOUBLE_EQ(indexer_params(v3), 0.0);
+  const ModelParams p3 = count_params(v3), p32 = count_params(v32);
+  EXPECT_NEAR(p32.total() - p3.total(), 61 * indexer, 1.0);
+  EXPECT_NEAR((p32.total() + p32.mtp) / kB, 685, 0.5);
+  // FLOPs per token and layer. Masked MHA mode: 2 a (d_qk + d_v) = 2 x 128 x 320 a key over
+  // s / 2 keys. MQA mode: 2 a (2 r_kv + d_rope) = 2 x 128 x 1088 a key over the top 2,048
+  // (w - w^2 / 2s once s > w). The indexer: 2 x 64 x 128 a key over s / 2 keys, always.
+  auto per_layer = [&](const ModelSpec& m, int64_t s) {
+    return flops_per_token(m, s).forward_attention.value() / 61.0;
+  };
+  for (int64_t s : {4096, 16384, 131072}) {
+    const double half = s / 2.0;
+    const double dense = 2.0 * 128 * 320 * half;
+    const double top = 2048.0 - 2048.0 * 2048.0 / (2.0 * static_cast<double>(s));
+    const double sparse = 2.0 * 128 * 1088 * top;
+    const double index = 2.0 * 64 * 128 * half;
+    EXPECT_DOUBLE_EQ(per_layer(v3, s), dense) << s;
+    EXPECT_NEAR(per_layer(v32, s), std::min(dense, sparse) + index, 1e-6 * dense) << s;
+    EXPECT_NEAR(flops_per_token(v32, s).forward_indexer.value(), 61 * index, 1.0) << s;
+  }
+  // Break-even: masked MHA below about 14K tokens, the top-k MQA mode above; at 128K the
+  // attention term is 3.3x smaller than V3's.
+  EXPECT_LT(per_layer(v32, 4096) / per_layer(v3, 4096), 1.25);
+  EXPECT_NEAR(per_layer(v3, 131072) / per_layer(v32, 131072), 3.27, 0.01);
+  // The indexer's weights are matrices too: 2 x 61 x 13.96 M more matmul FLOPs a token.
+  EXPECT_NEAR(flops_per_token(v32, 4096).forward_matmul.value() -
+                  flops_per_token(v3, 4096).forward_matmul.value(),
+              2.0 * 61 * indexer, 1.0);
+}
+
+TEST(ModelStatsGolden, GatedDeltaNetHybrids) {
+  // Qwen3-Next-80B-A3B: 48 layers, every fourth gated softmax attention (16 heads of 256 with a
+  // gate, 2 KV heads), the rest Gated DeltaNet (16 key heads, 32 value heads, of 128; conv 4);
+  // 512 experts of 3 x 2048 x 512, top-10, a gated shared expert of 512. The card: 80 B, 3 B
+  // activated. Counted by hand: in_proj_qkvz 2048 x (2 x 2048 + 2 x 4096), in_proj_ba 2048 x 64,
+  // conv 8192 x 4, dt_bias and A_log 32 each, norm 128, out_proj 4096 x 2048.
+  const double h = 2048, k = 16 * 128, v = 32 * 128;
+  const double linear = h * (2 * k + 2 * v) + h * 64 + (2 * k + v) * 4 + 64 + 128 + v * h;
+  const double softmax = h * 4096 * 2 + 2 * h * 512 + 4096 * h;
+  const double expert = 3 * h * 512, router = 512 * h + h, embedding = 151936 * h;
+  const ModelSpec next = model("hf/qwen3-next-80b-a3b.config.json");
+  EXPECT_EQ(next.num_linear_layers(), 36);
+  EXPECT_FALSE(next.linear_layer[3]);
+  EXPECT_TRUE(next.attention.output_gate);
+  EXPECT_DOUBLE_EQ(linear_attention_params(next), linear);
+  const ModelParams p = count_params(next);
+  const double norms = 48 * 2 * h + h;
+  EXPECT_NEAR(p.total(),
+              2 * embedding + 36 * linear + 12 * softmax + 48 * (513 * expert + router) + norms,
+              1.0);
+  EXPECT_NEAR(p.total() / kB, 80, 0.5);
+  EXPECT_NEAR((p.active(next) - p.embedding - p.output_head) / kB, 3, 0.3);
+  // Qwen3.5-397B-A17B, its language model in text_config: 397 B, 17 B active.
+  const ModelSpec big = model("hf/qwen3.5-397b-a17b.config.json");
+  const ModelParams q = count_params(big);
+  EXPECT_EQ(big.num_linear_layers(), 45);
+  EXPECT_NEAR(q.total() / kB, 397, 1.0);
+  EXPECT_NEAR(q.active(big) / kB, 17, 0.5);
+  // FLOPs: softmax layers over s / 2 keys (2 x 16 x 512 a key), Gated DeltaNet layers linear
+  // in s: 2 n_v (3 d_k d_v + 64 (3 d_k + 2 d_v) + 64^2 / 3) a token.
+  const double delta = 32 * 2.0 * (3.0 * 128 * 128 + 64.0 * (5 * 128) + 64.0 * 64 / 3);
+  EXPECT_DOUBLE_EQ(linear_attention_flops_per_token(next), delta);
+  for (int64_t s : {4096, 65536}) {
+    const TokenFlops f = flops_per_token(next, s);
+    EXPECT_NEAR(f.forward_linear.value(), 36 * delta, 1e-3);
+    EXPECT_NEAR(f.forward_attention.value(), 12 * 2.0 * 16 * 512 * (s / 2.0) + 36 * delta, 1e-3);
+  }
+  // Megatron-Core's count (linear_self_attn_term): 6 (h (2K + 2V + 2 n_v) + 4 (2K + V) +
+  // 4 n_v d_v^2 + h V) a linear layer; the gate in the softmax layers' projections.
+  ModelSpec all_softmax = next;
+  all_softmax.linear_layer.clear();
+  const double seq = 4096, tokens = seq * 8;
+  const double diff = (megatron_iteration_flops(all_softmax, 4096, 8, 1) -
+                       megatron_iteration_flops(next, 4096, 8, 1))
+                          .value() /
+                      tokens;
+  const double mcore_linear =
+      6 * (h * (2 * k + 2 * v + 64) + 4 * (2 * k + v) + 32 * 128.0 * 128 * 4 + h * v);
+  const double mcore_softmax = 6 * (h * (4096 + 1024 + 4096) + 4096 * seq + 4096 * h);
+  EXPECT_NEAR(diff, 36 * (mcore_softmax - mcore_linear), 1.0);
+}
+
 TEST(ModelStatsGolden, OtherPublishedCounts) {
   struct Case {
     const char* file;
     double total, active, tol;
   };
-  // Model cards: Qwen1.5-MoE-A2.7B 14.3/2.7, Qwen3-30B-A3B 30.5/3.3, OLMoE-1B-7B 6.9/1.3,
-  // Phi-3.5-MoE 41.9/6.6, DeepSeekMoE-16B 16.4/2.8, Llama-2-7B 6.74 dense.
+  // Model cards: Qwen1.5-MoE-A2.7B 14.3/2.7, Qwen3-30B-A3B 30.5/3.3, Qwen3-235B-A22B 235/22,
+  // OLMoE-1B-7B 6.9/1.3, Phi-3.5-MoE 41.9/6.6, DeepSeekMoE-16B 16.4/2.8, Llama-2-7B 6.74 dense.
   for (const Case& c :
        {Case{"hf/qwen1.5-moe-a2.7b.config.json", 14.3, 2.7, 0.06},
         Case{"hf/qwen3-30b-a3b.config.json", 30.5, 3.3, 0.06},
+        Case{"hf/qwen3-235b-a22b.config.json", 235.1, 22.2, 0.1},
         Case{"hf/olmoe-1b-7b.config.json", 6.9, 1.3, 0.03},
         Case{"phi-3.5-moe.json", 41.9, 6.6, 0.06},
         Case{"hf/phi-3.5-moe.config.json", 41.9, 6.6, 0.06},

@@ -171,6 +171,35 @@ TEST(TimeModel, OneFOneBIterationIsMicrobatchesPlusStagesMinusOne) {
               ((m + 3.0 / 2) * per_mb).value(), 1e-9);
 }
 
+TEST(TimeModel, GatedDeltaNetLayersArePricedAsTheirOwnKind) {
+  // Qwen3-Next cut to 8 layers, the first 4 linear and the last 4 softmax, over 2 stages: each
+  // stage is priced by its own layers (a cache keyed on MoE-or-dense alone gave both stages the
+  // first layer's linear price), and a linear layer's core attention is its recurrence.
+  ModelSpec m = io::load_model(root("models/hf/qwen3-next-80b-a3b.config.json"));
+  m.num_layers = 8;
+  m.moe_layer.assign(8, true);
+  m.linear_layer = {true, true, true, true, false, false, false, false};
+  const ClusterSpec cluster = io::load_cluster(root("topologies/h100-sxm-8.json"));
+  const TimeContext ctx = make_time_context(m, cluster, efficiencies(), RoutingSkew{}, 32768);
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=1,pp=2,ep=4,etp=1,cp=1,vpp=1,mbs=1,dp=4,gbs=8"));
+  auto compute_of = [&](int64_t first) {
+    Seconds sum;
+    for (int64_t l = first; l < first + 4; ++l) {
+      for (const LayerOp& op : layer_forward_ops(ctx, c, ctx.params.layers[l], true, 1.0, 1))
+        if (op.kind == OpKind::kCompute) sum += op.time;
+    }
+    return sum;
+  };
+  // Forward and twice for backward; the last stage also runs the output head.
+  EXPECT_NEAR(stage_times(ctx, c, 0).compute.value(), 3.0 * compute_of(0).value(), 1e-12);
+  EXPECT_NEAR(stage_times(ctx, c, 1).compute.value(),
+              3.0 * (compute_of(4) + output_head_time(ctx, c)).value(), 1e-12);
+  EXPECT_LT(compute_of(0).value(), compute_of(4).value());
+  EXPECT_LT(core_attention_time(ctx, c, true).value(),
+            0.1 * core_attention_time(ctx, c, false).value());
+}
+
 TEST(TimeModel, OneFlowOnAFreeLinkIsLatencyPlusBytesOverBandwidth) {
   // A two-rank ring moves half the gathered buffer: latency + (S/2) / (B x eff).
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
@@ -428,9 +457,9 @@ TEST(TimeModel, UnfusedAttentionMaterializesTheScores) {
   const Inputs s("gpt-1.7b.json", "selene-a100-3072.json", 2048);
   PlanChoice c;
   c.parallel = resolve(parse_parallel("tp=2,pp=1,dp=1,mbs=2,gbs=2"));
-  const Seconds fused = core_attention_time(s.ctx, c);
+  const Seconds fused = core_attention_time(s.ctx, c, false);
   c.attention_kernel = AttentionKernel::kUnfused;
-  const Seconds unfused = core_attention_time(s.ctx, c);
+  const Seconds unfused = core_attention_time(s.ctx, c, false);
   const double heads = 2 * 24 / 2, q = 2048, keys = 2048, d = 96;
   const FlopsPerSec peak = s.cluster.node.gpu.peak.at(Dtype::kBf16);
   const Seconds expected = gemm_time(s.ctx, peak, q, d, keys, heads, heads) +
@@ -513,6 +542,23 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   EXPECT_TRUE(has("--num-layers-per-virtual-pipeline-stage 3"));  // 61 layers / 16 chunks
   EXPECT_TRUE(has("--moe-token-dispatcher-type alltoall"));
   EXPECT_FALSE(has("--window-size 128,0"));
+  EXPECT_FALSE(has("--experimental-attention-variant dsa"));
+  // DeepSeek-V3.2's sparse attention, as Megatron-Core's experimental DSA names it.
+  const auto v32 =
+      megatron_arguments(p, io::load_model(root("models/hf/deepseek-v3.2.config.json")));
+  for (const char* a : {"--experimental-attention-variant dsa", "--dsa-indexer-n-heads 64",
+                        "--dsa-indexer-head-dim 128", "--dsa-indexer-topk 2048"}) {
+    EXPECT_NE(std::find(v32.begin(), v32.end(), a), v32.end()) << a;
+  }
+  // Qwen3-Next: Megatron-Core's Gated DeltaNet, every fourth layer softmax with an output gate.
+  const auto next =
+      megatron_arguments(p, io::load_model(root("models/hf/qwen3-next-80b-a3b.config.json")));
+  for (const char* a :
+       {"--experimental-attention-variant gated_delta_net", "--linear-attention-freq 4",
+        "--linear-conv-kernel-dim 4", "--linear-key-head-dim 128", "--linear-value-head-dim 128",
+        "--linear-num-key-heads 16", "--linear-num-value-heads 32", "--attention-output-gate"}) {
+    EXPECT_NE(std::find(next.begin(), next.end(), a), next.end()) << a;
+  }
   // A windowed model: gpt-oss alternates from a windowed first layer, Megatron's skip
   // frequency 2; a pattern no frequency gives goes as the list form.
   ModelSpec oss = io::load_model(root("models/hf/gpt-oss-20b.config.json"));

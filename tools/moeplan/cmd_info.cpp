@@ -57,21 +57,46 @@ void run_info(const InfoOptions& o) {
                 {"sliding_window", m.attention.sliding_window},
                 {"windowed_layers", m.num_windowed_layers()},
                 {"chunked_window", m.attention.chunked_window},
+                {"sparse_attention_topk", m.attention.sparse_topk},
+                {"linear_attention_layers", m.num_linear_layers()},
+                {"indexer_params", indexer_params(m) * static_cast<double>(m.num_layers)},
                 {"seq_len", o.seq_len},
                 {"flops_per_token",
                  {{"forward", f.forward().value()},
                   {"forward_matmul", f.forward_matmul.value()},
                   {"forward_attention", f.forward_attention.value()},
+                  {"forward_indexer", f.forward_indexer.value()},
+                  {"forward_linear", f.forward_linear.value()},
                   {"training", f.training().value()}}}});
     return;
   }
-  fmt::print("{}: {} layers ({} MoE, {} dense), hidden {}, {} routed experts top-{}, {} shared\n",
-             m.name, m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
-             m.num_routed_experts, m.top_k, m.num_shared_experts);
+  // Shared experts: DeepSeek's count of expert-sized FFNs, or Qwen's one shared FFN of its width.
+  const std::string shared_part = m.shared_expert_ffn_size > 0
+                                      ? fmt::format("a shared FFN of {}", m.shared_expert_ffn_size)
+                                      : fmt::format("{} shared", m.num_shared_experts);
+  fmt::print("{}: {} layers ({} MoE, {} dense), hidden {}, {} routed experts top-{}, {}\n", m.name,
+             m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
+             m.num_routed_experts, m.top_k, shared_part);
   if (m.attention.sliding_window > 0) {
     fmt::print("{} {} keys on {} of {} layers\n",
                m.attention.chunked_window ? "chunked attention " : "sliding window    ",
                m.attention.sliding_window, m.num_windowed_layers(), m.num_layers);
+  }
+  if (!m.linear_layer.empty()) {
+    const LinearAttentionSpec& l = m.linear_attention;
+    fmt::print(
+        "linear attention   Gated DeltaNet on {} of {} layers: {} key heads x {}, {} value heads "
+        "x {}, conv {}{}\n",
+        m.num_linear_layers(), m.num_layers, l.key_heads, l.key_head_dim, l.value_heads,
+        l.value_head_dim, l.conv_kernel,
+        m.attention.output_gate ? "; gated softmax attention on the rest" : "");
+  }
+  if (m.attention.sparse()) {
+    fmt::print(
+        "sparse attention   top-{} keys a query, indexer {} heads x {} ({:.2f} M weights a "
+        "layer)\n",
+        m.attention.sparse_topk, m.attention.indexer_heads, m.attention.indexer_head_dim,
+        indexer_params(m) / 1e6);
   }
   fmt::print("total parameters   {}\nactive per token   {}\n", as_billions(p.total()),
              as_billions(p.active(m)));
@@ -95,6 +120,14 @@ void run_info(const InfoOptions& o) {
       "training {:.3f} GFLOP\n",
       o.seq_len, f.forward().value() / 1e9, f.forward_matmul.value() / 1e9,
       f.forward_attention.value() / 1e9, f.training().value() / 1e9);
+  if (m.attention.sparse()) {
+    fmt::print("the attention term holds the indexer's {:.3f} GFLOP\n",
+               f.forward_indexer.value() / 1e9);
+  }
+  if (!m.linear_layer.empty()) {
+    fmt::print("the attention term holds the linear layers' {:.3f} GFLOP\n",
+               f.forward_linear.value() / 1e9);
+  }
 }
 
 }  // namespace

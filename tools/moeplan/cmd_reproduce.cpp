@@ -19,6 +19,7 @@
 #include "planner/model_stats.h"
 #include "planner/monta.h"
 #include "planner/search.h"
+#include "planner/time_model.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/report_format.h"
 #include "tools/moeplan/reproduce_rows.h"
@@ -27,6 +28,17 @@
 namespace moe::cli {
 
 namespace {
+
+// MoNTA Fig. 12's cluster expansion for a CP x EP block: 1 horizontal, 2 vertical.
+Row expansion_row(int64_t cp, int64_t ep, int64_t radix, monta::CpExpansion paper) {
+  const monta::CpExpansionChoice c = monta::choose_cp_expansion(cp, ep, radix);
+  return {"Fig. 12",
+          fmt::format("expansion at cp = {}, ep = {}, switch radix {}", cp, ep, radix),
+          static_cast<double>(paper),
+          static_cast<double>(c.expansion),
+          "1 horiz., 2 vert.",
+          c.reason};
+}
 
 std::vector<Row> monta_rows(const std::string& root) {
   // Table 8's setting: I = 256 MiB (b 2, s 8192, h 8192, BF16), t = 8, e = 2, the paper's
@@ -60,6 +72,10 @@ std::vector<Row> monta_rows(const std::string& root) {
       {"eq. (16)", "O3 / baseline", 0.164, o3 / base, "", "Table 8 gives 0.285"},
       {"eq. (13)", "O3 limit, r1 = r2, N -> infinity", 7.0 / 32.0,
        monta::o3_limit_ratio(8, 2, 8.0, 0.7, 0.7), "", ""},
+      // Sec. 5, Fig. 12: the rule, on a 64-port scale-out switch (the paper gives no radix).
+      expansion_row(4, 16, 64, monta::CpExpansion::kHorizontal),
+      expansion_row(16, 4, 64, monta::CpExpansion::kVertical),
+      expansion_row(8, 16, 64, monta::CpExpansion::kVertical),
   };
 }
 
@@ -140,6 +156,15 @@ std::vector<Row> megascale_rows(const std::string& /*root*/) {
        activation_units_full(8, 2, 3.5, 4), "bsh/n", ""},
       {"App. A.2", "activation per MoE layer, Mixtral, with remat", 18.5,
        activation_units_remat(2, 3.5, 4), "bsh/n", ""},
+      {"Sec. 5", "DP gradient bytes, BF16 all-to-all over FP32 reduce-scatter", 0.5,
+       dp_gradient_bytes(1e9, 16, true) / dp_gradient_bytes(1e9, 16, false), "",
+       "the paper: gradient communication cut by 50 %"},
+      {"Sec. 5", "TP reduce-scatter bytes, FP8 all-to-all over BF16", NAN,
+       tp_reduce_scatter_bytes(1e9, 8, true) / tp_reduce_scatter_bytes(1e9, 8, false), "",
+       "reduction in FP32 after the exchange; the paper gives no figure"},
+      {"Sec. 7", "DP parameter all-gather bytes, FP8 over BF16 parameters", 0.5,
+       parameter_bytes(Precision::kFp8) / parameter_bytes(Precision::kBf16), "",
+       "the paper: FP8 parameters halve the all-gather"},
   };
   return rows;
 }

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 
+#include "tools/moeplan/common.h"
 #include "tools/moeplan/report_format.h"
 #include "tools/moeplan/svg_chart.h"
 
@@ -63,13 +63,7 @@ std::map<std::string, PointResult> earlier_results(const std::string& path, size
     if (f.size() != axes + 10) continue;
     PointResult r;
     r.status = f[axes + 1];
-    auto number = [](const std::string& v) {
-      try {
-        return std::stod(v);
-      } catch (const std::exception&) {
-        return static_cast<double>(NAN);
-      }
-    };
+    auto number = [](const std::string& v) { return finite_number(v).value_or(NAN); };
     r.iteration_s = number(f[axes + 2]);
     r.tokens_per_s = number(f[axes + 3]);
     r.mfu = number(f[axes + 4]);
@@ -104,11 +98,8 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
     Chart chart{k.title + std::string(" vs ") + x.name, x.name, k.unit, {}, {}, {}, {}};
     // An axis with a value that is not a number (skew=G=0.3, recompute=full) is drawn in sweep
     // order, its values as tick labels.
-    const bool categorical = std::any_of(x.values.begin(), x.values.end(), [](const auto& v) {
-      char* end = nullptr;
-      std::strtod(v.c_str(), &end);
-      return v.empty() || *end != '\0';
-    });
+    const bool categorical = std::any_of(x.values.begin(), x.values.end(),
+                                         [](const auto& v) { return !finite_number(v); });
     if (categorical) chart.categories = x.values;
     std::map<std::string, size_t> index;
     for (const auto& [p, r] : rows) {
@@ -126,7 +117,7 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
         xv = static_cast<double>(std::find(x.values.begin(), x.values.end(), value) -
                                  x.values.begin());
       } else {
-        xv = std::stod(value);
+        xv = *finite_number(value);
       }
       s.x.push_back(xv);
       s.y.push_back(r.*k.field * k.scale);
