@@ -425,9 +425,12 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   StageTimes slowest;
   int64_t slowest_stage = 0;
   std::vector<Seconds> per_stage;
+  std::vector<StageTimes> stages;
   per_stage.reserve(static_cast<size_t>(pp));
+  stages.reserve(static_cast<size_t>(pp));
   for (int64_t s = 0; s < pp; ++s) {
     const StageTimes st = stage_from(ctx, c, kinds, s);
+    stages.push_back(st);
     per_stage.push_back(st.forward + st.backward);
     if (st.forward + st.backward > slowest.forward + slowest.backward) {
       slowest = st;
@@ -475,6 +478,35 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // next micro-batch (only the last one's remainder shows here; the rest is link time, below),
   // and gathers the updated weights once per iteration. ZeRO-3 gathers the weights before each
   // forward and backward of every micro-batch, which gates the pass.
+  // Each stage syncs its own weights behind its own passes, and not every stage's shows: the
+  // last micro-batch's backward runs from the last stage down to stage 0, so stage s starts its
+  // reduce-scatter the backward passes of stages 0..s-1 and their hops before the iteration
+  // ends, and its first forward waits as long after the iteration starts, time its all-gather
+  // has too (per model chunk when interleaved). Stage 0 has none of that slack and holds the
+  // embedding: its sync, more often than the slowest stage's, is the one that shows.
+  std::vector<DpSync> syncs(static_cast<size_t>(pp));
+  for (int64_t s = 0; s < pp; ++s)
+    syncs[static_cast<size_t>(s)] = s == slowest_stage ? sync : dp_sync_times(ctx, c, s);
+  struct Exposed {
+    int64_t stage = 0;
+    Seconds slack;
+  };
+  auto most_exposed = [&](bool backward_pass) {
+    Exposed best;
+    Seconds slack, worst(-std::numeric_limits<double>::infinity());
+    for (int64_t s = 0; s < pp; ++s) {
+      const DpSync& own = syncs[static_cast<size_t>(s)];
+      const StageTimes& st = stages[static_cast<size_t>(s)];
+      const Seconds pass = (backward_pass ? st.backward : st.forward) / static_cast<double>(*p.vpp);
+      const Seconds left = (backward_pass ? own.reduce_scatter : own.all_gather) - pass - slack;
+      if (left > worst) {
+        worst = left;
+        best = {s, slack};
+      }
+      slack += pass + hop;
+    }
+    return best;
+  };
   // The all-gather behind the first forward (ZeRO 1-2) and ZeRO-1's reduce-scatter behind the
   // last backward take the links that pass's TP/EP/CP traffic takes: the NICs for what crosses
   // nodes, NVLink for what stays in the node (a hierarchical sync's in-node stage, or all of it
@@ -483,25 +515,30 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // into GEMMs included), and the sync takes as much longer: what the sync costs beyond its own
   // exposed tail. (The simulator shares them flow by flow; DeepSeekMoE-16B with EP = DP = 16
   // over two 8 x H800 nodes lost 12 ms of 68 to it.)
-  // The pass's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
+  // A stage's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
   // only priced when there is a sync to share with (the search scores most candidates here).
-  Seconds nic_comm, fabric_comm;
-  if ((ag + rs).value() > 0) {
+  auto traffic_of = [&](int64_t stage) {
+    Seconds nic_comm, fabric_comm;
     PlanChoice unfused = c;
     unfused.intra_overlap = false;
-    const StageTimes traffic =
-        c.intra_overlap ? stage_from(ctx, unfused, layer_kinds(ctx, unfused), slowest_stage)
-                        : slowest;
+    const StageTimes traffic = c.intra_overlap
+                                   ? stage_from(ctx, unfused, layer_kinds(ctx, unfused), stage)
+                                   : stages[static_cast<size_t>(stage)];
     for (auto [kind, time] :
          {std::pair{OpKind::kTp, traffic.tp}, std::pair{OpKind::kEp, traffic.ep},
           std::pair{OpKind::kCp, traffic.cp}}) {
       (crosses_nodes(ctx, p, kind) ? nic_comm : fabric_comm) += time;
     }
-  }
+    return std::pair{nic_comm, fabric_comm};
+  };
   const double passes = traffic_passes(c.recompute);
   // One window: the sync's time on each link against the pass's traffic there (forward or
-  // backward share); returns the stretched pass and the sync's own stretch.
-  auto window = [&](Seconds time, Seconds in_node, bool backward_pass) {
+  // backward share) on `stage`; returns the stretched pass and the sync's own stretch.
+  auto window = [&](int64_t stage, Seconds time, Seconds in_node, bool backward_pass) {
+    const StageTimes& own = stages[static_cast<size_t>(stage)];
+    const Seconds unshared = backward_pass ? own.backward : own.forward;
+    if (time.value() <= 0) return std::pair{unshared, time};
+    const auto [nic_comm, fabric_comm] = traffic_of(stage);
     const Seconds on_nic = sync.crosses_nodes ? time - in_node : Seconds(0);
     const Seconds on_fabric = sync.crosses_nodes ? in_node : time;
     auto share = [&](Seconds comm) {
@@ -521,29 +558,43 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Sharing fabric_share = sharing(on_fabric, share(fabric_comm));
     const Seconds delay = nic_share.delay + fabric_share.delay;
     // Nothing shared: the pass as it was (most candidates; no second pricing).
-    if (delay.value() <= 0)
-      return std::pair{backward_pass ? slowest.backward : slowest.forward, time};
+    if (delay.value() <= 0) return std::pair{unshared, time};
     TimeContext shared = ctx;
     shared.links.inter = shared.links.inter / nic_share.slowdown;
     shared.links.intra = shared.links.intra / fabric_share.slowdown;
-    const StageTimes st = stage_from(shared, c, layer_kinds(shared, c), slowest_stage);
+    const StageTimes st = stage_from(shared, c, layer_kinds(shared, c), stage);
     return std::pair{backward_pass ? st.backward : st.forward, time + delay};
   };
-  Seconds forward = slowest.forward, backward = slowest.backward, ag_shared = ag, rs_shared = rs;
-  if (c.zero_stage <= 2) std::tie(forward, ag_shared) = window(ag, sync.all_gather_in_node, false);
-  if (c.zero_stage <= 1)
-    std::tie(backward, rs_shared) = window(rs, sync.reduce_scatter_in_node, true);
-  out.dp_comm = std::max(Seconds(0), rs_shared - backward) + (backward - slowest.backward);
-  if (c.zero_stage <= 2)
-    out.dp_comm += std::max(Seconds(0), ag_shared - forward) + (forward - slowest.forward);
+  // The all-gather has run alone for the stage's slack before its first forward starts; the
+  // reduce-scatter shares the last backward, then runs alone for the slack. A pass the sync
+  // stretches delays every stage after it in the pipeline, so the stretch shows in full.
+  if (c.zero_stage <= 1) {
+    const Exposed e = most_exposed(true);
+    const DpSync& own = syncs[static_cast<size_t>(e.stage)];
+    const Seconds unshared = stages[static_cast<size_t>(e.stage)].backward;
+    const auto [backward, rs_shared] =
+        window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true);
+    out.dp_comm += std::max(Seconds(0), rs_shared - backward - e.slack) + (backward - unshared);
+  }
+  if (c.zero_stage <= 2) {
+    const Exposed e = most_exposed(false);
+    const DpSync& own = syncs[static_cast<size_t>(e.stage)];
+    const Seconds unshared = stages[static_cast<size_t>(e.stage)].forward;
+    const Seconds left = std::max(Seconds(0), own.all_gather - e.slack);
+    const double part = own.all_gather.value() > 0 ? left / own.all_gather : 0.0;
+    const auto [forward, ag_shared] = window(e.stage, left, own.all_gather_in_node * part, false);
+    out.dp_comm += std::max(Seconds(0), ag_shared - forward) + (forward - unshared);
+  }
+  // The optimizer step waits for every stage's.
+  for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
   Seconds pass = per_mb;
   if (c.zero_stage >= 3) {
     // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
     // links its own traffic takes (one after another on the DP stream): each pass shares them
     // as the windows above do, and waits for its gathers.
-    const auto [f, gathered] = window(ag, sync.all_gather_in_node, false);
+    const auto [f, gathered] = window(slowest_stage, ag, sync.all_gather_in_node, false);
     const auto [b, synced] =
-        window(ag + rs, sync.all_gather_in_node + sync.reduce_scatter_in_node, true);
+        window(slowest_stage, ag + rs, sync.all_gather_in_node + sync.reduce_scatter_in_node, true);
     pass = std::max(f, gathered) + std::max(b, synced);
   }
   // Each link is shared by everything that crosses it, however well each transfer hides behind
@@ -569,8 +620,6 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   }
   const Seconds on_dp_link = (sync.crosses_nodes ? nic : fabric) * mb + once;
   out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + out.dp_comm));
-
-  out.optimizer = sync.optimizer;
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
   return out;

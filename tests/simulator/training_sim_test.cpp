@@ -651,6 +651,22 @@ TEST(TrainingSim, InterleavedChunksGatherAndReduceTheirOwnWeights) {
   EXPECT_LT(std::abs(gap), 0.05) << gap;
 }
 
+TEST(TrainingSim, PlannerExposesTheSyncOfTheStageWithoutSlack) {
+  // Qwen3-Next-80B-A3B on 240 H800, the planner's best layout: ten stages, ZeRO-1 with DP
+  // across nodes. The Gated DeltaNet layers make a middle stage the slowest, but stage 0 holds
+  // the embedding (151,936 x 2,048) and finishes the iteration's last backward, so its gradient
+  // reduce-scatter is the one that shows; the stages after it start theirs earlier by the
+  // backward passes still to run below them. Timing the slowest stage's sync put the
+  // simulator 7.5 % over the planner; timing each stage's against its slack, -0.4 %.
+  const ModelSpec m = shipped_model("hf/qwen3-next-80b-a3b.config.json");
+  PlanChoice c =
+      choice(m, "tp=1,pp=10,ep=8,etp=1,dp=12,cp=2,vpp=1,mbs=1,gbs=240,pp_first=5,pp_last=3");
+  c.dispatcher = megascale::Dispatcher::kAllGather;
+  c.dp_bf16_compression = true;
+  const double gap = gap_on(m, "megascale-h800-240", c);
+  EXPECT_LT(std::abs(gap), 0.02) << gap;
+}
+
 TEST(TrainingSim, PlannerSeesTheInNodeSyncSharingNvlinkWithUlyssesAttention) {
   // GPT-1.7B on 240 H800, the planner's best layout: Ulysses SP over 8, one micro-batch, so the
   // in-node stage of the replicated weights' sync (App. A.1) runs beside the SP all-to-all on
@@ -674,7 +690,6 @@ TEST(TrainingSim, PlannerSharesZero3GathersWithEveryPass) {
   c.recompute = Recompute::kRematerialize;
   c.mact = true;
   c.fcda_chunks = 2;  // what MACT settles on for this stage
-  c.fcda_chunks = 2;
   c.dp_bf16_compression = true;
   const double gap = gap_on(m, "aptmoe-4x-a800-40gb-c1g4", c);
   EXPECT_LT(std::abs(gap), 0.19) << gap;
