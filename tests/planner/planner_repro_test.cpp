@@ -271,9 +271,10 @@ TEST(PlannerRepro, MegaScaleFig14SpSyncsLikeTp) {
   // time (0.3-3.1 % apart) with 384-1,536 MB of attention parameters per GPU, 10 GB of FFN
   // parameters, SP/TP = 8 and DP = 4 or 8, thanks to the hierarchical sync of App. A.1
   // (reduce-scatter inside the node, then 1/8 of the bytes across nodes). A Mixtral-shaped
-  // model is cut to L layers and its experts widened so that the sizes match. Ours: 1.2-5.1 %
-  // (the NVLink stage at the default 0.8 efficiency); a flat ring over all 8 x DP ranks would
-  // send 8 times the attention bytes through the NICs.
+  // model is cut to L layers and its experts widened so that the sizes match. Ours: 0.7-3.3 %
+  // with the two steps pipelined by DDP bucket (App. A.1, Fig. 5b); one after the other they
+  // were 1.2-5.1 % apart. A flat ring over all 8 x DP ranks would send 8 times the attention
+  // bytes through the NICs.
   const ClusterSpec cluster = io::load_cluster(root("topologies/megascale-h800-240.json"));
   for (auto [layers, attention_mb] : {std::pair{5, 384.0}, {10, 768.0}, {19, 1536.0}}) {
     ModelSpec m = io::load_model(root("models/mixtral-8x7b.json"));
@@ -295,7 +296,7 @@ TEST(PlannerRepro, MegaScaleFig14SpSyncsLikeTp) {
       std::printf("attention %4.0f MB, DP %d: SP sync %+.1f %% of TP's\n", attention_mb, dp,
                   100 * apart);
       EXPECT_GT(apart, 0.0);
-      EXPECT_LT(apart, 0.06);
+      EXPECT_LT(apart, 0.035);
     }
   }
 }

@@ -120,8 +120,8 @@ void rows_for_sync(std::vector<Row>& rows, const ClusterSpec& cluster) {
   }
   push_range(rows, "Fig. 14", "parameter sync time, SP over TP attention", 0.003, 0.031, gaps, "",
              "384-1,536 MiB of attention, 10 GiB of experts a GPU, 32 and 64 H800; " + detail +
-                 "; the paper pipelines the in-node steps under the inter-node ones, we add "
-                 "them");
+                 "; the in-node steps pipelined under the inter-node ones by DDP bucket "
+                 "(App. A.1, Fig. 5b)");
 }
 
 constexpr const char* kMegaScaleLayout = "tp=8,pp=15,ep=8,etp=1,cp=1,vpp=1,mbs=1";
