@@ -143,8 +143,20 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   const Seconds core = core_attention_time(ctx, c, lp.linear);
   add("core attention", OpKind::kCompute, core);
   // Context parallelism: K and V of the local chunk travel around the ring, hidden behind core
-  // attention where it can be; what is left shows.
-  if (cp > 1) {
+  // attention where it can be; what is left shows. A Gated DeltaNet layer has no keys to pass
+  // round: Megatron-Core's CP for it (ssm/context_parallel/gdn_recurrent.py) runs each shard's
+  // chunk-local work at once, but a rank starts its inter-chunk state scan only when the rank
+  // before hands over its final state (b x n_v / t heads of d_k x d_v, FP32), so the scans run
+  // rank after rank: cp - 1 more of them and their hand-offs before the last rank is through
+  // (backward passes the state's adjoint back the same way).
+  if (cp > 1 && lp.linear) {
+    const LinearAttentionSpec& la = m.linear_attention;
+    const Bytes state(b * static_cast<double>(la.value_heads) / static_cast<double>(t) *
+                      static_cast<double>(la.key_head_dim * la.value_head_dim) * 4.0);
+    const Seconds hand_off = state / ctx.links.bandwidth(t * cp) + ctx.links.latency(t * cp);
+    add("Gated DeltaNet CP state hand-off", OpKind::kCp,
+        (core * linear_attention_scan_share(m) + hand_off) * static_cast<double>(cp - 1));
+  } else if (cp > 1) {
     const AttentionSpec& a = m.attention;
     const double kv_width =
         static_cast<double>(a.num_kv_heads * (a.qk_head_dim() + a.value_head_dim())) /

@@ -4,6 +4,11 @@
 
 namespace moe {
 
+namespace {
+// flash-linear-attention's chunk length for the chunkwise gated delta rule.
+constexpr double kLinearChunk = 64;
+}  // namespace
+
 double ffn_params(const ModelSpec& m, int64_t width) {
   const double h = static_cast<double>(m.hidden_size);
   return (m.gated_ffn ? 3.0 : 2.0) * h * static_cast<double>(width);
@@ -74,11 +79,18 @@ double linear_attention_flops_per_token(const ModelSpec& m) {
   // (3 C d_k d_v), and the triangular solve behind T (C^3 / 3). Per token, times 2 FLOPs:
   // 2 (3 d_k d_v + C (3 d_k + 2 d_v) + C^2 / 3), at flash-linear-attention's C = 64. Linear in
   // the sequence: 5.9 MFLOP a token for Qwen3-Next's 32 heads of 128, at any length.
-  constexpr double kChunk = 64;
   const LinearAttentionSpec& l = m.linear_attention;
   const double dk = static_cast<double>(l.key_head_dim), dv = static_cast<double>(l.value_head_dim);
   return static_cast<double>(l.value_heads) * 2.0 *
-         (3.0 * dk * dv + kChunk * (3.0 * dk + 2.0 * dv) + kChunk * kChunk / 3.0);
+         (3.0 * dk * dv + kLinearChunk * (3.0 * dk + 2.0 * dv) + kLinearChunk * kLinearChunk / 3.0);
+}
+
+double linear_attention_scan_share(const ModelSpec& m) {
+  const LinearAttentionSpec& l = m.linear_attention;
+  const double dk = static_cast<double>(l.key_head_dim), dv = static_cast<double>(l.value_head_dim);
+  const double total =
+      3.0 * dk * dv + kLinearChunk * (3.0 * dk + 2.0 * dv) + kLinearChunk * kLinearChunk / 3.0;
+  return total > 0 ? 2.0 * dk * dv / total : 0.0;
 }
 
 LayerParams layer_params(const ModelSpec& m, bool moe_layer, bool linear) {

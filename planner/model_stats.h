@@ -58,6 +58,10 @@ LayerParams layer_params(const ModelSpec& m, bool moe_layer, bool linear = false
 double linear_attention_params(const ModelSpec& m);
 // Forward FLOPs a token of one Gated DeltaNet layer's recurrence (the projections are matmuls).
 double linear_attention_flops_per_token(const ModelSpec& m);
+// The share of those FLOPs in the inter-chunk state scan (the new values U - W S and the state
+// update K^T(U - W S), flash-linear-attention's chunk_gated_delta_rule_fwd_h): the part that
+// runs chunk after chunk, and under context parallelism rank after rank.
+double linear_attention_scan_share(const ModelSpec& m);
 ModelParams count_params(const ModelSpec& m);
 
 struct TokenFlops {

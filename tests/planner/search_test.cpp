@@ -200,6 +200,37 @@ TEST(TimeModel, GatedDeltaNetLayersArePricedAsTheirOwnKind) {
             0.1 * core_attention_time(ctx, c, false).value());
 }
 
+TEST(TimeModel, GatedDeltaNetContextParallelHandsTheStateRankAfterRank) {
+  // Qwen3-Next at 128K tokens over CP = 4 (TP = 2): a softmax layer passes K and V round the
+  // ring, a Gated DeltaNet layer has none to pass; its ranks scan their state one after another
+  // (Megatron-Core's gdn_recurrent CP), three more scans than one rank's and three hand-offs of
+  // 16 heads x 128 x 128 FP32 states. The scan is 2 d_k d_v of the 3 d_k d_v + 64 (3 d_k + 2
+  // d_v) + 64^2 / 3 multiply-adds a token and head: 32,768 / 91,477 = 0.358.
+  const ModelSpec m = io::load_model(root("models/hf/qwen3-next-80b-a3b.config.json"));
+  EXPECT_NEAR(linear_attention_scan_share(m), 32768.0 / (49152.0 + 40960.0 + 4096.0 / 3.0), 1e-12);
+  const ClusterSpec cluster = io::load_cluster(root("topologies/h100-sxm-8.json"));
+  const TimeContext ctx = make_time_context(m, cluster, efficiencies(), RoutingSkew{}, 131072);
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=2,pp=1,ep=1,etp=1,cp=4,vpp=1,mbs=1,dp=1,gbs=1"));
+  auto op_time = [&](bool linear, const std::string& name) {
+    const size_t layer = static_cast<size_t>(
+        std::find(m.linear_layer.begin(), m.linear_layer.end(), linear) - m.linear_layer.begin());
+    for (const LayerOp& op : layer_forward_ops(ctx, c, ctx.params.layers[layer], true, 1.0, 1))
+      if (op.name == name) return op.time.value();
+    return -1.0;
+  };
+  const char* kHandOff = "Gated DeltaNet CP state hand-off";
+  const char* kRing = "context-parallel K/V ring";
+  EXPECT_EQ(op_time(true, kRing), -1.0);
+  EXPECT_EQ(op_time(false, kHandOff), -1.0);  // its ring hides behind its 128K core attention
+  const Bytes state(16.0 * 128 * 128 * 4);
+  const Seconds hand_off = state / ctx.links.bandwidth(8) + ctx.links.latency(8);
+  EXPECT_NEAR(
+      op_time(true, kHandOff),
+      3.0 * (core_attention_time(ctx, c, true) * linear_attention_scan_share(m) + hand_off).value(),
+      1e-12);
+}
+
 TEST(TimeModel, OneFlowOnAFreeLinkIsLatencyPlusBytesOverBandwidth) {
   // A two-rank ring moves half the gathered buffer: latency + (S/2) / (B x eff).
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
