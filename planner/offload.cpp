@@ -186,6 +186,28 @@ bool offload_resident_in_backward(OffloadSystem system, int64_t stages, int64_t 
   return above < (system == OffloadSystem::kGPipeOffload ? 1 : 2);
 }
 
+Seconds offload_schedule_makespan(const std::vector<Seconds>& forward,
+                                  const std::vector<Seconds>& backward, int64_t gpus,
+                                  int64_t micro) {
+  const int64_t stages = static_cast<int64_t>(forward.size());
+  const double m = static_cast<double>(std::max<int64_t>(micro, 1));
+  std::vector<Seconds> free(static_cast<size_t>(gpus));
+  // done[i]: when the stage just walked finished micro-batch i (its input for the next stage).
+  std::vector<Seconds> done(static_cast<size_t>(std::max<int64_t>(micro, 1)));
+  auto walk = [&](int64_t s, Seconds per_micro, bool first) {
+    Seconds& gpu =
+        free[static_cast<size_t>(offload_gpu_of(OffloadSystem::kAptMoe, stages, gpus, s))];
+    for (Seconds& d : done) {
+      gpu = std::max(gpu, first ? Seconds(0) : d) + per_micro;
+      d = gpu;
+    }
+  };
+  for (int64_t s = 0; s < stages; ++s) walk(s, forward[static_cast<size_t>(s)] / m, s == 0);
+  // The last stage turns round once its forward is through: its GPU's clock already says so.
+  for (int64_t s = stages - 1; s >= 0; --s) walk(s, backward[static_cast<size_t>(s)] / m, false);
+  return *std::max_element(free.begin(), free.end());
+}
+
 Seconds offload_optimizer_time(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus) {
   const int64_t nodes = (gpus + c.node.num_gpus - 1) / c.node.num_gpus;
   BytesPerSec host;
@@ -236,6 +258,9 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
     Seconds total, gpu, recompute, load_wait, cpu_wait;
   };
   std::vector<GpuTime> per_gpu(static_cast<size_t>(gpus));
+  // Each stage's forward and backward pass over all micro-batches, for the schedule walk.
+  std::vector<Seconds> stage_forward(static_cast<size_t>(stages)),
+      stage_backward(static_cast<size_t>(stages));
   double share_sum = 0;
   int64_t moe_layers = 0;
   int64_t layer = 0;
@@ -249,6 +274,8 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
     for (int64_t i = 0; i < count; ++i, ++layer) {
       for (aptmoe::Pass kind : {aptmoe::Pass::kForward, aptmoe::Pass::kBackward}) {
         const PassTimes t = pass(layer, kind, resident && kind == aptmoe::Pass::kBackward);
+        (kind == aptmoe::Pass::kForward ? stage_forward : stage_backward)[static_cast<size_t>(s)] +=
+            t.total;
         g.total += t.total;
         g.gpu += t.gpu;
         g.recompute += t.recompute;
@@ -268,16 +295,12 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
     largest_stage_weights =
         std::max(largest_stage_weights, Bytes(loaded_params * weight_bytes * 2.0));  // + grads
   }
-  // Each GPU runs its stages back to back. Cross-mapped stages pipeline like interleaved 1F1B:
-  // fill and drain cost (G - 1) / (m v) of the busiest GPU's work, v = stages / G visits per GPU
-  // (GPipe's (G - 1)/m when v = 1; the simulator agrees within a few percent).
-  // The busiest GPU sets the pace (the last stage's, with the output head, when the vocabulary
-  // is large); the breakdown is its time, so the terms add up to the iteration.
+  // The breakdown is the busiest GPU's work; the schedule walk adds what the pipeline makes it
+  // (or another GPU) wait, the bubble, so the terms add up to the iteration.
   const GpuTime& busiest =
       *std::max_element(per_gpu.begin(), per_gpu.end(),
                         [](const GpuTime& a, const GpuTime& b) { return a.total < b.total; });
-  const double visits = static_cast<double>(stages) / static_cast<double>(gpus);
-  const double fill = static_cast<double>(gpus - 1) / (static_cast<double>(micro) * visits);
+  const Seconds makespan = offload_schedule_makespan(stage_forward, stage_backward, gpus, micro);
 
   // Activations: full recompute keeps each layer's input for every micro-batch of the stage,
   // plus one layer's working set (MemFine eq. 2 with m_g = 1).
@@ -307,9 +330,9 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   t.recompute = busiest.recompute;
   t.pcie_load = busiest.load_wait;
   t.cpu_experts = busiest.cpu_wait;
-  t.bubble = busiest.total * fill;
+  t.bubble = std::max(Seconds(0), makespan - busiest.total);
   t.optimizer = offload_optimizer_time(ctx, c, gpus);
-  t.iteration = busiest.total * (1.0 + fill) + t.optimizer;
+  t.iteration = busiest.total + t.bubble + t.optimizer;
   return out;
 }
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "planner/aptmoe.h"
 #include "planner/cluster_spec.h"
@@ -89,6 +90,15 @@ int64_t offload_gpu_of(OffloadSystem system, int64_t stages, int64_t gpus, int64
 // keeps one, its GPU's last sub-stage. With as many stages as GPUs every stage stays resident.
 bool offload_resident_in_backward(OffloadSystem system, int64_t stages, int64_t gpus,
                                   int64_t stage);
+
+// The time from the first forward to the last backward when GPipe runs the cross-mapped stages
+// (stage s on GPU s mod G, each GPU visiting its stages in order, forward ascending then
+// backward descending) over `micro` micro-batches: `forward[s]` and `backward[s]` are stage s's
+// passes over all of them. A stage waits for each micro-batch from the stage before (after, in
+// backward), so a slow stage, the output head's, paces the stages after it in its wave.
+Seconds offload_schedule_makespan(const std::vector<Seconds>& forward,
+                                  const std::vector<Seconds>& backward, int64_t gpus,
+                                  int64_t micro);
 
 // Adam on the CPUs over the parameters a node holds (weights, gradients and two moments in FP32,
 // ~28 bytes each) at host memory bandwidth, for a run on `gpus` GPUs.
