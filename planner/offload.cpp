@@ -186,25 +186,34 @@ bool offload_resident_in_backward(OffloadSystem system, int64_t stages, int64_t 
   return above < (system == OffloadSystem::kGPipeOffload ? 1 : 2);
 }
 
-Seconds offload_schedule_makespan(const std::vector<Seconds>& forward,
-                                  const std::vector<Seconds>& backward, int64_t gpus,
+Seconds offload_schedule_makespan(const std::vector<OffloadStagePass>& forward,
+                                  const std::vector<OffloadStagePass>& backward, int64_t gpus,
                                   int64_t micro) {
   const int64_t stages = static_cast<int64_t>(forward.size());
   const double m = static_cast<double>(std::max<int64_t>(micro, 1));
-  std::vector<Seconds> free(static_cast<size_t>(gpus));
+  // Per GPU: when its compute and its host-to-device copies are next free, and when each of
+  // its visits so far finished computing (a load waits for the visit two before it to leave).
+  std::vector<Seconds> free(static_cast<size_t>(gpus)), copy_free(static_cast<size_t>(gpus));
+  std::vector<std::vector<Seconds>> visits(static_cast<size_t>(gpus));
   // done[i]: when the stage just walked finished micro-batch i (its input for the next stage).
   std::vector<Seconds> done(static_cast<size_t>(std::max<int64_t>(micro, 1)));
-  auto walk = [&](int64_t s, Seconds per_micro, bool first) {
-    Seconds& gpu =
-        free[static_cast<size_t>(offload_gpu_of(OffloadSystem::kAptMoe, stages, gpus, s))];
+  auto walk = [&](int64_t s, const OffloadStagePass& pass, bool first) {
+    const size_t g = static_cast<size_t>(offload_gpu_of(OffloadSystem::kAptMoe, stages, gpus, s));
+    std::vector<Seconds>& past = visits[g];
+    const Seconds room = past.size() >= 2 ? past[past.size() - 2] : Seconds(0);
+    copy_free[g] = std::max(copy_free[g], room) + pass.load;
+    Seconds& gpu = free[g];
+    gpu = std::max(gpu, copy_free[g]);
+    const Seconds per_micro = pass.work / m;
     for (Seconds& d : done) {
       gpu = std::max(gpu, first ? Seconds(0) : d) + per_micro;
       d = gpu;
     }
+    past.push_back(gpu);
   };
-  for (int64_t s = 0; s < stages; ++s) walk(s, forward[static_cast<size_t>(s)] / m, s == 0);
+  for (int64_t s = 0; s < stages; ++s) walk(s, forward[static_cast<size_t>(s)], s == 0);
   // The last stage turns round once its forward is through: its GPU's clock already says so.
-  for (int64_t s = stages - 1; s >= 0; --s) walk(s, backward[static_cast<size_t>(s)] / m, false);
+  for (int64_t s = stages - 1; s >= 0; --s) walk(s, backward[static_cast<size_t>(s)], false);
   return *std::max_element(free.begin(), free.end());
 }
 
@@ -220,6 +229,7 @@ namespace {
 
 struct PassTimes {
   Seconds total, gpu, load, cpu, recompute;
+  Seconds work;  // what runs micro-batch by micro-batch: GPU, CPU experts, gradient offload
   double loaded_share = 0;
 };
 
@@ -248,7 +258,8 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
     t.loaded_share = l.loaded_share;
     // Backward also sends the loaded weights' gradients back over the other PCIe direction.
     const Seconds offload_grads = kind == aptmoe::Pass::kBackward ? l.load : Seconds(0);
-    t.total = std::max({t.load, t.gpu, t.cpu, offload_grads});
+    t.work = std::max({t.gpu, t.cpu, offload_grads});
+    t.total = std::max(t.load, t.work);
     return t;
   };
 
@@ -259,7 +270,7 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   };
   std::vector<GpuTime> per_gpu(static_cast<size_t>(gpus));
   // Each stage's forward and backward pass over all micro-batches, for the schedule walk.
-  std::vector<Seconds> stage_forward(static_cast<size_t>(stages)),
+  std::vector<OffloadStagePass> stage_forward(static_cast<size_t>(stages)),
       stage_backward(static_cast<size_t>(stages));
   double share_sum = 0;
   int64_t moe_layers = 0;
@@ -274,8 +285,11 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
     for (int64_t i = 0; i < count; ++i, ++layer) {
       for (aptmoe::Pass kind : {aptmoe::Pass::kForward, aptmoe::Pass::kBackward}) {
         const PassTimes t = pass(layer, kind, resident && kind == aptmoe::Pass::kBackward);
-        (kind == aptmoe::Pass::kForward ? stage_forward : stage_backward)[static_cast<size_t>(s)] +=
-            t.total;
+        OffloadStagePass& walked =
+            (kind == aptmoe::Pass::kForward ? stage_forward
+                                            : stage_backward)[static_cast<size_t>(s)];
+        walked.work += t.work;
+        walked.load += t.load;
         g.total += t.total;
         g.gpu += t.gpu;
         g.recompute += t.recompute;

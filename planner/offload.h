@@ -91,13 +91,21 @@ int64_t offload_gpu_of(OffloadSystem system, int64_t stages, int64_t gpus, int64
 bool offload_resident_in_backward(OffloadSystem system, int64_t stages, int64_t gpus,
                                   int64_t stage);
 
+// One stage's forward or backward over all micro-batches: the work that runs micro-batch by
+// micro-batch (GPU, CPU experts, gradient offload, whichever is longest, layer by layer) and the
+// weights it loads first (none when still resident).
+struct OffloadStagePass {
+  Seconds work, load;
+};
 // The time from the first forward to the last backward when GPipe runs the cross-mapped stages
 // (stage s on GPU s mod G, each GPU visiting its stages in order, forward ascending then
-// backward descending) over `micro` micro-batches: `forward[s]` and `backward[s]` are stage s's
-// passes over all of them. A stage waits for each micro-batch from the stage before (after, in
-// backward), so a slow stage, the output head's, paces the stages after it in its wave.
-Seconds offload_schedule_makespan(const std::vector<Seconds>& forward,
-                                  const std::vector<Seconds>& backward, int64_t gpus,
+// backward descending) over `micro` micro-batches. A stage starts once its weights are in: each
+// GPU loads its visits in order, a load starting once the visit two before it has finished (two
+// stages fit), so it prefetches behind the one running; and it waits for each micro-batch from
+// the stage before (after, in backward), so a slow stage, the output head's, paces the stages
+// after it in its wave.
+Seconds offload_schedule_makespan(const std::vector<OffloadStagePass>& forward,
+                                  const std::vector<OffloadStagePass>& backward, int64_t gpus,
                                   int64_t micro);
 
 // Adam on the CPUs over the parameters a node holds (weights, gradients and two moments in FP32,

@@ -239,8 +239,10 @@ TEST(OffloadPlanner, ScheduleWalkOfEqualStagesIsTheInterleavedBubble) {
   // (G - 1) / (v m) of it.
   for (auto [gpus, stages, micro] : {std::array<int64_t, 3>{4, 4, 8}, {4, 16, 8}, {8, 32, 256}}) {
     const double f = 2e-3, b = 5e-3;
-    const std::vector<Seconds> forward(static_cast<size_t>(stages), Seconds(f * micro));
-    const std::vector<Seconds> backward(static_cast<size_t>(stages), Seconds(b * micro));
+    const std::vector<OffloadStagePass> forward(static_cast<size_t>(stages),
+                                                {Seconds(f * micro), Seconds(0)});
+    const std::vector<OffloadStagePass> backward(static_cast<size_t>(stages),
+                                                 {Seconds(b * micro), Seconds(0)});
     const double v = static_cast<double>(stages / gpus);
     EXPECT_NEAR(offload_schedule_makespan(forward, backward, gpus, micro).value(),
                 (v * static_cast<double>(micro) + static_cast<double>(gpus - 1)) * (f + b), 1e-12)
@@ -253,9 +255,17 @@ TEST(OffloadPlanner, ASlowStagePacesTheStagesAfterItInTheWalk) {
   // backward to stage 0's 1 s). Forward: stage 0 ends its micro-batches at 1 and 2, stage 1 at 3
   // and 5. Backward: stage 1 at 7 and 9; stage 0 waits for each, ending at 8 and 10. GPU 1 works
   // 8 s, so 2 s of the 10 are bubble, where the closed form 8 x (1 + 1/2) said 12.
-  const std::vector<Seconds> forward = {Seconds(2), Seconds(4)};
-  const std::vector<Seconds> backward = {Seconds(2), Seconds(4)};
+  const std::vector<OffloadStagePass> forward = {{Seconds(2), Seconds(0)},
+                                                 {Seconds(4), Seconds(0)}};
+  const std::vector<OffloadStagePass> backward = {{Seconds(2), Seconds(0)},
+                                                  {Seconds(4), Seconds(0)}};
   EXPECT_DOUBLE_EQ(offload_schedule_makespan(forward, backward, 2, 2).value(), 10.0);
+  // Weights that take 3 s to load hold both stages back until 3 (each GPU loads its own):
+  // stage 0 ends its micro-batches at 4 and 5, stage 1 at 6 and 8; backward, with nothing to
+  // reload, stage 1 at 10 and 12 and stage 0 at 11 and 13.
+  std::vector<OffloadStagePass> loaded = forward;
+  for (OffloadStagePass& p : loaded) p.load = Seconds(3);
+  EXPECT_DOUBLE_EQ(offload_schedule_makespan(loaded, backward, 2, 2).value(), 13.0);
 }
 
 TEST(OffloadPlanner, TheOutputHeadsWaveShowsInThePlanToo) {
@@ -263,7 +273,7 @@ TEST(OffloadPlanner, TheOutputHeadsWaveShowsInThePlanToo) {
   // first), 256 micro-batches. The last stage's output head (151,552 x 4,096) makes every
   // stage of the first backward wave wait for it micro-batch by micro-batch, and the GPUs
   // whose stages come last wait longest, not the busiest one. The planner's closed-form fill
-  // of the busiest GPU's time said 30.6 s to the simulator's 34.9 (+13.9 %); the walk, 34.4.
+  // of the busiest GPU's time said 30.6 s to the simulator's 34.9 (+13.9 %); the walk, 34.6.
   const std::string root = MOEPLAN_SOURCE_DIR;
   const ModelSpec m = io::load_model(root + "/models/hf/glm-4.5-air.config.json");
   const ClusterSpec c = io::load_cluster(root + "/topologies/h100-sxm-8.json");
