@@ -632,7 +632,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // ZeRO-2 reduce-scatters a micro-batch's gradients behind the next micro-batch, both its
   // passes; ZeRO-3 gathers before each pass and reduce-scatters within its backward.
   if (c.zero_stage == 2) {
-    const double forward_share = slowest.forward / per_mb;
+    const double forward_share = per_mb.value() > 0 ? slowest.forward / per_mb : 0.5;
     on_link(sync.crosses_nodes, rs * forward_share, rs * (1.0 - forward_share));
   } else if (c.zero_stage >= 3) {
     on_link(sync.crosses_nodes, ag, ag + rs);
