@@ -90,9 +90,13 @@ struct TimeBreakdown {
   Seconds cp_comm;    // ring attention K/V exchange
   Seconds pp_comm;    // pipeline fill and drain sends
   Seconds dp_comm;    // gradient reduce-scatter and parameter all-gather
-  Seconds bubble;     // pipeline bubble
-  Seconds optimizer;  // Adam step (on the CPU when offloading)
-  Seconds pcie_load;  // offload: PCIe loading not hidden behind compute
+  // The pipeline stage whose once-per-iteration gradient reduce-scatter (ZeRO 0-1) and
+  // parameter all-gather (ZeRO 0-2) show most, and how long each takes; -1 when none runs.
+  int64_t dp_reduce_stage = -1, dp_gather_stage = -1;
+  Seconds dp_reduce_scatter, dp_all_gather;
+  Seconds bubble;       // pipeline bubble
+  Seconds optimizer;    // Adam step (on the CPU when offloading)
+  Seconds pcie_load;    // offload: PCIe loading not hidden behind compute
   Seconds cpu_experts;  // offload: CPU expert time not hidden behind GPU work
   Seconds iteration;
   int64_t microbatches = 0;

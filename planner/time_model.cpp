@@ -587,6 +587,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Seconds unshared = stages[static_cast<size_t>(e.stage)].backward;
     const auto [backward, rs_shared] =
         window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true);
+    out.dp_reduce_stage = e.stage;
+    out.dp_reduce_scatter = own.reduce_scatter;
     out.dp_comm += std::max(Seconds(0), rs_shared - backward - e.slack) + (backward - unshared);
   }
   if (c.zero_stage <= 2) {
@@ -596,6 +598,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Seconds left = std::max(Seconds(0), own.all_gather - e.slack);
     const double part = own.all_gather.value() > 0 ? left / own.all_gather : 0.0;
     const auto [forward, ag_shared] = window(e.stage, left, own.all_gather_in_node * part, false);
+    out.dp_gather_stage = e.stage;
+    out.dp_all_gather = own.all_gather;
     out.dp_comm += std::max(Seconds(0), ag_shared - forward) + (forward - unshared);
   }
   // The optimizer step waits for every stage's.

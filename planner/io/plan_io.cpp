@@ -139,6 +139,15 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                         {"deepspeed",
                          {{"config", deepspeed_config(plan)},
                           {"moe_layer_args", {{"ep_size", *ch.parallel.ep}, {"k", m.top_k}}}}}};
+  // Whose once-per-iteration DP sync shows most (absent when none runs).
+  if (t.dp_reduce_stage >= 0) {
+    out["predicted"]["dp_sync"]["reduce_scatter"] = {{"stage", t.dp_reduce_stage},
+                                                     {"seconds", t.dp_reduce_scatter.value()}};
+  }
+  if (t.dp_gather_stage >= 0) {
+    out["predicted"]["dp_sync"]["all_gather"] = {{"stage", t.dp_gather_stage},
+                                                 {"seconds", t.dp_all_gather.value()}};
+  }
   // What Megatron-LM's log line would print (an APTMoE offload plan does not run there).
   if (!ch.offload) {
     out["predicted"]["megatron_log"] = {

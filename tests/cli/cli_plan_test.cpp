@@ -25,6 +25,25 @@ TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
   }
 }
 
+TEST(Cli, PlanNamesTheStageWhoseDpSyncShows) {
+  // Qwen3-Next over ten stages with DP across nodes: stage 0 (the embedding, and no backward
+  // pass left below it) is the one whose sync shows, not the slowest stage; the text and the
+  // JSON say so.
+  const std::string cmd =
+      "plan --model models/hf/qwen3-next-80b-a3b.config.json --cluster "
+      "topologies/megascale-h800-240.json --global-batch 240 --parallel "
+      "tp=1,pp=10,ep=8,etp=1,dp=12,cp=2,vpp=1,mbs=1,pp_first=5,pp_last=3 --zero 1";
+  const Result r = run(cmd);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("DP comm: stage 0's gradient reduce-scatter ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stage 0's parameter all-gather ("), std::string::npos);
+  const nlohmann::json j = run_json(cmd + " --json");
+  const nlohmann::json& sync = j["plans"][0]["predicted"]["dp_sync"];
+  EXPECT_EQ(sync["reduce_scatter"]["stage"], 0);
+  EXPECT_EQ(sync["all_gather"]["stage"], 0);
+  EXPECT_GT(sync["reduce_scatter"]["seconds"].get<double>(), 0.0);
+}
+
 TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
   // Mixtral-8x7B does not fit 8 x 80 GB, but its weights and Adam states fit the node's host
   // memory: the planner answers with APTMoE offload plans rather than failing.

@@ -313,6 +313,22 @@ void run_plan(const PlanOptions& o) {
     row("CPU experts (exposed)", b.cpu_experts);
   }
   fmt::print("{}\n", bt.render());
+  // Where the exposed DP time comes from: the stage with the least slack behind its sync (the
+  // first, with the embedding, in 1F1B; the slowest when interleaved).
+  if (b.dp_comm.value() > 0 && (b.dp_reduce_stage >= 0 || b.dp_gather_stage >= 0)) {
+    std::vector<std::string> parts;
+    if (b.dp_reduce_stage >= 0)
+      parts.push_back(
+          fmt::format("stage {}'s gradient reduce-scatter ({}) behind its last backward",
+                      b.dp_reduce_stage, ms(b.dp_reduce_scatter)));
+    if (b.dp_gather_stage >= 0)
+      parts.push_back(fmt::format("stage {}'s parameter all-gather ({}) before its first forward",
+                                  b.dp_gather_stage, ms(b.dp_all_gather)));
+    fmt::print(
+        "DP comm: {} show most; link sharing and ZeRO-2/3's per-micro-batch syncs add the "
+        "rest\n\n",
+        fmt::join(parts, " and "));
+  }
   const ParallelConfig& bp = best.choice.parallel;
   // The two numbers users compare with first: Megatron-LM's per-iteration log line (an APTMoE
   // offload plan does not run on Megatron-LM).
