@@ -577,6 +577,16 @@ double gap_on(const ModelSpec& m, const char* cluster_name, const PlanChoice& c)
   return relative(make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096), cl, c);
 }
 
+// A shipped model's layout on 240 H800 with the switches the planner picks there: the
+// all-gather dispatcher and BF16 DP gradients.
+double megascale_gap(const char* model_file, const char* layout) {
+  const ModelSpec m = shipped_model(model_file);
+  PlanChoice c = choice(m, layout);
+  c.dispatcher = megascale::Dispatcher::kAllGather;
+  c.dp_bf16_compression = true;
+  return gap_on(m, "megascale-h800-240", c);
+}
+
 }  // namespace
 
 TEST(TrainingSim, PlannerSeesTheDpSyncSharingTheNicWithTheExpertAllToAll) {
@@ -646,11 +656,8 @@ TEST(TrainingSim, InterleavedChunksGatherAndReduceTheirOwnWeights) {
   // the planner's link roofline holds each pass to its own traffic, -5.4 %: the planner still
   // exposes the slowest stage's whole sync against one pass, about 30 ms more than the
   // simulator's chunk-by-chunk syncs show, which the forward's link time had hidden.
-  const ModelSpec m = shipped_model("hf/qwen3-30b-a3b.config.json");
-  PlanChoice c = choice(m, "tp=4,pp=2,ep=8,etp=1,dp=15,cp=2,vpp=4,mbs=8,gbs=240");
-  c.dispatcher = megascale::Dispatcher::kAllGather;
-  c.dp_bf16_compression = true;
-  const double gap = gap_on(m, "megascale-h800-240", c);
+  const double gap = megascale_gap("hf/qwen3-30b-a3b.config.json",
+                                   "tp=4,pp=2,ep=8,etp=1,dp=15,cp=2,vpp=4,mbs=8,gbs=240");
   EXPECT_LT(std::abs(gap), 0.06) << gap;
 }
 
@@ -660,11 +667,8 @@ TEST(TrainingSim, PlannerHoldsEachPassToItsOwnLinkTraffic) {
   // 2.6 ms of compute for the same traffic. A roofline over the whole micro-batch let the
   // forward borrow the backward's idle link (simulator 2.9 % over the planner); per pass,
   // -1.0 %.
-  const ModelSpec m = shipped_model("hf/qwen3-30b-a3b.config.json");
-  PlanChoice c = choice(m, "tp=4,pp=2,ep=8,etp=1,dp=15,cp=2,vpp=1,mbs=8,gbs=240");
-  c.dispatcher = megascale::Dispatcher::kAllGather;
-  c.dp_bf16_compression = true;
-  const double gap = gap_on(m, "megascale-h800-240", c);
+  const double gap = megascale_gap("hf/qwen3-30b-a3b.config.json",
+                                   "tp=4,pp=2,ep=8,etp=1,dp=15,cp=2,vpp=1,mbs=8,gbs=240");
   EXPECT_LT(std::abs(gap), 0.02) << gap;
 }
 
@@ -675,12 +679,9 @@ TEST(TrainingSim, PlannerExposesTheSyncOfTheStageWithoutSlack) {
   // reduce-scatter is the one that shows; the stages after it start theirs earlier by the
   // backward passes still to run below them. Timing the slowest stage's sync put the
   // simulator 7.5 % over the planner; timing each stage's against its slack, -0.4 %.
-  const ModelSpec m = shipped_model("hf/qwen3-next-80b-a3b.config.json");
-  PlanChoice c =
-      choice(m, "tp=1,pp=10,ep=8,etp=1,dp=12,cp=2,vpp=1,mbs=1,gbs=240,pp_first=5,pp_last=3");
-  c.dispatcher = megascale::Dispatcher::kAllGather;
-  c.dp_bf16_compression = true;
-  const double gap = gap_on(m, "megascale-h800-240", c);
+  const double gap =
+      megascale_gap("hf/qwen3-next-80b-a3b.config.json",
+                    "tp=1,pp=10,ep=8,etp=1,dp=12,cp=2,vpp=1,mbs=1,gbs=240,pp_first=5,pp_last=3");
   EXPECT_LT(std::abs(gap), 0.02) << gap;
 }
 
