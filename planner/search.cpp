@@ -89,8 +89,11 @@ std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp,
     for (int64_t first = std::max<int64_t>(1, k - 2); first <= k; ++first) {
       const int64_t last = ends - first;
       if (last < std::max<int64_t>(1, k - 2) || last > k || (first == k && last == k)) continue;
-      if (middle == 0 && first > last) continue;  // two stages: one order suffices
-      out.push_back({first, last});
+      // Two stages have no middle to set k: one order suffices, and first == last is the even
+      // split (already in), as is a pair an earlier k gave.
+      if (middle == 0 && first >= last) continue;
+      const EndStages split{first, last};
+      if (std::find(out.begin(), out.end(), split) == out.end()) out.push_back(split);
     }
   }
   return out;

@@ -97,6 +97,24 @@ TEST(Search, RankedBestFirstAndAllFit) {
   }
 }
 
+TEST(Search, TwoStagesListEachLayerSplitOnce) {
+  // Mixtral's 32 layers over two stages: the even split 16 / 16 is the plain layout, never also
+  // spelled pp_first=16,pp_last=16, and each uneven split appears once.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  SearchRequest req = request(32, 64, "tp=2,pp=2,ep=8,etp=1,cp=1,vpp=1,mbs=1");
+  req.top_k = 100;
+  const SearchResult r = search_plans(s.ctx, req);
+  ASSERT_GE(r.ranked.size(), 2u);
+  std::vector<std::string> seen;
+  for (const Plan& p : r.ranked) {
+    const ParallelConfig& q = p.choice.parallel;
+    EXPECT_FALSE(q.pp_first && q.pp_last && *q.pp_first == *q.pp_last) << q.to_string();
+    const std::string layout = q.to_string() + " " + p.choice.describe();
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), layout), 0) << layout;
+    seen.push_back(layout);
+  }
+}
+
 TEST(Search, DeterministicAcrossThreadCounts) {
   const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
   SearchRequest one = request(32, 64);
