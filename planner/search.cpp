@@ -83,17 +83,23 @@ std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp,
   std::vector<EndStages> out = {{std::nullopt, std::nullopt}};
   if (pp < 2 || vpp > 1) return out;
   const int64_t middle = pp - 2;
+  if (middle == 0) {
+    // Two stages have no middle to size them by: up to two layers moved either way, to the
+    // first stage (its activations for every micro-batch in flight) or the last (the output
+    // head's GEMM, the heavier end when the vocabulary is large).
+    for (int64_t first = layers / 2 - 2; first <= (layers + 1) / 2 + 2; ++first) {
+      const int64_t last = layers - first;
+      if (first >= 1 && last >= 1 && first != last) out.push_back({first, last});
+    }
+    return out;
+  }
   for (int64_t k = 1; k <= layers; ++k) {
     const int64_t ends = layers - k * middle;
     if (ends < 2) break;
     for (int64_t first = std::max<int64_t>(1, k - 2); first <= k; ++first) {
       const int64_t last = ends - first;
       if (last < std::max<int64_t>(1, k - 2) || last > k || (first == k && last == k)) continue;
-      // Two stages have no middle to set k: one order suffices, and first == last is the even
-      // split (already in), as is a pair an earlier k gave.
-      if (middle == 0 && first >= last) continue;
-      const EndStages split{first, last};
-      if (std::find(out.begin(), out.end(), split) == out.end()) out.push_back(split);
+      out.push_back({first, last});
     }
   }
   return out;

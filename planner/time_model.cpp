@@ -458,7 +458,15 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.tp_comm = share(slowest.tp) * mb;
   out.ep_comm = share(slowest.ep) * mb;
   out.cp_comm = share(slowest.cp) * mb;
-  out.bubble = per_mb * (static_cast<double>(pp - 1) / static_cast<double>(*p.vpp));
+  // Fill and drain: each stage's pass once, less the slowest's that the steady state counts
+  // ((p - 1) t with equal stages; a light stage, or a single micro-batch, shortens it).
+  // Interleaved: (p - 1) / v of the slowest's.
+  if (*p.vpp == 1) {
+    for (const Seconds& t : per_stage) out.bubble += t;
+    out.bubble -= per_mb;
+  } else {
+    out.bubble = per_mb * (static_cast<double>(pp - 1) / static_cast<double>(*p.vpp));
+  }
   Seconds hop;
   if (pp > 1) {
     const int64_t stage_span = boundary_span(p);
