@@ -72,6 +72,14 @@ double linear_attention_params(const ModelSpec& m) {
          static_cast<double>(l.value_head_dim) + v * h;
 }
 
+namespace {
+// Multiply-adds a token and value head of the chunkwise gated delta rule (below).
+double delta_rule_macs(const LinearAttentionSpec& l) {
+  const double dk = static_cast<double>(l.key_head_dim), dv = static_cast<double>(l.value_head_dim);
+  return 3.0 * dk * dv + kLinearChunk * (3.0 * dk + 2.0 * dv) + kLinearChunk * kLinearChunk / 3.0;
+}
+}  // namespace
+
 double linear_attention_flops_per_token(const ModelSpec& m) {
   // The chunkwise gated delta rule (Yang et al., Gated Delta Networks, Sec. 3.3) per value head
   // and chunk of C tokens: K K^T, W = T K, U = T V and the masked Q K^T (3 C^2 d_k + C^2 d_v
@@ -80,17 +88,13 @@ double linear_attention_flops_per_token(const ModelSpec& m) {
   // 2 (3 d_k d_v + C (3 d_k + 2 d_v) + C^2 / 3), at flash-linear-attention's C = 64. Linear in
   // the sequence: 5.9 MFLOP a token for Qwen3-Next's 32 heads of 128, at any length.
   const LinearAttentionSpec& l = m.linear_attention;
-  const double dk = static_cast<double>(l.key_head_dim), dv = static_cast<double>(l.value_head_dim);
-  return static_cast<double>(l.value_heads) * 2.0 *
-         (3.0 * dk * dv + kLinearChunk * (3.0 * dk + 2.0 * dv) + kLinearChunk * kLinearChunk / 3.0);
+  return static_cast<double>(l.value_heads) * 2.0 * delta_rule_macs(l);
 }
 
 double linear_attention_scan_share(const ModelSpec& m) {
   const LinearAttentionSpec& l = m.linear_attention;
-  const double dk = static_cast<double>(l.key_head_dim), dv = static_cast<double>(l.value_head_dim);
-  const double total =
-      3.0 * dk * dv + kLinearChunk * (3.0 * dk + 2.0 * dv) + kLinearChunk * kLinearChunk / 3.0;
-  return total > 0 ? 2.0 * dk * dv / total : 0.0;
+  const double total = delta_rule_macs(l);
+  return total > 0 ? 2.0 * static_cast<double>(l.key_head_dim * l.value_head_dim) / total : 0.0;
 }
 
 LayerParams layer_params(const ModelSpec& m, bool moe_layer, bool linear) {

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "planner/layer_ops.h"
@@ -538,13 +539,15 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // over two 8 x H800 nodes lost 12 ms of 68 to it.)
   // A stage's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
   // only priced when there is a sync to share with (the search scores most candidates here).
+  // The unfused layer prices are taken once, however many windows ask.
+  PlanChoice unfused = c;
+  unfused.intra_overlap = false;
+  std::optional<LayerKinds> unfused_kinds;
   auto traffic_of = [&](int64_t stage) {
     Seconds nic_comm, fabric_comm;
-    PlanChoice unfused = c;
-    unfused.intra_overlap = false;
-    const StageTimes traffic = c.intra_overlap
-                                   ? stage_from(ctx, unfused, layer_kinds(ctx, unfused), stage)
-                                   : stages[static_cast<size_t>(stage)];
+    if (c.intra_overlap && !unfused_kinds) unfused_kinds = layer_kinds(ctx, unfused);
+    const StageTimes traffic = c.intra_overlap ? stage_from(ctx, unfused, *unfused_kinds, stage)
+                                               : stages[static_cast<size_t>(stage)];
     for (auto [kind, time] :
          {std::pair{OpKind::kTp, traffic.tp}, std::pair{OpKind::kEp, traffic.ep},
           std::pair{OpKind::kCp, traffic.cp}}) {

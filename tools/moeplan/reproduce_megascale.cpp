@@ -80,8 +80,8 @@ void push_range(std::vector<Row>& rows, const char* source, const std::string& w
 // attention of 384-1,536 MB a replica and experts of 10 GB a GPU. A model of h = 4,096 with 32
 // MHA heads has 128 MiB of BF16 attention a layer, so 3-12 layers span the paper's sizes; one
 // expert a GPU a layer (ep = 8) is widened to hold 10 GiB a GPU. The planner's dp_sync_times
-// prices SP's hierarchical sync (App. A.1) with its intra-node step after, not under, the
-// inter-node one, so the gap is an upper bound on the pipelined one the paper runs.
+// prices SP's hierarchical sync (App. A.1) with its intra-node step pipelined under the
+// inter-node one by DDP bucket, as the paper's Fig. 5b does.
 void rows_for_sync(std::vector<Row>& rows, const ClusterSpec& cluster) {
   std::vector<double> gaps;
   std::string detail;
