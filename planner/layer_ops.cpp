@@ -154,7 +154,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const Bytes state(b * static_cast<double>(la.value_heads) / static_cast<double>(t) *
                       static_cast<double>(la.key_head_dim * la.value_head_dim) * 4.0);
     const Seconds hand_off = state / ctx.links.bandwidth(t * cp) + ctx.links.latency(t * cp);
-    add("Gated DeltaNet CP state hand-off", OpKind::kCp,
+    add("linear attention CP state hand-off", OpKind::kCp,
         (core * linear_attention_scan_share(m) + hand_off) * static_cast<double>(cp - 1));
   } else if (cp > 1) {
     const AttentionSpec& a = m.attention;

@@ -47,12 +47,19 @@ Flops megatron_iteration_flops(const ModelSpec& m, int64_t seq_len, int64_t glob
   }
   // Gated DeltaNet layers as Megatron-Core counts them (linear_self_attn_term): in_proj, the
   // conv, 4 n_v d_v^2 for the delta rule (KK^T, VK^T, S(a(I - bKK^T)) and SQ) and out_proj.
+  // Megatron-Core has no Kimi Delta Attention: its layers count the same way with KDA's own
+  // projections (q, k, v, beta and the low-rank decay and output gates) as in_proj.
   const LinearAttentionSpec& l = m.linear_attention;
   const double linear_layers = static_cast<double>(m.num_linear_layers());
   const double qk = static_cast<double>(l.key_width()), vw = static_cast<double>(l.value_width());
   const double nv = static_cast<double>(l.value_heads), dv = static_cast<double>(l.value_head_dim);
-  const double linear = k * (h * (2.0 * qk + 2.0 * vw + 2.0 * nv) +
-                             static_cast<double>(l.conv_kernel) * (2.0 * qk + vw) +
+  double in_proj = h * (2.0 * qk + 2.0 * vw + 2.0 * nv);
+  if (l.kind == LinearAttentionKind::kKimiDelta) {
+    const double r = static_cast<double>(l.gate_rank);
+    in_proj =
+        h * (2.0 * qk + vw + nv) + r * (h + qk) + (l.full_rank_output_gate ? h * vw : r * (h + vw));
+  }
+  const double linear = k * (in_proj + static_cast<double>(l.conv_kernel) * (2.0 * qk + vw) +
                              nv * dv * dv * 4.0 + h * vw);
 
   const double mtp_extra = k * mtp * (3.0 * h + 2.0 * h * h);

@@ -47,13 +47,18 @@ memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p,
   }
   if (!m.linear_layer.empty() || a.output_gate) {
     // Softmax layers: q (and its gate), k and v. Gated DeltaNet layers: q, k and v before and
-    // after the convolution, the gate z and the recurrence's output, beta and the decay.
+    // after the convolution, the gate z and the recurrence's output, beta and the decay (one a
+    // head). Kimi Delta Attention decays per key channel (K) and keeps both low-rank gates'
+    // inner activations (r each).
     const LinearAttentionSpec& l = m.linear_attention;
     const double softmax = s.attention_elements() +
                            (a.output_gate ? static_cast<double>(a.num_heads * a.head_dim) : 0.0);
     const double qkv = static_cast<double>(2 * l.key_width() + l.value_width());
-    const double linear = 2.0 * qkv + 2.0 * static_cast<double>(l.value_width()) +
-                          2.0 * static_cast<double>(l.value_heads);
+    const double heads = static_cast<double>(l.value_heads);
+    const double decay = l.kind == LinearAttentionKind::kKimiDelta
+                             ? static_cast<double>(l.key_width() + 2 * l.gate_rank)
+                             : heads;
+    const double linear = 2.0 * qkv + 2.0 * static_cast<double>(l.value_width()) + heads + decay;
     const double n = static_cast<double>(m.num_linear_layers());
     const double layers = static_cast<double>(m.num_layers);
     s.attention_width = ((layers - n) * softmax + n * linear) / layers;

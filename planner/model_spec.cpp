@@ -67,6 +67,8 @@ void validate(const ModelSpec& m) {
     require_field(l.value_heads % l.key_heads == 0, "linear_num_value_heads",
                   fmt::format("{} value heads are not a multiple of {} key heads", l.value_heads,
                               l.key_heads));
+    require_field(l.kind == LinearAttentionKind::kGatedDeltaNet || l.gate_rank > 0,
+                  "linear_attn_config", "Kimi Delta Attention needs a positive gate rank");
     require_field(m.num_windowed_layers() == 0 && !a.sparse(), "layer_types",
                   "linear attention beside windowed or sparse attention");
   }

@@ -50,18 +50,30 @@ struct AttentionSpec {
   int64_t value_head_dim() const { return kind == AttentionKind::kLatent ? v_head_dim : head_dim; }
 };
 
-// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a layer replaces softmax attention with
-// a gated delta-rule recurrence over key_heads x key_head_dim keys and value_heads x
-// value_head_dim values (q and k repeated up to the value heads), after a depthwise causal
-// convolution of conv_kernel taps over q, k and v.
+// Linear attention: a layer replaces softmax attention with a gated delta-rule recurrence over
+// key_heads x key_head_dim keys and value_heads x value_head_dim values (q and k repeated up to
+// the value heads), after a depthwise causal convolution of conv_kernel taps over q, k and v.
+//   Gated DeltaNet (Qwen3-Next, Qwen3.5): one scalar decay and beta a value head, a full-rank
+//     output gate z.
+//   Kimi Delta Attention (Kimi Linear): as many key as value heads, a decay per key channel
+//     (f_a [h -> gate_rank] then f_b [gate_rank -> K]), a beta a head, and an output gate that
+//     is low-rank too (g_a, g_b) unless full_rank_output_gate.
+enum class LinearAttentionKind { kGatedDeltaNet, kKimiDelta };
+
 struct LinearAttentionSpec {
   int64_t key_heads = 0;
   int64_t value_heads = 0;
   int64_t key_head_dim = 0;
   int64_t value_head_dim = 0;
   int64_t conv_kernel = 0;
+  LinearAttentionKind kind = LinearAttentionKind::kGatedDeltaNet;
+  int64_t gate_rank = 0;  // Kimi Delta Attention only
+  bool full_rank_output_gate = false;
   int64_t key_width() const { return key_heads * key_head_dim; }
   int64_t value_width() const { return value_heads * value_head_dim; }
+  const char* name() const {
+    return kind == LinearAttentionKind::kKimiDelta ? "Kimi Delta Attention" : "Gated DeltaNet";
+  }
 };
 
 struct ModelSpec {
@@ -85,7 +97,7 @@ struct ModelSpec {
   // windowed_layer[i]: layer i's attention is windowed (attention.sliding_window keys); empty
   // when the model has no window.
   std::vector<bool> windowed_layer;
-  // linear_layer[i]: layer i is Gated DeltaNet linear attention (linear_attention); empty when
+  // linear_layer[i]: layer i is linear attention (linear_attention); empty when
   // every layer runs softmax attention.
   LinearAttentionSpec linear_attention;
   std::vector<bool> linear_layer;

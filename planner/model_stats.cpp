@@ -59,17 +59,26 @@ double attention_params(const ModelSpec& m) {
 }
 
 double linear_attention_params(const ModelSpec& m) {
-  // Qwen3-Next's GatedDeltaNet: in_proj_qkvz [h -> 2K + 2V] (q, k, v and the output gate z),
-  // in_proj_ba [h -> 2 n_v] (beta and the decay's input), the depthwise conv over q, k and v
-  // ((2K + V) x taps), dt_bias and A_log (n_v each), the gated RMSNorm over d_v, and
-  // out_proj [V -> h]. Qwen3.5 splits the projections; the count is the same.
   const LinearAttentionSpec& l = m.linear_attention;
   const double h = static_cast<double>(m.hidden_size);
   const double k = static_cast<double>(l.key_width()), v = static_cast<double>(l.value_width());
   const double nv = static_cast<double>(l.value_heads);
-  return h * (2.0 * k + 2.0 * v) + h * 2.0 * nv +
-         (2.0 * k + v) * static_cast<double>(l.conv_kernel) + 2.0 * nv +
-         static_cast<double>(l.value_head_dim) + v * h;
+  const double conv = (2.0 * k + v) * static_cast<double>(l.conv_kernel);
+  const double norm = static_cast<double>(l.value_head_dim);
+  if (l.kind == LinearAttentionKind::kKimiDelta) {
+    // Kimi Linear's KimiDeltaAttention: q_proj, k_proj, v_proj [h -> K, K, V], a depthwise conv
+    // each, the per-channel decay f_a [h -> r], f_b [r -> K] with dt_bias (K) and A_log (a head),
+    // b_proj [h -> n_v] for beta, the output gate g_a [h -> r], g_b [r -> V] (or one g_proj
+    // [h -> V] at full rank), o_norm over d_v and o_proj [V -> h].
+    const double r = static_cast<double>(l.gate_rank);
+    const double output_gate = l.full_rank_output_gate ? h * v : h * r + r * v;
+    return h * (2.0 * k + v) + conv + h * r + r * k + k + nv + h * nv + output_gate + norm + v * h;
+  }
+  // Qwen3-Next's GatedDeltaNet: in_proj_qkvz [h -> 2K + 2V] (q, k, v and the output gate z),
+  // in_proj_ba [h -> 2 n_v] (beta and the decay's input), the depthwise conv over q, k and v
+  // ((2K + V) x taps), dt_bias and A_log (n_v each), the gated RMSNorm over d_v, and
+  // out_proj [V -> h]. Qwen3.5 splits the projections; the count is the same.
+  return h * (2.0 * k + 2.0 * v) + h * 2.0 * nv + conv + 2.0 * nv + norm + v * h;
 }
 
 namespace {
@@ -87,6 +96,8 @@ double linear_attention_flops_per_token(const ModelSpec& m) {
   // (3 C d_k d_v), and the triangular solve behind T (C^3 / 3). Per token, times 2 FLOPs:
   // 2 (3 d_k d_v + C (3 d_k + 2 d_v) + C^2 / 3), at flash-linear-attention's C = 64. Linear in
   // the sequence: 5.9 MFLOP a token for Qwen3-Next's 32 heads of 128, at any length.
+  // Decision: Kimi Delta Attention runs the same chunkwise products (its per-channel decay
+  // scales K and Q element-wise before them, which we leave out), so it costs the same here.
   const LinearAttentionSpec& l = m.linear_attention;
   return static_cast<double>(l.value_heads) * 2.0 * delta_rule_macs(l);
 }

@@ -25,7 +25,7 @@ struct LayerParams {
   double routed_experts = 0;  // all routed experts of the layer
   double dense_ffn = 0;       // a dense layer's FFN
   double one_routed_expert = 0;
-  bool linear = false;  // Gated DeltaNet attention (its weights in `attention`)
+  bool linear = false;  // linear attention (its weights in `attention`)
 
   double total() const {
     return attention + norms + router + shared_experts + routed_experts + dense_ffn;
@@ -53,10 +53,10 @@ double last_stage_head_params(const ModelParams& all, bool also_first);
 double ffn_params(const ModelSpec& m, int64_t width);
 double attention_params(const ModelSpec& m);  // DSA's indexer included
 double indexer_params(const ModelSpec& m);    // DSA's lightning indexer; 0 without
-// A layer's weights: softmax attention, or Gated DeltaNet when `linear`.
+// A layer's weights: softmax attention, or linear attention when `linear`.
 LayerParams layer_params(const ModelSpec& m, bool moe_layer, bool linear = false);
 double linear_attention_params(const ModelSpec& m);
-// Forward FLOPs a token of one Gated DeltaNet layer's recurrence (the projections are matmuls).
+// Forward FLOPs a token of one linear-attention layer's recurrence (the projections are matmuls).
 double linear_attention_flops_per_token(const ModelSpec& m);
 // The share of those FLOPs in the inter-chunk state scan (the new values U - W S and the state
 // update K^T(U - W S), flash-linear-attention's chunk_gated_delta_rule_fwd_h): the part that
@@ -68,7 +68,7 @@ struct TokenFlops {
   Flops forward_matmul;     // 2 x active matrix weights
   Flops forward_attention;  // scores and values, causal (DSA: with its indexer)
   Flops forward_indexer;    // DSA's lightning indexer, part of forward_attention
-  Flops forward_linear;     // Gated DeltaNet layers' recurrence, part of forward_attention
+  Flops forward_linear;     // linear-attention layers' recurrence, part of forward_attention
   Flops forward() const { return forward_matmul + forward_attention; }
   Flops training() const { return forward() * 3.0; }  // forward + 2x for backward
 };

@@ -172,7 +172,7 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       a.push_back("--window-attn-skip-freq " + layer_pattern(m.windowed_layer));
     }
   }
-  if (!m.linear_layer.empty()) {
+  if (!m.linear_layer.empty() && m.linear_attention.kind == LinearAttentionKind::kGatedDeltaNet) {
     // Megatron-Core's Gated DeltaNet (experimental): --linear-attention-freq as the window's
     // skip frequency, 1 for a linear layer in its list form.
     const LinearAttentionSpec& l = m.linear_attention;
@@ -186,6 +186,31 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   }
   if (att.output_gate) a.push_back("--attention-output-gate");
   return a;
+}
+
+std::vector<std::string> megatron_gaps(const Plan& plan, const ModelSpec& m) {
+  std::vector<std::string> gaps;
+  if (plan.choice.offload) return gaps;
+  auto layers = [](const std::vector<bool>& marked) {
+    std::vector<int> listed;  // 1-based, as the model cards count
+    for (size_t i = 0; i < marked.size(); ++i)
+      if (marked[i]) listed.push_back(static_cast<int>(i) + 1);
+    return fmt::format("{}", fmt::join(listed, ","));
+  };
+  if (m.attention.sliding_window > 0 && m.attention.chunked_window) {
+    gaps.push_back(fmt::format(
+        "chunked attention ({} keys, layers {}) has no Megatron-LM argument: those layers need "
+        "a custom attention mask",
+        m.attention.sliding_window, layers(m.windowed_layer)));
+  }
+  if (!m.linear_layer.empty() && m.linear_attention.kind == LinearAttentionKind::kKimiDelta) {
+    gaps.push_back(fmt::format(
+        "Megatron-Core has no Kimi Delta Attention: layers {} need a custom layer spec ({} heads "
+        "of {}, conv {}); the arguments build them as the others",
+        layers(m.linear_layer), m.linear_attention.value_heads, m.linear_attention.value_head_dim,
+        m.linear_attention.conv_kernel));
+  }
+  return gaps;
 }
 
 }  // namespace moe

@@ -99,11 +99,11 @@ ModelSpec from_ours(ObjectReader& r) {
 // --- HuggingFace config.json --------------------------------------------------------------
 
 const std::vector<std::string> kHfTypes = {
-    "deepseek",         "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2",
-    "kimi_k25",         "glm4_moe",    "glm_moe_dsa", "gpt_oss",      "llama4",
-    "llama4_text",      "minimax_m2",  "mixtral",     "phimoe",       "qwen2_moe",
-    "qwen3_moe",        "qwen3_next",  "qwen3_5",     "qwen3_5_text", "qwen3_5_moe",
-    "qwen3_5_moe_text", "olmoe",       "llama",       "qwen2",        "mistral"};
+    "deepseek",     "deepseek_v2", "deepseek_v3",      "deepseek_v32", "kimi_k2",     "kimi_k25",
+    "glm4_moe",     "glm_moe_dsa", "gpt_oss",          "llama4",       "llama4_text", "minimax_m2",
+    "mixtral",      "phimoe",      "qwen2_moe",        "qwen3_moe",    "qwen3_next",  "qwen3_5",
+    "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "olmoe",        "llama",       "qwen2",
+    "mistral",      "kimi_linear"};
 
 // Qwen3-Next and Qwen3.5: Gated DeltaNet layers between gated softmax attention.
 bool qwen_hybrid(const std::string& type) {
@@ -268,6 +268,48 @@ void hf_linear_attention(ObjectReader& r, ModelSpec& m) {
   }
 }
 
+// Kimi Linear: Kimi Delta Attention on the layers linear_attn_config.kda_layers lists, MLA (with
+// no RoPE, mla_use_nope, which changes no weight) on its full_attn_layers; both lists 1-based and
+// together every layer once. Kimi K3's text model shares the model_type but routes experts in a
+// narrower latent width and mixes earlier layers' outputs (Block AttnRes): both are refused.
+void hf_kimi_linear(ObjectReader& r, ModelSpec& m) {
+  if (r.optional_integer("routed_expert_hidden_size").value_or(m.hidden_size) != m.hidden_size)
+    r.fail("routed_expert_hidden_size", "experts in a latent width (Kimi K3) are not modelled");
+  if (r.has("attn_res_block_size"))
+    r.fail("attn_res_block_size", "Kimi K3's attention residuals (Block AttnRes) are not modelled");
+  if (r.boolean_or("mla_use_output_gate", false))
+    r.fail("mla_use_output_gate", "a gated MLA output is not modelled");
+  ObjectReader c = r.object("linear_attn_config");
+  LinearAttentionSpec& l = m.linear_attention;
+  l.kind = LinearAttentionKind::kKimiDelta;
+  l.key_heads = l.value_heads = positive(c, "num_heads");
+  l.key_head_dim = l.value_head_dim = positive(c, "head_dim");
+  l.gate_rank = l.key_head_dim;  // f_a and g_a project h to head_dim
+  l.conv_kernel = c.integer_or("short_conv_kernel_size", 4);
+  if (l.conv_kernel <= 0) c.fail("short_conv_kernel_size", "must be positive");
+  l.full_rank_output_gate = c.boolean_or("use_full_rank_gate", false);
+  std::vector<int> seen(static_cast<size_t>(m.num_layers), 0);
+  m.linear_layer.assign(static_cast<size_t>(m.num_layers), false);
+  for (const char* key : {"kda_layers", "full_attn_layers"}) {
+    const std::vector<int64_t> layers = c.integer_array(key);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i] < 1 || layers[i] > m.num_layers) {
+        c.fail_at(key, i,
+                  fmt::format("layer {} is not in [1, {}] (1-based)", layers[i], m.num_layers));
+      }
+      const size_t at = static_cast<size_t>(layers[i] - 1);
+      if (seen[at]++) c.fail_at(key, i, fmt::format("layer {} is listed twice", layers[i]));
+      m.linear_layer[at] = std::string(key) == "kda_layers";
+    }
+  }
+  const auto missing = std::find(seen.begin(), seen.end(), 0);
+  if (missing != seen.end()) {
+    c.fail("full_attn_layers", fmt::format("layer {} is in neither kda_layers nor full_attn_layers",
+                                           missing - seen.begin() + 1));
+  }
+  c.ignore_rest();  // the decay's lower bound and kernel options change no weight
+}
+
 // MiniMax-M2: Mixtral's expert fields, an optional shared FFN of shared_intermediate_size, and
 // attn_type_list naming each layer's attention (1 softmax; 0 MiniMax-01's lightning linear
 // attention, which we do not model). Its use_mtp / num_mtp_modules describe MTP heads the released
@@ -295,7 +337,8 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
   std::vector<int64_t> dense_only;  // qwen mlp_only_layers
 
   const bool dsa = type == "deepseek_v32" || type == "glm_moe_dsa";
-  if (type == "deepseek_v2" || type == "deepseek_v3" || dsa) {
+  const bool kimi_linear = type == "kimi_linear";
+  if (type == "deepseek_v2" || type == "deepseek_v3" || dsa || kimi_linear) {
     m.attention.kind = AttentionKind::kLatent;
     m.attention.num_heads = positive(r, "num_attention_heads");
     m.attention.num_kv_heads = m.attention.num_heads;
@@ -355,6 +398,17 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
       m.shared_expert_ffn_size = r.integer_or("shared_expert_intermediate_size", 0);
       m.shared_expert_gate = m.shared_expert_ffn_size > 0;
     }
+  } else if (kimi_linear) {
+    // DeepSeek's MoE layout under Moonshot's names.
+    m.dense_ffn_size = positive(r, "intermediate_size");
+    m.num_routed_experts = r.optional_integer("num_experts").value_or(0);
+    if (m.is_moe()) {
+      m.expert_ffn_size = positive(r, "moe_intermediate_size");
+      m.top_k = positive(r, "num_experts_per_token");
+      m.num_shared_experts = r.integer_or("num_shared_experts", 0);
+      first_dense = r.integer_or("first_k_dense_replace", 0);
+      freq = r.integer_or("moe_layer_freq", 1);
+    }
   } else if (type == "olmoe") {
     m.num_routed_experts = positive(r, "num_experts");
     m.expert_ffn_size = positive(r, "intermediate_size");
@@ -379,6 +433,7 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
   }
   hf_sliding_window(r, m, type);
   if (qwen_hybrid(type)) hf_linear_attention(r, m);
+  if (kimi_linear) hf_kimi_linear(r, m);
   r.ignore_rest();  // HF configs carry many runtime keys (rope scaling, dropout, ...)
   return m;
 }

@@ -136,6 +136,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                           {"stages", stages}}},
                         {"cp_expansion", cp_expansion_json(plan, c)},
                         {"megatron_args", megatron_arguments(plan, m)},
+                        {"megatron_gaps", megatron_gaps(plan, m)},
                         {"deepspeed",
                          {{"config", deepspeed_config(plan)},
                           {"moe_layer_args", {{"ep_size", *ch.parallel.ep}, {"k", m.top_k}}}}}};
@@ -236,7 +237,7 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;
   for (const char* key : {"model", "cluster", "gpus", "schedule", "predicted", "cp_expansion",
-                          "megatron_args", "deepspeed"})
+                          "megatron_args", "megatron_gaps", "deepspeed"})
     r.ignore(key);
   r.finish();
   return c;

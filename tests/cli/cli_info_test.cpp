@@ -35,6 +35,13 @@ TEST(Cli, InfoNamesHybridAndSparseAttention) {
   EXPECT_NE(next.out.find("Gated DeltaNet on 36 of 48 layers: 16 key heads x 128, 32 value heads"),
             std::string::npos)
       << next.out;
+  // Kimi Linear: Kimi Delta Attention with its low-rank gates, MLA on the rest.
+  const Result kimi = run("info --model models/hf/kimi-linear-48b-a3b.config.json");
+  ASSERT_EQ(kimi.code, 0) << kimi.err;
+  EXPECT_NE(kimi.out.find("Kimi Delta Attention on 20 of 27 layers: 32 key heads x 128, 32 value "
+                          "heads x 128, conv 4, gates of rank 128"),
+            std::string::npos)
+      << kimi.out;
   const nlohmann::json v32 =
       run_json("info --model models/hf/deepseek-v3.2.config.json --seq-len 131072 --json");
   EXPECT_EQ(v32["sparse_attention_topk"].get<int>(), 2048);

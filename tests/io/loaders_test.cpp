@@ -316,6 +316,41 @@ TEST(Loaders, GatedDeltaNetLayers) {
   }
 }
 
+TEST(Loaders, KimiLinearLayers) {
+  // kimi_linear: 1-based kda_layers and full_attn_layers that together name every layer once;
+  // Kimi K3's latent experts and attention residuals are refused by field.
+  std::ifstream in(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/kimi-linear-48b-a3b.config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["num_hidden_layers"] = 4;
+  j["linear_attn_config"]["kda_layers"] = {1, 2, 4};
+  j["linear_attn_config"]["full_attn_layers"] = {3};
+  const ModelSpec m = model_from_json(j, "kl.json");
+  EXPECT_EQ(m.linear_layer, (std::vector<bool>{true, true, false, true}));
+  EXPECT_EQ(m.linear_attention.gate_rank, 128);
+  EXPECT_EQ(m.linear_attention.key_heads, m.linear_attention.value_heads);
+  j["linear_attn_config"]["kda_layers"] = {0, 1, 2};
+  EXPECT_TRUE(refuses(j, "kl.json",
+                      "kl.json: /linear_attn_config/kda_layers/0: layer 0 is not in [1, 4] "
+                      "(1-based)"));
+  j["linear_attn_config"]["kda_layers"] = {1, 2, 3};
+  EXPECT_TRUE(refuses(j, "kl.json",
+                      "kl.json: /linear_attn_config/full_attn_layers/0: layer 3 is listed twice"));
+  j["linear_attn_config"]["kda_layers"] = {1, 2};
+  EXPECT_TRUE(refuses(j, "kl.json",
+                      "kl.json: /linear_attn_config/full_attn_layers: layer 4 is in neither "
+                      "kda_layers nor full_attn_layers"));
+  j["linear_attn_config"]["kda_layers"] = {1, 2, 4};
+  j["linear_attn_config"].erase("num_heads");
+  EXPECT_TRUE(refuses(j, "kl.json", "kl.json: /linear_attn_config/num_heads: "));
+  j["linear_attn_config"]["num_heads"] = 32;
+  j["routed_expert_hidden_size"] = 1152;
+  EXPECT_TRUE(refuses(j, "kl.json", "kl.json: /routed_expert_hidden_size: experts in a latent"));
+  j["routed_expert_hidden_size"] = 2304;  // the hidden size itself: plain experts
+  EXPECT_NO_THROW(model_from_json(j, "kl.json"));
+  j["attn_res_block_size"] = 12;
+  EXPECT_TRUE(refuses(j, "kl.json", "kl.json: /attn_res_block_size: "));
+}
+
 TEST(Loaders, ClusterErrorsNameTheJsonPointer) {
   const std::string nic = error_of([] { load_cluster(data("cluster-nic-missing-gpu.json")); });
   EXPECT_NE(

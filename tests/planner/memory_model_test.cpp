@@ -230,6 +230,12 @@ TEST(MemoryModel, LinearAttentionLayersKeepTheirOwnWidths) {
   EXPECT_DOUBLE_EQ(
       (memfine::sequence_activation(hybrid) - memfine::sequence_activation(plain)).value(),
       2.0 * 4096 * (hybrid.attention_width - plain.attention_elements()));
+  // Kimi Delta Attention decays per key channel and keeps its two low-rank gates' inner
+  // activations: K + 2 r where Gated DeltaNet keeps one decay a head.
+  m.linear_attention = {32, 32, 128, 128, 4, LinearAttentionKind::kKimiDelta, 128};
+  const double kda_qkv = 3 * 32 * 128;
+  const double kda = 2 * kda_qkv + 2 * 32 * 128 + 32 + 32 * 128 + 2 * 128;
+  EXPECT_DOUBLE_EQ(moe_layer_shape(m, p, 4096, 2).attention_width, (8 * softmax + 24 * kda) / 32);
 }
 
 }  // namespace moe

@@ -167,6 +167,55 @@ TEST(ModelStatsGolden, GatedDeltaNetHybrids) {
   EXPECT_NEAR(diff, 36 * (mcore_softmax - mcore_linear), 1.0);
 }
 
+TEST(ModelStatsGolden, KimiLinear) {
+  // Kimi-Linear-48B-A3B: 27 layers, 1-based kda_layers (20) and full_attn_layers 4, 8, ..., 24,
+  // 27 (MLA: 32 heads, q projected directly, kv rank 512, 128 + 64 / 128); layer 1 dense (9216),
+  // the rest 256 experts of 1024, top-8, one shared. KDA (32 heads of 128, conv 4) counted by
+  // hand: q, k, v 2304 x 4096 each, 3 convs 4096 x 4, f_a 2304 x 128, f_b 128 x 4096, dt_bias
+  // 4096, A_log 32, b_proj 2304 x 32, g_a 2304 x 128, g_b 128 x 4096, o_norm 128, o_proj
+  // 4096 x 2304. The card says 48 B and 3 B activated: 49.1 B and 2.7 B without embedding and
+  // head here.
+  const double h = 2304, w = 4096, r = 128;
+  const double kda =
+      3 * h * w + 3 * w * 4 + h * r + r * w + w + 32 + h * 32 + h * r + r * w + 128 + w * h;
+  const double mla = h * 32 * 192 + h * (512 + 64) + 512 + 512 * 32 * 256 + 32 * 128 * h;
+  const double expert = 3 * h * 1024, router = 256 * h, embedding = 163840 * h;
+  const ModelSpec kl = model("hf/kimi-linear-48b-a3b.config.json");
+  EXPECT_EQ(kl.linear_attention.kind, LinearAttentionKind::kKimiDelta);
+  EXPECT_EQ(kl.num_linear_layers(), 20);
+  EXPECT_TRUE(kl.linear_layer[0]);    // layer 1
+  EXPECT_FALSE(kl.linear_layer[3]);   // layer 4
+  EXPECT_FALSE(kl.linear_layer[26]);  // layer 27
+  EXPECT_FALSE(kl.moe_layer[0]);
+  EXPECT_DOUBLE_EQ(linear_attention_params(kl), kda);
+  const ModelParams p = count_params(kl);
+  const double norms = 27 * 2 * h + h;
+  EXPECT_NEAR(
+      p.total(),
+      2 * embedding + 20 * kda + 7 * mla + 3 * h * 9216 + 26 * (257 * expert + router) + norms,
+      1.0);
+  EXPECT_NEAR(p.total() / kB, 49.12, 0.01);
+  EXPECT_NEAR((p.active(kl) - p.embedding - p.output_head) / kB, 2.73, 0.01);
+  // A full-rank output gate (Kimi K3's use_full_rank_gate) is one h x K matrix.
+  ModelSpec full = kl;
+  full.linear_attention.full_rank_output_gate = true;
+  EXPECT_DOUBLE_EQ(linear_attention_params(full) - kda, h * w - (h * r + r * w));
+  // Megatron-Core has no KDA; its Gated DeltaNet count with KDA's projections.
+  ModelSpec all_mla = kl;
+  all_mla.linear_layer.clear();
+  const double seq = 4096, tokens = seq * 8;
+  const double diff =
+      (megatron_iteration_flops(all_mla, 4096, 8, 1) - megatron_iteration_flops(kl, 4096, 8, 1))
+          .value() /
+      tokens;
+  const double mcore_kda =
+      6 * (h * (3 * w + 32) + r * (h + w) * 2 + 4 * 3 * w + 32 * 128.0 * 128 * 4 + h * w);
+  const double q_term = h * 32 * 192;
+  const double mcore_mla = 6 * (q_term + 512 * (h + 32 * 256 + 1) + h * 64 + 32 * 128 * h +
+                                seq * 32 * 192 / 2 + seq * 32 * 128 / 2);
+  EXPECT_NEAR(diff, 20 * (mcore_mla - mcore_kda), 1.0);
+}
+
 TEST(ModelStatsGolden, OtherPublishedCounts) {
   struct Case {
     const char* file;

@@ -248,7 +248,7 @@ TEST(TimeModel, GatedDeltaNetContextParallelHandsTheStateRankAfterRank) {
       if (op.name == name) return op.time.value();
     return -1.0;
   };
-  const char* kHandOff = "Gated DeltaNet CP state hand-off";
+  const char* kHandOff = "linear attention CP state hand-off";
   const char* kRing = "context-parallel K/V ring";
   EXPECT_EQ(op_time(true, kRing), -1.0);
   EXPECT_EQ(op_time(false, kHandOff), -1.0);  // its ring hides behind its 128K core attention
@@ -619,6 +619,18 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
         "--linear-num-key-heads 16", "--linear-num-value-heads 32", "--attention-output-gate"}) {
     EXPECT_NE(std::find(next.begin(), next.end(), a), next.end()) << a;
   }
+  // Kimi Linear: Megatron-Core has no Kimi Delta Attention, so no Gated DeltaNet flag stands
+  // in for it; the gap names the layers (1-based) instead.
+  const ModelSpec kimi = io::load_model(root("models/hf/kimi-linear-48b-a3b.config.json"));
+  const auto kl = megatron_arguments(p, kimi);
+  for (const std::string& a : kl) EXPECT_EQ(a.find("linear"), std::string::npos) << a;
+  EXPECT_NE(std::find(kl.begin(), kl.end(), "--multi-latent-attention"), kl.end());
+  const auto gaps = megatron_gaps(p, kimi);
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_NE(gaps[0].find("no Kimi Delta Attention: layers 1,2,3,5,6,7,9,"), std::string::npos)
+      << gaps[0];
+  EXPECT_TRUE(
+      megatron_gaps(p, io::load_model(root("models/hf/qwen3-next-80b-a3b.config.json"))).empty());
   // A windowed model: gpt-oss alternates from a windowed first layer, Megatron's skip
   // frequency 2; a pattern no frequency gives goes as the list form.
   ModelSpec oss = io::load_model(root("models/hf/gpt-oss-20b.config.json"));
@@ -635,10 +647,16 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   oss.windowed_layer = {true, false, false, true};
   oss_args = megatron_arguments(q, oss);
   EXPECT_TRUE(has_oss("--window-attn-skip-freq [1,0,0,1]"));
-  // Chunked attention (Llama 4) has no Megatron-LM argument; none is made up.
+  // Chunked attention (Llama 4) has no Megatron-LM argument; none is made up, and the gap says
+  // which layers it leaves out.
+  EXPECT_TRUE(megatron_gaps(q, oss).empty());
   oss.attention.chunked_window = true;
   oss_args = megatron_arguments(q, oss);
   EXPECT_FALSE(has_oss("--window-size 128,0"));
+  const auto chunked = megatron_gaps(q, oss);
+  ASSERT_EQ(chunked.size(), 1u);
+  EXPECT_NE(chunked[0].find("chunked attention (128 keys, layers 1,4)"), std::string::npos)
+      << chunked[0];
 }
 
 }  // namespace moe

@@ -85,10 +85,14 @@ void run_info(const InfoOptions& o) {
   if (!m.linear_layer.empty()) {
     const LinearAttentionSpec& l = m.linear_attention;
     fmt::print(
-        "linear attention   Gated DeltaNet on {} of {} layers: {} key heads x {}, {} value heads "
-        "x {}, conv {}{}\n",
-        m.num_linear_layers(), m.num_layers, l.key_heads, l.key_head_dim, l.value_heads,
+        "linear attention   {} on {} of {} layers: {} key heads x {}, {} value heads x {}, "
+        "conv {}{}{}\n",
+        l.name(), m.num_linear_layers(), m.num_layers, l.key_heads, l.key_head_dim, l.value_heads,
         l.value_head_dim, l.conv_kernel,
+        l.kind == LinearAttentionKind::kKimiDelta
+            ? fmt::format(", gates of rank {}{}", l.gate_rank,
+                          l.full_rank_output_gate ? " (output gate full rank)" : "")
+            : "",
         m.attention.output_gate ? "; gated softmax attention on the rest" : "");
   }
   if (m.attention.sparse()) {

@@ -369,6 +369,8 @@ void run_plan(const PlanOptions& o) {
             : "",
         mt.render());
   const std::vector<std::string> args = megatron_arguments(best, m);
+  // Before the arguments, so that they stay one paste-able command.
+  for (const std::string& gap : megatron_gaps(best, m)) fmt::print("Megatron-LM gap: {}\n", gap);
   if (args.empty()) {
     fmt::print(
         "Megatron-LM arguments: none (Megatron-LM cannot run experts on the CPU; APTMoE or the "
