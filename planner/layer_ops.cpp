@@ -153,7 +153,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const LinearAttentionSpec& la = m.linear_attention;
     const Bytes state(b * static_cast<double>(la.value_heads) / static_cast<double>(t) *
                       static_cast<double>(la.key_head_dim * la.value_head_dim) * 4.0);
-    const Seconds hand_off = state / ctx.links.bandwidth(t * cp) + ctx.links.latency(t * cp);
+    const Seconds hand_off = state / ctx.links.ring_link(cp, t) + ctx.links.latency(t * cp);
     add("linear attention CP state hand-off", OpKind::kCp,
         (core * linear_attention_scan_share(m) + hand_off) * static_cast<double>(cp - 1));
   } else if (cp > 1) {
@@ -163,8 +163,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         static_cast<double>(t);
     const Bytes ring(b * s / static_cast<double>(cp) * kv_width * kActivationBytes *
                      static_cast<double>(cp - 1));
-    const Seconds send = ring / ctx.links.bandwidth(t * cp) +
-                         ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
+    const Seconds send =
+        ring / ctx.links.ring_link(cp, t) + ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
     add("context-parallel K/V ring", OpKind::kCp, std::max(Seconds(0), send - core));
   }
   if (!fuse_attention) {

@@ -1,6 +1,65 @@
 #include "planner/link_rates.h"
 
+#include <algorithm>
+#include <map>
+#include <utility>
+
 namespace moe {
+
+namespace {
+// The GPUs of node 0's groups of n ranks at `stride`, Megatron's way: blocks of n x stride
+// consecutive ranks, `stride` interleaved groups in each.
+std::vector<std::vector<int>> node_groups(int gpus, int64_t n, int64_t stride) {
+  std::vector<std::vector<int>> groups;
+  for (int64_t block = 0; block < gpus; block += n * stride) {
+    for (int64_t offset = 0; offset < stride; ++offset) {
+      std::vector<int>& g = groups.emplace_back();
+      for (int64_t i = 0; i < n; ++i) g.push_back(static_cast<int>(block + offset + i * stride));
+    }
+  }
+  return groups;
+}
+
+// Per direction, how many of the flows cross each link when every group runs at once, over
+// the link's bandwidth: the largest ratio is the seconds a flow's byte takes. Rings and
+// all-to-alls send as much each way across any link of the node's tree, so half the flows
+// through a link go each way.
+double busiest_link(const ClusterGraph& g, const std::vector<std::pair<int, int>>& flows) {
+  std::map<int, std::pair<double, double>> load;  // link id -> (flows, bandwidth)
+  for (auto [from, to] : flows) {
+    for (const Link& l : g.gpu_path(from, to)) {
+      auto& [count, bw] = load[l.id];
+      count += 0.5;
+      bw = l.bandwidth.value();
+    }
+  }
+  double worst = 0;
+  for (const auto& [id, lb] : load) worst = std::max(worst, lb.first / lb.second);
+  return worst;
+}
+}  // namespace
+
+std::vector<GroupRate> shared_group_rates(const ClusterSpec& c, const ClusterGraph& g) {
+  std::vector<GroupRate> out;
+  const int gpus = c.node.num_gpus;
+  for (int64_t n = 2; n <= gpus; ++n) {
+    for (int64_t stride = 1; n * stride <= gpus; ++stride) {
+      if (gpus % (n * stride) != 0) continue;
+      std::vector<std::pair<int, int>> ring, all;
+      for (const std::vector<int>& group : node_groups(gpus, n, stride)) {
+        for (size_t i = 0; i < group.size(); ++i) {
+          ring.emplace_back(group[i], group[(i + 1) % group.size()]);
+          for (int peer : group)
+            if (peer != group[i]) all.emplace_back(group[i], peer);
+        }
+      }
+      // A ring step moves one message a member; an all-to-all n - 1 messages of per_rank / n.
+      out.push_back({n, stride, BytesPerSec(1.0 / busiest_link(g, ring)),
+                     BytesPerSec(static_cast<double>(n - 1) / busiest_link(g, all))});
+    }
+  }
+  return out;
+}
 
 LinkRates link_rates(const ClusterSpec& c) {
   const ClusterGraph g(c);
@@ -15,7 +74,20 @@ LinkRates link_rates(const ClusterSpec& c) {
     intra = std::min(intra, ClusterGraph::bottleneck(g.gpu_path(0, g1)));
   r.intra = c.node.num_gpus > 1 ? intra : c.node.gpu.hbm_bandwidth;
   r.inter = c.num_nodes > 1 ? c.gpu_network_bandwidth() : r.intra;
+  if (c.node.fabric == Fabric::kPcie) r.shared_groups = shared_group_rates(c, g);
   return r;
+}
+
+BytesPerSec LinkRates::ring_bandwidth(int64_t n, int64_t stride) const {
+  for (const GroupRate& gr : shared_groups)
+    if (gr.n == n && gr.stride == stride) return gr.ring;
+  return intra;
+}
+
+BytesPerSec LinkRates::alltoall_bandwidth(int64_t n, int64_t stride) const {
+  for (const GroupRate& gr : shared_groups)
+    if (gr.n == n && gr.stride == stride) return gr.alltoall;
+  return intra;
 }
 
 }  // namespace moe

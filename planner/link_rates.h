@@ -7,11 +7,22 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "planner/cluster_spec.h"
 #include "planner/units.h"
 
 namespace moe {
+
+// On a PCIe-only node the GPUs under one switch share its uplink to the CPU, and the sockets
+// share their interconnect: when every group of a kind runs its collective at once (as every
+// data-parallel replica does), groups that cross switches split those links. Each entry holds
+// the rate a ring step or an all-to-all then sees, per GPU, for groups of n ranks at a stride.
+struct GroupRate {
+  int64_t n = 0, stride = 0;
+  BytesPerSec ring;      // each member to the next, all groups at once
+  BytesPerSec alltoall;  // what per_rank (n - 1) / n bytes take, all groups at once
+};
 
 struct LinkRates {
   int gpus_per_node = 1;
@@ -20,6 +31,9 @@ struct LinkRates {
   Seconds intra_latency;
   Seconds inter_latency;
   BytesPerSec hbm;
+  // PCIe-only nodes: groups that share a switch uplink or the socket link (NVSwitch ports are
+  // never shared between groups, so NVSwitch nodes list none).
+  std::vector<GroupRate> shared_groups;
 
   // Whether a group spanning `span` consecutive ranks leaves its node.
   bool crosses_nodes(int64_t span) const { return span > gpus_per_node; }
@@ -27,8 +41,17 @@ struct LinkRates {
   Seconds latency(int64_t span) const {
     return crosses_nodes(span) ? inter_latency : intra_latency;
   }
+  // Inside a node: a ring or all-to-all of n ranks at `stride` while every such group runs.
+  BytesPerSec ring_bandwidth(int64_t n, int64_t stride) const;
+  // A ring of n ranks at `stride` wherever it runs: through the NICs when it leaves the node.
+  BytesPerSec ring_link(int64_t n, int64_t stride) const {
+    return crosses_nodes(n * stride) ? inter : ring_bandwidth(n, stride);
+  }
+  BytesPerSec alltoall_bandwidth(int64_t n, int64_t stride) const;
 };
 
 LinkRates link_rates(const ClusterSpec& c);
+// The table above for a PCIe-only node (every n and stride whose blocks tile the node).
+std::vector<GroupRate> shared_group_rates(const ClusterSpec& c, const ClusterGraph& g);
 
 }  // namespace moe

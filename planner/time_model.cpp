@@ -76,8 +76,9 @@ Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) 
   const double steps = static_cast<double>(n - 1);
   const Bytes per_step = total / static_cast<double>(n);
   // Curves are keyed as nccl-tests prints them: an all-gather's "size" is the gathered total.
-  return per_step * steps / (ctx.links.bandwidth(span) * curve.at(total)) +
-         ctx.links.latency(span) * steps;
+  const BytesPerSec link =
+      cross ? ctx.links.inter : ctx.links.ring_bandwidth(n, std::max<int64_t>(span / n, 1));
+  return per_step * steps / (link * curve.at(total)) + ctx.links.latency(span) * steps;
 }
 
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
@@ -85,7 +86,8 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
   const int64_t span = n * stride;
   const double nn = static_cast<double>(n);
   if (!ctx.links.crosses_nodes(span)) {
-    return per_rank * ((nn - 1) / nn) / (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank)) +
+    return per_rank * ((nn - 1) / nn) /
+               (ctx.links.alltoall_bandwidth(n, stride) * ctx.eff.alltoall_intra.at(per_rank)) +
            ctx.links.intra_latency;
   }
   // Peers inside the node go over NVLink while the rest leave through the NIC, concurrently.

@@ -3,6 +3,7 @@
 #include "planner/cluster_spec.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
+#include "planner/link_rates.h"
 #include "test_paths.h"
 
 namespace moe {
@@ -48,6 +49,30 @@ TEST(ClusterGraph, PcieNodeCrossesSocketsOnlyBetweenSwitches) {
   const auto host = g.host_path(5);
   ASSERT_EQ(host.size(), 2u);
   EXPECT_NEAR(ClusterGraph::bottleneck(host).value(), 31.5e9, 0.1e9);
+}
+
+TEST(LinkRates, PcieGroupsShareTheSwitchUplinks) {
+  // Four GPUs under each switch share its x16 uplink (31.5 GB/s a direction) and the sockets a
+  // 41.6 GB/s link. Pairs across the sockets (n = 2, stride 4: 0-4, 1-5, 2-6, 3-7) put four
+  // flows each way on an uplink; one ring over all eight crosses it once each way; groups under
+  // one switch never touch it. An all-to-all of eight sends 16 of its 56 messages a direction
+  // over each uplink: per_rank (7/8) takes as long as at 7 / 16 of 31.5 GB/s.
+  const LinkRates r = link_rates(topology("aptmoe-4x-a800-40gb-c1g4.json"));
+  const double pcie = r.intra.value();
+  EXPECT_NEAR(pcie, 31.5e9, 0.1e9);
+  EXPECT_DOUBLE_EQ(r.ring_bandwidth(2, 4).value(), pcie / 4);
+  EXPECT_DOUBLE_EQ(r.ring_bandwidth(4, 2).value(), pcie / 2);
+  EXPECT_DOUBLE_EQ(r.ring_bandwidth(8, 1).value(), pcie);
+  EXPECT_DOUBLE_EQ(r.ring_bandwidth(4, 1).value(), pcie);
+  EXPECT_DOUBLE_EQ(r.alltoall_bandwidth(4, 1).value(), pcie);
+  EXPECT_DOUBLE_EQ(r.alltoall_bandwidth(8, 1).value(), pcie * 7 / 16);
+  // Leaving the node: the NIC share, whatever the table says.
+  EXPECT_DOUBLE_EQ(r.ring_link(2, 16).value(), r.inter.value());
+  // NVSwitch ports are a GPU's own: no table, every group at the port rate.
+  const LinkRates nv = link_rates(topology("h100-sxm-8.json"));
+  EXPECT_TRUE(nv.shared_groups.empty());
+  EXPECT_DOUBLE_EQ(nv.ring_bandwidth(2, 4).value(), nv.intra.value());
+  EXPECT_DOUBLE_EQ(nv.alltoall_bandwidth(8, 1).value(), nv.intra.value());
 }
 
 TEST(ClusterGraph, LargeClusterBuilds) {

@@ -321,7 +321,10 @@ TEST(TrainingSim, PlannerWalksAnInterleavedPipelineWhoseHopsOutlastItsChunks) {
   // OLMoE on 4 x 8 A800 over PCIe, p = 4: a stage hop (16.8 MB at PCIe rates, ~5 ms) outlasts a
   // one-layer chunk's forward (~4 ms), so v = 4 waits in every round of the ring. The closed
   // form missed that by 16 % and ranked v = 4 first; walking the schedule, the planner is
-  // within 5 % of the simulator for v = 1, 2, 4 and ranks them as the simulator does.
+  // within 5 % of the simulator for v = 1, 2, 4 and no longer puts v = 4 ahead of v = 2. The
+  // simulator has v = 2 and v = 4 within 2 %: its interleaved stages hide more of the expert
+  // gradients' sync (edp = 4 pairs across the sockets' shared uplinks) than the planner's
+  // slowest-stage window allows.
   const ModelSpec m =
       io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/olmoe-1b-7b.config.json");
   const ClusterSpec cl = cluster("aptmoe-4x-a800-40gb-c1g4");
@@ -334,7 +337,9 @@ TEST(TrainingSim, PlannerWalksAnInterleavedPipelineWhoseHopsOutlastItsChunks) {
     simulated[v] = simulate_training(ctx, cl, c, {}).mean_iteration.value();
     EXPECT_NEAR(simulated[v] / planned[v], 1.0, 0.05) << "vpp=" << v;
   }
-  EXPECT_GT(simulated[4], simulated[2]);
+  EXPECT_NEAR(simulated[4] / simulated[2], 1.0, 0.02);
+  EXPECT_LT(simulated[2], simulated[1]);
+  EXPECT_LT(planned[2], planned[1]);
   EXPECT_GT(planned[4], planned[2]);
 }
 
