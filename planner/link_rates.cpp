@@ -24,10 +24,12 @@ std::vector<std::vector<int>> node_groups(int gpus, int64_t n, int64_t stride) {
 // the link's bandwidth: the largest ratio is the seconds a flow's byte takes. Rings and
 // all-to-alls send as much each way across any link of the node's tree, so half the flows
 // through a link go each way.
-double busiest_link(const ClusterGraph& g, const std::vector<std::pair<int, int>>& flows) {
+using PairPaths = std::vector<std::vector<std::vector<Link>>>;  // [from][to]
+
+double busiest_link(const PairPaths& paths, const std::vector<std::pair<int, int>>& flows) {
   std::map<int, std::pair<double, double>> load;  // link id -> (flows, bandwidth)
   for (auto [from, to] : flows) {
-    for (const Link& l : g.gpu_path(from, to)) {
+    for (const Link& l : paths[static_cast<size_t>(from)][static_cast<size_t>(to)]) {
       auto& [count, bw] = load[l.id];
       count += 0.5;
       bw = l.bandwidth.value();
@@ -42,6 +44,11 @@ double busiest_link(const ClusterGraph& g, const std::vector<std::pair<int, int>
 std::vector<GroupRate> shared_group_rates(const ClusterSpec& c, const ClusterGraph& g) {
   std::vector<GroupRate> out;
   const int gpus = c.node.num_gpus;
+  // Each pair's route once (a search of the whole cluster graph); every n and stride reuses it.
+  PairPaths paths(static_cast<size_t>(gpus), std::vector<std::vector<Link>>(gpus));
+  for (int a = 0; a < gpus; ++a)
+    for (int b = 0; b < gpus; ++b)
+      if (a != b) paths[static_cast<size_t>(a)][static_cast<size_t>(b)] = g.gpu_path(a, b);
   for (int64_t n = 2; n <= gpus; ++n) {
     for (int64_t stride = 1; n * stride <= gpus; ++stride) {
       if (gpus % (n * stride) != 0) continue;
@@ -54,8 +61,8 @@ std::vector<GroupRate> shared_group_rates(const ClusterSpec& c, const ClusterGra
         }
       }
       // A ring step moves one message a member; an all-to-all n - 1 messages of per_rank / n.
-      out.push_back({n, stride, BytesPerSec(1.0 / busiest_link(g, ring)),
-                     BytesPerSec(static_cast<double>(n - 1) / busiest_link(g, all))});
+      out.push_back({n, stride, BytesPerSec(1.0 / busiest_link(paths, ring)),
+                     BytesPerSec(static_cast<double>(n - 1) / busiest_link(paths, all))});
     }
   }
   return out;
@@ -78,16 +85,20 @@ LinkRates link_rates(const ClusterSpec& c) {
   return r;
 }
 
-BytesPerSec LinkRates::ring_bandwidth(int64_t n, int64_t stride) const {
+const GroupRate* LinkRates::shared_group(int64_t n, int64_t stride) const {
   for (const GroupRate& gr : shared_groups)
-    if (gr.n == n && gr.stride == stride) return gr.ring;
-  return intra;
+    if (gr.n == n && gr.stride == stride) return &gr;
+  return nullptr;
+}
+
+BytesPerSec LinkRates::ring_bandwidth(int64_t n, int64_t stride) const {
+  const GroupRate* gr = shared_group(n, stride);
+  return gr ? gr->ring : intra;
 }
 
 BytesPerSec LinkRates::alltoall_bandwidth(int64_t n, int64_t stride) const {
-  for (const GroupRate& gr : shared_groups)
-    if (gr.n == n && gr.stride == stride) return gr.alltoall;
-  return intra;
+  const GroupRate* gr = shared_group(n, stride);
+  return gr ? gr->alltoall : intra;
 }
 
 }  // namespace moe

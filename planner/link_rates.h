@@ -48,6 +48,8 @@ struct LinkRates {
     return crosses_nodes(n * stride) ? inter : ring_bandwidth(n, stride);
   }
   BytesPerSec alltoall_bandwidth(int64_t n, int64_t stride) const;
+  // The table's entry for n ranks at `stride`; null when they share no link (or not PCIe).
+  const GroupRate* shared_group(int64_t n, int64_t stride) const;
 };
 
 LinkRates link_rates(const ClusterSpec& c);

@@ -76,8 +76,8 @@ Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) 
   const double steps = static_cast<double>(n - 1);
   const Bytes per_step = total / static_cast<double>(n);
   // Curves are keyed as nccl-tests prints them: an all-gather's "size" is the gathered total.
-  const BytesPerSec link =
-      cross ? ctx.links.inter : ctx.links.ring_bandwidth(n, std::max<int64_t>(span / n, 1));
+  // Callers pass span = n x stride (the group's ranks at their stride).
+  const BytesPerSec link = ctx.links.ring_link(n, span / n);
   return per_step * steps / (link * curve.at(total)) + ctx.links.latency(span) * steps;
 }
 

@@ -364,15 +364,18 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
   }
 
   if (type == "deepseek" || type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe" ||
-      dsa) {
+      dsa || kimi_linear) {
     // GLM-4.5 names its MoE fields as DeepSeek does (shared experts of moe_intermediate_size,
-    // the first first_k_dense_replace layers dense, MTP layers apart).
+    // the first first_k_dense_replace layers dense, MTP layers apart); Kimi Linear has the same
+    // layout under Moonshot's names for the expert count, top-k and shared experts.
     m.dense_ffn_size = positive(r, "intermediate_size");
-    m.num_routed_experts = r.optional_integer("n_routed_experts").value_or(0);
+    m.num_routed_experts =
+        r.optional_integer(kimi_linear ? "num_experts" : "n_routed_experts").value_or(0);
     if (m.is_moe()) {
       m.expert_ffn_size = positive(r, "moe_intermediate_size");
-      m.top_k = positive(r, "num_experts_per_tok");
-      m.num_shared_experts = r.optional_integer("n_shared_experts").value_or(0);
+      m.top_k = positive(r, kimi_linear ? "num_experts_per_token" : "num_experts_per_tok");
+      m.num_shared_experts =
+          r.optional_integer(kimi_linear ? "num_shared_experts" : "n_shared_experts").value_or(0);
       first_dense = r.integer_or("first_k_dense_replace", 0);
       freq = r.integer_or("moe_layer_freq", 1);
     }
@@ -397,17 +400,6 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
     if (type == "qwen2_moe" || qwen_hybrid(type)) {
       m.shared_expert_ffn_size = r.integer_or("shared_expert_intermediate_size", 0);
       m.shared_expert_gate = m.shared_expert_ffn_size > 0;
-    }
-  } else if (kimi_linear) {
-    // DeepSeek's MoE layout under Moonshot's names.
-    m.dense_ffn_size = positive(r, "intermediate_size");
-    m.num_routed_experts = r.optional_integer("num_experts").value_or(0);
-    if (m.is_moe()) {
-      m.expert_ffn_size = positive(r, "moe_intermediate_size");
-      m.top_k = positive(r, "num_experts_per_token");
-      m.num_shared_experts = r.integer_or("num_shared_experts", 0);
-      first_dense = r.integer_or("first_k_dense_replace", 0);
-      freq = r.integer_or("moe_layer_freq", 1);
     }
   } else if (type == "olmoe") {
     m.num_routed_experts = positive(r, "num_experts");
