@@ -515,31 +515,41 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // reduce-scatter the backward passes of stages 0..s-1 and their hops before the iteration
   // ends, and its first forward waits as long after the iteration starts, time its all-gather
   // has too. Stage 0 has none of that slack and holds the embedding: its sync, more often than
-  // the slowest stage's, is the one that shows. Interleaved, a stage's chunks sync one after
-  // another while its other chunks run, which the slowest stage's sync against its whole pass
-  // matches better (Qwen3-30B-A3B, pp = 2, vpp = 4: the simulator 0.5 % under it; 3.5 %
-  // under stage 0's sync without slack, 12.8 % over it with the cooldown's slack).
+  // the slowest stage's, is the one that shows. Interleaved, each model chunk syncs its own
+  // weights, one chunk after another on the DP stream: chunk c's gather (1/v of the stage's)
+  // runs beside chunk c's first forward, which c p forwards of the earlier chunks precede, and
+  // chunk c's reduce-scatter starts with its last backward, which c p backwards of the earlier
+  // chunks follow. The chain shows by the most any chunk's sync outlasts that:
+  // max(T/v - q, T - q - (v - 1) p q) for a sync of T and chunk passes of q, which is T - q
+  // when v = 1. (Against the stage's whole sync beside one pass, Qwen3-30B-A3B on 240 H800 at
+  // pp = 2, vpp = 4 came out 4.8 % over the simulator.)
   std::vector<DpSync> syncs(static_cast<size_t>(pp));
   for (int64_t s = 0; s < pp; ++s)
     syncs[static_cast<size_t>(s)] = s == slowest_stage ? sync : dp_sync_times(ctx, c, s);
   struct Exposed {
     int64_t stage = 0;
-    Seconds slack;
+    Seconds slack;          // how long the stage runs passes before its sync's window opens
+    Seconds exposure;       // what the sync outlasts its window by (negative: it hides)
+    double overlapped = 1;  // the stage's passes (v chunk passes each) the sync runs beside
   };
+  const double v = static_cast<double>(*p.vpp);
+  const double later_chunks = (v - 1.0) * static_cast<double>(pp);
   auto most_exposed = [&](bool backward_pass) {
-    if (*p.vpp > 1) return Exposed{slowest_stage, Seconds(0)};
-    Exposed best;
-    Seconds slack, worst(-std::numeric_limits<double>::infinity());
+    Exposed best{0, Seconds(0), Seconds(-std::numeric_limits<double>::infinity())};
+    Seconds slack;
     for (int64_t s = 0; s < pp; ++s) {
       const DpSync& own = syncs[static_cast<size_t>(s)];
       const StageTimes& st = stages[static_cast<size_t>(s)];
-      const Seconds pass = backward_pass ? st.backward : st.forward;
-      const Seconds left = (backward_pass ? own.reduce_scatter : own.all_gather) - pass - slack;
-      if (left > worst) {
-        worst = left;
-        best = {s, slack};
-      }
-      slack += pass + hop;
+      const Seconds chunk_pass = (backward_pass ? st.backward : st.forward) / v;
+      const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
+      const Seconds exposure =
+          std::max(sync / v - chunk_pass, sync - chunk_pass - chunk_pass * later_chunks) - slack;
+      // Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of
+      // its window ((v - 1) p + 1); one pass without interleaving.
+      const double beside =
+          chunk_pass.value() > 0 ? std::clamp(sync / chunk_pass, 1.0, later_chunks + 1.0) : 1.0;
+      if (exposure > best.exposure) best = {s, slack, exposure, beside / v};
+      slack += chunk_pass + hop;
     }
     return best;
   };
@@ -572,7 +582,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   const double passes = traffic_passes(c.recompute);
   // One window: the sync's time on each link against the pass's traffic there (forward or
   // backward share) on `stage`; returns the stretched pass and the sync's own stretch.
-  auto window = [&](int64_t stage, Seconds time, Seconds in_node, bool backward_pass) {
+  auto window = [&](int64_t stage, Seconds time, Seconds in_node, bool backward_pass,
+                    double overlapped) {
     const StageTimes& own = stages[static_cast<size_t>(stage)];
     const Seconds unshared = backward_pass ? own.backward : own.forward;
     if (time.value() <= 0) return std::pair{unshared, time};
@@ -581,7 +592,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Seconds on_fabric = sync.crosses_nodes ? in_node : time;
     auto share = [&](Seconds comm) {
       const Seconds forward_part = comm / passes;
-      return backward_pass ? comm - forward_part : forward_part;
+      return (backward_pass ? comm - forward_part : forward_part) * overlapped;
     };
     // A link's slowdown while the sync shares it, and what the sync waits for the pass there.
     struct Sharing {
@@ -601,7 +612,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     shared.links.inter = shared.links.inter / nic_share.slowdown;
     shared.links.intra = shared.links.intra / fabric_share.slowdown;
     const StageTimes st = stage_from(shared, c, layer_kinds(shared, c), stage);
-    return std::pair{backward_pass ? st.backward : st.forward, time + delay};
+    const Seconds stretched = backward_pass ? st.backward : st.forward;
+    return std::pair{unshared + (stretched - unshared) * overlapped, time + delay};
   };
   // The all-gather has run alone for the stage's slack before its first forward starts; the
   // reduce-scatter shares the last backward, then runs alone for the slack. A pass the sync
@@ -611,10 +623,12 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const DpSync& own = syncs[static_cast<size_t>(e.stage)];
     const Seconds unshared = stages[static_cast<size_t>(e.stage)].backward;
     const auto [backward, rs_shared] =
-        window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true);
+        window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true, e.overlapped);
     out.dp_reduce_stage = e.stage;
     out.dp_reduce_scatter = own.reduce_scatter;
-    out.dp_comm += std::max(Seconds(0), rs_shared - backward - e.slack) + (backward - unshared);
+    const Seconds stretch = backward - unshared;
+    out.dp_comm +=
+        std::max(Seconds(0), e.exposure + (rs_shared - own.reduce_scatter) - stretch) + stretch;
   }
   if (c.zero_stage <= 2) {
     const Exposed e = most_exposed(false);
@@ -622,10 +636,12 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Seconds unshared = stages[static_cast<size_t>(e.stage)].forward;
     const Seconds left = std::max(Seconds(0), own.all_gather - e.slack);
     const double part = own.all_gather.value() > 0 ? left / own.all_gather : 0.0;
-    const auto [forward, ag_shared] = window(e.stage, left, own.all_gather_in_node * part, false);
+    const auto [forward, ag_shared] =
+        window(e.stage, left, own.all_gather_in_node * part, false, e.overlapped);
     out.dp_gather_stage = e.stage;
     out.dp_all_gather = own.all_gather;
-    out.dp_comm += std::max(Seconds(0), ag_shared - forward) + (forward - unshared);
+    const Seconds stretch = forward - unshared;
+    out.dp_comm += std::max(Seconds(0), e.exposure + (ag_shared - left) - stretch) + stretch;
   }
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
@@ -634,9 +650,9 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
     // links its own traffic takes (one after another on the DP stream): each pass shares them
     // as the windows above do, and waits for its gathers.
-    const auto [f, gathered] = window(slowest_stage, ag, sync.all_gather_in_node, false);
-    const auto [b, synced] =
-        window(slowest_stage, ag + rs, sync.all_gather_in_node + sync.reduce_scatter_in_node, true);
+    const auto [f, gathered] = window(slowest_stage, ag, sync.all_gather_in_node, false, 1.0);
+    const auto [b, synced] = window(
+        slowest_stage, ag + rs, sync.all_gather_in_node + sync.reduce_scatter_in_node, true, 1.0);
     pass_forward = std::max(f, gathered);
     pass_backward = std::max(b, synced);
   }
