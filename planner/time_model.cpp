@@ -225,11 +225,34 @@ double traffic_passes(Recompute r) {
 StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
                      bool moe_layer) {
   const Pass f = layer_forward(ctx, c, lp, moe_layer);
+  // A pass takes at least the work of the link its traffic shares: the NIC for groups that
+  // leave the node, the node's fabric for the rest (TP and EP on one link add up). Per layer,
+  // as the simulator runs them: a layer starts when the one before has ended, so a link-bound
+  // MoE layer cannot borrow the idle link of a dense layer or of another stage. (Taken per
+  // stage and only for the stage with the most compute, Kimi-Linear-48B on the A800 C1+G4
+  // cluster, tp = 2 and ep = 8 on PCIe, came out 19 % under the simulator: the head's stage
+  // had the compute, the others the link.)
+  Seconds nic, fabric;
+  for (auto [kind, time] :
+       {std::pair{OpKind::kTp, f.tp}, std::pair{OpKind::kEp, f.ep}, std::pair{OpKind::kCp, f.cp}})
+    (crosses_nodes(ctx, c.parallel, kind) ? nic : fabric) += time;
+  // Without overlap a layer's operators run one after another. With it (MegaScale's
+  // inter-operator overlap) the layer runs as 1 / kOverlapResidual slices that pipeline over
+  // the compute stream and the links, a flow shop of identical jobs: one slice's whole chain,
+  // then the busiest resource for the other slices, max(compute, NIC, fabric) (S - 1) / S.
+  // The simulator runs the same slices. (Hiding TP and EP each behind the whole compute, as
+  // before, counted the compute twice when both exceed it and added them when they ride
+  // different links: MemFine Model II on the A800 cluster, TP = 8 over PCIe and EP = 32 over
+  // the NICs, priced a MoE layer's forward at 151 ms against the simulator's 133.)
+  const Seconds comm = f.tp + f.ep + f.cp;
+  auto pipelined = [&](Seconds compute) {
+    if (!c.overlap) return compute + comm;
+    return (compute + comm) * kOverlapResidual +
+           std::max({compute, nic, fabric}) * (1.0 - kOverlapResidual);
+  };
+  const Seconds forward = pipelined(f.compute);
   // Backward: twice the compute, the same communication again.
-  const Seconds comm_f =
-      exposed(f.tp, f.compute, c.overlap) + exposed(f.ep, f.compute, c.overlap) + f.cp;
-  const Seconds comm_b =
-      exposed(f.tp, f.compute * 2.0, c.overlap) + exposed(f.ep, f.compute * 2.0, c.overlap) + f.cp;
+  const Seconds backward = pipelined(f.compute * 2.0);
   // Full recompute replays the forward, communication included; selective (moe_act, layernorm)
   // redoes element-wise work, ~5 % of a layer's forward.
   const bool full = c.recompute == Recompute::kFull;
@@ -239,25 +262,14 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
                                                                        : Seconds(0);
   // MegaScale's rematerialization replays the all-gather/dispatch half of the communication in
   // backward, overlapped with the gradient computation.
-  const Seconds redo_comm = full    ? comm_f
+  const Seconds redo_comm = full    ? forward - f.compute
                             : remat ? exposed((f.tp + f.ep) * 0.5, f.compute * 2.0, true)
                                     : Seconds(0);
   const double passes = traffic_passes(c.recompute);
-  // However well each transfer hides behind the compute alone, a pass takes at least the work
-  // of the link its traffic shares: the NIC for groups that leave the node, the node's fabric
-  // for the rest (TP and EP on one link add up). Per layer, as the simulator runs them: a layer
-  // starts when the one before has ended, so a link-bound MoE layer cannot borrow the idle link
-  // of a dense layer or of another stage. (Taken per stage and only for the stage with the most
-  // compute, Kimi-Linear-48B on the A800 C1+G4 cluster, tp = 2 and ep = 8 on PCIe, came out
-  // 19 % under the simulator: the head's stage had the compute, the others the link.)
-  Seconds nic, fabric;
-  for (auto [kind, time] :
-       {std::pair{OpKind::kTp, f.tp}, std::pair{OpKind::kEp, f.ep}, std::pair{OpKind::kCp, f.cp}})
-    (crosses_nodes(ctx, c.parallel, kind) ? nic : fabric) += time;
   StageTimes st;
-  st.forward = std::max({f.compute + comm_f, nic, fabric});
-  st.backward = std::max(
-      {f.compute * 2.0 + comm_b + redo + redo_comm, nic * (passes - 1.0), fabric * (passes - 1.0)});
+  st.forward = forward;
+  st.backward =
+      std::max({backward + redo + redo_comm, nic * (passes - 1.0), fabric * (passes - 1.0)});
   st.compute = f.compute * 3.0;
   st.recompute = redo;
   st.tp = f.tp * passes;
@@ -653,8 +665,15 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const auto [f, gathered] = window(slowest_stage, ag, sync.all_gather_in_node, false, 1.0);
     const auto [b, synced] = window(
         slowest_stage, ag + rs, sync.all_gather_in_node + sync.reduce_scatter_in_node, true, 1.0);
-    pass_forward = std::max(f, gathered);
-    pass_backward = std::max(b, synced);
+    // A pass starts with its first layer's gather (later ones run while the layers before
+    // them compute), so each model chunk's pass waits for one layer's weights with nothing to
+    // hide behind. (Without it, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
+    // simulator 15.9 % over the planner, which ranked that ZeRO-3 layout first.)
+    const int64_t layers = layers_in_stage(*ctx.model, p, slowest_stage);
+    const Seconds first =
+        layers > 0 ? ag / static_cast<double>(layers) * static_cast<double>(*p.vpp) : Seconds(0);
+    pass_forward = std::max(f, gathered) + first;
+    pass_backward = std::max(b, synced) + first;
   }
   // Each link is shared by everything that crosses it, however well each transfer hides behind
   // compute alone: a pass takes at least its links' work (a roofline per link and direction of
@@ -674,18 +693,35 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Seconds forward_part = time / passes;
     on_link(crosses_nodes(ctx, p, kind), forward_part, time - forward_part);
   }
-  // ZeRO-2 reduce-scatters a micro-batch's gradients behind the next micro-batch, both its
-  // passes; ZeRO-3 gathers before each pass and reduce-scatters within its backward.
+  const Links own_forward = forward_links, own_backward = backward_links;
+  // ZeRO-2 reduce-scatters a micro-batch's gradients as its backward produces them
+  // (DeepSpeed's overlap_comm; the simulator starts it with the backward): the backward's link
+  // carries it for as long as the backward lasts, and the rest spills into the next forward.
+  // (Spread over both passes by their length, MemFine Model II on the A800 cluster, EP = 32
+  // and DP = 4 on the NICs, came out 12.6 % under the simulator: its forward has the NIC to
+  // itself.) ZeRO-3 gathers before each pass and reduce-scatters within its backward.
   if (c.zero_stage == 2) {
-    const double forward_share = per_mb.value() > 0 ? slowest.forward / per_mb : 0.5;
-    on_link(sync.crosses_nodes, rs * forward_share, rs * (1.0 - forward_share));
+    const Seconds backward_link = sync.crosses_nodes ? backward_links.nic : backward_links.fabric;
+    const Seconds within = std::min(rs, std::max(pass_backward, backward_link));
+    on_link(sync.crosses_nodes, rs - within, within);
   } else if (c.zero_stage >= 3) {
     on_link(sync.crosses_nodes, ag, ag + rs);
   }
   const Seconds nic = forward_links.nic + backward_links.nic;
   const Seconds fabric = forward_links.fabric + backward_links.fabric;
-  const Seconds pass = std::max({pass_forward, forward_links.nic, forward_links.fabric}) +
-                       std::max({pass_backward, backward_links.nic, backward_links.fabric});
+  // Syncs that load a pass's link beyond its own traffic stretch it from its bottleneck, and
+  // the pass keeps what it took beyond that (a pipelined layer's fill, or the compute a serial
+  // chain waits for): ZeRO-3 gathers on a link-bound pass add their whole time.
+  // (The fill is the ungated pass's: ZeRO-3's wait for its gathers is what the link adds.)
+  auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const Links& own,
+                    const Links& loaded) {
+    const Seconds fill = std::max(Seconds(0), ungated - std::max({compute, own.nic, own.fabric}));
+    return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
+  };
+  const Seconds pass =
+      held_to(pass_forward, slowest.forward, slowest.compute / 3.0, own_forward, forward_links) +
+      held_to(pass_backward, slowest.backward, slowest.compute * (2.0 / 3.0), own_backward,
+              backward_links);
   out.dp_comm += (pass - per_mb) * mb;
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration.

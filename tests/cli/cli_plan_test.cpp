@@ -149,14 +149,16 @@ TEST(Cli, AnchorFitsTheModelToAMeasuredIteration) {
 }
 
 TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
-  // MemFine Model II on the PCIe-only A800 cluster, EP = 32 across its four nodes: the planner
-  // ranks ZeRO-2 plans first, but their per-micro-batch gradient reduce-scatters share the NICs
-  // the expert all-to-alls already saturate. --verify simulates the shortlist and puts the
-  // simulator's fastest (the planner's #3, 26.1 s against #1's 30.7 s) first, and saves it.
+  // Phi-3.5-MoE on 240 H800: the planner's top three are within 1.2 % of each other, its #1
+  // and #2 interleaved (pp = 2, vpp = 4) and its #3 a single stage with EP = 16 across two
+  // nodes. --verify simulates the shortlist and puts the simulator's fastest (the planner's
+  // #3, 356.7 ms against #1's 368.5) first, and saves it. (It was MemFine Model II on the A800
+  // cluster, whose ZeRO-2 plans the planner ranked first at 30.7 s against 26.1 s simulated for
+  // its #3, until it learnt that ZeRO-2's reduce-scatters share the backward's NICs.)
   const std::string path = temp_path("moeplan_cli_verified.json");
   const std::string base =
-      "plan --model models/memfine-model-2.json --cluster "
-      "topologies/aptmoe-4x-a800-40gb-c1g4.json --global-batch 256 --top 3";
+      "plan --model models/phi-3.5-moe.json --cluster "
+      "topologies/megascale-h800-240.json --global-batch 240 --top 3";
   const auto plain = nlohmann::json::parse(run(base + " --json").out);
   const nlohmann::json j = run_json(base + " --verify 3 --json --save " + path);
   ASSERT_EQ(j["verified"].get<int>(), 3);
@@ -171,8 +173,12 @@ TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
     EXPECT_EQ(plain["plans"][static_cast<size_t>(was - 1)]["parallel"], p["parallel"]);
   }
   EXPECT_NE(j["plans"][0]["simulated"]["planner_rank"].get<int>(), 1);
-  EXPECT_LT(j["plans"][0]["simulated"]["iteration_s"].get<double>(),
-            0.9 * j["plans"][1]["simulated"]["iteration_s"].get<double>());
+  for (const auto& p : j["plans"]) {
+    if (p["simulated"]["planner_rank"].get<int>() == 1) {
+      EXPECT_LT(j["plans"][0]["simulated"]["iteration_s"].get<double>(),
+                0.99 * p["simulated"]["iteration_s"].get<double>());
+    }
+  }
   EXPECT_EQ(nlohmann::json::parse(read_file(path))["parallel"], j["plans"][0]["parallel"]);
   std::remove(path.c_str());
   const Result text = run(base + " --verify 3");
