@@ -582,6 +582,11 @@ double gap_on(const ModelSpec& m, const char* cluster_name, const PlanChoice& c)
   return relative(make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096), cl, c);
 }
 
+// The same on APTMoE's four 8 x A800-40GB nodes, PCIe only (C1+G4).
+double a800_gap(const ModelSpec& m, const PlanChoice& c) {
+  return gap_on(m, "aptmoe-4x-a800-40gb-c1g4", c);
+}
+
 // A shipped model's layout on 240 H800 with the switches the planner picks there: the
 // all-gather dispatcher and BF16 DP gradients.
 double megascale_gap(const char* model_file, const char* layout) {
@@ -729,7 +734,7 @@ TEST(TrainingSim, PlannerSharesZero3GathersWithEveryPass) {
   c.mact = true;
   c.fcda_chunks = 2;  // what MACT settles on for this stage
   c.dp_bf16_compression = true;
-  const double gap = gap_on(m, "aptmoe-4x-a800-40gb-c1g4", c);
+  const double gap = a800_gap(m, c);
   EXPECT_LT(std::abs(gap), 0.03) << gap;
 }
 
@@ -743,7 +748,7 @@ TEST(TrainingSim, PlannerTakesTheLinkRooflineLayerByLayer) {
   PlanChoice c = choice(m, "tp=2,pp=4,ep=8,etp=1,dp=4,cp=1,mbs=1,gbs=256,pp_first=7,pp_last=6");
   c.dispatcher = megascale::Dispatcher::kAllGather;
   c.dp_bf16_compression = true;
-  const double gap = gap_on(m, "aptmoe-4x-a800-40gb-c1g4", c);
+  const double gap = a800_gap(m, c);
   EXPECT_LT(std::abs(gap), 0.06) << gap;
 }
 
@@ -772,7 +777,7 @@ TEST(TrainingSim, PlannerPipelinesOverlappedSlicesAsAFlowShop) {
   // shop, one slice's chain plus the busiest resource for the other nine: -1.4 %.
   const ModelSpec m = shipped_model("memfine-model-2.json");
   const PlanChoice c = memfine_model_2_on_pcie(m, "tp=8,pp=1,ep=32,etp=1,dp=4,mbs=2,gbs=256", 1, 2);
-  const double gap = gap_on(m, "aptmoe-4x-a800-40gb-c1g4", c);
+  const double gap = a800_gap(m, c);
   EXPECT_LT(std::abs(gap), 0.04) << gap;
 }
 
@@ -784,7 +789,7 @@ TEST(TrainingSim, Zero2ReduceScattersShareTheBackwardsLinks) {
   const ModelSpec m = shipped_model("memfine-model-2.json");
   PlanChoice c = memfine_model_2_on_pcie(m, "tp=8,pp=1,ep=32,etp=1,dp=4,mbs=4,gbs=256", 2, 4);
   c.dp_bf16_compression = false;
-  const double gap = gap_on(m, "aptmoe-4x-a800-40gb-c1g4", c);
+  const double gap = a800_gap(m, c);
   EXPECT_LT(std::abs(gap), 0.05) << gap;
 }
 
@@ -796,7 +801,7 @@ TEST(TrainingSim, Zero3PassesWaitForTheirFirstLayersWeights) {
   const ModelSpec m = shipped_model("aptmoe-moe-m-16.json");
   PlanChoice c = choice(m, "tp=1,pp=8,ep=4,etp=1,dp=2,cp=2,vpp=4,mbs=1,gbs=256");
   c.zero_stage = 3;
-  const double gap = gap_on(m, "aptmoe-4x-a800-40gb-c1g4", c);
+  const double gap = a800_gap(m, c);
   EXPECT_LT(std::abs(gap), 0.07) << gap;
 }
 
