@@ -148,7 +148,11 @@ monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice&
 
 double gemm_shape_factor(double m, double k, double n) {
   const double tile = 128.0;
-  const double used = (m * n) / (std::ceil(m / tile) * tile * std::ceil(n / tile) * tile);
+  // Whole tiles of a side, less rounding noise: a balanced expert's 512 rows arrive as
+  // 512.00000000000006 when they come from summed routing proportions, which is not a fifth
+  // tile (it priced GLM-4.5's experts 25 % slower in the simulator than in the planner).
+  auto tiles = [&](double side) { return std::ceil(side / tile * (1.0 - 1e-12)); };
+  const double used = (m * n) / (tiles(m) * tile * tiles(n) * tile);
   const double depth = (k / (k + tile)) / (8192.0 / (8192.0 + tile));
   return used * std::min(depth, 1.0);
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -300,6 +301,16 @@ TEST(TimeModel, GroupedGemmFillsTheGpuButKeepsEachExpertsShape) {
   const Seconds shallow = gemm_time(s.ctx, peak, 4096, 256, 4096);
   const Seconds deep = gemm_time(s.ctx, peak, 512, 8192, 1024);
   EXPECT_NEAR(shallow / deep, (8192.0 / 8320.0) / (256.0 / 384.0), 1e-9);
+}
+
+TEST(TimeModel, TilesCountWholeRowsNotRoundingNoise) {
+  // A partial 128-row tile costs a whole one, but 512 rows that come out of summed routing
+  // proportions as 512.00000000000006 are four tiles, not five (the simulator priced GLM-4.5's
+  // balanced experts 25 % above the planner by it); 513 rows are five.
+  const double rows = std::nextafter(512.0, 1024.0);
+  EXPECT_NEAR(gemm_shape_factor(rows, 5120, 3072), gemm_shape_factor(512, 5120, 3072), 1e-12);
+  EXPECT_NEAR(gemm_shape_factor(513, 5120, 3072) / gemm_shape_factor(512, 5120, 3072),
+              513.0 / 640.0, 1e-12);
 }
 
 TEST(TimeModel, ExpertTensorParallelismPermutesEveryGatheredToken) {
