@@ -226,20 +226,30 @@ double traffic_passes(Recompute r) {
   return r == Recompute::kFull ? 3.0 : r == Recompute::kRematerialize ? 2.5 : 2.0;
 }
 
+// TP, EP and CP traffic by the link it takes: the NIC for groups that leave the node, the
+// node's fabric for the rest (TP and EP on one link add up).
+struct LinkLoads {
+  Seconds nic, fabric;
+};
+LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp, Seconds ep,
+                     Seconds cp) {
+  LinkLoads out;
+  for (auto [kind, time] :
+       {std::pair{OpKind::kTp, tp}, std::pair{OpKind::kEp, ep}, std::pair{OpKind::kCp, cp}})
+    (crosses_nodes(ctx, p, kind) ? out.nic : out.fabric) += time;
+  return out;
+}
+
 StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
                      bool moe_layer) {
   const Pass f = layer_forward(ctx, c, lp, moe_layer);
-  // A pass takes at least the work of the link its traffic shares: the NIC for groups that
-  // leave the node, the node's fabric for the rest (TP and EP on one link add up). Per layer,
-  // as the simulator runs them: a layer starts when the one before has ended, so a link-bound
+  // A pass takes at least the work of the link its traffic shares. Per layer, as the simulator
+  // runs them: a layer starts when the one before has ended, so a link-bound
   // MoE layer cannot borrow the idle link of a dense layer or of another stage. (Taken per
   // stage and only for the stage with the most compute, Kimi-Linear-48B on the A800 C1+G4
   // cluster, tp = 2 and ep = 8 on PCIe, came out 19 % under the simulator: the head's stage
   // had the compute, the others the link.)
-  Seconds nic, fabric;
-  for (auto [kind, time] :
-       {std::pair{OpKind::kTp, f.tp}, std::pair{OpKind::kEp, f.ep}, std::pair{OpKind::kCp, f.cp}})
-    (crosses_nodes(ctx, c.parallel, kind) ? nic : fabric) += time;
+  const auto [nic, fabric] = link_loads(ctx, c.parallel, f.tp, f.ep, f.cp);
   // Without overlap a layer's operators run one after another. With it (MegaScale's
   // inter-operator overlap) the layer runs as 1 / kOverlapResidual slices that pipeline over
   // the compute stream and the links, a flow shop of identical jobs: one slice's whole chain,
@@ -584,16 +594,10 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   unfused.intra_overlap = false;
   std::optional<LayerKinds> unfused_kinds;
   auto traffic_of = [&](int64_t stage) {
-    Seconds nic_comm, fabric_comm;
     if (c.intra_overlap && !unfused_kinds) unfused_kinds = layer_kinds(ctx, unfused);
     const StageTimes traffic = c.intra_overlap ? stage_from(ctx, unfused, *unfused_kinds, stage)
                                                : stages[static_cast<size_t>(stage)];
-    for (auto [kind, time] :
-         {std::pair{OpKind::kTp, traffic.tp}, std::pair{OpKind::kEp, traffic.ep},
-          std::pair{OpKind::kCp, traffic.cp}}) {
-      (crosses_nodes(ctx, p, kind) ? nic_comm : fabric_comm) += time;
-    }
-    return std::pair{nic_comm, fabric_comm};
+    return link_loads(ctx, p, traffic.tp, traffic.ep, traffic.cp);
   };
   const double passes = traffic_passes(c.recompute);
   // One window: the sync's time on each link against the pass's traffic there (forward or
@@ -685,19 +689,14 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // time of a backward that is twice as long: Qwen3-30B-A3B with TP = 4 and EP = 8 in the node
   // sends 2.2 ms a layer over NVLink in a forward of 1.3 ms of compute. The NIC carries groups
   // that leave the node, the node's fabric the rest.
-  struct Links {
-    Seconds nic, fabric;
-  } forward_links, backward_links;
+  const LinkLoads traffic = link_loads(ctx, p, slowest.tp, slowest.ep, slowest.cp);
+  const LinkLoads own_forward{traffic.nic / passes, traffic.fabric / passes};
+  const LinkLoads own_backward{traffic.nic - own_forward.nic, traffic.fabric - own_forward.fabric};
+  LinkLoads forward_links = own_forward, backward_links = own_backward;
   auto on_link = [&](bool crosses, Seconds forward, Seconds backward) {
     (crosses ? forward_links.nic : forward_links.fabric) += forward;
     (crosses ? backward_links.nic : backward_links.fabric) += backward;
   };
-  for (auto [kind, time] : {std::pair{OpKind::kTp, slowest.tp}, std::pair{OpKind::kEp, slowest.ep},
-                            std::pair{OpKind::kCp, slowest.cp}}) {
-    const Seconds forward_part = time / passes;
-    on_link(crosses_nodes(ctx, p, kind), forward_part, time - forward_part);
-  }
-  const Links own_forward = forward_links, own_backward = backward_links;
   // ZeRO-2 reduce-scatters a micro-batch's gradients as its backward produces them
   // (DeepSpeed's overlap_comm; the simulator starts it with the backward): the backward's link
   // carries it for as long as the backward lasts, and the rest spills into the next forward.
@@ -717,8 +716,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // the pass keeps what it took beyond that (a pipelined layer's fill, or the compute a serial
   // chain waits for): ZeRO-3 gathers on a link-bound pass add their whole time.
   // (The fill is the ungated pass's: ZeRO-3's wait for its gathers is what the link adds.)
-  auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const Links& own,
-                    const Links& loaded) {
+  auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const LinkLoads& own,
+                    const LinkLoads& loaded) {
     const Seconds fill = std::max(Seconds(0), ungated - std::max({compute, own.nic, own.fabric}));
     return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
   };
