@@ -249,7 +249,7 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   // stage and only for the stage with the most compute, Kimi-Linear-48B on the A800 C1+G4
   // cluster, tp = 2 and ep = 8 on PCIe, came out 19 % under the simulator: the head's stage
   // had the compute, the others the link.)
-  const auto [nic, fabric] = link_loads(ctx, c.parallel, f.tp, f.ep, f.cp);
+  const LinkLoads links = link_loads(ctx, c.parallel, f.tp, f.ep, f.cp);
   // Without overlap a layer's operators run one after another. With it (MegaScale's
   // inter-operator overlap) the layer runs as 1 / kOverlapResidual slices that pipeline over
   // the compute stream and the links, a flow shop of identical jobs: one slice's whole chain,
@@ -262,7 +262,7 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   auto pipelined = [&](Seconds compute) {
     if (!c.overlap) return compute + comm;
     return (compute + comm) * kOverlapResidual +
-           std::max({compute, nic, fabric}) * (1.0 - kOverlapResidual);
+           std::max({compute, links.nic, links.fabric}) * (1.0 - kOverlapResidual);
   };
   const Seconds forward = pipelined(f.compute);
   // Backward: twice the compute, the same communication again.
@@ -282,8 +282,8 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   const double passes = traffic_passes(c.recompute);
   StageTimes st;
   st.forward = forward;
-  st.backward =
-      std::max({backward + redo + redo_comm, nic * (passes - 1.0), fabric * (passes - 1.0)});
+  st.backward = std::max(
+      {backward + redo + redo_comm, links.nic * (passes - 1.0), links.fabric * (passes - 1.0)});
   st.compute = f.compute * 3.0;
   st.recompute = redo;
   st.tp = f.tp * passes;
