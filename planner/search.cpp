@@ -335,8 +335,16 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
         const std::vector<bool> intras = req.intra_overlap ? std::vector<bool>{*req.intra_overlap}
                                                            : std::vector<bool>{false, true};
         const std::vector<std::pair<bool, bool>> overlap_switches = switch_pairs(overlaps, intras);
+        // Without EP the two cost the same (experts split like TP gather around a ring), so
+        // the search tries all-to-all alone there; a fixed dispatcher is kept where it is
+        // priced.
         std::vector<megascale::Dispatcher> dispatchers = {megascale::Dispatcher::kAllToAll};
         if (ep > 1 && etp == 1) dispatchers.push_back(megascale::Dispatcher::kAllGather);
+        if (req.dispatcher) {
+          const bool priced =
+              *req.dispatcher == megascale::Dispatcher::kAllToAll || ep == 1 || etp == 1;
+          dispatchers.assign(priced ? 1 : 0, *req.dispatcher);
+        }
         std::vector<std::pair<monta::Strategy, int64_t>> a2as = {{monta::Strategy::kBaseline, 1}};
         if (ep > 1 && etp > 1) {
           // MoNTA Algorithm 3 picks the strategy from the AllToAll alone, once per layout.

@@ -40,8 +40,12 @@ struct SearchRequest {
   // the user runs Megatron's unfused attention (the search never picks the slower kernel).
   AttentionKernel attention_kernel = AttentionKernel::kFused;
   std::optional<AttentionMode> attention;  // fixed, or searched
-  std::optional<int> zero;                 // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
-  bool gpipe = false;                      // GPipe schedule instead of (interleaved) 1F1B
+  // The MoE token dispatcher, fixed or searched. All-gather (MegaScale-MoE Sec. 3.2: gather the
+  // EP group's tokens, reduce-scatter the outputs) is priced for etp = 1 or ep = 1; a layout
+  // with expert TP across EP takes all-to-all only, so fixing all-gather rules it out.
+  std::optional<megascale::Dispatcher> dispatcher;
+  std::optional<int> zero;  // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
+  bool gpipe = false;       // GPipe schedule instead of (interleaved) 1F1B
   Objective objective = Objective::kThroughput;
   Precision precision = Precision::kBf16;
   int top_k = 5;

@@ -212,6 +212,41 @@ TEST(Cli, PlanKeepsTheFixedAttentionAndOverlap) {
   expect_one_line_error(run(base + " --overlap maybe"), "--overlap: 'maybe' is not one of");
 }
 
+TEST(Cli, PlanKeepsTheFixedDispatcher) {
+  // A user's Megatron run names its --moe-token-dispatcher-type: the planner evaluates that one,
+  // and its arguments say it; left open, the search keeps the faster. Expert TP across EP takes
+  // all-to-all only, so fixing all-gather there is a one-line error.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 64 --parallel tp=1,ep=8,pp=1";
+  auto best_time = [&](const std::string& flags) {
+    const Result r = run(base + " --json" + flags);
+    EXPECT_EQ(r.code, 0) << r.err;
+    const nlohmann::json doc = nlohmann::json::parse(r.out);
+    EXPECT_GE(doc["plans"].size(), 1u);
+    for (const auto& p : doc["plans"]) {
+      if (!flags.empty()) {
+        EXPECT_EQ(p["switches"]["dispatcher"], flags.substr(14)) << flags;
+      }
+    }
+    return doc["plans"][0]["predicted"]["iteration_s"].get<double>();
+  };
+  const double alltoall = best_time(" --dispatcher alltoall");
+  const double allgather = best_time(" --dispatcher allgather");
+  EXPECT_NE(alltoall, allgather);
+  EXPECT_DOUBLE_EQ(best_time(""), std::min(alltoall, allgather));
+  for (const std::string d : {"alltoall", "allgather"}) {
+    EXPECT_NE(run(base + " --dispatcher " + d).out.find("--moe-token-dispatcher-type " + d),
+              std::string::npos);
+  }
+  expect_one_line_error(run(base + " --dispatcher flexible"),
+                        "--dispatcher: 'flexible' is not one of alltoall, allgather, search");
+  expect_one_line_error(
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 --parallel tp=2,ep=4,etp=2 --dispatcher allgather"),
+      "--dispatcher: allgather is priced with etp = 1 or ep = 1");
+}
+
 TEST(Cli, PlanForAMegatronWithoutFusedPermutation) {
   // --permute-fusion off: every plan is costed unfused and its arguments drop the flag.
   const std::string base =

@@ -124,6 +124,18 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
                            dir + "/intra");
   ASSERT_EQ(intra.code, 0) << intra.err;
   EXPECT_NE(read_file(dir + "/intra/points.csv").find("intra-overlap"), std::string::npos);
+  // The dispatcher too: EP = 16 over two nodes, as all-to-all and as MegaScale's all-gather.
+  const Result disp = run("whatif " + pair + " --plan " + plan +
+                          " --sweep dispatcher=alltoall,allgather --out " + dir + "/disp");
+  ASSERT_EQ(disp.code, 0) << disp.err;
+  std::map<std::string, std::string> plan_of;
+  for (const auto& f : csv_rows(read_file(dir + "/disp/points.csv"))) {
+    ASSERT_GE(f.size(), 4u) << f[0];
+    EXPECT_EQ(f[2], "ok") << f[0];
+    plan_of[f[1]] = f.back();
+  }
+  EXPECT_NE(plan_of["allgather"].find("dispatch=allgather"), std::string::npos);
+  EXPECT_EQ(plan_of["alltoall"].find("dispatch=allgather"), std::string::npos);
   // Kernels too: Megatron's unfused attention and permutation each cost the fixed plan time
   // (the plan recomputes, so the unfused scores of one layer fit). A kernel with no such name
   // is a failed point that says so.

@@ -26,7 +26,7 @@ struct PlanOptions {
                                                      save;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
-                         attention_kernel = "fused";
+                         attention_kernel = "fused", dispatcher = "search";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2, verify = 0;
@@ -156,6 +156,12 @@ void run_plan(const PlanOptions& o) {
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
   req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
   req.attention = parse_attention(o.attention, "--attention", true);
+  req.dispatcher = parse_dispatcher(o.dispatcher, "--dispatcher", true);
+  if (req.dispatcher == megascale::Dispatcher::kAllGather && req.fixed.ep.value_or(1) > 1 &&
+      req.fixed.etp.value_or(1) > 1)
+    throw InputError("--dispatcher", "",
+                     "allgather is priced with etp = 1 or ep = 1; --parallel fixes expert TP "
+                     "across EP, which takes MoNTA's all-to-all");
   req.precision = parse_precision(o.precision, "--precision");
   if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
     throw InputError("--precision", "",
@@ -423,6 +429,10 @@ void add_plan(CLI::App& app) {
                   "Megatron-Core --moe-permute-fusion: on (default) | off (a Megatron that "
                   "predates it: the permutation moves twice the bytes)");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
+  cmd->add_option("--dispatcher", o->dispatcher,
+                  "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): alltoall "
+                  "(also DeepEP's flex) | allgather (MegaScale-MoE's, with etp = 1 or ep = 1) | "
+                  "search");
   cmd->add_option("--attention-kernel", o->attention_kernel,
                   "core attention: fused (FlashAttention or cuDNN, default) | unfused (Megatron "
                   "--attention-backend unfused, and Megatron-LM before FlashAttention: the s x s "

@@ -44,6 +44,15 @@ std::optional<bool> parse_on_off(const std::string& value, const std::string& op
   return named<bool>(option, value, {{"on", true}, {"off", false}}, search, where);
 }
 
+std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
+                                                      const std::string& option, bool search,
+                                                      const std::string& where) {
+  return named<megascale::Dispatcher>(option, value,
+                                      {{"alltoall", megascale::Dispatcher::kAllToAll},
+                                       {"allgather", megascale::Dispatcher::kAllGather}},
+                                      search, where);
+}
+
 AttentionKernel parse_attention_kernel(const std::string& value, const std::string& option,
                                        const std::string& where) {
   return *named<AttentionKernel>(

@@ -73,6 +73,11 @@ std::optional<AttentionMode> parse_attention(const std::string& value, const std
                                              bool search, const std::string& where = "");
 std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,
                                  const std::string& where = "");
+// Megatron-Core's --moe-token-dispatcher-type names: alltoall (DeepEP's flex is priced as it) or
+// allgather.
+std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
+                                                      const std::string& option, bool search,
+                                                      const std::string& where = "");
 AttentionKernel parse_attention_kernel(const std::string& value, const std::string& option,
                                        const std::string& where = "");
 

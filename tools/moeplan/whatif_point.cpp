@@ -39,6 +39,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "intra-overlap",
                                         "attention",
                                         "attention-kernel",
+                                        "dispatcher",
                                         "permute-fusion",
                                         "zero",
                                         "tp",
@@ -95,6 +96,7 @@ struct PointInputs {
   std::optional<bool> overlap, intra_overlap;
   std::optional<AttentionMode> attention;
   std::optional<AttentionKernel> attention_kernel;
+  std::optional<megascale::Dispatcher> dispatcher;
   std::optional<bool> permute_fusion;
   std::optional<int> zero;
 };
@@ -147,6 +149,7 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     if (axis == "attention-kernel")
       in.attention_kernel = parse_attention_kernel(v, "--sweep", axis);
     if (axis == "permute-fusion") in.permute_fusion = parse_on_off(v, "--sweep", false, axis);
+    if (axis == "dispatcher") in.dispatcher = parse_dispatcher(v, "--sweep", false, axis);
     if (axis == "zero")
       in.zero = named<int>("--sweep", v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false, axis);
     for (const ParallelField& f : parallel_fields())
@@ -182,6 +185,12 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   if (in.attention) plan.attention = *in.attention;
   if (in.attention_kernel) plan.attention_kernel = *in.attention_kernel;
   if (in.permute_fusion) plan.permute_fusion = *in.permute_fusion;
+  if (in.dispatcher) plan.dispatcher = *in.dispatcher;
+  if (plan.dispatcher == megascale::Dispatcher::kAllGather && *plan.parallel.ep > 1 &&
+      *plan.parallel.etp > 1)
+    throw InputError("--sweep", "dispatcher",
+                     "allgather is priced with etp = 1 or ep = 1 (this plan has expert TP "
+                     "across EP, which takes MoNTA's all-to-all)");
   if (in.zero) plan.zero_stage = *in.zero;
   if (in.chunks) {
     plan.fcda_chunks = *in.chunks;
@@ -282,6 +291,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     req.attention = in.attention;
     if (in.attention_kernel) req.attention_kernel = *in.attention_kernel;
     if (in.permute_fusion) req.permute_fusion = *in.permute_fusion;
+    req.dispatcher = in.dispatcher;
     req.zero = in.zero;
     req.threads = 1;
     const SearchResult s = search_plans(ctx, req);
