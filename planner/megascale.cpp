@@ -31,6 +31,10 @@ const char* dispatcher_name(Dispatcher d) {
   return d == Dispatcher::kAllToAll ? "alltoall" : "allgather";
 }
 
+bool dispatcher_priced(Dispatcher d, int64_t ep, int64_t etp) {
+  return d == Dispatcher::kAllToAll || ep == 1 || etp == 1;
+}
+
 Dispatcher choose_dispatcher(int64_t top_k, int64_t n, double a2a_over_ag_efficiency) {
   const double a2a_cost =
       static_cast<double>(top_k) / static_cast<double>(n) / a2a_over_ag_efficiency;

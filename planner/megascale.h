@@ -25,6 +25,11 @@ double tp_ffn_volume(int64_t b, int64_t s, int64_t h, int64_t n);
 
 enum class Dispatcher { kAllToAll, kAllGather };
 const char* dispatcher_name(Dispatcher d);
+// Whether the time model prices `d` for experts over `ep` ranks split `etp` ways: all-to-all
+// everywhere; all-gather (Sec. 3.2: gather the EP group's tokens, reduce-scatter the outputs)
+// with etp = 1, or ep = 1 where experts split like TP gather around a ring either way. Expert
+// TP across EP takes MoNTA's all-to-all.
+bool dispatcher_priced(Dispatcher d, int64_t ep, int64_t etp);
 // All-gather + reduce-scatter moves the TP volume, eq. (4); all-to-all moves eq. (3) but runs at
 // a lower efficiency. Choose the one with the lower time: all-to-all iff
 // (2k/n) / eff_a2a < 2 / eff_ag. MegaScale Fig. 7 (Mixtral, n = 8) crosses over at top-k > 6,

@@ -340,11 +340,9 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
         // priced.
         std::vector<megascale::Dispatcher> dispatchers = {megascale::Dispatcher::kAllToAll};
         if (ep > 1 && etp == 1) dispatchers.push_back(megascale::Dispatcher::kAllGather);
-        if (req.dispatcher) {
-          const bool priced =
-              *req.dispatcher == megascale::Dispatcher::kAllToAll || ep == 1 || etp == 1;
-          dispatchers.assign(priced ? 1 : 0, *req.dispatcher);
-        }
+        if (req.dispatcher)
+          dispatchers.assign(megascale::dispatcher_priced(*req.dispatcher, ep, etp) ? 1 : 0,
+                             *req.dispatcher);
         std::vector<std::pair<monta::Strategy, int64_t>> a2as = {{monta::Strategy::kBaseline, 1}};
         if (ep > 1 && etp > 1) {
           // MoNTA Algorithm 3 picks the strategy from the AllToAll alone, once per layout.

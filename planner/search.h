@@ -40,9 +40,8 @@ struct SearchRequest {
   // the user runs Megatron's unfused attention (the search never picks the slower kernel).
   AttentionKernel attention_kernel = AttentionKernel::kFused;
   std::optional<AttentionMode> attention;  // fixed, or searched
-  // The MoE token dispatcher, fixed or searched. All-gather (MegaScale-MoE Sec. 3.2: gather the
-  // EP group's tokens, reduce-scatter the outputs) is priced for etp = 1 or ep = 1; a layout
-  // with expert TP across EP takes all-to-all only, so fixing all-gather rules it out.
+  // The MoE token dispatcher, fixed or searched; a fixed one rules out the layouts where it is
+  // not priced (megascale::dispatcher_priced).
   std::optional<megascale::Dispatcher> dispatcher;
   std::optional<int> zero;  // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
   bool gpipe = false;       // GPipe schedule instead of (interleaved) 1F1B

@@ -157,8 +157,8 @@ void run_plan(const PlanOptions& o) {
   req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
   req.attention = parse_attention(o.attention, "--attention", true);
   req.dispatcher = parse_dispatcher(o.dispatcher, "--dispatcher", true);
-  if (req.dispatcher == megascale::Dispatcher::kAllGather && req.fixed.ep.value_or(1) > 1 &&
-      req.fixed.etp.value_or(1) > 1)
+  if (req.dispatcher && !megascale::dispatcher_priced(*req.dispatcher, req.fixed.ep.value_or(1),
+                                                      req.fixed.etp.value_or(1)))
     throw InputError("--dispatcher", "",
                      "allgather is priced with etp = 1 or ep = 1; --parallel fixes expert TP "
                      "across EP, which takes MoNTA's all-to-all");

@@ -186,8 +186,7 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   if (in.attention_kernel) plan.attention_kernel = *in.attention_kernel;
   if (in.permute_fusion) plan.permute_fusion = *in.permute_fusion;
   if (in.dispatcher) plan.dispatcher = *in.dispatcher;
-  if (plan.dispatcher == megascale::Dispatcher::kAllGather && *plan.parallel.ep > 1 &&
-      *plan.parallel.etp > 1)
+  if (!megascale::dispatcher_priced(plan.dispatcher, *plan.parallel.ep, *plan.parallel.etp))
     throw InputError("--sweep", "dispatcher",
                      "allgather is priced with etp = 1 or ep = 1 (this plan has expert TP "
                      "across EP, which takes MoNTA's all-to-all)");
