@@ -235,16 +235,22 @@ StreamHooks Training::stream_hooks(int64_t g) {
 // it waits for another, so GPUs that run ahead (lighter experts) cannot deadlock with the
 // ones behind, and each group issues its collectives in one order.
 void Training::start_collectives(int64_t g, int stream) {
-  const GpuState& x = gpus_[static_cast<size_t>(g)];
+  GpuState& x = gpus_[static_cast<size_t>(g)];
   const std::vector<int64_t>& peers = *x.peers[stream];
+  int64_t& held_by = x.held_by[stream];
   for (const auto& ready : x.ready_collectives[stream]) {
     const std::pair<int, uint32_t> key = ready;  // erased below
-    const bool startable = std::all_of(peers.begin(), peers.end(), [&](int64_t p) {
+    auto has_it_ready = [&](int64_t p) {
       const GpuState& y = gpus_[static_cast<size_t>(p)];
       const auto& ready = y.ready_collectives[stream];
       return y.gpu->stream_free(stream) && std::binary_search(ready.begin(), ready.end(), key);
-    });
-    if (!startable) continue;
+    };
+    if (held_by >= 0 && !has_it_ready(held_by)) continue;
+    const auto missing = std::find_if_not(peers.begin(), peers.end(), has_it_ready);
+    if (missing != peers.end()) {
+      held_by = *missing;
+      continue;
+    }
     for (int64_t p : peers) {
       auto& ready = gpus_[static_cast<size_t>(p)].ready_collectives[stream];
       ready.erase(std::lower_bound(ready.begin(), ready.end(), key));

@@ -22,6 +22,11 @@ TEST(SimTime, RoundsUpAndNeverToZero) {
   EXPECT_EQ(to_sim_time(Seconds(2.5e-12)).ps, 3);
   EXPECT_EQ(to_sim_time(Seconds(0)).ps, 0);
   EXPECT_EQ(to_sim_time(Seconds(1.0)).ps, 1000000000000);
+  EXPECT_EQ(to_sim_time(Seconds(0.5)).ps, 500000000000);
+  EXPECT_EQ(to_sim_time(Seconds(1.5e-12)).ps, 2);
+  EXPECT_EQ(to_sim_time(Seconds(-1.0)).ps, 0);
+  // Beyond int64 picoseconds (106 days) it saturates rather than overflowing.
+  EXPECT_EQ(to_sim_time(Seconds(1e300)).ps, INT64_MAX);
 }
 
 TEST(EventQueue, EqualTimesRunInInsertionOrder) {
