@@ -224,6 +224,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
               break;
           }
           pair = one * 2.0;
+        } else if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
+          pair =
+              deepep_time(ctx, Bytes(tokens * h * kActivationBytes * expert_load * wire), ep) * 2.0;
         } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
           // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
           const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes * wire);
@@ -249,7 +252,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     // across nodes PXN spreads that over the node's NICs (the dispatch brings them in through
     // its own NIC, which nothing spreads): what the combine gains. Backward swaps the halves.
     Seconds combine_relief;
-    if (ep > 1 && etp == 1 && c.dispatcher != megascale::Dispatcher::kAllGather) {
+    if (ep > 1 && etp == 1 && c.dispatcher == megascale::Dispatcher::kAllToAll) {
       const Bytes balanced(tokens * k * h * kActivationBytes);
       combine_relief =
           std::max(Seconds(0), alltoall_time(ctx, balanced * expert_load, ep, etp) -

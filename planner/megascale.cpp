@@ -28,11 +28,39 @@ double tp_ffn_volume(int64_t b, int64_t s, int64_t h, int64_t n) {
 }
 
 const char* dispatcher_name(Dispatcher d) {
-  return d == Dispatcher::kAllToAll ? "alltoall" : "allgather";
+  switch (d) {
+    case Dispatcher::kAllGather:
+      return "allgather";
+    case Dispatcher::kDeepEp:
+      return "deepep";
+    case Dispatcher::kAllToAll:
+      break;
+  }
+  return "alltoall";
 }
 
 bool dispatcher_priced(Dispatcher d, int64_t ep, int64_t etp) {
-  return d == Dispatcher::kAllToAll || ep == 1 || etp == 1;
+  switch (d) {
+    case Dispatcher::kAllToAll:
+      return true;
+    case Dispatcher::kAllGather:
+      return ep == 1 || etp == 1;
+    case Dispatcher::kDeepEp:
+      return etp == 1;
+  }
+  return false;
+}
+
+const char* dispatcher_priced_where(Dispatcher d) {
+  switch (d) {
+    case Dispatcher::kAllGather:
+      return "with etp = 1 or ep = 1";
+    case Dispatcher::kDeepEp:
+      return "with etp = 1";
+    case Dispatcher::kAllToAll:
+      break;
+  }
+  return "everywhere";
 }
 
 Dispatcher choose_dispatcher(int64_t top_k, int64_t n, double a2a_over_ag_efficiency) {

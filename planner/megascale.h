@@ -23,13 +23,20 @@ double ep_ffn_volume(int64_t b, int64_t s, int64_t h, int64_t n, int64_t top_k);
 // Eq. (4): 2 b s h (n-1)/n.
 double tp_ffn_volume(int64_t b, int64_t s, int64_t h, int64_t n);
 
-enum class Dispatcher { kAllToAll, kAllGather };
+// The MoE token dispatcher. kDeepEp is Megatron-Core's flex dispatcher on DeepEP (or HybridEP):
+// a token goes once to each rank, and across nodes once to each node, that holds one of its
+// experts (planner/dispatch_fanout.h), where the all-to-all sends one copy per expert. Not a
+// MegaScale-MoE mechanism; it lives here beside the two it is chosen against.
+enum class Dispatcher { kAllToAll, kAllGather, kDeepEp };
 const char* dispatcher_name(Dispatcher d);
 // Whether the time model prices `d` for experts over `ep` ranks split `etp` ways: all-to-all
 // everywhere; all-gather (Sec. 3.2: gather the EP group's tokens, reduce-scatter the outputs)
-// with etp = 1, or ep = 1 where experts split like TP gather around a ring either way. Expert
-// TP across EP takes MoNTA's all-to-all.
+// with etp = 1, or ep = 1 where experts split like TP gather around a ring either way; DeepEP
+// with etp = 1 (its buffers hold whole tokens for whole experts). Expert TP across EP takes
+// MoNTA's all-to-all.
 bool dispatcher_priced(Dispatcher d, int64_t ep, int64_t etp);
+// Where `d` is priced, in words for an error ("with etp = 1").
+const char* dispatcher_priced_where(Dispatcher d);
 // All-gather + reduce-scatter moves the TP volume, eq. (4); all-to-all moves eq. (3) but runs at
 // a lower efficiency. Choose the one with the lower time: all-to-all iff
 // (2k/n) / eff_a2a < 2 / eff_ag. MegaScale Fig. 7 (Mixtral, n = 8) crosses over at top-k > 6,

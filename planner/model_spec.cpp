@@ -98,6 +98,19 @@ void validate(const ModelSpec& m) {
     require_field(m.top_k > 0, "top_k", "must be positive in an MoE model");
     require_field(m.top_k <= m.num_routed_experts, "top_k",
                   fmt::format("{} exceeds the {} routed experts", m.top_k, m.num_routed_experts));
+    require_field(m.router_groups >= 1 && m.num_routed_experts % m.router_groups == 0,
+                  "router_groups",
+                  fmt::format("{} does not divide the {} routed experts", m.router_groups,
+                              m.num_routed_experts));
+    require_field(m.router_group_topk >= 1 && m.router_group_topk <= m.router_groups,
+                  "router_group_topk",
+                  fmt::format("{} is not in [1, {}] (the router groups)", m.router_group_topk,
+                              m.router_groups));
+    const int64_t reachable = m.router_group_topk * (m.num_routed_experts / m.router_groups);
+    require_field(
+        m.router_groups == 1 || m.top_k <= reachable, "router_group_topk",
+        fmt::format("{} groups of {} experts hold fewer than top_k = {}", m.router_group_topk,
+                    m.num_routed_experts / m.router_groups, m.top_k));
     require_field(m.num_moe_layers() > 0, "moe_layer", "no layer carries experts");
   } else {
     require_field(m.num_moe_layers() == 0, "moe_layer", "MoE layers in a model without experts");

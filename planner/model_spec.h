@@ -88,6 +88,11 @@ struct ModelSpec {
   int64_t shared_expert_ffn_size = 0;  // Qwen2-MoE style: one shared FFN of this width (0: none)
   bool shared_expert_gate = false;     // Qwen2-MoE scales the shared expert by a sigmoid gate
   int64_t top_k = 0;
+  // Group-limited routing (DeepSeek-V2/V3, Megatron --moe-router-num-groups and
+  // --moe-router-group-topk): the experts form router_groups contiguous groups and a token's
+  // top_k come from its best router_group_topk groups. 1 and 1: routing over all experts.
+  int64_t router_groups = 1;
+  int64_t router_group_topk = 1;
   int64_t vocab_size = 0;
   bool gated_ffn = true;  // SwiGLU (three matrices) or a plain two-matrix FFN
   bool tied_embeddings = false;

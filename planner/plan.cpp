@@ -134,9 +134,18 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       for (bool moe : m.moe_layer) freq.push_back(moe ? 1 : 0);
       a.push_back(fmt::format("--moe-layer-freq [{}]", fmt::join(freq, ",")));
     }
-    a.push_back(
-        fmt::format("--moe-token-dispatcher-type {}",
-                    c.dispatcher == megascale::Dispatcher::kAllGather ? "allgather" : "alltoall"));
+    if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
+      a.insert(a.end(),
+               {"--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"});
+    } else {
+      a.push_back(fmt::format(
+          "--moe-token-dispatcher-type {}",
+          c.dispatcher == megascale::Dispatcher::kAllGather ? "allgather" : "alltoall"));
+    }
+    if (m.router_groups > 1) {
+      a.push_back(fmt::format("--moe-router-num-groups {}", m.router_groups));
+      a.push_back(fmt::format("--moe-router-group-topk {}", m.router_group_topk));
+    }
     a.push_back("--moe-grouped-gemm");
     if (c.permute_fusion) a.push_back("--moe-permute-fusion");
     if (c.overlap && *p.ep > 1) a.push_back("--overlap-moe-expert-parallel-comm");

@@ -41,7 +41,8 @@ struct SearchRequest {
   AttentionKernel attention_kernel = AttentionKernel::kFused;
   std::optional<AttentionMode> attention;  // fixed, or searched
   // The MoE token dispatcher, fixed or searched; a fixed one rules out the layouts where it is
-  // not priced (megascale::dispatcher_priced).
+  // not priced (megascale::dispatcher_priced). The search tries all-to-all and all-gather, which
+  // every Megatron-Core has; DeepEP only when fixed, as it needs its own library and NVSHMEM.
   std::optional<megascale::Dispatcher> dispatcher;
   std::optional<int> zero;  // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
   bool gpipe = false;       // GPipe schedule instead of (interleaved) 1F1B

@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "planner/dispatch_fanout.h"
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
 #include "planner/parallel.h"
@@ -98,6 +99,26 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
   const Seconds inter =
       per_rank * ((nn - local) / nn) / (ctx.links.inter * ctx.eff.alltoall_inter.at(per_rank));
   return std::max(intra, inter) + ctx.links.inter_latency;
+}
+
+Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
+  if (n <= 1 || !(rows.value() > 0)) return Seconds(0);
+  const ModelSpec& m = *ctx.model;
+  const Bytes message = rows * static_cast<double>(m.top_k);
+  const DispatchFanout f = dispatch_fanout(m, n, ctx.links.gpus_per_node);
+  if (!ctx.links.crosses_nodes(n)) {
+    return rows * f.ranks /
+               (ctx.links.alltoall_bandwidth(n, 1) * ctx.eff.alltoall_intra.at(message)) +
+           ctx.links.intra_latency;
+  }
+  // A token reaches each other node once, over the NIC, and the GPU there with the sender's
+  // local index forwards it to the ranks that hold its experts; the sender's own node gets it
+  // over NVLink directly. Of its rank copies, the share on other ranks of a node rides NVLink.
+  const double local = static_cast<double>(std::clamp<int64_t>(ctx.links.gpus_per_node, 1, n));
+  const Seconds nvlink = rows * (f.ranks * (local - 1.0) / local) /
+                         (ctx.links.intra * ctx.eff.alltoall_intra.at(message));
+  const Seconds nic = rows * f.nodes / (ctx.links.inter * ctx.eff.alltoall_inter.at(message));
+  return std::max(nvlink, nic) + ctx.links.inter_latency;
 }
 
 Seconds alltoall_from_heavy_time(const TimeContext& ctx, Bytes balanced, double load, int64_t n,

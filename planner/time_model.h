@@ -118,6 +118,12 @@ double gemm_shape_factor(double m, double k, double n);
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
 // All-to-all where each rank scatters `per_rank` bytes over n ranks at stride `stride`.
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
+// DeepEP's dispatch (or combine) of a rank's tokens, `rows` bytes at full width (tokens x h x
+// bytes per element, skew included), over n EP ranks of whole experts (etp = 1): each token
+// once per other rank that holds one of its experts, across nodes once per other node over the
+// NIC and then on over NVLink (planner/dispatch_fanout.h). Efficiency from the all-to-all curves
+// at the all-to-all's message size, `rows` x top-k.
+Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n);
 // All-to-all whose busiest rank sends `load` times the `balanced` bytes and the others share
 // what is left (the combine's forward under skew: the hot experts' outputs go back to every
 // rank). Across nodes it goes as NCCL's PXN (on by default) sends it: see the definition.

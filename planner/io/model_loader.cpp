@@ -79,6 +79,10 @@ ModelSpec from_ours(ObjectReader& r) {
     m.num_routed_experts = positive(e, "routed_experts");
     m.expert_ffn_size = positive(e, "expert_size");
     m.top_k = positive(e, "top_k");
+    m.router_groups = e.integer_or("router_groups", 1);
+    m.router_group_topk = e.integer_or("router_group_topk", m.router_groups == 1 ? 1 : 0);
+    if (m.router_groups > 1 && m.router_group_topk == 0)
+      e.fail("router_group_topk", "is required with router_groups");
     m.num_shared_experts = e.integer_or("shared_experts", 0);
     m.shared_expert_ffn_size = e.integer_or("shared_expert_size", 0);
     first_dense = e.integer_or("first_dense_layers", 0);
@@ -378,6 +382,13 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
           r.optional_integer(kimi_linear ? "num_shared_experts" : "n_shared_experts").value_or(0);
       first_dense = r.integer_or("first_k_dense_replace", 0);
       freq = r.integer_or("moe_layer_freq", 1);
+      // DeepSeek's group-limited routing: n_group groups, the best topk_group of them per
+      // token, unless topk_method says plain greedy (DeepSeek-V2-Lite writes n_group 1 anyway).
+      const bool greedy = r.has("topk_method") && r.raw("topk_method") == "greedy";
+      if (!greedy) {
+        m.router_groups = r.integer_or("n_group", 1);
+        m.router_group_topk = r.integer_or("topk_group", 1);
+      }
     }
     m.mtp_layers = r.integer_or("num_nextn_predict_layers", 0);
   } else if (type == "mixtral" || type == "phimoe" || type == "gpt_oss" || type == "minimax_m2") {

@@ -198,7 +198,8 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
       s, "attention", {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}});
   c.dispatcher = enum_of<megascale::Dispatcher>(s, "dispatcher",
                                                 {{"alltoall", megascale::Dispatcher::kAllToAll},
-                                                 {"allgather", megascale::Dispatcher::kAllGather}});
+                                                 {"allgather", megascale::Dispatcher::kAllGather},
+                                                 {"deepep", megascale::Dispatcher::kDeepEp}});
   c.alltoall = enum_of<monta::Strategy>(s, "alltoall_strategy",
                                         {{"baseline", monta::Strategy::kBaseline},
                                          {"O1", monta::Strategy::kO1},

@@ -239,12 +239,51 @@ TEST(Cli, PlanKeepsTheFixedDispatcher) {
     EXPECT_NE(run(base + " --dispatcher " + d).out.find("--moe-token-dispatcher-type " + d),
               std::string::npos);
   }
-  expect_one_line_error(run(base + " --dispatcher flexible"),
-                        "--dispatcher: 'flexible' is not one of alltoall, allgather, search");
+  expect_one_line_error(
+      run(base + " --dispatcher flexible"),
+      "--dispatcher: 'flexible' is not one of alltoall, allgather, deepep, search");
   expect_one_line_error(
       run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
           "--global-batch 64 --parallel tp=2,ep=4,etp=2 --dispatcher allgather"),
       "--dispatcher: allgather is priced with etp = 1 or ep = 1");
+}
+
+TEST(Cli, PlanPricesDeepEpByDestination) {
+  // --dispatcher deepep (Megatron-Core's flex dispatcher on DeepEP) sends a token once per node
+  // it has experts on, not once per expert: across nodes the exposed EP time falls, the plan
+  // file and the arguments say flex with the DeepEP backend, and the search leaves it out
+  // unless asked (it needs its own library). DeepSeek-V3's group-limited routing goes into the
+  // arguments as Megatron names it.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-256.json --gpus 16 "
+      "--global-batch 64 --parallel tp=1,ep=16,pp=1,cp=1,mbs=2 --overlap off --json";
+  auto ep_time = [&](const std::string& flags) {
+    const Result r = run(base + flags);
+    EXPECT_EQ(r.code, 0) << r.err;
+    const nlohmann::json plan = nlohmann::json::parse(r.out)["plans"][0];
+    return std::pair{plan["switches"]["dispatcher"].get<std::string>(),
+                     plan["predicted"]["breakdown_s"]["ep_comm"].get<double>()};
+  };
+  const auto [searched, searched_ep] = ep_time("");
+  const auto [deepep, deepep_ep] = ep_time(" --dispatcher deepep");
+  const auto [alltoall, alltoall_ep] = ep_time(" --dispatcher alltoall");
+  EXPECT_NE(searched, "deepep");
+  EXPECT_EQ(deepep, "deepep");
+  // 64 experts, top-6 over 2 nodes: 0.83 other nodes a token against 6 x 8/16 = 3 copies.
+  EXPECT_LT(deepep_ep, 0.5 * alltoall_ep);
+  const Result args = run(
+      "plan --model models/deepseek-v3.json --cluster topologies/h800-2048.json --global-batch "
+      "15360 --seq-len 4096 --parallel tp=8,pp=16,ep=16,mbs=1,pp_first=2,pp_last=3 --dispatcher "
+      "deepep --top 1");
+  ASSERT_EQ(args.code, 0) << args.err;
+  for (const char* flag :
+       {"--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep",
+        "--moe-router-num-groups 8", "--moe-router-group-topk 4"})
+    EXPECT_NE(args.out.find(flag), std::string::npos) << flag;
+  expect_one_line_error(
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 --parallel tp=2,ep=4,etp=2 --dispatcher deepep"),
+      "--dispatcher: deepep is priced with etp = 1; --parallel fixes ep = 4, etp = 2");
 }
 
 TEST(Cli, PlanForAMegatronWithoutFusedPermutation) {

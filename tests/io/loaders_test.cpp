@@ -88,6 +88,20 @@ TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
               load_model(data("model-topk-too-large.json"));
             }).find("top_k: 9 exceeds the 8"),
             std::string::npos);
+  // Group-limited routing: the groups divide the experts, and the chosen ones hold top-k.
+  std::ifstream in(std::string(MOEPLAN_SOURCE_DIR) + "/models/deepseek-v3.json");
+  const nlohmann::json v3 = nlohmann::json::parse(in);
+  EXPECT_EQ(model_from_json(v3, "v3.json").router_groups, 8);
+  nlohmann::json odd = v3;
+  odd["moe"]["router_groups"] = 7;
+  EXPECT_TRUE(refuses(odd, "v3.json", "router_groups: 7 does not divide the 256 routed experts"));
+  nlohmann::json narrow = v3;
+  narrow["moe"]["router_groups"] = 64;
+  narrow["moe"]["router_group_topk"] = 1;
+  EXPECT_TRUE(refuses(narrow, "v3.json", "1 groups of 4 experts hold fewer than top_k = 8"));
+  nlohmann::json unpaired = v3;
+  unpaired["moe"].erase("router_group_topk");
+  EXPECT_TRUE(refuses(unpaired, "v3.json", "/moe/router_group_topk: is required with"));
 }
 
 TEST(Loaders, HuggingFaceErrors) {
@@ -179,9 +193,12 @@ TEST(Loaders, HuggingFaceLayerMaps) {
   EXPECT_TRUE(v3.moe_layer[3]);
   EXPECT_EQ(v3.attention.kind, AttentionKind::kLatent);
   EXPECT_EQ(v3.mtp_layers, 1);
+  EXPECT_EQ(v3.router_groups, 8);  // n_group, topk_group (topk_method noaux_tc)
+  EXPECT_EQ(v3.router_group_topk, 4);
   const ModelSpec lite =
       load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v2-lite.config.json");
   EXPECT_EQ(lite.attention.q_lora_rank, 0);  // null in the config
+  EXPECT_EQ(lite.router_groups, 1);
   const ModelSpec dense =
       load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/llama-2-7b.config.json");
   EXPECT_FALSE(dense.is_moe());

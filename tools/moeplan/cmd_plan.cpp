@@ -160,8 +160,11 @@ void run_plan(const PlanOptions& o) {
   if (req.dispatcher && !megascale::dispatcher_priced(*req.dispatcher, req.fixed.ep.value_or(1),
                                                       req.fixed.etp.value_or(1)))
     throw InputError("--dispatcher", "",
-                     "allgather is priced with etp = 1 or ep = 1; --parallel fixes expert TP "
-                     "across EP, which takes MoNTA's all-to-all");
+                     fmt::format("{} is priced {}; --parallel fixes ep = {}, etp = {} (expert TP "
+                                 "takes the all-to-all, MoNTA's across EP)",
+                                 megascale::dispatcher_name(*req.dispatcher),
+                                 megascale::dispatcher_priced_where(*req.dispatcher),
+                                 req.fixed.ep.value_or(1), req.fixed.etp.value_or(1)));
   req.precision = parse_precision(o.precision, "--precision");
   if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
     throw InputError("--precision", "",
@@ -430,9 +433,10 @@ void add_plan(CLI::App& app) {
                   "predates it: the permutation moves twice the bytes)");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
   cmd->add_option("--dispatcher", o->dispatcher,
-                  "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): alltoall "
-                  "(also DeepEP's flex) | allgather (MegaScale-MoE's, with etp = 1 or ep = 1) | "
-                  "search");
+                  "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): alltoall | "
+                  "allgather (MegaScale-MoE's, with etp = 1 or ep = 1) | deepep (flex on DeepEP "
+                  "or HybridEP: one copy per destination rank and node, etp = 1) | search "
+                  "(alltoall or allgather)");
   cmd->add_option("--attention-kernel", o->attention_kernel,
                   "core attention: fused (FlashAttention or cuDNN, default) | unfused (Megatron "
                   "--attention-backend unfused, and Megatron-LM before FlashAttention: the s x s "

@@ -49,7 +49,8 @@ std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
                                                       const std::string& where) {
   return named<megascale::Dispatcher>(option, value,
                                       {{"alltoall", megascale::Dispatcher::kAllToAll},
-                                       {"allgather", megascale::Dispatcher::kAllGather}},
+                                       {"allgather", megascale::Dispatcher::kAllGather},
+                                       {"deepep", megascale::Dispatcher::kDeepEp}},
                                       search, where);
 }
 

@@ -188,8 +188,10 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   if (in.dispatcher) plan.dispatcher = *in.dispatcher;
   if (!megascale::dispatcher_priced(plan.dispatcher, *plan.parallel.ep, *plan.parallel.etp))
     throw InputError("--sweep", "dispatcher",
-                     "allgather is priced with etp = 1 or ep = 1 (this plan has expert TP "
-                     "across EP, which takes MoNTA's all-to-all)");
+                     fmt::format("{} is priced {} (this plan has ep = {}, etp = {})",
+                                 megascale::dispatcher_name(plan.dispatcher),
+                                 megascale::dispatcher_priced_where(plan.dispatcher),
+                                 *plan.parallel.ep, *plan.parallel.etp));
   if (in.zero) plan.zero_stage = *in.zero;
   if (in.chunks) {
     plan.fcda_chunks = *in.chunks;
