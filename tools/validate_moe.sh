@@ -1,30 +1,38 @@
 #!/usr/bin/env bash
-# The planner's time model on a MoE model against Megatron-Core's published runs: Qwen3-235B-A22B
-# (models/hf/qwen3-235b-a22b.config.json) on 256 H100 (topologies/h100-256.json: 32 nodes,
-# NVLink 4, InfiniBand 8 x 50 GB/s), sequence 4,096, global batch 2,048, BF16, from the
-# Megatron-MoE-ModelZoo table (github.com/yanring/Megatron-MoE-ModelZoo,
-# best_practice/Qwen3/readme.md): step time and "Per GPU TF" as Megatron's log prints them.
-# Mapping: DeepEP's flex dispatcher is priced as all-to-all; "norm, act" recompute (layer norms
-# and the activation, a few percent of a layer's FLOPs) as none; "1f1b overlap" (the EP
-# all-to-all hidden behind another micro-batch's compute) as --overlap on; FSDP as ZeRO-3. The
-# virtual stages (vpp 3-4) do not split Qwen3's 94 layers evenly (the runs used Megatron's
-# flexible pipeline layout), so we price vpp = 1 with the planner's uneven end stages, which
-# overstates the bubble by a few percent.
+# The planner's time model on MoE models against Megatron-Core's published runs on H100
+# (NVLink 4, InfiniBand 8 x 50 GB/s a node):
+#   Qwen3-235B-A22B (models/hf/qwen3-235b-a22b.config.json) on 256 H100
+#     (topologies/h100-256.json), sequence 4,096, global batch 2,048, BF16: the
+#     Megatron-MoE-ModelZoo table (github.com/yanring/Megatron-MoE-ModelZoo,
+#     best_practice/Qwen3/readme.md), step time and "Per GPU TF" as Megatron's log prints them;
+#   DeepSeek-V3 (models/hf/deepseek-v3.config.json) on 1,024 H100 (topologies/h100-1024.json),
+#     sequence 4,096, global batch 8,192, FP8 (blockwise), TP 2, PP 8, EP 64, DeepEP, EP
+#     overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
+#     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh).
+# Mapping: each run's dispatcher as it names it (DeepEP: --dispatcher deepep, a token sent once
+# per destination node and rank; A2A: alltoall); "norm, act" recompute as none and DeepSeek's
+# "mlp, mla_up_proj, moe_act, layernorm" as selective (moe_act and layernorm; the MLA up
+# projection and dense MLPs are a few percent of a layer); "1f1b overlap" (the EP all-to-all
+# hidden behind another micro-batch's compute) as --overlap on; FSDP as ZeRO-3; routing
+# balanced (the runs are dropless; Megatron's long-context table measures dropless at 0.80-0.92
+# of forced balance). The virtual stages (vpp 3-4) do not split the layers evenly (the runs
+# used Megatron's flexible pipeline layout), so we price vpp = 1 with the planner's uneven end
+# stages, which overstates the bubble by a few percent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 moeplan=${MOEPLAN:-build/tools/moeplan/moeplan}
 [ -x "$moeplan" ] || { echo "error: build moeplan first (tools/quickstart.sh)"; exit 1; }
-printf "%-8s %-26s %-34s %8s %9s %8s %9s %8s\n" code layout switches paper_s predicted paper_TF predicted error
-while read -r code layout flags paper_s paper_tf; do
-  read -r predicted_s predicted_tf < <("$moeplan" plan --model models/hf/qwen3-235b-a22b.config.json \
-    --cluster topologies/h100-256.json --global-batch 2048 --seq-len 4096 \
-    --parallel "$layout,cp=1" --top 1 --json ${flags//,/ } 2>/dev/null |
+printf "%-8s %-26s %-60s %8s %9s %8s %9s %8s\n" run layout switches paper_s predicted paper_TF predicted error
+while read -r run model cluster gbs layout flags paper_s paper_tf; do
+  read -r predicted_s predicted_tf < <("$moeplan" plan --model "$model" --cluster "$cluster" \
+    --global-batch "$gbs" --seq-len 4096 --parallel "$layout,cp=1" --top 1 --json ${flags//,/ } 2>/dev/null |
     python3 -c 'import json,sys; p=json.load(sys.stdin)["plans"][0]["predicted"]; print(p["iteration_s"], p["megatron_log"]["throughput_per_gpu_tflops"])')
-  python3 -c "print('%-8s %-26s %-34s %8s %9.1f %8s %9.0f %+7.1f%%' % ('$code', '$layout', '$flags', $paper_s, $predicted_s, $paper_tf, $predicted_tf, 100 * ($predicted_tf / $paper_tf - 1)))"
+  python3 -c "print('%-8s %-26s %-60s %8s %9.1f %8s %9.0f %+7.1f%%' % ('$run', '$layout', '$flags', $paper_s, $predicted_s, $paper_tf, $predicted_tf, 100 * ($predicted_tf / $paper_tf - 1)))"
 done <<'ROWS'
-moe_dev tp=2,pp=8,ep=32,mbs=1 --recompute,none,--overlap,off,--dispatcher,alltoall 19.7 245
-moe_dev tp=2,pp=8,ep=32,mbs=1 --recompute,none,--overlap,on,--dispatcher,alltoall 17.6 276
-main tp=2,pp=1,ep=8,mbs=4 --recompute,full,--zero,3,--dispatcher,alltoall 17.6 276
-main tp=2,pp=32,ep=8,mbs=1 --recompute,none,--overlap,off,--dispatcher,alltoall 24.2 200
-main tp=4,pp=8,ep=8,mbs=1 --recompute,none,--overlap,off,--dispatcher,alltoall 29.0 167
+moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=8,ep=32,mbs=1 --recompute,none,--overlap,off,--dispatcher,deepep 19.7 245
+moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=8,ep=32,mbs=1 --recompute,none,--overlap,on,--dispatcher,deepep 17.6 276
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=1,ep=8,mbs=4 --recompute,full,--zero,3,--dispatcher,deepep 17.6 276
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=32,ep=8,mbs=1 --recompute,none,--overlap,off,--dispatcher,alltoall 24.2 200
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=4,pp=8,ep=8,mbs=1 --recompute,none,--overlap,off,--dispatcher,deepep 29.0 167
+mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 tp=2,pp=8,ep=64,mbs=1 --precision,fp8,--recompute,selective,--overlap,on,--dispatcher,deepep 23.2 368
 ROWS
