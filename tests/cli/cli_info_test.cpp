@@ -23,6 +23,12 @@ TEST(Cli, InfoOnHuggingFaceMixtral) {
   const Result text = run("info --model models/hf/mixtral-8x7b.config.json");
   EXPECT_NE(text.out.find("46.70 B"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("12.88 B"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("routing groups"), std::string::npos) << text.out;
+  // DeepSeek-V3's group-limited routing (n_group 8, topk_group 4).
+  const Result v3 = run("info --model models/hf/deepseek-v3.config.json");
+  EXPECT_NE(v3.out.find("routing groups     8 of 32 experts, each token's top-8 from its best 4"),
+            std::string::npos)
+      << v3.out;
 }
 
 TEST(Cli, InfoNamesHybridAndSparseAttention) {

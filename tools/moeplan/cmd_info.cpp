@@ -77,6 +77,11 @@ void run_info(const InfoOptions& o) {
   fmt::print("{}: {} layers ({} MoE, {} dense), hidden {}, {} routed experts top-{}, {}\n", m.name,
              m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
              m.num_routed_experts, m.top_k, shared_part);
+  if (m.router_groups > 1) {
+    fmt::print("routing groups     {} of {} experts, each token's top-{} from its best {}\n",
+               m.router_groups, m.num_routed_experts / m.router_groups, m.top_k,
+               m.router_group_topk);
+  }
   if (m.attention.sliding_window > 0) {
     fmt::print("{} {} keys on {} of {} layers\n",
                m.attention.chunked_window ? "chunked attention " : "sliding window    ",
