@@ -98,8 +98,8 @@ void validate(const ModelSpec& m) {
     require_field(m.top_k > 0, "top_k", "must be positive in an MoE model");
     require_field(m.top_k <= m.num_routed_experts, "top_k",
                   fmt::format("{} exceeds the {} routed experts", m.top_k, m.num_routed_experts));
-    require_field(m.router_groups >= 1 && m.num_routed_experts % m.router_groups == 0,
-                  "router_groups",
+    require_field(m.router_groups >= 1, "router_groups", "must be positive");
+    require_field(m.num_routed_experts % m.router_groups == 0, "router_groups",
                   fmt::format("{} does not divide the {} routed experts", m.router_groups,
                               m.num_routed_experts));
     require_field(m.router_group_topk >= 1 && m.router_group_topk <= m.router_groups,

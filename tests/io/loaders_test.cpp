@@ -95,6 +95,8 @@ TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
   nlohmann::json odd = v3;
   odd["moe"]["router_groups"] = 7;
   EXPECT_TRUE(refuses(odd, "v3.json", "router_groups: 7 does not divide the 256 routed experts"));
+  odd["moe"]["router_groups"] = 0;
+  EXPECT_TRUE(refuses(odd, "v3.json", "router_groups: must be positive"));
   nlohmann::json narrow = v3;
   narrow["moe"]["router_groups"] = 64;
   narrow["moe"]["router_group_topk"] = 1;
