@@ -78,6 +78,55 @@ Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
                    static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
 }
 
+namespace {
+
+// Memory-bound bytes per token of a layer's element-wise work, BF16, by what recompute module
+// would replay it: two norms (read and write h: 8h bytes), two residual adds (read 2h, write h:
+// 12h bytes), FFN activations (gated: read gate and up, write one: 6 bytes per unit of width),
+// and the MoE permutation. Permute + unpermute of every routed row this GPU's experts see,
+// fused (Megatron-Core's --moe-permute-fusion): each reads and writes a row, 8kh bytes.
+// Unfused, the dispatcher's index_select, index_copy and probability scaling each read and
+// write it and the top-k sum reads it again: 16kh. Expert TP gathers the etp group's tokens, so
+// each rank sorts and scatters all of them at full width h (Megatron-Core's all-gather
+// dispatcher with TP), while the expert activation (gated: 6 k g_e) is cut over etp with the
+// FFN. With intra-operator overlap the scatter and gather happen in the GEMM's loads and
+// stores.
+struct ElementwiseBytes {
+  double norms = 0, residuals = 0, expert_activation = 0, permutation = 0, shared_activation = 0,
+         dense_activation = 0;
+  double total() const {
+    return norms + residuals + expert_activation + permutation + shared_activation +
+           dense_activation;
+  }
+};
+
+ElementwiseBytes elementwise_bytes(const ModelSpec& m, const PlanChoice& c, bool moe_layer,
+                                   double expert_load, bool fuse_experts) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double gated = m.gated_ffn ? 3.0 : 2.0;
+  ElementwiseBytes b;
+  b.norms = 8.0 * h;
+  b.residuals = 12.0 * h;
+  if (moe_layer) {
+    const double k = static_cast<double>(m.top_k);
+    b.shared_activation = 2.0 * gated * static_cast<double>(m.shared_ffn_total());
+    if (!fuse_experts)
+      b.permutation = (c.permute_fusion ? 8.0 : 16.0) * k * h * expert_load *
+                      static_cast<double>(*c.parallel.etp);
+    b.expert_activation = 2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * expert_load;
+  } else {
+    b.dense_activation = 2.0 * gated * static_cast<double>(m.dense_ffn_size);
+  }
+  return b;
+}
+
+// This GPU's tokens of a micro-batch (sequence-parallel share).
+double gpu_tokens(const TimeContext& ctx, const ParallelConfig& p) {
+  return static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
+}
+
+}  // namespace
+
 std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice& c,
                                        const LayerParams& lp, bool moe_layer, double expert_load,
                                        int64_t chunk_count) {
@@ -112,6 +161,10 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
                  CommPattern pattern = CommPattern::kRing, Seconds pxn_saving = Seconds(0)) {
     if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens, pattern, pxn_saving});
   };
+  // Marks the ops added since `from` as replayed by recompute module `module`.
+  auto replayed_by = [&](size_t from, uint32_t module) {
+    for (size_t i = from; i < ops.size(); ++i) ops[i].module = module;
+  };
   // A GEMM and the communication MegaScale fuses into it, tile by tile: while communication
   // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
   // side sets the time, plus one tile wave of the shorter to fill the pipeline.
@@ -142,6 +195,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       OpKind::kCompute, fuse_attention ? fused(projections, attention_comm) : projections);
   const Seconds core = core_attention_time(ctx, c, lp.linear);
   add("core attention", OpKind::kCompute, core);
+  if (core.value() > 0) ops.back().module = kRecomputeCoreAttn;
   // Context parallelism: K and V of the local chunk travel around the ring, hidden behind core
   // attention where it can be; what is left shows. A Gated DeltaNet layer has no keys to pass
   // round: Megatron-Core's CP for it (ssm/context_parallel/gdn_recurrent.py) runs each shard's
@@ -184,12 +238,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     add(comm_name, OpKind::kTp, comm);
   };
 
-  // Memory-bound bytes per token, BF16 already counted in: two norms (read and write h, 8h
-  // bytes), two residual adds (read 2h, write h: 12h bytes), FFN activations (gated: read gate
-  // and up, write one, 6 bytes per unit of width).
-  double bytes_per_token = 20.0 * h;
-  const double gated = m.gated_ffn ? 3.0 : 2.0;
+  bool fuse_experts = false;
   if (moe_layer) {
+    const size_t moe_begin = ops.size();
     const double k = static_cast<double>(m.top_k);
     const double chunks = static_cast<double>(std::max<int64_t>(chunk_count, 1));
     add("router", OpKind::kCompute,
@@ -260,7 +311,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     }
     // MegaScale fuses dispatch (all-gather + scatter) and combine (gather + reduce-scatter)
     // into the grouped GEMM; MoNTA's pipelined AllToAll (expert TP across EP) keeps its own.
-    const bool fuse_experts =
+    fuse_experts =
         c.intra_overlap && !(etp > 1 && ep > 1) && (dispatch_pair + combine_pair).value() > 0;
     // The all-gather dispatcher and expert TP without EP move tokens around a ring; the
     // all-to-all dispatcher (MoNTA's too) from every EP rank to every other.
@@ -290,27 +341,69 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     if (m.shared_ffn_total() > 0) {
       add_ffn("shared experts", "shared FFN TP all-gather + reduce-scatter",
               ffn(static_cast<double>(m.shared_ffn_total())));
-      bytes_per_token += 2.0 * gated * static_cast<double>(m.shared_ffn_total());
     }
-    // Permute + unpermute of every routed row this GPU's experts see, fused (Megatron-Core's
-    // --moe-permute-fusion): each reads and writes a row, 8kh bytes. Unfused, the dispatcher's
-    // index_select, index_copy and probability scaling each read and write it and the top-k
-    // sum reads it again: 16kh. Expert TP gathers the etp group's tokens, so each rank sorts
-    // and scatters all of them at full width h (Megatron-Core's all-gather dispatcher with
-    // TP), while the expert activation (gated: 6 k g_e) is cut over etp with the FFN. With
-    // intra-operator overlap the scatter and gather happen in the GEMM's loads and stores.
-    const double permute_bytes = c.permute_fusion ? 8.0 : 16.0;
-    if (!fuse_experts)
-      bytes_per_token += permute_bytes * k * h * expert_load * static_cast<double>(etp);
-    bytes_per_token += 2.0 * gated * k * static_cast<double>(m.expert_ffn_size) * expert_load;
+    replayed_by(moe_begin, kRecomputeMoe);
   } else {
+    const size_t mlp_begin = ops.size();
     add_ffn("dense FFN", "FFN TP all-gather + reduce-scatter",
             ffn(static_cast<double>(m.dense_ffn_size)));
-    bytes_per_token += 2.0 * gated * static_cast<double>(m.dense_ffn_size);
+    replayed_by(mlp_begin, kRecomputeMlp);
   }
+  // Norms, residuals, activations and the permutation: elementwise_bytes.
   add("norms, residuals, activations", OpKind::kCompute,
-      Bytes(bytes_per_token * tokens) / (ctx.links.hbm * ctx.eff.memory_bound));
+      Bytes(elementwise_bytes(m, c, moe_layer, expert_load, fuse_experts).total() * tokens) /
+          (ctx.links.hbm * ctx.eff.memory_bound));
   return ops;
+}
+
+std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& c, bool moe_layer,
+                                      double expert_load, const std::vector<LayerOp>& forward) {
+  std::vector<ReplayedOp> out;
+  if (c.recompute != Recompute::kSelective) return out;
+  const ModelSpec& m = *ctx.model;
+  const uint32_t mods = c.recompute_modules;
+  bool fused_experts = false;
+  for (size_t i = 0; i < forward.size(); ++i) {
+    fused_experts =
+        fused_experts || std::string_view(forward[i].name).starts_with("routed experts (");
+    if (forward[i].module & mods) out.push_back({forward[i], static_cast<int>(i)});
+  }
+  // Element-wise work the module replays: the norms (layernorm), the expert activation
+  // (moe_act, unless moe replays it with the rest of the block), the MoE block's or the dense
+  // FFN's own.
+  const ElementwiseBytes b = elementwise_bytes(m, c, moe_layer, expert_load, fused_experts);
+  double bytes = 0;
+  if (mods & kRecomputeLayernorm) bytes += b.norms;
+  if (moe_layer && (mods & kRecomputeMoe)) {
+    bytes += b.expert_activation + b.permutation + b.shared_activation;
+  } else if (moe_layer && (mods & kRecomputeMoeAct)) {
+    bytes += b.expert_activation;
+  }
+  if (!moe_layer && (mods & kRecomputeMlp)) bytes += b.dense_activation;
+  const double tokens = gpu_tokens(ctx, c.parallel);
+  if (bytes > 0) {
+    LayerOp op{"recomputed element-wise work", OpKind::kCompute,
+               Bytes(bytes * tokens) / (ctx.links.hbm * ctx.eff.memory_bound)};
+    out.push_back({op, -1});
+  }
+  // mla_up_proj: the two up projections from the kept latents, q (when compressed) and kv.
+  const AttentionSpec& a = m.attention;
+  if ((mods & kRecomputeMlaUpProj) && a.kind == AttentionKind::kLatent) {
+    const ParallelConfig& p = c.parallel;
+    const bool ulysses = c.attention == AttentionMode::kUlysses;
+    const double rows =
+        ulysses ? tokens : static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
+    const double heads =
+        static_cast<double>(a.num_heads) / (ulysses ? 1.0 : static_cast<double>(*p.tp));
+    const FlopsPerSec peak = peak_of(ctx, c.precision);
+    Seconds up = gemm_time(ctx, peak, rows, static_cast<double>(a.kv_lora_rank),
+                           heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));
+    if (a.q_lora_rank > 0)
+      up += gemm_time(ctx, peak, rows, static_cast<double>(a.q_lora_rank),
+                      heads * static_cast<double>(a.qk_head_dim()));
+    out.push_back({LayerOp{"recomputed MLA up projections", OpKind::kCompute, up}, -1});
+  }
+  return out;
 }
 
 }  // namespace moe

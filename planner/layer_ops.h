@@ -37,6 +37,8 @@ struct LayerOp {
   // The time at the busiest rank's bytes on its own ports: what the every-GPU simulator expands
   // into port loads, spreading them itself.
   Seconds port_time() const { return time + pxn_saving; }
+  // The --recompute-modules bit whose selective recompute replays this op (0: none does).
+  uint32_t module = 0;
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP
@@ -45,6 +47,17 @@ struct LayerOp {
 std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice& c,
                                        const LayerParams& lp, bool moe_layer, double expert_load,
                                        int64_t chunks);
+
+// What selective recompute replays before a layer's backward under c.recompute_modules, given
+// the layer's forward ops (from layer_forward_ops, so the same load and chunks): the ops a
+// module covers, each with its index in `forward`, and the element-wise and MLA up-projection
+// work no forward op isolates, at index -1. Empty unless c.recompute is kSelective.
+struct ReplayedOp {
+  LayerOp op;
+  int forward_index = -1;
+};
+std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& c, bool moe_layer,
+                                      double expert_load, const std::vector<LayerOp>& forward);
 
 // Whether the group an op communicates in leaves the node (its traffic takes the NIC) or stays
 // on the node's fabric: TP over t ranks, EP over ep x etp, CP over t x cp. Compute never does.

@@ -1,6 +1,7 @@
 #include "planner/memory_model.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "planner/megascale.h"
 #include "planner/model_stats.h"
@@ -27,6 +28,39 @@ std::optional<Recompute> recompute_from_name(const std::string& name) {
     if (name == recompute_name(r)) return r;
   }
   return std::nullopt;
+}
+
+namespace {
+
+constexpr std::pair<const char*, uint32_t> kModuleNames[] = {{"core_attn", kRecomputeCoreAttn},
+                                                             {"moe_act", kRecomputeMoeAct},
+                                                             {"layernorm", kRecomputeLayernorm},
+                                                             {"mla_up_proj", kRecomputeMlaUpProj},
+                                                             {"mlp", kRecomputeMlp},
+                                                             {"moe", kRecomputeMoe}};
+
+}  // namespace
+
+std::vector<std::string> recompute_module_names(uint32_t modules) {
+  std::vector<std::string> out;
+  for (const auto& [name, bit] : kModuleNames)
+    if (modules & bit) out.emplace_back(name);
+  return out;
+}
+
+std::optional<uint32_t> recompute_modules_from_names(const std::vector<std::string>& names,
+                                                     std::string* unknown) {
+  uint32_t mask = 0;
+  for (const std::string& n : names) {
+    const auto* it = std::find_if(std::begin(kModuleNames), std::end(kModuleNames),
+                                  [&](const auto& entry) { return n == entry.first; });
+    if (it == std::end(kModuleNames)) {
+      if (unknown) *unknown = n;
+      return std::nullopt;
+    }
+    mask |= it->second;
+  }
+  return mask;
 }
 
 memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
@@ -86,7 +120,7 @@ namespace {
 // same rows with g_d in place of g_e, s tokens in place of s'', and no router.
 Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m,
                        double received_tokens, int64_t chunks, Recompute recompute,
-                       double remat_ratio) {
+                       double remat_ratio, uint32_t modules) {
   if (!moe_layer) {
     s.experts = 0;
     s.expert_ffn = m.dense_ffn_size;
@@ -100,14 +134,34 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
   // rematerialization's share below leaves it whole.
   const Bytes scores = attention_score_bytes(s);
   Bytes per_token = memfine::activation_per_received_token(s);
+  bool keep_scores = true;
   if (recompute == Recompute::kSelective) {
-    // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
     const double tc = static_cast<double>(s.tp * s.cp);
-    seq -= Bytes(2.0 * s.bytes_per_element * s.micro_batch * s.seq_len * s.hidden / tc);
-    per_token -= Bytes(s.gemm_input() * s.micro_batch * s.expert_ffn / tc);
+    const double tokens = static_cast<double>(s.micro_batch * s.seq_len) / tc;
+    // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
+    if (modules & kRecomputeLayernorm)
+      seq -= Bytes(2.0 * s.bytes_per_element * tokens * static_cast<double>(s.hidden));
+    if (modules & kRecomputeMoeAct)
+      per_token -= Bytes(s.gemm_input() * s.micro_batch * s.expert_ffn / tc);
+    // moe: the whole routed-token term and the router's logits; mlp: a dense layer's FFN
+    // term. Each keeps its input, row 8.
+    if ((moe_layer && (modules & kRecomputeMoe)) || (!moe_layer && (modules & kRecomputeMlp))) {
+      per_token = Bytes(0);
+      if (moe_layer) seq -= Bytes(s.bytes_per_element * tokens * static_cast<double>(s.experts));
+    }
+    // mla_up_proj: Q, K and V at full width go; their latents (q and kv LoRA ranks and the
+    // shared rope key), which eq. (2) does not count, stay.
+    const AttentionSpec& a = m.attention;
+    if ((modules & kRecomputeMlaUpProj) && a.kind == AttentionKind::kLatent) {
+      const double latents =
+          static_cast<double>(a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim);
+      seq -= Bytes(s.bytes_per_element * tokens * (s.attention_elements() - latents));
+    }
+    keep_scores = !(modules & kRecomputeCoreAttn);
   }
   const Bytes layer = seq + per_token * memfine::tokens_per_chunk(received_tokens, chunks);
-  return (recompute == Recompute::kRematerialize ? layer * remat_ratio : layer) + scores;
+  return (recompute == Recompute::kRematerialize ? layer * remat_ratio : layer) +
+         (keep_scores ? scores : Bytes(0));
 }
 
 // MegaScale App. A.2: what rematerialization keeps of a layer, (2kf + 4 + 2/m) over
@@ -194,9 +248,10 @@ Bytes attention_score_bytes(const memfine::LayerShape& s) {
 
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& p,
                              const memfine::LayerShape& shape, bool moe_layer,
-                             double received_tokens, int64_t chunks, Recompute recompute) {
+                             double received_tokens, int64_t chunks, Recompute recompute,
+                             uint32_t modules) {
   return layer_activation(shape, moe_layer, m, received_tokens, chunks, recompute,
-                          remat_ratio(m, p, moe_layer));
+                          remat_ratio(m, p, moe_layer), modules);
 }
 
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r) {
@@ -248,7 +303,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
       for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i) {
         const Bytes a =
             layer_activation(report.moe_shape, m.moe_layer[i], m, report.received_tokens, chunks,
-                             r.recompute, remat_ratio(m, p, m.moe_layer[i]));
+                             r.recompute, remat_ratio(m, p, m.moe_layer[i]), r.recompute_modules);
         largest = std::max(largest, a);
         sum += a;
       }
@@ -261,14 +316,20 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     const double per_token_weight =
         full ? 1.0 : s.m_g * static_cast<double>(s.num_moe_layers) / static_cast<double>(*p.vpp);
     if (s.num_moe_layers > 0 && per_token_weight > 0) {
-      // Room left after everything but the received-token term, over what one token costs.
+      // Room left after everything but the received-token term, over what one token costs as
+      // the recompute mode keeps it (selective recompute of moe keeps none).
+      auto moe_layer_at = [&](double tokens) {
+        return layer_activation(report.moe_shape, true, m, tokens, 1, r.recompute,
+                                remat_ratio(m, p, true), r.recompute_modules);
+      };
+      const Bytes unit = moe_layer_at(1.0) - moe_layer_at(0.0);
       const Bytes base =
-          activation_at(1) - memfine::activation_per_received_token(report.moe_shape) *
-                                 memfine::tokens_per_chunk(report.received_tokens, 1) *
-                                 per_token_weight;
+          activation_at(1) -
+          unit * memfine::tokens_per_chunk(report.received_tokens, 1) * per_token_weight;
       const Bytes room = r.gpu_capacity * r.alpha - fixed - base;
       s.max_received_tokens =
-          room / (memfine::activation_per_received_token(report.moe_shape) * per_token_weight);
+          unit.value() > 0 ? room / (unit * per_token_weight)
+                           : (room.value() >= 0 ? std::numeric_limits<double>::infinity() : 0.0);
       s.mact_chunks = memfine::select_bin(
           memfine::chunks_needed(report.received_tokens, s.max_received_tokens), r.chunk_bins);
     } else {

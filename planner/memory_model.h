@@ -8,9 +8,10 @@
 // eq. (2) per layer with FCDA chunking; the pipeline schedule sets how many micro-batch chunks
 // are in flight (m_g). MACT (eq. 8-9) gives the chunk count per stage.
 //
-// Recompute modes: none; selective = Megatron's --recompute-modules moe_act layernorm (the
-// norm inputs and one of the two g_e-wide expert activations are recomputed); full = MemFine's
-// m_g = 1 (one layer's activations at a time) plus the layer inputs it checkpoints.
+// Recompute modes: none; selective = Megatron's --recompute-granularity selective with its
+// --recompute-modules (by default moe_act layernorm: the norm inputs and one of the two
+// g_e-wide expert activations are recomputed); full = MemFine's m_g = 1 (one layer's
+// activations at a time) plus the layer inputs it checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +35,36 @@ const char* recompute_name(Recompute r);
 // "none", "selective", "full", "sar"; nullopt for anything else.
 std::optional<Recompute> recompute_from_name(const std::string& name);
 
+// Megatron-Core's --recompute-modules, as bits of a mask. What each drops from eq. (2) and what
+// it replays in backward: layernorm, the two norms' outputs (8h bytes a token of HBM traffic);
+// moe_act, the expert activation's input (6 k g_e bytes); core_attn, an unfused kernel's
+// scores (the core kernel again); mla_up_proj, MLA's full-width Q, K and V, kept as their
+// latents (the two up-projection GEMMs); mlp, a dense layer's FFN activations (the FFN and its
+// TP collectives); moe, the MoE block's routed-token activations and router logits (router,
+// dispatch, experts, combine, shared experts, permutation: the EP all-to-all runs again).
+// Megatron's shared_experts is not offered: eq. (2) holds no shared-expert activations to save.
+enum RecomputeModule : uint32_t {
+  kRecomputeCoreAttn = 1u << 0,
+  kRecomputeMoeAct = 1u << 1,
+  kRecomputeLayernorm = 1u << 2,
+  kRecomputeMlaUpProj = 1u << 3,
+  kRecomputeMlp = 1u << 4,
+  kRecomputeMoe = 1u << 5,
+};
+constexpr uint32_t kDefaultRecomputeModules = kRecomputeMoeAct | kRecomputeLayernorm;
+// Megatron's names in its order ("moe_act layernorm"); one mask from names, nullopt with the
+// first unknown name in `unknown`.
+std::vector<std::string> recompute_module_names(uint32_t modules);
+std::optional<uint32_t> recompute_modules_from_names(const std::vector<std::string>& names,
+                                                     std::string* unknown = nullptr);
+
 struct MemoryRequest {
   int64_t seq_len = 4096;
   Recompute recompute = Recompute::kNone;
-  double bytes_per_element = 2;  // D_t of activations
-  double gemm_input_bytes = 0;   // of activations kept for FP8 GEMMs' backward; 0: D_t
-  double score_bytes = 0;        // per attention score, unfused attention (LayerShape)
+  uint32_t recompute_modules = kDefaultRecomputeModules;  // with kSelective
+  double bytes_per_element = 2;                           // D_t of activations
+  double gemm_input_bytes = 0;  // of activations kept for FP8 GEMMs' backward; 0: D_t
+  double score_bytes = 0;       // per attention score, unfused attention (LayerShape)
   memfine::StaticBytesPerParam static_bytes;
   int zero_stage = 1;  // 0: replicated; 1: optimizer sharded (distributed optimizer); 2; 3
   // s'': tokens one GPU's MoE layer receives; unset means balanced routing (s x top-k).
@@ -118,7 +143,8 @@ Bytes attention_score_bytes(const memfine::LayerShape& shape);
 // its App. A.2 share). Dense layers ignore s'' and chunks.
 Bytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& p,
                              const memfine::LayerShape& shape, bool moe_layer,
-                             double received_tokens, int64_t chunks, Recompute recompute);
+                             double received_tokens, int64_t chunks, Recompute recompute,
+                             uint32_t modules = kDefaultRecomputeModules);
 
 // The layout must be resolved and checked.
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r);

@@ -1,6 +1,7 @@
 #include "planner/plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace moe {
 
@@ -41,6 +42,9 @@ std::string PlanChoice::describe() const {
   }
   std::string out = fmt::format("{} recompute={} attn={}", parallel.to_string(),
                                 recompute_name(recompute), attention_mode_name(attention));
+  if (recompute == Recompute::kSelective && recompute_modules != kDefaultRecomputeModules)
+    out.insert(out.find(" attn="),
+               fmt::format("({})", fmt::join(recompute_module_names(recompute_modules), ",")));
   if (parallel.ep.value_or(1) > 1)
     out += fmt::format(" dispatch={}", megascale::dispatcher_name(dispatcher));
   if (parallel.etp.value_or(1) > 1 && parallel.ep.value_or(1) > 1) {
@@ -116,9 +120,12 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
                        "--recompute-num-layers 1"});
   } else if (c.recompute == Recompute::kSelective || c.recompute == Recompute::kRematerialize) {
     // Megatron does not rematerialize communication; the closest runnable form of MegaScale's
-    // SAR recomputes the same element-wise modules.
-    a.insert(a.end(),
-             {"--recompute-granularity selective", "--recompute-modules moe_act layernorm"});
+    // SAR recomputes the default element-wise modules.
+    const uint32_t mods =
+        c.recompute == Recompute::kSelective ? c.recompute_modules : kDefaultRecomputeModules;
+    a.push_back("--recompute-granularity selective");
+    a.push_back(
+        fmt::format("--recompute-modules {}", fmt::join(recompute_module_names(mods), " ")));
   }
   if (m.is_moe()) {
     a.push_back(fmt::format("--num-experts {}", m.num_routed_experts));

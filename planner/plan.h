@@ -38,6 +38,8 @@ const char* precision_name(Precision p);
 struct PlanChoice {
   ParallelConfig parallel;  // complete, gbs included
   Recompute recompute = Recompute::kNone;
+  // Megatron's --recompute-modules (RecomputeModule bits) under kSelective.
+  uint32_t recompute_modules = kDefaultRecomputeModules;
   AttentionMode attention = AttentionMode::kTensor;
   AttentionKernel attention_kernel = AttentionKernel::kFused;
   megascale::Dispatcher dispatcher = megascale::Dispatcher::kAllToAll;

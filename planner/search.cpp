@@ -113,6 +113,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   MemoryRequest r;
   r.seq_len = ctx.seq_len;
   r.recompute = c.recompute;
+  r.recompute_modules = c.recompute_modules;
   r.zero_stage = c.zero_stage;
   r.gpu_capacity = capacity;
   r.alpha = alpha;
@@ -368,6 +369,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
               PlanChoice c;
               c.parallel = p;
               c.recompute = rc;
+              c.recompute_modules = req.recompute_modules;
               c.attention = at;
               c.mact = mact;
               c.precision = req.precision;

@@ -29,7 +29,9 @@ struct SearchRequest {
   int64_t global_batch = 0;
   ParallelConfig fixed;                // any subset; unset sizes are searched
   std::optional<Recompute> recompute;  // fixed, or searched
-  std::optional<bool> overlap;         // fixed, or searched
+  // Megatron's --recompute-modules that selective recompute stands for (memory_model.h).
+  uint32_t recompute_modules = kDefaultRecomputeModules;
+  std::optional<bool> overlap;  // fixed, or searched
   // MegaScale's intra-operator overlap: off unless asked (Megatron-LM has no such kernels);
   // nullopt searches it.
   std::optional<bool> intra_overlap = false;

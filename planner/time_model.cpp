@@ -19,6 +19,9 @@ namespace {
 
 struct Pass {
   Seconds compute, tp, ep, cp;  // communication before overlap
+  // What selective recompute replays before the backward: compute, and the TP and EP
+  // collectives of the modules it replays (mlp, moe).
+  Seconds redo_compute, redo_tp, redo_ep;
 };
 
 Seconds exposed(Seconds comm, Seconds compute, bool overlap) {
@@ -204,7 +207,13 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
                    bool moe_layer) {
   Pass out;
   const double load = moe_layer ? ctx.skew.imbalance(*ctx.model, *c.parallel.ep) : 1.0;
-  for (const LayerOp& op : layer_forward_ops(ctx, c, lp, moe_layer, load, c.fcda_chunks)) {
+  const std::vector<LayerOp> ops = layer_forward_ops(ctx, c, lp, moe_layer, load, c.fcda_chunks);
+  for (const ReplayedOp& r : recompute_ops(ctx, c, moe_layer, load, ops)) {
+    (r.op.kind == OpKind::kCompute ? out.redo_compute
+     : r.op.kind == OpKind::kEp    ? out.redo_ep
+                                   : out.redo_tp) += r.op.time;
+  }
+  for (const LayerOp& op : ops) {
     switch (op.kind) {
       case OpKind::kCompute:
         out.compute += op.time;
@@ -280,35 +289,37 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   // different links: MemFine Model II on the A800 cluster, TP = 8 over PCIe and EP = 32 over
   // the NICs, priced a MoE layer's forward at 151 ms against the simulator's 133.)
   const Seconds comm = f.tp + f.ep + f.cp;
-  auto pipelined = [&](Seconds compute) {
+  auto pipelined_over = [&](Seconds compute, Seconds comm, const LinkLoads& links) {
     if (!c.overlap) return compute + comm;
     return (compute + comm) * kOverlapResidual +
            std::max({compute, links.nic, links.fabric}) * (1.0 - kOverlapResidual);
   };
+  auto pipelined = [&](Seconds compute) { return pipelined_over(compute, comm, links); };
   const Seconds forward = pipelined(f.compute);
   // Backward: twice the compute, the same communication again.
   const Seconds backward = pipelined(f.compute * 2.0);
-  // Full recompute replays the forward, communication included; selective (moe_act, layernorm)
+  // Full recompute replays the forward, communication included; selective replays what its
+  // modules cover (layer_ops.h: recompute_ops), pipelined as a forward is; rematerialization
   // redoes element-wise work, ~5 % of a layer's forward.
   const bool full = c.recompute == Recompute::kFull;
   const bool remat = c.recompute == Recompute::kRematerialize;
-  const Seconds redo = full                                            ? f.compute
-                       : c.recompute == Recompute::kSelective || remat ? f.compute * 0.05
-                                                                       : Seconds(0);
+  const Seconds redo = full ? f.compute : remat ? f.compute * 0.05 : f.redo_compute;
+  const LinkLoads replayed = link_loads(ctx, c.parallel, f.redo_tp, f.redo_ep, Seconds(0));
   // MegaScale's rematerialization replays the all-gather/dispatch half of the communication in
   // backward, overlapped with the gradient computation.
-  const Seconds redo_comm = full    ? forward - f.compute
-                            : remat ? exposed((f.tp + f.ep) * 0.5, f.compute * 2.0, true)
-                                    : Seconds(0);
+  const Seconds redo_comm =
+      full    ? forward - f.compute
+      : remat ? exposed((f.tp + f.ep) * 0.5, f.compute * 2.0, true)
+              : pipelined_over(f.redo_compute, f.redo_tp + f.redo_ep, replayed) - f.redo_compute;
   const double passes = traffic_passes(c.recompute);
   StageTimes st;
   st.forward = forward;
-  st.backward = std::max(
-      {backward + redo + redo_comm, links.nic * (passes - 1.0), links.fabric * (passes - 1.0)});
+  st.backward = std::max({backward + redo + redo_comm, links.nic * (passes - 1.0) + replayed.nic,
+                          links.fabric * (passes - 1.0) + replayed.fabric});
   st.compute = f.compute * 3.0;
   st.recompute = redo;
-  st.tp = f.tp * passes;
-  st.ep = f.ep * passes;
+  st.tp = f.tp * passes + f.redo_tp;
+  st.ep = f.ep * passes + f.redo_ep;
   st.cp = f.cp * passes;
   return st;
 }

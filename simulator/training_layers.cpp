@@ -34,10 +34,13 @@ void Training::plan_layers(int64_t it) {
       }
       L.forward = layer_forward_ops(ctx_, plan_, params, L.moe, L.load, L.chunks);
       L.backward.assign(L.forward.rbegin(), L.forward.rend());
+      L.replayed = recompute_ops(ctx_, plan_, L.moe, L.load, L.forward);
       for (const LayerOp& op : L.forward)
         (op.kind == OpKind::kCompute ? L.forward_compute : L.forward_comm) += op.time;
-      const Bytes whole = layer_activation_bytes(m_, p_, shape_, L.moe, received, L.chunks, rc);
-      L.sequence_part = layer_activation_bytes(m_, p_, shape_, L.moe, 0.0, L.chunks, rc);
+      const uint32_t mods = plan_.recompute_modules;
+      const Bytes whole =
+          layer_activation_bytes(m_, p_, shape_, L.moe, received, L.chunks, rc, mods);
+      L.sequence_part = layer_activation_bytes(m_, p_, shape_, L.moe, 0.0, L.chunks, rc, mods);
       if (!L.moe) L.sequence_part = whole;
       L.token_part = whole - L.sequence_part;
       // A measured static figure (MemFine Table 4) already holds the checkpoints.

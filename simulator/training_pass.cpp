@@ -250,13 +250,31 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
         const int64_t a_token =
             add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
         chain(l, false, 1.0, L.token_op, a_first, a_token, 0);
-      } else if (plan_.recompute != Recompute::kNone) {
-        // Selective recompute and rematerialization redo the element-wise work (5 % of the
-        // forward); rematerialization also replays the all-gather half of TP/EP
-        // communication (`remat`, issued during the layer above's backward).
-        const LayerOp redo{"selective recompute", OpKind::kCompute, L.forward_compute * 0.05};
+      } else if (plan_.recompute == Recompute::kRematerialize) {
+        // Rematerialization redoes the element-wise work (5 % of the forward) and replays the
+        // all-gather half of TP/EP communication (`remat`, issued during the layer above's
+        // backward).
+        const LayerOp redo{"rematerialized element-wise work", OpKind::kCompute,
+                           L.forward_compute * 0.05};
         for (int64_t j = 0; j < slices; ++j)
           tail[static_cast<size_t>(j)] = add_op(g, st, redo, share, 1.0, after_tail(j));
+      } else {
+        // Selective recompute replays its modules' ops (the forward's own, so every GPU's
+        // share of them, and the element-wise and MLA up-projection work), in forward order,
+        // once the layer above is through (as full recompute's replay and autograd have it).
+        const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
+        for (int64_t j = 0; j < slices; ++j) {
+          for (size_t q = 0; q < L.replayed.size(); ++q) {
+            const ReplayedOp& r = L.replayed[q];
+            if (r.forward_index >= 0) ref_ = {static_cast<int32_t>(l), r.forward_index};
+            std::vector<uint32_t> after =
+                q > 0 || barrier < 0 ? after_tail(j)
+                                     : std::vector<uint32_t>{static_cast<uint32_t>(barrier)};
+            tail[static_cast<size_t>(j)] =
+                add_op(g, st, r.op, share, 1.0, std::move(after), L.load, false);
+            ref_ = OpRef{};
+          }
+        }
       }
       const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
       chain(l, true, 2.0, -1, 0, 0, a_release);

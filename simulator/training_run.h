@@ -34,6 +34,7 @@ struct LayerState {
   Bytes token_part;                       // allocated at dispatch (one chunk of s'')
   Bytes checkpoint;                       // full recompute: the layer input kept from forward
   int64_t token_op = -1;                  // index in `forward` where the token part is allocated
+  std::vector<ReplayedOp> replayed;       // selective recompute's ops (layer_ops.h)
   // Every-GPU mode, MoE layers under uneven routing: per EP rank, each forward op's time over
   // the busiest rank's (what scales that rank's copy of the shared graph) and its token part.
   std::vector<std::vector<double>> rank_ratio;

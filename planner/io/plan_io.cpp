@@ -93,6 +93,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                         {"schedule", schedule_name(ch.schedule())},
                         {"switches",
                          {{"recompute", recompute_name(ch.recompute)},
+                          {"recompute_modules", recompute_module_names(ch.recompute_modules)},
                           {"attention", attention_mode_name(ch.attention)},
                           {"dispatcher", megascale::dispatcher_name(ch.dispatcher)},
                           {"alltoall_strategy", monta::strategy_name(ch.alltoall)},
@@ -194,6 +195,17 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
                                     {"selective", Recompute::kSelective},
                                     {"full", Recompute::kFull},
                                     {"sar", Recompute::kRematerialize}});
+  // Megatron's --recompute-modules (files written before it default to moe_act layernorm).
+  if (s.has("recompute_modules")) {
+    std::string unknown;
+    const std::optional<uint32_t> mods =
+        recompute_modules_from_names(s.string_array("recompute_modules"), &unknown);
+    if (!mods)
+      s.fail("recompute_modules",
+             fmt::format("'{}' is not one of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe",
+                         unknown));
+    c.recompute_modules = *mods;
+  }
   c.attention = enum_of<AttentionMode>(
       s, "attention", {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}});
   c.dispatcher = enum_of<megascale::Dispatcher>(s, "dispatcher",

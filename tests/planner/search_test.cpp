@@ -765,3 +765,63 @@ TEST(Search, OffloadPlansKeepTheFixedStagesAndMicroBatch) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(TimeModel, RecomputeModulesTradeMemoryForReplayedWork) {
+  // Megatron's --recompute-modules: each module drops its rows of eq. (2) and replays its ops
+  // before the backward. DeepSeekMoE-16B over EP 16 on two nodes, DeepEP, no overlap.
+  const Inputs s("deepseekmoe-16b.json", "h100-256.json");
+  const Bytes cap = s.cluster.node.gpu.hbm_capacity;
+  auto run = [&](Recompute rc, uint32_t mods) {
+    PlanChoice c;
+    c.parallel = resolve(parse_parallel("tp=1,ep=16,etp=1,dp=16,pp=1,cp=1,mbs=2,gbs=64"));
+    c.dispatcher = megascale::Dispatcher::kDeepEp;
+    c.overlap = false;
+    c.recompute = rc;
+    c.recompute_modules = mods;
+    return score_plan(s.ctx, c, cap, 1.0);
+  };
+  const PlanScore none = run(Recompute::kNone, 0);
+  const PlanScore elementwise = run(Recompute::kSelective, kDefaultRecomputeModules);
+  const PlanScore moe = run(Recompute::kSelective, kRecomputeMoe);
+  const PlanScore both = run(Recompute::kSelective, kRecomputeMoe | kRecomputeLayernorm);
+  const Bytes a_none = none.memory.stages[0].activation_bytes;
+  const Bytes a_elem = elementwise.memory.stages[0].activation_bytes;
+  const Bytes a_moe = moe.memory.stages[0].activation_bytes;
+  EXPECT_LT(a_elem, a_none);
+  EXPECT_LT(a_moe, a_elem);  // the routed tokens' rows are the bulk
+  EXPECT_LT(both.memory.stages[0].activation_bytes, a_moe);
+  // Nothing of the routed-token term is left, so MACT never needs to chunk.
+  EXPECT_TRUE(std::isinf(moe.memory.stages[0].max_received_tokens));
+  EXPECT_EQ(moe.memory.stages[0].mact_chunks, 1);
+  // The element-wise replay is a few percent of the compute; moe replays the block, dispatch
+  // and combine included: the EP time grows by half (a third pass of dispatch and combine).
+  EXPECT_GT(elementwise.time.recompute.value(), 0.0);
+  EXPECT_LT(elementwise.time.recompute.value(), 0.05 * elementwise.time.compute.value());
+  EXPECT_GT(moe.time.recompute, elementwise.time.recompute * 5.0);
+  EXPECT_NEAR(moe.time.ep_comm / none.time.ep_comm, 1.5, 0.02);
+  EXPECT_NEAR(elementwise.time.ep_comm.value(), none.time.ep_comm.value(), 1e-12);
+  EXPECT_GT(moe.time.iteration, elementwise.time.iteration);
+
+  // mla_up_proj on DeepSeek-V3: Q, K and V at full width go, the latents stay; the two up
+  // projections run again.
+  const Inputs v3("deepseek-v3.json", "h800-2048.json");
+  PlanChoice c;
+  c.parallel = resolve(
+      parse_parallel("tp=8,pp=16,ep=16,etp=1,cp=1,mbs=1,pp_first=2,pp_last=3,gbs=15360,dp=16"));
+  c.recompute = Recompute::kSelective;
+  c.recompute_modules = kDefaultRecomputeModules;
+  const PlanScore base = score_plan(v3.ctx, c, v3.cluster.node.gpu.hbm_capacity, 1.0);
+  c.recompute_modules |= kRecomputeMlaUpProj;
+  const PlanScore mla = score_plan(v3.ctx, c, v3.cluster.node.gpu.hbm_capacity, 1.0);
+  // Per token and layer on a TP rank: 128 heads x 192 x 3 wide, less 1,536 + 512 + 64 latent
+  // channels, over tp = 8, at 2 bytes.
+  const double per_layer = 2.0 * 4096.0 * (128.0 * 192.0 * 3.0 - 2112.0) / 8.0;
+  const StageMemory& s1 = base.memory.stages[1];
+  EXPECT_NEAR((s1.activation_bytes - mla.memory.stages[1].activation_bytes).value(),
+              per_layer * static_cast<double>(s1.num_layers) * s1.m_g, 1.0);
+  EXPECT_GT(mla.time.recompute, base.time.recompute);
+}
+
+}  // namespace moe

@@ -24,6 +24,7 @@ namespace {
 struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
                                                      save;
+  std::vector<std::string> recompute_modules;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
                          attention_kernel = "fused", dispatcher = "search";
@@ -151,6 +152,14 @@ void run_plan(const PlanOptions& o) {
         fmt::format("'{}' is not one of 1f1b (interleaved when vpp > 1), gpipe", o.schedule));
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (!o.recompute.empty()) req.recompute = parse_recompute(o.recompute);
+  if (!o.recompute_modules.empty()) {
+    if (req.recompute && *req.recompute != Recompute::kSelective)
+      throw InputError("--recompute-modules", "",
+                       fmt::format("names what selective recompute replays; --recompute is {}",
+                                   recompute_name(*req.recompute)));
+    req.recompute = Recompute::kSelective;
+    req.recompute_modules = parse_recompute_modules(o.recompute_modules, m);
+  }
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
@@ -416,6 +425,10 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--objective", o->objective, "throughput | memory | cost");
   cmd->add_option("--recompute", o->recompute,
                   "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
+  cmd->add_option("--recompute-modules", o->recompute_modules,
+                  "Megatron's --recompute-modules for selective recompute (implies it): any of "
+                  "core_attn moe_act layernorm mla_up_proj mlp moe (default moe_act layernorm)")
+      ->expected(1, 6);
   cmd->add_option("--precision", o->precision,
                   "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");
   cmd->add_option("--zero", o->zero,

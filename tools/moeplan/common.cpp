@@ -24,6 +24,32 @@ Recompute parse_recompute(const std::string& value, const std::string& option,
   return *r;
 }
 
+uint32_t parse_recompute_modules(const std::vector<std::string>& names, const ModelSpec& m,
+                                 const std::string& option) {
+  std::string unknown;
+  const std::optional<uint32_t> mods = recompute_modules_from_names(names, &unknown);
+  if (unknown == "shared_experts")
+    throw InputError(option, "",
+                     "shared_experts is not modelled: MemFine eq. (2) holds no shared-expert "
+                     "activations, so recomputing them would only cost time");
+  if (!mods)
+    throw InputError(option, "",
+                     fmt::format("'{}' is not one of core_attn, moe_act, layernorm, mla_up_proj, "
+                                 "mlp, moe",
+                                 unknown));
+  auto refuse = [&](const char* name, const char* why) {
+    throw InputError(option, "", fmt::format("{} matches no layer of {}: {}", name, m.name, why));
+  };
+  if ((*mods & kRecomputeMoe) && !m.is_moe()) refuse("moe", "it has no MoE layers");
+  if ((*mods & kRecomputeMoeAct) && !m.is_moe()) refuse("moe_act", "it has no MoE layers");
+  if ((*mods & kRecomputeMlp) && m.num_dense_layers() == 0)
+    refuse("mlp", "every layer is MoE (recompute the experts with moe)");
+  if ((*mods & kRecomputeMlaUpProj) &&
+      (m.attention.kind != AttentionKind::kLatent || !m.linear_layer.empty()))
+    refuse("mla_up_proj", "its attention is not multi-latent on every layer");
+  return *mods;
+}
+
 Precision parse_precision(const std::string& value, const std::string& option,
                           const std::string& where) {
   return *named<Precision>(

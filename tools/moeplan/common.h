@@ -73,8 +73,13 @@ std::optional<AttentionMode> parse_attention(const std::string& value, const std
                                              bool search, const std::string& where = "");
 std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,
                                  const std::string& where = "");
-// Megatron-Core's --moe-token-dispatcher-type names: alltoall (DeepEP's flex is priced as it) or
-// allgather.
+// Megatron-Core's --recompute-modules names, as a mask for `m`: an unknown name, shared_experts
+// (eq. 2 holds no shared-expert activations to save) and a module that matches no layer of the
+// model (moe in a dense model, mlp without dense layers, mla_up_proj without MLA) are errors.
+uint32_t parse_recompute_modules(const std::vector<std::string>& names, const ModelSpec& m,
+                                 const std::string& option = "--recompute-modules");
+// Megatron-Core's --moe-token-dispatcher-type names: alltoall, allgather, or deepep (the flex
+// dispatcher on DeepEP).
 std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
                                                       const std::string& option, bool search,
                                                       const std::string& where = "");
