@@ -5,14 +5,16 @@
 #     (topologies/h100-256.json), sequence 4,096, global batch 2,048, BF16: the
 #     Megatron-MoE-ModelZoo table (github.com/yanring/Megatron-MoE-ModelZoo,
 #     best_practice/Qwen3/readme.md), step time and "Per GPU TF" as Megatron's log prints them;
+#   the same model's long-context runs (the readme's second table: sequence 16K-128K, TP 4, CP
+#     1-8, EP 8, PP 8, global batch 256, DeepEP, no EP overlap, --recompute-modules layernorm
+#     moe), forced balance as the readme gives it, TFLOP/s only;
 #   DeepSeek-V3 (models/hf/deepseek-v3.config.json) on 1,024 H100 (topologies/h100-1024.json),
 #     sequence 4,096, global batch 8,192, FP8 (blockwise), TP 2, PP 8, EP 64, DeepEP, EP
 #     overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
 #     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh).
 # Mapping: each run's dispatcher as it names it (DeepEP: --dispatcher deepep, a token sent once
-# per destination node and rank; A2A: alltoall); "norm, act" recompute as none and DeepSeek's
-# "mlp, mla_up_proj, moe_act, layernorm" as selective (moe_act and layernorm; the MLA up
-# projection and dense MLPs are a few percent of a layer); "1f1b overlap" (the EP all-to-all
+# per destination node and rank; A2A: alltoall); "norm, act" recompute as none, the modules a
+# run names as --recompute-modules; "1f1b overlap" (the EP all-to-all
 # hidden behind another micro-batch's compute) as --overlap on; FSDP as ZeRO-3; routing
 # balanced (the runs are dropless; Megatron's long-context table measures dropless at 0.80-0.92
 # of forced balance). The virtual stages (vpp 3-4) do not split the layers evenly (the runs
@@ -22,17 +24,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 moeplan=${MOEPLAN:-build/tools/moeplan/moeplan}
 [ -x "$moeplan" ] || { echo "error: build moeplan first (tools/quickstart.sh)"; exit 1; }
-printf "%-8s %-26s %-60s %8s %9s %8s %9s %8s\n" run layout switches paper_s predicted paper_TF predicted error
-while read -r run model cluster gbs layout flags paper_s paper_tf; do
+printf "%-8s %-6s %-26s %-62s %8s %9s %8s %9s %8s\n" run seq layout switches paper_s predicted paper_TF predicted error
+while read -r run model cluster gbs seq layout flags paper_s paper_tf; do
   read -r predicted_s predicted_tf < <("$moeplan" plan --model "$model" --cluster "$cluster" \
-    --global-batch "$gbs" --seq-len 4096 --parallel "$layout,cp=1" --top 1 --json ${flags//,/ } 2>/dev/null |
+    --global-batch "$gbs" --seq-len "$seq" --parallel "$layout" --top 1 --json ${flags//,/ } 2>/dev/null |
     python3 -c 'import json,sys; p=json.load(sys.stdin)["plans"][0]["predicted"]; print(p["iteration_s"], p["megatron_log"]["throughput_per_gpu_tflops"])')
-  python3 -c "print('%-8s %-26s %-60s %8s %9.1f %8s %9.0f %+7.1f%%' % ('$run', '$layout', '$flags', $paper_s, $predicted_s, $paper_tf, $predicted_tf, 100 * ($predicted_tf / $paper_tf - 1)))"
+  python3 -c "print('%-8s %-6s %-26s %-62s %8s %9.1f %8s %9.0f %+7.1f%%' % ('$run', '$seq', '$layout', '$flags', '$paper_s', $predicted_s, $paper_tf, $predicted_tf, 100 * ($predicted_tf / $paper_tf - 1)))"
 done <<'ROWS'
-moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=8,ep=32,mbs=1 --recompute,none,--overlap,off,--dispatcher,deepep 19.7 245
-moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=8,ep=32,mbs=1 --recompute,none,--overlap,on,--dispatcher,deepep 17.6 276
-main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=1,ep=8,mbs=4 --recompute,full,--zero,3,--dispatcher,deepep 17.6 276
-main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=2,pp=32,ep=8,mbs=1 --recompute,none,--overlap,off,--dispatcher,alltoall 24.2 200
-main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 tp=4,pp=8,ep=8,mbs=1 --recompute,none,--overlap,off,--dispatcher,deepep 29.0 167
-mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 tp=2,pp=8,ep=64,mbs=1 --precision,fp8,--recompute,selective,--overlap,on,--dispatcher,deepep 23.2 368
+moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=8,ep=32,cp=1,mbs=1 --recompute,none,--overlap,off,--dispatcher,deepep 19.7 245
+moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=8,ep=32,cp=1,mbs=1 --recompute,none,--overlap,on,--dispatcher,deepep 17.6 276
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=1,ep=8,cp=1,mbs=4 --recompute,full,--zero,3,--dispatcher,deepep 17.6 276
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1 --recompute,none,--overlap,off,--dispatcher,alltoall 24.2 200
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=4,pp=8,ep=8,cp=1,mbs=1 --recompute,none,--overlap,off,--dispatcher,deepep 29.0 167
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 16384 tp=4,pp=8,ep=8,cp=1,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 295
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 32768 tp=4,pp=8,ep=8,cp=2,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 335
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 65536 tp=4,pp=8,ep=8,cp=4,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 368
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 131072 tp=4,pp=8,ep=8,cp=8,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 389
+mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1 --precision,fp8,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
 ROWS
