@@ -136,6 +136,20 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   }
   EXPECT_NE(plan_of["allgather"].find("dispatch=allgather"), std::string::npos);
   EXPECT_EQ(plan_of["alltoall"].find("dispatch=allgather"), std::string::npos);
+  // Megatron's recompute modules, joined by '+': replaying the MoE block costs time and saves
+  // memory against the element-wise pair.
+  const Result mods =
+      run("whatif " + pair + " --plan " + plan +
+          " --sweep recompute-modules=moe_act+layernorm,moe --out " + dir + "/mods");
+  ASSERT_EQ(mods.code, 0) << mods.err;
+  std::map<std::string, std::pair<double, double>> time_and_peak;
+  for (const auto& f : csv_rows(read_file(dir + "/mods/points.csv"))) {
+    ASSERT_GE(f.size(), 7u) << f[0];
+    EXPECT_EQ(f[2], "ok") << f[0];
+    time_and_peak[f[1]] = {std::stod(f[3]), std::stod(f[6])};
+  }
+  EXPECT_GT(time_and_peak["moe"].first, time_and_peak["moe_act+layernorm"].first);
+  EXPECT_LT(time_and_peak["moe"].second, time_and_peak["moe_act+layernorm"].second);
   // Kernels too: Megatron's unfused attention and permutation each cost the fixed plan time
   // (the plan recomputes, so the unfused scores of one layer fit). A kernel with no such name
   // is a failed point that says so.

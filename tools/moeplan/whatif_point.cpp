@@ -34,6 +34,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "cpu-cores-per-gpu",
                                         "chunks",
                                         "recompute",
+                                        "recompute-modules",
                                         "precision",
                                         "overlap",
                                         "intra-overlap",
@@ -91,6 +92,7 @@ struct PointInputs {
   std::string skew;
   ParallelConfig sizes;  // the parallel sizes the point fixes
   std::optional<Recompute> recompute;
+  std::optional<uint32_t> recompute_modules;  // Megatron's, joined by '+': moe+layernorm
   std::optional<int64_t> chunks;
   std::optional<Precision> precision;
   std::optional<bool> overlap, intra_overlap;
@@ -142,6 +144,15 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     }
     if (axis == "chunks") in.chunks = positive(axis, v);
     if (axis == "recompute") in.recompute = parse_recompute(v, "--sweep", axis);
+    if (axis == "recompute-modules") {
+      std::vector<std::string> names;
+      for (size_t start = 0; start <= v.size();) {
+        const size_t plus = std::min(v.find('+', start), v.size());
+        names.push_back(v.substr(start, plus - start));
+        start = plus + 1;
+      }
+      in.recompute_modules = parse_recompute_modules(names, in.model, "--sweep");
+    }
     if (axis == "precision") in.precision = parse_precision(v, "--sweep", axis);
     if (axis == "overlap") in.overlap = parse_on_off(v, "--sweep", false, axis);
     if (axis == "intra-overlap") in.intra_overlap = parse_on_off(v, "--sweep", false, axis);
@@ -179,6 +190,10 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
     plan.parallel = resolve(plan.parallel);
   }
   if (in.recompute) plan.recompute = *in.recompute;
+  if (in.recompute_modules) {
+    plan.recompute = Recompute::kSelective;
+    plan.recompute_modules = *in.recompute_modules;
+  }
   if (in.precision) plan.precision = *in.precision;
   if (in.overlap) plan.overlap = *in.overlap;
   if (in.intra_overlap) plan.intra_overlap = *in.intra_overlap;
@@ -286,6 +301,10 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     req.global_batch = gbs;
     req.fixed = in.sizes;
     req.recompute = in.recompute;
+    if (in.recompute_modules) {
+      req.recompute = Recompute::kSelective;
+      req.recompute_modules = *in.recompute_modules;
+    }
     if (in.precision) req.precision = *in.precision;
     req.overlap = in.overlap;
     if (in.intra_overlap) req.intra_overlap = in.intra_overlap;
