@@ -93,7 +93,6 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                         {"schedule", schedule_name(ch.schedule())},
                         {"switches",
                          {{"recompute", recompute_name(ch.recompute)},
-                          {"recompute_modules", recompute_module_names(ch.recompute_modules)},
                           {"attention", attention_mode_name(ch.attention)},
                           {"dispatcher", megascale::dispatcher_name(ch.dispatcher)},
                           {"alltoall_strategy", monta::strategy_name(ch.alltoall)},
@@ -141,6 +140,9 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                         {"deepspeed",
                          {{"config", deepspeed_config(plan)},
                           {"moe_layer_args", {{"ep_size", *ch.parallel.ep}, {"k", m.top_k}}}}}};
+  // Megatron's --recompute-modules, where selective recompute replays them.
+  if (ch.recompute == Recompute::kSelective)
+    out["switches"]["recompute_modules"] = recompute_module_names(ch.recompute_modules);
   // Whose once-per-iteration DP sync shows most (absent when none runs).
   if (t.dp_reduce_stage >= 0) {
     out["predicted"]["dp_sync"]["reduce_scatter"] = {{"stage", t.dp_reduce_stage},
