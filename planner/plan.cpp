@@ -226,6 +226,20 @@ std::vector<std::string> megatron_gaps(const Plan& plan, const ModelSpec& m) {
         layers(m.linear_layer), m.linear_attention.value_heads, m.linear_attention.value_head_dim,
         m.linear_attention.conv_kernel));
   }
+  // MegaScale-MoE's own mechanisms, which the search may pick: Megatron runs something else.
+  if (plan.choice.recompute == Recompute::kRematerialize) {
+    gaps.push_back(
+        "MegaScale-MoE's selective activation rematerialization has no Megatron-LM argument: "
+        "the arguments recompute moe_act and layernorm instead, which keeps more activations "
+        "and replays less communication than this plan prices (plan with --recompute selective "
+        "for what Megatron runs)");
+  }
+  if (plan.choice.intra_overlap) {
+    gaps.push_back(
+        "MegaScale-MoE's intra-operator overlap (communication fused into the GEMMs) has no "
+        "Megatron-LM kernel: Megatron runs those collectives apart (plan with --intra-overlap "
+        "off for what it runs)");
+  }
   return gaps;
 }
 

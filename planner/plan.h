@@ -126,7 +126,8 @@ struct Plan {
 // Megatron-LM / Megatron-Core arguments for a plan (names from megatron/training/arguments.py).
 std::vector<std::string> megatron_arguments(const Plan& p, const ModelSpec& m);
 // What those arguments cannot say: parts of the model Megatron-LM has no argument for (Llama 4's
-// chunked attention, Kimi Delta Attention), one sentence each; empty when they say it all.
+// chunked attention, Kimi Delta Attention) and MegaScale-MoE mechanisms the plan uses
+// (rematerialization, intra-operator overlap), one sentence each; empty when they say it all.
 std::vector<std::string> megatron_gaps(const Plan& p, const ModelSpec& m);
 
 }  // namespace moe

@@ -11,6 +11,7 @@
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
 #include "planner/layer_ops.h"
+#include "test_models.h"
 #include "test_paths.h"
 
 namespace moe {
@@ -668,6 +669,19 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   ASSERT_EQ(chunked.size(), 1u);
   EXPECT_NE(chunked[0].find("chunked attention (128 keys, layers 1,4)"), std::string::npos)
       << chunked[0];
+  // MegaScale-MoE's rematerialization and intra-operator overlap, which the search may pick,
+  // have no Megatron-LM form: each says what the arguments run instead.
+  const ModelSpec mixtral = testing_models::mixtral_8x7b();
+  Plan sar = q;
+  sar.choice.recompute = Recompute::kRematerialize;
+  sar.choice.intra_overlap = true;
+  const auto megascale = megatron_gaps(sar, mixtral);
+  ASSERT_EQ(megascale.size(), 2u);
+  EXPECT_NE(megascale[0].find("rematerialization has no Megatron-LM argument"), std::string::npos);
+  EXPECT_NE(megascale[1].find("intra-operator overlap"), std::string::npos);
+  sar.choice.recompute = Recompute::kSelective;
+  sar.choice.intra_overlap = false;
+  EXPECT_TRUE(megatron_gaps(sar, mixtral).empty());
 }
 
 }  // namespace moe
