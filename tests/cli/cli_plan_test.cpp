@@ -271,6 +271,12 @@ TEST(Cli, PlanPricesDeepEpByDestination) {
   EXPECT_EQ(deepep, "deepep");
   // 64 experts, top-6 over 2 nodes: 0.83 other nodes a token against 6 x 8/16 = 3 copies.
   EXPECT_LT(deepep_ep, 0.5 * alltoall_ep);
+  // --explain says what DeepEP would save where the search's plan sends EP across nodes.
+  const std::string text = base.substr(0, base.size() - std::string(" --json").size());
+  EXPECT_NE(run(text + " --explain").out.find("With DeepEP (--dispatcher deepep"),
+            std::string::npos);
+  EXPECT_EQ(run(text + " --explain --dispatcher deepep").out.find("With DeepEP"),
+            std::string::npos);
   const Result args = run(
       "plan --model models/deepseek-v3.json --cluster topologies/h800-2048.json --global-batch "
       "15360 --seq-len 4096 --parallel tp=8,pp=16,ep=16,mbs=1,pp_first=2,pp_last=3 --dispatcher "

@@ -9,6 +9,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/layer_ops.h"
 #include "planner/megatron_flops.h"
 #include "planner/monta.h"
 #include "planner/search.h"
@@ -402,6 +403,19 @@ void run_plan(const PlanOptions& o) {
   if (!o.save.empty()) fmt::print("\nsaved the best plan to {}\n", o.save);
   if (o.explain && r.ranked.size() > 1)
     explain_difference(r.ranked[0], r.ranked[1], verified.size() > 1);
+  // The search leaves DeepEP out (it needs its own library); where the best plan's experts
+  // span nodes, say what it would save.
+  if (o.explain && !best.choice.offload && *bp.ep > 1 && *bp.etp == 1 &&
+      best.choice.dispatcher != megascale::Dispatcher::kDeepEp &&
+      crosses_nodes(ctx, bp, OpKind::kEp)) {
+    PlanChoice deepep = best.choice;
+    deepep.dispatcher = megascale::Dispatcher::kDeepEp;
+    const TimeBreakdown t = estimate_time(ctx, deepep);
+    fmt::print(
+        "\nWith DeepEP (--dispatcher deepep: Megatron-Core's flex dispatcher, a token once per "
+        "destination node): {} instead of {}, EP comm exposed {} instead of {}\n",
+        ms(t.iteration), ms(best.score.time.iteration), ms(t.ep_comm), ms(best.score.time.ep_comm));
+  }
 }
 
 }  // namespace
