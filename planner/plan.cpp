@@ -97,6 +97,8 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back("--overlap-param-gather");
   }
   a.push_back(c.precision == Precision::kFp32 ? "--fp32" : "--bf16");
+  // MegaScale-MoE's BF16 gradient communication is Megatron's BF16 gradient reduction.
+  if (c.dp_bf16_compression) a.push_back("--grad-reduce-in-bf16");
   if (c.precision == Precision::kFp8) {
     a.push_back("--fp8-format hybrid");
     a.push_back("--fp8-param-gather");
@@ -233,6 +235,12 @@ std::vector<std::string> megatron_gaps(const Plan& plan, const ModelSpec& m) {
         "the arguments recompute moe_act and layernorm instead, which keeps more activations "
         "and replays less communication than this plan prices (plan with --recompute selective "
         "for what Megatron runs)");
+  }
+  if (plan.choice.mact || plan.choice.fcda_chunks > 1) {
+    gaps.push_back(
+        "MemFine's chunked dispatch-compute-combine (FCDA) has no Megatron-LM argument: Megatron "
+        "dispatches each MoE layer's tokens at once, which needs the unchunked activation memory "
+        "(plan with --megatron-only for what it runs)");
   }
   if (plan.choice.intra_overlap) {
     gaps.push_back(

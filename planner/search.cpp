@@ -271,7 +271,7 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
 
   const std::vector<Recompute> recomputes =
       req.recompute ? std::vector<Recompute>{*req.recompute}
-      : m.is_moe()
+      : m.is_moe() && !req.megatron_only
           ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective,
                                    Recompute::kRematerialize, Recompute::kFull}
           : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
@@ -364,8 +364,8 @@ SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
         int64_t inner = 0;  // enumeration order inside the layout, for deterministic ties
         for (Recompute rc : recomputes) {
           for (AttentionMode at : attns) {
-            for (bool mact :
-                 m.is_moe() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+            for (bool mact : m.is_moe() && !req.megatron_only ? std::vector<bool>{false, true}
+                                                              : std::vector<bool>{false}) {
               PlanChoice c;
               c.parallel = p;
               c.recompute = rc;

@@ -29,6 +29,9 @@ struct SearchRequest {
   int64_t global_batch = 0;
   ParallelConfig fixed;                // any subset; unset sizes are searched
   std::optional<Recompute> recompute;  // fixed, or searched
+  // Search only what Megatron-Core runs: MegaScale-MoE's rematerialization and MemFine's FCDA
+  // chunking are left out (the intra-operator overlap is off unless asked anyway).
+  bool megatron_only = false;
   // Megatron's --recompute-modules that selective recompute stands for (memory_model.h).
   uint32_t recompute_modules = kDefaultRecomputeModules;
   std::optional<bool> overlap;  // fixed, or searched

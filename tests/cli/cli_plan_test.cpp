@@ -290,6 +290,17 @@ TEST(Cli, PlanPricesDeepEpByDestination) {
       run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
           "--global-batch 64 --parallel tp=2,ep=4,etp=2 --dispatcher deepep"),
       "--dispatcher: deepep is priced with etp = 1; --parallel fixes ep = 4, etp = 2");
+  // --megatron-only plans what the arguments run: MegaScale-MoE's mechanisms are refused.
+  const std::string mixtral =
+      "plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 64 --megatron-only";
+  const Result megatron = run(mixtral);
+  ASSERT_EQ(megatron.code, 0) << megatron.err;
+  EXPECT_EQ(megatron.out.find("Megatron-LM gap"), std::string::npos) << megatron.out;
+  expect_one_line_error(run(mixtral + " --recompute sar"),
+                        "--recompute: sar (MegaScale-MoE's rematerialization) has no Megatron-LM");
+  expect_one_line_error(run(mixtral + " --intra-overlap search"),
+                        "--intra-overlap: MegaScale-MoE's intra-operator overlap has no");
 }
 
 TEST(Cli, PlanTakesMegatronRecomputeModules) {

@@ -839,3 +839,35 @@ TEST(TimeModel, RecomputeModulesTradeMemoryForReplayedWork) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Search, MegatronOnlyLeavesOutWhatMegatronCannotRun) {
+  // Qwen3-235B on 256 H100 at tp=2, pp=8, ep=16, mbs=4: the open search picks MegaScale-MoE's
+  // rematerialization (or MemFine's chunking); --megatron-only plans only what the printed
+  // arguments run, so its best plan has no Megatron-LM gap.
+  const Inputs s("hf/qwen3-235b-a22b.config.json", "h100-256.json");
+  SearchRequest req = request(256, 2048, "tp=2,pp=8,ep=16,cp=1,mbs=4");
+  req.threads = 1;
+  const SearchResult open = search_plans(s.ctx, req);
+  ASSERT_FALSE(open.ranked.empty());
+  const PlanChoice& first = open.ranked.front().choice;
+  EXPECT_TRUE(first.recompute == Recompute::kRematerialize || first.mact);
+  EXPECT_FALSE(megatron_gaps(open.ranked.front(), s.model).empty());
+  req.megatron_only = true;
+  const SearchResult megatron = search_plans(s.ctx, req);
+  ASSERT_FALSE(megatron.ranked.empty());
+  for (const Plan& p : megatron.ranked) {
+    EXPECT_NE(p.choice.recompute, Recompute::kRematerialize);
+    EXPECT_FALSE(p.choice.mact);
+    EXPECT_TRUE(megatron_gaps(p, s.model).empty()) << p.choice.describe();
+  }
+  EXPECT_GE(megatron.ranked.front().score.time.iteration, open.ranked.front().score.time.iteration);
+  // BF16 gradient communication, when a plan uses it, is Megatron's --grad-reduce-in-bf16.
+  Plan bf16 = megatron.ranked.front();
+  bf16.choice.dp_bf16_compression = true;
+  const auto args = megatron_arguments(bf16, s.model);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--grad-reduce-in-bf16"), args.end());
+}
+
+}  // namespace moe

@@ -35,7 +35,7 @@ struct PlanOptions {
   double alpha = 1.0;
   std::optional<double> static_override_gb;
   std::optional<int> zero;
-  bool json = false, explain = false;
+  bool json = false, explain = false, megatron_only = false;
 };
 
 Objective parse_objective(const std::string& s) {
@@ -163,6 +163,15 @@ void run_plan(const PlanOptions& o) {
   }
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
+  req.megatron_only = o.megatron_only;
+  if (o.megatron_only && (!req.intra_overlap || *req.intra_overlap))
+    throw InputError("--intra-overlap", "",
+                     "MegaScale-MoE's intra-operator overlap has no Megatron-LM kernel; "
+                     "--megatron-only leaves it off");
+  if (o.megatron_only && req.recompute == Recompute::kRematerialize)
+    throw InputError("--recompute", "",
+                     "sar (MegaScale-MoE's rematerialization) has no Megatron-LM argument; "
+                     "--megatron-only leaves it out");
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
   req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
   req.attention = parse_attention(o.attention, "--attention", true);
@@ -482,6 +491,10 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--save", o->save, "write the best plan (moeplan-plan/1) to this file");
   cmd->add_flag("--json", o->json, "print the ranked plans as one JSON document");
   cmd->add_flag("--explain", o->explain, "say why the best plan beats the runner-up");
+  cmd->add_flag("--megatron-only", o->megatron_only,
+                "search only what Megatron-Core runs (no MegaScale-MoE rematerialization or "
+                "intra-operator overlap, no MemFine chunking), so the printed arguments run the "
+                "plan as priced");
   cmd->callback([o] { run_plan(*o); });
 }
 
