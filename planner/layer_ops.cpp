@@ -4,6 +4,15 @@
 
 namespace moe {
 
+namespace {
+
+// This GPU's tokens of a micro-batch (sequence-parallel share).
+double gpu_tokens(const TimeContext& ctx, const ParallelConfig& p) {
+  return static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
+}
+
+}  // namespace
+
 const char* op_kind_name(OpKind k) {
   switch (k) {
     case OpKind::kCompute:
@@ -40,8 +49,7 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   const ModelSpec& m = *ctx.model;
   const double linear_layers = static_cast<double>(m.num_linear_layers());
   const double softmax_layers = static_cast<double>(m.num_layers) - linear_layers;
-  const double tokens =
-      static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
+  const double tokens = gpu_tokens(ctx, p);
   if (linear_layer) {
     return Flops(ctx.flops.forward_linear.value() / linear_layers * tokens) /
            (peak * ctx.eff.attention_core);
@@ -120,9 +128,16 @@ ElementwiseBytes elementwise_bytes(const ModelSpec& m, const PlanChoice& c, bool
   return b;
 }
 
-// This GPU's tokens of a micro-batch (sequence-parallel share).
-double gpu_tokens(const TimeContext& ctx, const ParallelConfig& p) {
-  return static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
+// Attention and dense FFN weights: TP splits their output width over t GPUs that all see the
+// micro-batch (rows); Ulysses SP keeps them whole and splits the tokens.
+struct WeightShape {
+  double rows, split;
+};
+WeightShape weight_shape(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  if (c.attention == AttentionMode::kUlysses) return {gpu_tokens(ctx, p), 1.0};
+  return {static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp),
+          static_cast<double>(*p.tp)};
 }
 
 }  // namespace
@@ -136,13 +151,12 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   const double b = static_cast<double>(*p.mbs);
   const double s = static_cast<double>(ctx.seq_len);
   const double h = static_cast<double>(m.hidden_size);
-  const double tokens = b * s / static_cast<double>(t * cp);  // this GPU's share
+  const double tokens = gpu_tokens(ctx, p);
   const FlopsPerSec peak = peak_of(ctx, c.precision);
-  // Attention and dense FFN weights: TP splits their output width over t GPUs that all see the
-  // micro-batch; Ulysses SP keeps them whole and splits the tokens.
   const bool ulysses = c.attention == AttentionMode::kUlysses;
-  const double rows = ulysses ? tokens : b * s / static_cast<double>(cp);
-  const double split = ulysses ? 1.0 : static_cast<double>(t);
+  // Named, not a structured binding: the lambdas below capture them (clang).
+  const WeightShape weights = weight_shape(ctx, c);
+  const double rows = weights.rows, split = weights.split;
   auto ffn = [&](double width) {
     // Gate and up projections fused ([h] -> [2w] gated), then the down projection ([w] -> [h]).
     return gemm_time(ctx, peak, rows, h, (m.gated_ffn ? 2.0 : 1.0) * width / split) +
@@ -331,7 +345,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls, local_experts) +
         gemm_time(ctx, peak, per_expert, g, h, calls, local_experts);
     if (fuse_experts) {
-      add("routed experts (fused dispatch and combine)", OpKind::kCompute,
+      add(kFusedExpertsOp, OpKind::kCompute,
           fused(experts, (dispatch_pair + combine_pair) * 0.5 - combine_relief), true);
     } else {
       add("routed experts", OpKind::kCompute, experts, true);
@@ -364,8 +378,7 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
   const uint32_t mods = c.recompute_modules;
   bool fused_experts = false;
   for (size_t i = 0; i < forward.size(); ++i) {
-    fused_experts =
-        fused_experts || std::string_view(forward[i].name).starts_with("routed experts (");
+    fused_experts = fused_experts || std::string_view(forward[i].name) == kFusedExpertsOp;
     if (forward[i].module & mods) out.push_back({forward[i], static_cast<int>(i)});
   }
   // Element-wise work the module replays: the norms (layernorm), the expert activation
@@ -389,12 +402,9 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
   // mla_up_proj: the two up projections from the kept latents, q (when compressed) and kv.
   const AttentionSpec& a = m.attention;
   if ((mods & kRecomputeMlaUpProj) && a.kind == AttentionKind::kLatent) {
-    const ParallelConfig& p = c.parallel;
-    const bool ulysses = c.attention == AttentionMode::kUlysses;
-    const double rows =
-        ulysses ? tokens : static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
-    const double heads =
-        static_cast<double>(a.num_heads) / (ulysses ? 1.0 : static_cast<double>(*p.tp));
+    const WeightShape weights = weight_shape(ctx, c);
+    const double rows = weights.rows;
+    const double heads = static_cast<double>(a.num_heads) / weights.split;
     const FlopsPerSec peak = peak_of(ctx, c.precision);
     Seconds up = gemm_time(ctx, peak, rows, static_cast<double>(a.kv_lora_rank),
                            heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));

@@ -48,6 +48,10 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
                                        const LayerParams& lp, bool moe_layer, double expert_load,
                                        int64_t chunks);
 
+// The routed experts' op when MegaScale's intra-operator overlap fuses dispatch and combine
+// into it (consumers look it up by name).
+inline constexpr const char* kFusedExpertsOp = "routed experts (fused dispatch and combine)";
+
 // What selective recompute replays before a layer's backward under c.recompute_modules, given
 // the layer's forward ops (from layer_forward_ops, so the same load and chunks): the ops a
 // module covers, each with its index in `forward`, and the element-wise and MLA up-projection

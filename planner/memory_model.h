@@ -52,6 +52,7 @@ enum RecomputeModule : uint32_t {
   kRecomputeMoe = 1u << 5,
 };
 constexpr uint32_t kDefaultRecomputeModules = kRecomputeMoeAct | kRecomputeLayernorm;
+constexpr uint32_t kAllRecomputeModules = (kRecomputeMoe << 1) - 1;
 // Megatron's names in its order ("moe_act layernorm"); one mask from names, nullopt with the
 // first unknown name in `unknown`.
 std::vector<std::string> recompute_module_names(uint32_t modules);

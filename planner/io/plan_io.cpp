@@ -1,6 +1,7 @@
 #include "planner/io/plan_io.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <fstream>
@@ -204,8 +205,8 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
         recompute_modules_from_names(s.string_array("recompute_modules"), &unknown);
     if (!mods)
       s.fail("recompute_modules",
-             fmt::format("'{}' is not one of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe",
-                         unknown));
+             fmt::format("'{}' is not one of {}", unknown,
+                         fmt::join(recompute_module_names(kAllRecomputeModules), ", ")));
     c.recompute_modules = *mods;
   }
   c.attention = enum_of<AttentionMode>(

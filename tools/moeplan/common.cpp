@@ -34,9 +34,8 @@ uint32_t parse_recompute_modules(const std::vector<std::string>& names, const Mo
                      "activations, so recomputing them would only cost time");
   if (!mods)
     throw InputError(option, "",
-                     fmt::format("'{}' is not one of core_attn, moe_act, layernorm, mla_up_proj, "
-                                 "mlp, moe",
-                                 unknown));
+                     fmt::format("'{}' is not one of {}", unknown,
+                                 fmt::join(recompute_module_names(kAllRecomputeModules), ", ")));
   auto refuse = [&](const char* name, const char* why) {
     throw InputError(option, "", fmt::format("{} matches no layer of {}: {}", name, m.name, why));
   };

@@ -338,7 +338,7 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
                         together.at("attention projections (fused TP/SP communication)"));
     pair_cuts.push_back((apart.at("dispatch") + apart.at("routed experts") + apart.at("combine") +
                          apart.at(kMemory) - together.at(kMemory)) /
-                        together.at("routed experts (fused dispatch and combine)"));
+                        together.at(kFusedExpertsOp));
     spep.intra_overlap = false;
     const double base = estimate_time(one, spep).iteration.value();
     spep.intra_overlap = true;
