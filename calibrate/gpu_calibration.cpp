@@ -57,9 +57,9 @@ void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
   };
   const Transfer transfers[] = {
       {"copy", "d2d_copy", CopyKind::kDeviceToDevice, gpu.hbm_bandwidth},
-      {"pcie", "pcie_h2d", CopyKind::kHostToDevice, cluster.node.pcie_bandwidth()},
-      {"pcie", "pcie_d2h", CopyKind::kDeviceToHost, cluster.node.pcie_bandwidth()},
-      {"pcie", "pcie_both", CopyKind::kBothDirections, cluster.node.pcie_bandwidth()}};
+      {"pcie", "pcie_h2d", CopyKind::kHostToDevice, cluster.node.host_link_bandwidth()},
+      {"pcie", "pcie_d2h", CopyKind::kDeviceToHost, cluster.node.host_link_bandwidth()},
+      {"pcie", "pcie_both", CopyKind::kBothDirections, cluster.node.host_link_bandwidth()}};
   for (const Transfer& x : transfers) {
     if (!sweep.parts.count(x.part) || skipped(skip, x.name)) continue;
     std::vector<CopyTiming> timings;

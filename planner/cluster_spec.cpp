@@ -65,6 +65,10 @@ BytesPerSec NodeSpec::pcie_bandwidth() const {
   return pcie_lane_bandwidth(pcie_generation) * static_cast<double>(pcie_lanes);
 }
 
+BytesPerSec NodeSpec::host_link_bandwidth() const {
+  return c2c_bandwidth > BytesPerSec(0) ? c2c_bandwidth : pcie_bandwidth();
+}
+
 int NodeSpec::switch_of_gpu(int gpu) const {
   for (size_t s = 0; s < pcie_switches.size(); ++s) {
     const auto& g = pcie_switches[s].gpus;
@@ -187,6 +191,8 @@ const char* link_kind_name(LinkKind k) {
       return "nvlink";
     case LinkKind::kPcie:
       return "pcie";
+    case LinkKind::kC2c:
+      return "nvlink-c2c";
     case LinkKind::kCpuInterconnect:
       return "cpu-interconnect";
     case LinkKind::kNetwork:
@@ -208,6 +214,8 @@ ClusterGraph::ClusterGraph(const ClusterSpec& spec) {
   const NodeSpec& n = spec.node;
   const Vertex network = spec.num_nodes > 1 ? add_device(DeviceKind::kNetwork, -1, 0) : Vertex{};
   const BytesPerSec pcie = n.pcie_bandwidth();
+  const BytesPerSec host = n.host_link_bandwidth();
+  const LinkKind host_kind = n.c2c_bandwidth > BytesPerSec(0) ? LinkKind::kC2c : LinkKind::kPcie;
   cpu_vertices_.resize(spec.num_nodes);
   for (int node = 0; node < spec.num_nodes; ++node) {
     std::vector<Vertex> gpus;
@@ -229,9 +237,9 @@ ClusterGraph::ClusterGraph(const ClusterSpec& spec) {
     for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
       const PcieSwitch& sw = n.pcie_switches[s];
       switches.push_back(add_device(DeviceKind::kPcieSwitch, node, static_cast<int>(s)));
-      // One x16 uplink to the root complex, shared by every GPU under the switch.
-      add_link(switches.back(), cpus[sw.cpu], LinkKind::kPcie, pcie);
-      for (int g : sw.gpus) add_link(gpus[g], switches.back(), LinkKind::kPcie, pcie);
+      // One x16 uplink to the root complex (or a superchip's C2C), shared by every GPU under it.
+      add_link(switches.back(), cpus[sw.cpu], host_kind, host);
+      for (int g : sw.gpus) add_link(gpus[g], switches.back(), host_kind, host);
     }
     if (n.fabric == Fabric::kNvSwitch) {
       const Vertex nvswitch = add_device(DeviceKind::kNvSwitch, node, 0);

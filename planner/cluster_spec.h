@@ -59,12 +59,18 @@ struct NodeSpec {
   BytesPerSec nvlink_bandwidth;  // per GPU, per direction, through the NVSwitch
   int pcie_generation = 4;
   int pcie_lanes = 16;
+  // Grace superchips (GH200, GB200, GB300): the GPUs reach their CPU over NVLink-C2C at this
+  // rate per direction, shared through the superchip as a PCIe switch's uplink is; the NICs
+  // stay on PCIe. Zero: the GPUs sit on PCIe.
+  BytesPerSec c2c_bandwidth;
   std::vector<PcieSwitch> pcie_switches;
   std::vector<CpuSocket> cpus;
   BytesPerSec cpu_interconnect;  // socket to socket (UPI / Infinity Fabric), per direction
   std::vector<Nic> nics;
 
   BytesPerSec pcie_bandwidth() const;  // per direction, per GPU link
+  // Per direction between a GPU and its CPU: NVLink-C2C where the node has it, else PCIe.
+  BytesPerSec host_link_bandwidth() const;
   int cpu_of_gpu(int gpu) const;
   int switch_of_gpu(int gpu) const;
   int nic_of_gpu(int gpu) const;  // -1 if no NIC serves it
@@ -95,7 +101,7 @@ void validate(const ClusterSpec& c);
 BytesPerSec pcie_lane_bandwidth(int generation);
 
 enum class DeviceKind { kGpu, kNvSwitch, kPcieSwitch, kCpu, kNic, kNetwork };
-enum class LinkKind { kNvLink, kPcie, kCpuInterconnect, kNetwork };
+enum class LinkKind { kNvLink, kPcie, kC2c, kCpuInterconnect, kNetwork };
 const char* device_kind_name(DeviceKind k);
 const char* link_kind_name(LinkKind k);
 

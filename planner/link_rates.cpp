@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 namespace moe {
@@ -72,6 +73,7 @@ LinkRates link_rates(const ClusterSpec& c) {
   const ClusterGraph g(c);
   LinkRates r;
   r.gpus_per_node = c.node.num_gpus;
+  r.world = c.num_gpus();
   r.hbm = c.node.gpu.hbm_bandwidth;
   r.intra_latency = c.intra_node_latency;
   r.inter_latency = c.inter_node_latency;
@@ -83,6 +85,28 @@ LinkRates link_rates(const ClusterSpec& c) {
   r.inter = c.num_nodes > 1 ? c.gpu_network_bandwidth() : r.intra;
   if (c.node.fabric == Fabric::kPcie) r.shared_groups = shared_group_rates(c, g);
   return r;
+}
+
+int64_t LinkRates::local_peers(int64_t n, int64_t stride) const {
+  const int64_t span = n * stride, gpn = gpus_per_node;
+  if (!crosses_nodes(span)) return n;
+  if (span % gpn == 0 && gpn % stride == 0) return gpn / stride;
+  if (stride % gpn == 0) return 1;
+  // Groups fill blocks of `span` ranks, `stride` interleaved in each; node boundaries cut the
+  // blocks alike every lcm(span, gpn) ranks. Count each group's members node by node.
+  const int64_t period = std::min(std::max(world, span), std::lcm(span, gpn));
+  int64_t fewest = n;
+  for (int64_t block = 0; block + span <= period; block += span) {
+    for (int64_t offset = 0; offset < stride; ++offset) {
+      const int64_t first = block + offset, last = first + (n - 1) * stride;
+      for (int64_t node = first / gpn; node <= last / gpn; ++node) {
+        const int64_t lo = std::max(first, node * gpn), hi = std::min(last, node * gpn + gpn - 1);
+        const int64_t members = (hi - first) / stride - (lo - first + stride - 1) / stride + 1;
+        if (members > 0) fewest = std::min(fewest, members);
+      }
+    }
+  }
+  return fewest;
 }
 
 const GroupRate* LinkRates::shared_group(int64_t n, int64_t stride) const {

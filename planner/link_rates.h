@@ -4,6 +4,8 @@
 // a group of n ranks at stride k spans n*k consecutive ranks: inside one node when that fits,
 // otherwise through the NICs. Collectives on a node-spanning group are bound by the per-GPU NIC
 // share; inside a node by the NVSwitch port (or the PCIe path between the farthest GPUs).
+// A span that does not tile the node (64 ranks in a 72-GPU NVL72 rack) leaves some groups
+// straddling two nodes once the plan runs on more than one: the slowest group sets the pace.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,8 @@ struct GroupRate {
 
 struct LinkRates {
   int gpus_per_node = 1;
+  // GPUs the plan runs on (the cluster's first `world`): the whole cluster unless set.
+  int64_t world = 1;
   BytesPerSec intra;  // narrowest link between two GPUs of a node
   BytesPerSec inter;  // per GPU through its NIC when every GPU sends at once
   Seconds intra_latency;
@@ -35,8 +39,14 @@ struct LinkRates {
   // never shared between groups, so NVSwitch nodes list none).
   std::vector<GroupRate> shared_groups;
 
-  // Whether a group spanning `span` consecutive ranks leaves its node.
-  bool crosses_nodes(int64_t span) const { return span > gpus_per_node; }
+  // Whether a group spanning `span` consecutive ranks leaves its node (some group of them does,
+  // when the span does not tile the node).
+  bool crosses_nodes(int64_t span) const {
+    return span > gpus_per_node || (world > gpus_per_node && gpus_per_node % span != 0);
+  }
+  // The fewest members of one group of n ranks at `stride` that share a node, over the groups
+  // of the world: what the worst-placed member reaches over NVLink (n inside one node).
+  int64_t local_peers(int64_t n, int64_t stride) const;
   BytesPerSec bandwidth(int64_t span) const { return crosses_nodes(span) ? inter : intra; }
   Seconds latency(int64_t span) const {
     return crosses_nodes(span) ? inter_latency : intra_latency;

@@ -54,7 +54,7 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
     on_socket += node.cpu_of_gpu(g) == node.cpu_of_gpu(0);
   }
   aptmoe::Rates rates;
-  rates.pcie = node.pcie_bandwidth() / static_cast<double>(std::max(on_switch, 1));
+  rates.pcie = node.host_link_bandwidth() / static_cast<double>(std::max(on_switch, 1));
   rates.cpu =
       node.cpus[node.cpu_of_gpu(0)].achievable_flops / static_cast<double>(std::max(on_socket, 1));
   rates.gpu = peak_of(ctx, precision) * ctx.eff.gemm.at(1e11);

@@ -236,8 +236,11 @@ std::vector<Layout> valid_layouts(const TimeContext& ctx, const SearchRequest& r
 
 }  // namespace
 
-SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req) {
+SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& req) {
   const auto start = std::chrono::steady_clock::now();
+  // Groups straddle nodes by where the plan's GPUs end, not the cluster's.
+  TimeContext ctx = cluster_ctx;
+  ctx.links.world = req.num_gpus;
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& f = req.fixed;
   const int64_t world = req.num_gpus;

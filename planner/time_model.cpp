@@ -95,8 +95,7 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
            ctx.links.intra_latency;
   }
   // Peers inside the node go over NVLink while the rest leave through the NIC, concurrently.
-  const double local =
-      static_cast<double>(std::clamp<int64_t>(ctx.links.gpus_per_node / stride, 1, n));
+  const double local = static_cast<double>(ctx.links.local_peers(n, stride));
   const Seconds intra =
       per_rank * ((local - 1) / nn) / (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank));
   const Seconds inter =
@@ -108,7 +107,8 @@ Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
   if (n <= 1 || !(rows.value() > 0)) return Seconds(0);
   const ModelSpec& m = *ctx.model;
   const Bytes message = rows * static_cast<double>(m.top_k);
-  const DispatchFanout f = dispatch_fanout(m, n, ctx.links.gpus_per_node);
+  const int64_t per_node = ctx.links.local_peers(n, 1);
+  const DispatchFanout f = dispatch_fanout(m, n, per_node);
   if (!ctx.links.crosses_nodes(n)) {
     return rows * f.ranks /
                (ctx.links.alltoall_bandwidth(n, 1) * ctx.eff.alltoall_intra.at(message)) +
@@ -117,7 +117,7 @@ Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
   // A token reaches each other node once, over the NIC, and the GPU there with the sender's
   // local index forwards it to the ranks that hold its experts; the sender's own node gets it
   // over NVLink directly. Of its rank copies, the share on other ranks of a node rides NVLink.
-  const double local = static_cast<double>(std::clamp<int64_t>(ctx.links.gpus_per_node, 1, n));
+  const double local = static_cast<double>(per_node);
   const Seconds nvlink = rows * (f.ranks * (local - 1.0) / local) /
                          (ctx.links.intra * ctx.eff.alltoall_intra.at(message));
   const Seconds nic = rows * f.nodes / (ctx.links.inter * ctx.eff.alltoall_inter.at(message));
@@ -136,8 +136,7 @@ Seconds alltoall_from_heavy_time(const TimeContext& ctx, Bytes balanced, double 
   // share what it leaves over of the tokens); its NVLink carries all it sends but what goes
   // straight out of its own NIC to its own rail. Tested against the simulator's per-port PXN.
   const double nn = static_cast<double>(n);
-  const double local =
-      static_cast<double>(std::clamp<int64_t>(ctx.links.gpus_per_node / stride, 1, n));
+  const double local = static_cast<double>(ctx.links.local_peers(n, stride));
   const double peer_load = std::max(0.0, (nn - load) / (nn - 1.0));
   const double node_mean = (load + (local - 1.0) * peer_load) / local;
   const Seconds nic = balanced * (node_mean * (nn - local) / nn) /

@@ -43,8 +43,8 @@ class OffloadSim {
       const SwitchKey key{g / node.num_gpus,
                           node.switch_of_gpu(static_cast<int>(g % node.num_gpus))};
       if (!h2d_.count(key)) {
-        h2d_[key] = net.add_link(node.pcie_bandwidth());
-        d2h_[key] = net.add_link(node.pcie_bandwidth());
+        h2d_[key] = net.add_link(node.host_link_bandwidth());
+        d2h_[key] = net.add_link(node.host_link_bandwidth());
       }
       switch_of_.push_back(key);
     }

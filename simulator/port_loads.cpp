@@ -26,7 +26,7 @@ std::vector<PortLoad> ring_loads(const std::vector<PortMember>& m, bool across) 
 }
 
 std::vector<PortLoad> alltoall_loads(const std::vector<PortMember>& m, bool into_heavy, bool across,
-                                     bool pxn) {
+                                     bool pxn, double remote_peers) {
   const size_t n = m.size();
   std::vector<PortLoad> out(n);
   if (!across) {
@@ -50,6 +50,7 @@ std::vector<PortLoad> alltoall_loads(const std::vector<PortMember>& m, bool into
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < n; ++j)
       if (m[j].node != m[i].node) peers[i] += 1.0;
+  if (remote_peers > 0) peers.assign(n, remote_peers);
   std::map<std::pair<int64_t, int64_t>, size_t> by_rail;  // (node, rail) -> member
   for (size_t k = 0; k < n; ++k) by_rail.emplace(std::pair{m[k].node, m[k].rail}, k);
   auto rail_gpu = [&](int64_t node, int64_t rail) -> size_t {
@@ -86,14 +87,14 @@ std::vector<PortLoad> alltoall_loads(const std::vector<PortMember>& m, bool into
 }  // namespace
 
 std::vector<PortLoad> port_loads(Exchange exchange, const std::vector<PortMember>& members,
-                                 bool across, bool pxn) {
+                                 bool across, bool pxn, double remote_peers) {
   switch (exchange) {
     case Exchange::kRing:
       return ring_loads(members, across);
     case Exchange::kAllToAllIntoHeavy:
-      return alltoall_loads(members, true, across, pxn);
+      return alltoall_loads(members, true, across, pxn, remote_peers);
     case Exchange::kAllToAllFromHeavy:
-      return alltoall_loads(members, false, across, pxn);
+      return alltoall_loads(members, false, across, pxn, remote_peers);
   }
   return {};
 }

@@ -47,8 +47,12 @@ struct PortLoad {
 };
 
 // `across`: the planner routes this communication over the NIC (its group spans nodes); hops
-// inside a node still take NVLink. Returns one load per member, in the same order.
+// inside a node still take NVLink. `remote_peers`: the peers on other nodes the bytes were sized
+// for (the planner's worst-placed member, where groups straddle nodes unevenly, as 64-rank
+// groups do in 72-GPU racks): every pair then moves the same share, whatever this group's own
+// split. Zero: each member's own count (groups that tile nodes). Returns one load per member,
+// in the same order.
 std::vector<PortLoad> port_loads(Exchange exchange, const std::vector<PortMember>& members,
-                                 bool across, bool pxn);
+                                 bool across, bool pxn, double remote_peers = 0);
 
 }  // namespace moe::sim

@@ -118,7 +118,8 @@ void Training::join(int64_t g, CollectiveKey key, const Task& t, double ratio,
       const GpuState& y = gpus_[static_cast<size_t>(mb.gpu)];
       ports.push_back({y.node, y.rail, t.bytes, mb.weight});
     }
-    const std::vector<PortLoad> loads = port_loads(t.exchange, ports, across, o_.pxn);
+    const std::vector<PortLoad> loads =
+        port_loads(t.exchange, ports, across, o_.pxn, remote_peers_[t.stream]);
     for (size_t i = 0; i < loads.size(); ++i) {
       const GpuState& y = gpus_[static_cast<size_t>(shared->members[i].gpu)];
       const PortLoad& l = loads[i];

@@ -215,6 +215,9 @@ class Training {
   int64_t per_stage_ = 1;  // GPUs simulated per stage
   int64_t gpus_per_node_ = 1;
   int64_t group_size_[kStreams] = {};
+  // The planner's peers on other nodes for each stream's group (0 inside a node): what a
+  // member's bytes are spread over (port_loads).
+  double remote_peers_[kStreams] = {};
   std::vector<Seconds> compute_total_;  // per GPU, all iterations
   std::vector<Bytes> peak_total_;
   std::vector<StageState> stages_;

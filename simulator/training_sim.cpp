@@ -49,6 +49,13 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   group_size_[kEpStream] = *p_.ep > 1 ? *p_.ep : *p_.etp;
   group_size_[kCpStream] = *p_.cp;
   group_size_[kDpStream] = *p_.dp * *p_.cp;
+  // Members sit at these strides in rank order (as x.group below lays them out).
+  const int64_t stride[kStreams] = {0, 1, *p_.ep > 1 ? *p_.etp : 1, *p_.tp, *p_.tp, 0};
+  for (int k : {kTpStream, kEpStream, kCpStream, kDpStream}) {
+    const int64_t n = group_size_[k];
+    if (n > 1 && ctx_.links.crosses_nodes(n * stride[k]))
+      remote_peers_[k] = static_cast<double>(n - ctx_.links.local_peers(n, stride[k]));
+  }
   report_.stages.resize(static_cast<size_t>(*p_.pp));
   report_.chunk_histogram.assign(static_cast<size_t>(o.chunk_bins.back() + 1), 0);
   report_.gpus_simulated = *p_.pp * per_stage_;
@@ -236,7 +243,10 @@ TrainingReport simulate_training(const TimeContext& ctx, const ClusterSpec& clus
                                  const PlanChoice& plan, const TrainingOptions& options) {
   if (options.iterations < 1) throw std::invalid_argument("simulate at least one iteration");
   if (plan.offload) throw std::invalid_argument("offload plans run in the APTMoE simulator");
-  return training::Training(ctx, cluster, plan, options).run();
+  // The plan's own GPUs decide which groups straddle nodes, as in the search.
+  TimeContext own = ctx;
+  own.links.world = plan.parallel.world();
+  return training::Training(own, cluster, plan, options).run();
 }
 
 }  // namespace moe::sim

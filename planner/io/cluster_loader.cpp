@@ -67,6 +67,7 @@ NodeSpec read_node(ObjectReader n) {
     node.pcie_switches.push_back(std::move(s));
   }
   pcie.finish();
+  if (n.has("c2c_GBps")) node.c2c_bandwidth = gigabytes_per_sec(positive_number(n, "c2c_GBps"));
 
   for (ObjectReader c : n.object_array("cpus")) {
     CpuSocket cpu;

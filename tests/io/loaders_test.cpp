@@ -535,3 +535,16 @@ TEST(Quantities, ParseUnits) {
 }
 
 }  // namespace moe::io
+
+namespace moe::io {
+
+TEST(Loaders, NvlinkC2cRateMustBePositive) {
+  nlohmann::json j =
+      read_json_file(std::string(MOEPLAN_SOURCE_DIR) + "/topologies/gb200-nvl72-4x64.json");
+  EXPECT_DOUBLE_EQ(cluster_from_json(j, "gb.json").node.c2c_bandwidth.value(), 450e9);
+  j["node"]["c2c_GBps"] = 0;
+  const std::string e = error_of([&] { cluster_from_json(j, "gb.json"); });
+  EXPECT_NE(e.find("gb.json: /node/c2c_GBps: must be positive"), std::string::npos) << e;
+}
+
+}  // namespace moe::io

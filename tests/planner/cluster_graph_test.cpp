@@ -90,3 +90,44 @@ TEST(PcieBandwidth, MatchesTheSpecification) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(LinkRates, GroupsThatDoNotTileA72GpuRackStraddleTwo) {
+  // GB200 NVL72: 72 GPUs a NVLink domain. Groups of 64 consecutive ranks leave one rack only
+  // once the plan spans several: the second is ranks 64-127, 8 in rack 0 and 56 in rack 1.
+  LinkRates r = link_rates(topology("gb200-nvl72-4x72.json"));
+  EXPECT_EQ(r.gpus_per_node, 72);
+  EXPECT_EQ(r.world, 288);
+  EXPECT_TRUE(r.crosses_nodes(64));
+  EXPECT_EQ(r.local_peers(64, 1), 8);
+  EXPECT_EQ(r.local_peers(32, 1), 8);    // ranks 64-95: 8 and 24
+  EXPECT_EQ(r.local_peers(32, 2), 4);    // every second rank of 64-127: 4 in rack 0
+  EXPECT_EQ(r.local_peers(144, 1), 72);  // whole racks
+  EXPECT_FALSE(r.crosses_nodes(8));
+  EXPECT_EQ(r.local_peers(8, 1), 8);
+  r.world = 72;  // one rack: nothing leaves it
+  EXPECT_FALSE(r.crosses_nodes(64));
+  // 64 GPUs a rack, as NVIDIA's runs schedule them: groups of 64 tile the racks.
+  const LinkRates tiled = link_rates(topology("gb200-nvl72-4x64.json"));
+  EXPECT_FALSE(tiled.crosses_nodes(64));
+  EXPECT_EQ(tiled.local_peers(128, 1), 64);
+}
+
+TEST(ClusterGraph, GraceSuperchipsReachTheirCpuOverNvlinkC2c) {
+  // Two GPUs share a Grace over NVLink-C2C (450 GB/s per direction); the NICs stay on PCIe.
+  const ClusterSpec c = topology("gb200-nvl72-4x72.json");
+  EXPECT_DOUBLE_EQ(c.node.host_link_bandwidth().value(), 450e9);
+  const ClusterGraph g(c);
+  const auto host = g.host_path(3);
+  ASSERT_EQ(host.size(), 2u);
+  for (const Link& l : host) {
+    EXPECT_EQ(l.kind, LinkKind::kC2c);
+    EXPECT_DOUBLE_EQ(l.bandwidth.value(), 450e9);
+  }
+  // A PCIe node keeps PCIe.
+  const ClusterSpec h100 = topology("h100-sxm-8.json");
+  EXPECT_DOUBLE_EQ(h100.node.host_link_bandwidth().value(), h100.node.pcie_bandwidth().value());
+}
+
+}  // namespace moe

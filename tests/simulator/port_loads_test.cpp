@@ -111,3 +111,34 @@ TEST(PortLoads, ARingHopsToTheNextRankOverNvlinkOrEveryNicWhenItCrossesNodes) {
 
 }  // namespace
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(PortLoads, AStraddlingGroupMovesThePlannersShareOnEveryPair) {
+  // One member on node 0 and three on node 1; the bytes were sized for three remote peers (the
+  // worst-placed member's). Each pair moves a third of a member's bytes: the lone member sends
+  // and receives all of its bytes over the NIC; the others one third over the NIC and two
+  // thirds over NVLink.
+  std::vector<PortMember> m = {{0, 5, Bytes(kB), 1.0},
+                               {1, 0, Bytes(kB), 1.0},
+                               {1, 1, Bytes(kB), 1.0},
+                               {1, 2, Bytes(kB), 1.0}};
+  const auto loads = port_loads(Exchange::kAllToAllIntoHeavy, m, true, false, 3.0);
+  EXPECT_DOUBLE_EQ(loads[0].nic_out.value(), kB);
+  EXPECT_DOUBLE_EQ(loads[0].nic_in.value(), kB);
+  EXPECT_DOUBLE_EQ(loads[0].nvlink_out.value(), 0.0);
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_DOUBLE_EQ(loads[i].nic_out.value(), kB / 3) << i;
+    EXPECT_DOUBLE_EQ(loads[i].nvlink_out.value(), 2 * kB / 3) << i;
+    EXPECT_DOUBLE_EQ(loads[i].nvlink_in.value(), 2 * kB / 3) << i;
+  }
+  // Sized by each member's own remote peers instead, the node-1 side of a combine would send
+  // a whole member's bytes to the lone GPU, which then takes three.
+  const auto own = port_loads(Exchange::kAllToAllFromHeavy, m, true, false);
+  EXPECT_DOUBLE_EQ(own[1].nic_out.value(), kB);
+  EXPECT_DOUBLE_EQ(own[0].nic_in.value(), 3 * kB);
+  const auto shared = port_loads(Exchange::kAllToAllFromHeavy, m, true, false, 3.0);
+  EXPECT_DOUBLE_EQ(shared[0].nic_in.value(), kB);
+}
+
+}  // namespace moe::sim

@@ -54,6 +54,7 @@ void run_topo(const TopoOptions& o) {
           {"hbm_bandwidth_Bps", n.gpu.hbm_bandwidth.value()}}},
         {"fabric", n.fabric == Fabric::kNvSwitch ? "nvswitch" : "pcie"},
         {"pcie_bandwidth_Bps", n.pcie_bandwidth().value()},
+        {"host_link_bandwidth_Bps", n.host_link_bandwidth().value()},
         {"node_network_bandwidth_Bps", c.node_network_bandwidth().value()},
         {"graph", {{"devices", g.num_devices()}, {"links", g.num_links()}}},
         {"paths", {{"gpu0_to_last_local", path_json(intra)}, {"gpu0_to_host", path_json(host)}}}};
@@ -79,11 +80,15 @@ void run_topo(const TopoOptions& o) {
                                      : std::string("PCIe only")});
   node.add({"PCIe", fmt::format("Gen{} x{}: {} per direction", n.pcie_generation, n.pcie_lanes,
                                 as_gbps(n.pcie_bandwidth().value()))});
+  if (n.c2c_bandwidth > BytesPerSec(0))
+    node.add({"GPU to CPU", fmt::format("NVLink-C2C: {} per direction, shared per superchip",
+                                        as_gbps(n.c2c_bandwidth.value()))});
   for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
     std::string gpus;
     for (int x : n.pcie_switches[s].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(x);
-    node.add({fmt::format("PCIe switch {}", s),
-              fmt::format("GPUs {} -> CPU {}", gpus, n.pcie_switches[s].cpu)});
+    node.add(
+        {fmt::format("{} {}", n.c2c_bandwidth > BytesPerSec(0) ? "superchip" : "PCIe switch", s),
+         fmt::format("GPUs {} -> CPU {}", gpus, n.pcie_switches[s].cpu)});
   }
   for (size_t i = 0; i < n.cpus.size(); ++i) {
     const CpuSocket& cpu = n.cpus[i];
