@@ -11,7 +11,12 @@
 #   DeepSeek-V3 (models/hf/deepseek-v3.config.json) on 1,024 H100 (topologies/h100-1024.json),
 #     sequence 4,096, global batch 8,192, FP8 (blockwise), TP 2, PP 8, EP 64, DeepEP, EP
 #     overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
-#     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh).
+#     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh);
+#   Qwen3-235B-A22B on Blackwell racks, the model zoo's best_practice/qwen3 GB200 and GB300
+#     tables: 256 GPUs as 4 racks of 64 (topologies/gb200-nvl72-4x64.json, gb300-...; the 128K
+#     run on 128 of them), HybridEP priced as DeepEP, forced balance, CUDA graphs for attention
+#     and the router, MXFP8 priced as FP8; the GB200 MXFP8 run also offloaded expert_fc1 and
+#     moe_act activations to the host, which we do not model (it fits without, at 164 GB).
 # Mapping: each run's dispatcher as it names it (DeepEP: --dispatcher deepep, a token sent once
 # per destination node and rank; A2A: alltoall); "norm, act" recompute as none, the modules a
 # run names as --recompute-modules; "1f1b overlap" (the EP all-to-all
@@ -40,5 +45,9 @@ long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 16384 tp
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 32768 tp=4,pp=8,ep=8,cp=2,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 335
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 65536 tp=4,pp=8,ep=8,cp=4,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 368
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 131072 tp=4,pp=8,ep=8,cp=8,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 389
+gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 8192 4096 tp=1,pp=8,ep=8,cp=1,mbs=1 --megatron-only,--recompute,none,--overlap,off,--dispatcher,deepep - 750
+gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --megatron-only,--precision,fp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2 --megatron-only,--precision,fp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1 --gpus,128,--megatron-only,--precision,fp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
 mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1 --precision,fp8,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
 ROWS
