@@ -44,6 +44,10 @@ struct LinkRates {
   bool crosses_nodes(int64_t span) const {
     return span > gpus_per_node || (world > gpus_per_node && gpus_per_node % span != 0);
   }
+  // Whether groups spanning `span` ranks split unevenly over nodes somewhere in the world.
+  bool straddles(int64_t span) const {
+    return world > gpus_per_node && gpus_per_node % span != 0 && span % gpus_per_node != 0;
+  }
   // The fewest members of one group of n ranks at `stride` that share a node, over the groups
   // of the world: what the worst-placed member reaches over NVLink (n inside one node).
   int64_t local_peers(int64_t n, int64_t stride) const;

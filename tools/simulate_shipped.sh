@@ -12,7 +12,7 @@ trap 'rm -f "$plan"' EXIT
 simulated=0 failed=0
 for model in models/*.json models/hf/*.json; do
   for pair in "topologies/h100-sxm-8.json 256" "topologies/megascale-h800-240.json 240" \
-              "topologies/aptmoe-4x-a800-40gb-c1g4.json 256"; do
+              "topologies/aptmoe-4x-a800-40gb-c1g4.json 256" "topologies/gb200-nvl72-4x72.json 288"; do
     set -- $pair
     rm -f "$plan"
     if ! "$bin" plan --model "$model" --cluster "$1" --global-batch "$2" --seq-len 4096 \

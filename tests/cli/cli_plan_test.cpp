@@ -495,3 +495,25 @@ TEST(Cli, PlanSaysHowCpAndEpGroupsArePlaced) {
 }
 
 }  // namespace moe
+
+TEST(Cli, PlanSaysWhichGroupsStraddleA72GpuRack) {
+  // EP 32 over four GB200 NVL72 racks of 72: ranks 64-95 sit 8 and 24 on two racks. On racks of
+  // 64 (as NVIDIA's runs use them) the same layout keeps every group whole and runs 3.7x faster.
+  const std::string base =
+      "plan --model models/hf/qwen3-30b-a3b.config.json --global-batch 1024 --gpus 256 "
+      "--parallel tp=1,pp=4,ep=32,cp=1,mbs=1,vpp=1 --megatron-only --top 1 --cluster ";
+  auto iteration = [](const Result& r) {
+    return nlohmann::json::parse(r.out)["plans"][0]["predicted"]["iteration_s"].get<double>();
+  };
+  const Result straddled = run(base + "topologies/gb200-nvl72-4x72.json");
+  ASSERT_EQ(straddled.code, 0) << straddled.err;
+  EXPECT_NE(straddled.out.find("note: EP groups span 32 ranks, which do not tile the 72-GPU "
+                               "NVLink domain: one straddles two with 8 of its 32 ranks"),
+            std::string::npos)
+      << straddled.out;
+  const Result whole = run(base + "topologies/gb200-nvl72-4x64.json");
+  EXPECT_EQ(whole.out.find("straddles"), std::string::npos);
+  const double slow = iteration(run(base + "topologies/gb200-nvl72-4x72.json --json"));
+  const double fast = iteration(run(base + "topologies/gb200-nvl72-4x64.json --json"));
+  EXPECT_GT(slow, 3.0 * fast) << slow << " " << fast;
+}

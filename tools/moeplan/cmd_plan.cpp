@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstdio>
 
 #include "planner/errors.h"
@@ -48,6 +49,28 @@ Objective parse_objective(const std::string& s) {
 
 std::string ms(Seconds s) {
   return fmt::format("{:.1f} ms", s.value() * 1e3);
+}
+
+// A group whose ranks do not tile the NVLink domain (EP 32 in a 72-GPU rack) straddles two
+// somewhere, and its collectives run at the worst-placed member's NIC share: say so, and what
+// keeps them inside.
+void print_straddling_groups(const LinkRates& links, const ParallelConfig& p) {
+  const int64_t tp = *p.tp, cp = *p.cp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
+  struct Group {
+    const char* name;
+    int64_t n, stride;
+  };
+  for (const Group& g :
+       {Group{"TP", tp, 1}, Group{"CP", cp, tp}, Group{"EP", ep, etp}, Group{"DP", dp * cp, tp}}) {
+    if (g.n < 2 || !links.straddles(g.n * g.stride)) continue;
+    fmt::print(
+        "\nnote: {} groups span {} ranks, which do not tile the {}-GPU NVLink domain: one "
+        "straddles two with {} of its {} ranks on one side, and every {} collective is priced "
+        "at that rank's NIC share. Spans that divide {}, or {} GPUs of each domain, keep the "
+        "groups whole.\n",
+        g.name, g.n * g.stride, links.gpus_per_node, links.local_peers(g.n, g.stride), g.n, g.name,
+        links.gpus_per_node, std::bit_floor(static_cast<uint64_t>(links.gpus_per_node)));
+  }
 }
 
 void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
@@ -412,14 +435,18 @@ void run_plan(const PlanOptions& o) {
   if (!o.save.empty()) fmt::print("\nsaved the best plan to {}\n", o.save);
   if (o.explain && r.ranked.size() > 1)
     explain_difference(r.ranked[0], r.ranked[1], verified.size() > 1);
+  if (best.choice.offload) return;
+  TimeContext own = ctx;  // the best plan's GPUs decide which groups straddle nodes
+  own.links.world = bp.world();
+  print_straddling_groups(own.links, bp);
   // The search leaves DeepEP out (it needs its own library); where the best plan's experts
   // span nodes, say what it would save.
-  if (o.explain && !best.choice.offload && *bp.ep > 1 && *bp.etp == 1 &&
+  if (o.explain && *bp.ep > 1 && *bp.etp == 1 &&
       best.choice.dispatcher != megascale::Dispatcher::kDeepEp &&
-      crosses_nodes(ctx, bp, OpKind::kEp)) {
+      crosses_nodes(own, bp, OpKind::kEp)) {
     PlanChoice deepep = best.choice;
     deepep.dispatcher = megascale::Dispatcher::kDeepEp;
-    const TimeBreakdown t = estimate_time(ctx, deepep);
+    const TimeBreakdown t = estimate_time(own, deepep);
     fmt::print(
         "\nWith DeepEP (--dispatcher deepep: Megatron-Core's flex dispatcher, a token once per "
         "destination node): {} instead of {}, EP comm exposed {} instead of {}\n",
