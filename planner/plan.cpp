@@ -77,7 +77,8 @@ std::string layer_pattern(const std::vector<bool>& marked) {
 }
 }  // namespace
 
-std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m) {
+std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m,
+                                            int nvlink_domain) {
   const PlanChoice& c = plan.choice;
   if (c.offload) return {};  // Megatron-LM cannot run experts on the CPU
   const ParallelConfig& p = c.parallel;
@@ -144,8 +145,9 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       a.push_back(fmt::format("--moe-layer-freq [{}]", fmt::join(freq, ",")));
     }
     if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
-      a.insert(a.end(),
-               {"--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"});
+      a.push_back("--moe-token-dispatcher-type flex");
+      a.push_back(nvlink_domain > 8 ? "--moe-flex-dispatcher-backend hybridep"
+                                    : "--moe-flex-dispatcher-backend deepep");
     } else {
       a.push_back(fmt::format(
           "--moe-token-dispatcher-type {}",

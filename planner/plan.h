@@ -124,7 +124,11 @@ struct Plan {
 };
 
 // Megatron-LM / Megatron-Core arguments for a plan (names from megatron/training/arguments.py).
-std::vector<std::string> megatron_arguments(const Plan& p, const ModelSpec& m);
+// `nvlink_domain`: GPUs one NVLink domain holds. DeepEP's kernels forward inside 8-GPU nodes; on
+// larger domains (GB200/GB300 NVL72) Megatron's flex dispatcher runs the HybridEP backend, which
+// prices the same (a token once per destination domain and rank).
+std::vector<std::string> megatron_arguments(const Plan& p, const ModelSpec& m,
+                                            int nvlink_domain = 8);
 // What those arguments cannot say: parts of the model Megatron-LM has no argument for (Llama 4's
 // chunked attention, Kimi Delta Attention) and MegaScale-MoE mechanisms the plan uses
 // (rematerialization, intra-operator overlap), one sentence each; empty when they say it all.

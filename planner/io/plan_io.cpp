@@ -136,7 +136,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                           {"oom_received_tokens", s.oom_received_tokens},
                           {"stages", stages}}},
                         {"cp_expansion", cp_expansion_json(plan, c)},
-                        {"megatron_args", megatron_arguments(plan, m)},
+                        {"megatron_args", megatron_arguments(plan, m, c.node.num_gpus)},
                         {"megatron_gaps", megatron_gaps(plan, m)},
                         {"deepspeed",
                          {{"config", deepspeed_config(plan)},

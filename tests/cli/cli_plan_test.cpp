@@ -513,6 +513,11 @@ TEST(Cli, PlanSaysWhichGroupsStraddleA72GpuRack) {
       << straddled.out;
   const Result whole = run(base + "topologies/gb200-nvl72-4x64.json");
   EXPECT_EQ(whole.out.find("straddles"), std::string::npos);
+  // DeepEP's kernels forward inside 8-GPU nodes; on a 64-GPU NVLink domain Megatron's flex
+  // dispatcher runs HybridEP.
+  const Result flex = run(base + "topologies/gb200-nvl72-4x64.json --dispatcher deepep");
+  EXPECT_NE(flex.out.find("--moe-flex-dispatcher-backend hybridep"), std::string::npos);
+  EXPECT_EQ(flex.out.find("--moe-flex-dispatcher-backend deepep"), std::string::npos);
   const double slow = iteration(run(base + "topologies/gb200-nvl72-4x72.json --json"));
   const double fast = iteration(run(base + "topologies/gb200-nvl72-4x64.json --json"));
   EXPECT_GT(slow, 3.0 * fast) << slow << " " << fast;

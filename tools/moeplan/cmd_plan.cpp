@@ -419,7 +419,7 @@ void run_plan(const PlanOptions& o) {
             ? fmt::format(", MACT chunking up to {}", best.score.memory.largest_chunk_bin)
             : "",
         mt.render());
-  const std::vector<std::string> args = megatron_arguments(best, m);
+  const std::vector<std::string> args = megatron_arguments(best, m, c.node.num_gpus);
   // Before the arguments, so that they stay one paste-able command.
   for (const std::string& gap : megatron_gaps(best, m)) fmt::print("Megatron-LM gap: {}\n", gap);
   if (args.empty()) {
