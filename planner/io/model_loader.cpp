@@ -22,12 +22,20 @@ AttentionBias parse_bias(ObjectReader& r, const std::string& key) {
   r.fail(key, fmt::format("'{}' is not one of none, qkv, all", b));
 }
 
+// Layer counts size per-layer tables; no model comes near the bound, a corrupt file may.
+int64_t layer_count(ObjectReader& r, const std::string& key) {
+  constexpr int64_t kMaxLayers = 100000;
+  const int64_t n = positive(r, key);
+  if (n > kMaxLayers) r.fail(key, fmt::format("{} layers is more than {}", n, kMaxLayers));
+  return n;
+}
+
 ModelSpec from_ours(ObjectReader& r) {
   ModelSpec m;
   const std::string format = r.string("format");
   if (format != kModelFormat) r.fail("format", fmt::format("'{}' is not {}", format, kModelFormat));
   m.name = r.string("name");
-  m.num_layers = positive(r, "num_layers");
+  m.num_layers = layer_count(r, "num_layers");
   m.hidden_size = positive(r, "hidden_size");
   m.vocab_size = positive(r, "vocab_size");
   m.tied_embeddings = r.boolean_or("tied_embeddings", false);
@@ -170,7 +178,7 @@ void hf_sliding_window(ObjectReader& r, ModelSpec& m, const std::string& type) {
 ModelSpec hf_common(ObjectReader& r, const std::string& name) {
   ModelSpec m;
   m.name = name;
-  m.num_layers = positive(r, "num_hidden_layers");
+  m.num_layers = layer_count(r, "num_hidden_layers");
   m.hidden_size = positive(r, "hidden_size");
   m.vocab_size = positive(r, "vocab_size");
   m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);

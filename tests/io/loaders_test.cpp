@@ -548,3 +548,21 @@ TEST(Loaders, NvlinkC2cRateMustBePositive) {
 }
 
 }  // namespace moe::io
+
+namespace moe::io {
+
+TEST(Loaders, AnImpossibleLayerCountIsRefusedBeforeItsTablesAreSized) {
+  // Found by tools/fuzz.sh: 88,888,888,888,832 layers asked the loader's per-layer map for
+  // 11 TB before anything refused it.
+  nlohmann::json j =
+      read_json_file(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/phi-3.5-moe.config.json");
+  j["num_hidden_layers"] = 88888888888832LL;
+  EXPECT_TRUE(refuses(j, "phi.json",
+                      "phi.json: /num_hidden_layers: 88888888888832 layers is more than 100000"));
+  nlohmann::json ours =
+      read_json_file(std::string(MOEPLAN_SOURCE_DIR) + "/models/mixtral-8x7b.json");
+  ours["num_layers"] = 100001;
+  EXPECT_TRUE(refuses(ours, "m.json", "/num_layers: 100001 layers is more than 100000"));
+}
+
+}  // namespace moe::io
