@@ -126,9 +126,11 @@ void Training::join(int64_t g, CollectiveKey key, const Task& t, double ratio,
       report_.nvlink_bytes += l.nvlink_out;
       report_.nic_bytes += l.nic_out;
       const size_t first = flows.size();
-      for (auto [link, bytes] :
+      for (const auto& port :
            {std::pair{y.nvlink_out, l.nvlink_out}, std::pair{y.nvlink_in, l.nvlink_in},
             std::pair{y.nic_out, l.nic_out}, std::pair{y.nic_in, l.nic_in}}) {
+        const int link = port.first;
+        const Bytes bytes = port.second;  // a plain local: lambdas may not capture bindings
         if (bytes.value() <= 0) continue;
         auto same = std::find_if(flows.begin() + static_cast<std::ptrdiff_t>(first), flows.end(),
                                  [&](const auto& f) { return f.second == bytes; });
