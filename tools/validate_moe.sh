@@ -16,7 +16,11 @@
 #     tables: 256 GPUs as 4 racks of 64 (topologies/gb200-nvl72-4x64.json, gb300-...; the 128K
 #     run on 128 of them), HybridEP priced as DeepEP, forced balance, CUDA graphs for attention
 #     and the router, MXFP8 priced as FP8; the GB200 MXFP8 run also offloaded expert_fc1 and
-#     moe_act activations to the host, which we do not model (it fits without, at 164 GB).
+#     moe_act activations to the host, which we do not model (it fits without, at 164 GB);
+#   DeepSeek-V3 on 256 GB200 (the same racks), MXFP8, TP 1, PP 4 (VPP 4), EP 64, HybridEP, EP
+#     overlap, --recompute-modules mla_up_proj, full-iteration CUDA graph, global batch 4,096:
+#     12.94 s and 1,316 TFLOP/s per GPU (Megatron-Bridge's DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2,
+#     as measured in its pull request 4226).
 # Mapping: each run's dispatcher as it names it (DeepEP: --dispatcher deepep, a token sent once
 # per destination node and rank; A2A: alltoall); "norm, act" recompute as none, the modules a
 # run names as --recompute-modules; "1f1b overlap" (the EP all-to-all
@@ -49,5 +53,6 @@ gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 819
 gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --megatron-only,--precision,fp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2 --megatron-only,--precision,fp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1 --gpus,128,--megatron-only,--precision,fp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
+gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1 --megatron-only,--precision,fp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
 mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1 --precision,fp8,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
 ROWS
