@@ -128,6 +128,52 @@ ElementwiseBytes elementwise_bytes(const ModelSpec& m, const PlanChoice& c, bool
   return b;
 }
 
+// FP8 GEMMs (Transformer Engine, any recipe) take their operands quantized: each forward input
+// and each backward output gradient is read in BF16 and written in FP8 twice, row-wise and
+// column-wise (the layout the transposed GEMM of the backward reads): 4 bytes an element. The
+// weights are cast once a step. Casts fused into a kernel that runs anyway cost nothing extra:
+// the norm before a LayerNormLinear (QKV or MLA's down projections, a dense FFN's fc1, MLA's up
+// projections after their latent norms) and a dense FFN's activation before fc2 (LayerNormMLP).
+// What remains is a cast of the attention output before the output projection, of the routed
+// tokens and of the expert activation before each grouped GEMM, of the shared experts' inputs,
+// and of every GEMM's output gradient. Elements per token at full width (TP and SP cut the
+// tokens a GPU holds or the width alike; expert TP gathers its group's tokens, as the
+// permutation does). Linear-attention layers take their projections' width from the weights.
+double fp8_cast_elements(const ModelSpec& m, const PlanChoice& c, const LayerParams& lp,
+                         bool moe_layer, double expert_load) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double gated = m.gated_ffn ? 2.0 : 1.0;
+  const AttentionSpec& a = m.attention;
+  const double heads = static_cast<double>(a.num_heads);
+  const double qk = static_cast<double>(a.qk_head_dim()),
+               v = static_cast<double>(a.value_head_dim());
+  double attention = 0;  // unfused inputs and every output
+  if (lp.linear) {
+    attention = lp.attention / h + static_cast<double>(m.linear_attention.value_width()) + h;
+  } else if (a.kind == AttentionKind::kLatent) {
+    const double q =
+        a.q_lora_rank > 0 ? static_cast<double>(a.q_lora_rank) + heads * qk : heads * qk;
+    const double kv = static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) +
+                      heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim);
+    attention = heads * v + q + kv + h;
+  } else {
+    const double q = heads * qk * (a.output_gate ? 2.0 : 1.0);
+    attention = heads * v + q + 2.0 * static_cast<double>(a.num_kv_heads) * v + h;
+  }
+  double ffn = 0;
+  if (moe_layer) {
+    const double k = static_cast<double>(m.top_k) * expert_load;
+    const double etp = static_cast<double>(*c.parallel.etp);
+    const double g = static_cast<double>(m.expert_ffn_size);
+    const double gs = static_cast<double>(m.shared_ffn_total());
+    ffn = k * (h * etp + g) + k * (gated * g + h * etp);  // inputs; output gradients
+    if (gs > 0) ffn += (h + gs) + (gated * gs + h);
+  } else {
+    ffn = gated * static_cast<double>(m.dense_ffn_size) + h;  // output gradients only
+  }
+  return attention + ffn;
+}
+
 // Attention and dense FFN weights: TP splits their output width over t GPUs that all see the
 // micro-batch (rows); Ulysses SP keeps them whole and splits the tokens.
 struct WeightShape {
@@ -367,6 +413,12 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   add("norms, residuals, activations", OpKind::kCompute,
       Bytes(elementwise_bytes(m, c, moe_layer, expert_load, fuse_experts).total() * tokens) /
           (ctx.links.hbm * ctx.eff.memory_bound));
+  // The forward holds a third of the casts: a backward costs twice its forward's compute.
+  if (c.precision == Precision::kFp8) {
+    add("FP8 casts", OpKind::kCompute,
+        Bytes(4.0 * fp8_cast_elements(m, c, lp, moe_layer, expert_load) * tokens / 3.0) /
+            (ctx.links.hbm * ctx.eff.memory_bound));
+  }
   return ops;
 }
 

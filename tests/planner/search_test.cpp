@@ -871,3 +871,25 @@ TEST(Search, MegatronOnlyLeavesOutWhatMegatronCannotRun) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(LayerOps, Fp8PlansCastTheirGemmOperands) {
+  // Mixtral-8x7B's MoE layer, EP 8 on one H800 node, FP8: per token, the attention output
+  // before o_proj (32 x 128) and the output gradients of QKV (4,096 + 2 x 8 x 128) and o_proj
+  // (4,096): 14,336; the routed tokens and the activation into the two grouped GEMMs
+  // (2 x (4,096 + 14,336)) and their output gradients (2 x (2 x 14,336 + 4,096)): 102,400.
+  // 4 bytes an element (BF16 read, FP8 row- and column-wise written), a third in the forward.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  const char* layout = "tp=1,pp=1,ep=8,etp=1,dp=8,mbs=1,gbs=8";
+  const auto fp8 = forward_ops(s, layout, AttentionMode::kTensor, Precision::kFp8);
+  const auto bf16 = forward_ops(s, layout);
+  EXPECT_EQ(bf16.count("FP8 casts"), 0u);
+  ASSERT_EQ(fp8.count("FP8 casts"), 1u);
+  const double tokens = 4096;  // a micro-batch of one sequence, no TP or CP
+  const Seconds expected =
+      Bytes(4.0 * (14336 + 102400) * tokens / 3.0) / (s.ctx.links.hbm * s.ctx.eff.memory_bound);
+  EXPECT_NEAR(fp8.at("FP8 casts") / expected, 1.0, 1e-12);
+}
+
+}  // namespace moe
