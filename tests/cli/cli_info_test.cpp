@@ -2,6 +2,7 @@
 // line naming the file and field, non-zero exit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -60,6 +61,20 @@ TEST(Cli, TopoSummarises) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("GPU 0 -> host memory"), std::string::npos);
   EXPECT_NE(r.out.find("A800-PCIe-40GB"), std::string::npos);
+}
+
+TEST(Cli, TopoListsARackScaleNodesRegularPartsOnce) {
+  // A GB200 NVL72 rack: 36 superchips, 36 Graces and 72 NICs are three rows, not 144; the
+  // GPUs reach host memory over NVLink-C2C.
+  const Result r = run("topo --cluster topologies/gb200-nvl72-4x72.json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* row : {"superchips 0-35    GPUs 2s to 2s+1 -> CPU s", "CPUs 0-35 ",
+                          "NICs 0-71          400 Gb/s each, NIC k for GPU k",
+                          "GPU 0 -> host memory: 2 hops: nvlink-c2c > nvlink-c2c"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 40);
+  // An eight-GPU node keeps its rows.
+  EXPECT_NE(run("topo --cluster topologies/h100-sxm-8.json").out.find("NIC 7 "), std::string::npos);
 }
 
 TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {

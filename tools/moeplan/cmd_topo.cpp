@@ -1,5 +1,6 @@
 // moeplan topo: a readable summary of a cluster file and its device graph.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "planner/cluster_spec.h"
 #include "planner/io/loaders.h"
@@ -83,25 +84,55 @@ void run_topo(const TopoOptions& o) {
   if (n.c2c_bandwidth > BytesPerSec(0))
     node.add({"GPU to CPU", fmt::format("NVLink-C2C: {} per direction, shared per superchip",
                                         as_gbps(n.c2c_bandwidth.value()))});
-  for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
-    std::string gpus;
-    for (int x : n.pcie_switches[s].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(x);
-    node.add(
-        {fmt::format("{} {}", n.c2c_bandwidth > BytesPerSec(0) ? "superchip" : "PCIe switch", s),
-         fmt::format("GPUs {} -> CPU {}", gpus, n.pcie_switches[s].cpu)});
+  // Rack-scale nodes (36 superchips, 72 NICs) list their regular parts as one row each.
+  const char* hub = n.c2c_bandwidth > BytesPerSec(0) ? "superchip" : "PCIe switch";
+  const size_t per_switch = n.pcie_switches.empty() ? 0 : n.pcie_switches.front().gpus.size();
+  bool regular_switches = n.pcie_switches.size() > 8;
+  for (size_t s = 0; s < n.pcie_switches.size() && regular_switches; ++s) {
+    const PcieSwitch& sw = n.pcie_switches[s];
+    regular_switches = sw.cpu == static_cast<int>(s) && sw.gpus.size() == per_switch;
+    for (size_t i = 0; i < sw.gpus.size() && regular_switches; ++i)
+      regular_switches = sw.gpus[i] == static_cast<int>(s * per_switch + i);
   }
-  for (size_t i = 0; i < n.cpus.size(); ++i) {
-    const CpuSocket& cpu = n.cpus[i];
-    node.add({fmt::format("CPU {}", i),
-              fmt::format("{} cores, {:.0f} GFLOP/s, {} host memory at {}", cpu.cores,
-                          cpu.achievable_flops.value() / 1e9, as_gb(cpu.memory.value()),
-                          as_gbps(cpu.memory_bandwidth.value()))});
+  if (regular_switches) {
+    node.add({fmt::format("{}s 0-{}", hub, n.pcie_switches.size() - 1),
+              per_switch == 1 ? std::string("GPU s -> CPU s")
+                              : fmt::format("GPUs {}s to {}s+{} -> CPU s", per_switch, per_switch,
+                                            per_switch - 1)});
+  } else {
+    for (size_t s = 0; s < n.pcie_switches.size(); ++s) {
+      node.add({fmt::format("{} {}", hub, s),
+                fmt::format("GPUs {} -> CPU {}", fmt::join(n.pcie_switches[s].gpus, ","),
+                            n.pcie_switches[s].cpu)});
+    }
   }
-  for (size_t k = 0; k < n.nics.size(); ++k) {
-    std::string gpus;
-    for (int x : n.nics[k].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(x);
-    node.add({fmt::format("NIC {}", k),
-              fmt::format("{:.0f} Gb/s for GPUs {}", n.nics[k].bandwidth.value() * 8 / 1e9, gpus)});
+  auto cpu_text = [](const CpuSocket& cpu) {
+    return fmt::format("{} cores, {:.0f} GFLOP/s, {} host memory at {}", cpu.cores,
+                       cpu.achievable_flops.value() / 1e9, as_gb(cpu.memory.value()),
+                       as_gbps(cpu.memory_bandwidth.value()));
+  };
+  for (size_t i = 0; i < n.cpus.size();) {
+    size_t j = i + 1;  // a run of identical sockets
+    while (j < n.cpus.size() && cpu_text(n.cpus[j]) == cpu_text(n.cpus[i])) ++j;
+    node.add({j - i > 2 ? fmt::format("CPUs {}-{}", i, j - 1) : fmt::format("CPU {}", i),
+              j - i > 2 ? cpu_text(n.cpus[i]) + " each" : cpu_text(n.cpus[i])});
+    i = j - i > 2 ? j : i + 1;
+  }
+  bool nic_per_gpu = n.nics.size() > 8;
+  for (size_t k = 0; k < n.nics.size() && nic_per_gpu; ++k) {
+    nic_per_gpu = n.nics[k].gpus == std::vector<int>{static_cast<int>(k)} &&
+                  n.nics[k].bandwidth == n.nics.front().bandwidth;
+  }
+  if (nic_per_gpu) {
+    node.add({fmt::format("NICs 0-{}", n.nics.size() - 1),
+              fmt::format("{:.0f} Gb/s each, NIC k for GPU k",
+                          n.nics.front().bandwidth.value() * 8 / 1e9)});
+  } else {
+    for (size_t k = 0; k < n.nics.size(); ++k) {
+      node.add({fmt::format("NIC {}", k),
+                fmt::format("{:.0f} Gb/s for GPUs {}", n.nics[k].bandwidth.value() * 8 / 1e9,
+                            fmt::join(n.nics[k].gpus, ","))});
+    }
   }
   fmt::print("{}\n", node.render());
   fmt::print("graph: {} devices, {} links\n", g.num_devices(), g.num_links());
