@@ -217,10 +217,20 @@ Seconds offload_schedule_makespan(const std::vector<OffloadStagePass>& forward,
   return *std::max_element(free.begin(), free.end());
 }
 
+std::vector<int> host_sockets(const NodeSpec& node, int64_t gpus) {
+  std::vector<int> sockets;
+  for (int g = 0; g < std::min<int64_t>(gpus, node.num_gpus); ++g) {
+    const int cpu = node.cpu_of_gpu(g);
+    if (std::find(sockets.begin(), sockets.end(), cpu) == sockets.end()) sockets.push_back(cpu);
+  }
+  return sockets;
+}
+
 Seconds offload_optimizer_time(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus) {
   const int64_t nodes = (gpus + c.node.num_gpus - 1) / c.node.num_gpus;
   BytesPerSec host;
-  for (const CpuSocket& s : c.node.cpus) host += s.memory_bandwidth;
+  for (int s : host_sockets(c.node, gpus))
+    host += c.node.cpus[static_cast<size_t>(s)].memory_bandwidth;
   return Bytes(ctx.params.total() * 28.0 / static_cast<double>(nodes)) /
          (host * ctx.eff.memory_bound);
 }
@@ -331,7 +341,7 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   const ModelParams& all = ctx.params;
   const int64_t nodes = (gpus + node.num_gpus - 1) / node.num_gpus;
   Bytes host_per_node;
-  for (const CpuSocket& s : node.cpus) host_per_node += s.memory;
+  for (int s : host_sockets(node, gpus)) host_per_node += node.cpus[static_cast<size_t>(s)].memory;
   out.host_capacity = host_per_node;
   out.host_bytes = Bytes(all.total() * host_per_param / static_cast<double>(nodes));
   out.fits =

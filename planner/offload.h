@@ -111,6 +111,10 @@ Seconds offload_schedule_makespan(const std::vector<OffloadStagePass>& forward,
 // Adam on the CPUs over the parameters a node holds (weights, gradients and two moments in FP32,
 // ~28 bytes each) at host memory bandwidth, for a run on `gpus` GPUs.
 Seconds offload_optimizer_time(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus);
+// The CPU sockets the first `gpus` GPUs of a node hang off: the host memory and memory
+// bandwidth an offload plan has. A rack-scale node (GB200 NVL72: a Grace per two GPUs, in
+// separate trays) lends four GPUs two Graces, not the rack's 36.
+std::vector<int> host_sockets(const NodeSpec& node, int64_t gpus);
 
 // gpus: GPUs used; stages: pipeline stages (>= gpus); micro-batches m = gbs / mbs.
 OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,

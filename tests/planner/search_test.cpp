@@ -11,6 +11,7 @@
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
 #include "planner/layer_ops.h"
+#include "planner/offload.h"
 #include "test_models.h"
 #include "test_paths.h"
 
@@ -890,6 +891,32 @@ TEST(LayerOps, Fp8PlansCastTheirGemmOperands) {
   const Seconds expected =
       Bytes(4.0 * (14336 + 102400) * tokens / 3.0) / (s.ctx.links.hbm * s.ctx.eff.memory_bound);
   EXPECT_NEAR(fp8.at("FP8 casts") / expected, 1.0, 1e-12);
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(Search, OffloadPlansHaveTheHostMemoryOfTheirOwnSockets) {
+  // A GB200 NVL72 rack is one NVLink domain of 36 Graces, each in its own tray with two GPUs:
+  // four GPUs have two Graces' memory (960 GB), not the rack's 17 TB. Qwen3-30B-A3B's weights
+  // and Adam states (18 bytes a parameter, 549 GB) fit two Graces but not the one that GPUs 0
+  // and 1 share.
+  const ClusterSpec gb200 = io::load_cluster(root("topologies/gb200-nvl72-4x72.json"));
+  EXPECT_EQ(host_sockets(gb200.node, 4), (std::vector<int>{0, 1}));
+  EXPECT_EQ(host_sockets(gb200.node, 1), (std::vector<int>{0}));
+  // APTMoE's C1+G4 binding: four GPUs under socket 0.
+  const ClusterSpec c1g4 = io::load_cluster(root("topologies/aptmoe-4x-a800-40gb-c1g4.json"));
+  EXPECT_EQ(host_sockets(c1g4.node, 4), (std::vector<int>{0}));
+  const ModelSpec m = io::load_model(root("models/hf/qwen3-30b-a3b.config.json"));
+  const TimeContext ctx = make_time_context(m, gb200, efficiencies(), RoutingSkew{}, 4096);
+  auto fits = [&](int64_t gpus) {
+    SearchRequest req = request(gpus, 16);
+    req.top_k = 1;
+    return !offload_plans(ctx, gb200, req).empty();
+  };
+  EXPECT_FALSE(fits(2));
+  EXPECT_TRUE(fits(4));
 }
 
 }  // namespace moe
