@@ -66,7 +66,7 @@ BytesPerSec NodeSpec::pcie_bandwidth() const {
 }
 
 BytesPerSec NodeSpec::host_link_bandwidth() const {
-  return c2c_bandwidth > BytesPerSec(0) ? c2c_bandwidth : pcie_bandwidth();
+  return has_c2c() ? c2c_bandwidth : pcie_bandwidth();
 }
 
 int NodeSpec::switch_of_gpu(int gpu) const {
@@ -215,7 +215,7 @@ ClusterGraph::ClusterGraph(const ClusterSpec& spec) {
   const Vertex network = spec.num_nodes > 1 ? add_device(DeviceKind::kNetwork, -1, 0) : Vertex{};
   const BytesPerSec pcie = n.pcie_bandwidth();
   const BytesPerSec host = n.host_link_bandwidth();
-  const LinkKind host_kind = n.c2c_bandwidth > BytesPerSec(0) ? LinkKind::kC2c : LinkKind::kPcie;
+  const LinkKind host_kind = n.has_c2c() ? LinkKind::kC2c : LinkKind::kPcie;
   cpu_vertices_.resize(spec.num_nodes);
   for (int node = 0; node < spec.num_nodes; ++node) {
     std::vector<Vertex> gpus;

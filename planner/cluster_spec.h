@@ -69,6 +69,7 @@ struct NodeSpec {
   std::vector<Nic> nics;
 
   BytesPerSec pcie_bandwidth() const;  // per direction, per GPU link
+  bool has_c2c() const { return c2c_bandwidth > BytesPerSec(0); }
   // Per direction between a GPU and its CPU: NVLink-C2C where the node has it, else PCIe.
   BytesPerSec host_link_bandwidth() const;
   int cpu_of_gpu(int gpu) const;

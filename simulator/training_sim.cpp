@@ -49,12 +49,12 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   group_size_[kEpStream] = *p_.ep > 1 ? *p_.ep : *p_.etp;
   group_size_[kCpStream] = *p_.cp;
   group_size_[kDpStream] = *p_.dp * *p_.cp;
-  // Members sit at these strides in rank order (as x.group below lays them out).
+  // Members sit at these strides in rank order (as x.group below lays them out); a group inside
+  // a node has all its peers local (local_peers = n).
   const int64_t stride[kStreams] = {0, 1, *p_.ep > 1 ? *p_.etp : 1, *p_.tp, *p_.tp, 0};
   for (int k : {kTpStream, kEpStream, kCpStream, kDpStream}) {
     const int64_t n = group_size_[k];
-    if (n > 1 && ctx_.links.crosses_nodes(n * stride[k]))
-      remote_peers_[k] = static_cast<double>(n - ctx_.links.local_peers(n, stride[k]));
+    remote_peers_[k] = static_cast<double>(n - ctx_.links.local_peers(n, stride[k]));
   }
   report_.stages.resize(static_cast<size_t>(*p_.pp));
   report_.chunk_histogram.assign(static_cast<size_t>(o.chunk_bins.back() + 1), 0);

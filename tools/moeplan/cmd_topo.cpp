@@ -81,11 +81,11 @@ void run_topo(const TopoOptions& o) {
                                      : std::string("PCIe only")});
   node.add({"PCIe", fmt::format("Gen{} x{}: {} per direction", n.pcie_generation, n.pcie_lanes,
                                 as_gbps(n.pcie_bandwidth().value()))});
-  if (n.c2c_bandwidth > BytesPerSec(0))
+  if (n.has_c2c())
     node.add({"GPU to CPU", fmt::format("NVLink-C2C: {} per direction, shared per superchip",
                                         as_gbps(n.c2c_bandwidth.value()))});
   // Rack-scale nodes (36 superchips, 72 NICs) list their regular parts as one row each.
-  const char* hub = n.c2c_bandwidth > BytesPerSec(0) ? "superchip" : "PCIe switch";
+  const char* hub = n.has_c2c() ? "superchip" : "PCIe switch";
   const size_t per_switch = n.pcie_switches.empty() ? 0 : n.pcie_switches.front().gpus.size();
   bool regular_switches = n.pcie_switches.size() > 8;
   for (size_t s = 0; s < n.pcie_switches.size() && regular_switches; ++s) {
