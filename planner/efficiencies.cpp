@@ -1,30 +1,55 @@
 #include "planner/efficiencies.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
+#include <vector>
 
 #include "planner/default_efficiency.h"
 #include "planner/errors.h"
 
 namespace moe {
 
+namespace {
+// The constants in microseconds, by the name a calibration file gives them.
+struct NamedDuration {
+  const char* name;
+  Seconds& (*of)(Efficiencies&);
+};
+constexpr NamedDuration kDurations[] = {
+    {"pipeline_chunk_overhead_us",
+     [](Efficiencies& e) -> Seconds& { return e.pipeline_chunk_overhead; }},
+    {"dispatch_round_overhead_us",
+     [](Efficiencies& e) -> Seconds& { return e.dispatch_round_overhead; }},
+    {"host_attention_us", [](Efficiencies& e) -> Seconds& { return e.host.attention; }},
+    {"host_router_us", [](Efficiencies& e) -> Seconds& { return e.host.router; }},
+    {"host_dense_ffn_us", [](Efficiencies& e) -> Seconds& { return e.host.dense_ffn; }},
+    {"host_experts_alltoall_us",
+     [](Efficiencies& e) -> Seconds& { return e.host.experts_alltoall; }},
+    {"host_experts_flex_us", [](Efficiencies& e) -> Seconds& { return e.host.experts_flex; }},
+    {"host_experts_allgather_us",
+     [](Efficiencies& e) -> Seconds& { return e.host.experts_allgather; }},
+};
+}  // namespace
+
 void set_constant(Efficiencies& e, const std::string& name, double value) {
   if (name == "attention_core" || name == "memory_bound") {
     if (!(value > 0 && value <= 1))
       throw ConfigError(fmt::format("{} is a fraction of peak in (0, 1], not {}", name, value));
     (name == "attention_core" ? e.attention_core : e.memory_bound) = value;
-  } else if (name == "pipeline_chunk_overhead_us" || name == "dispatch_round_overhead_us") {
+    return;
+  }
+  for (const NamedDuration& d : kDurations) {
+    if (name != d.name) continue;
     if (!(value >= 0 && std::isfinite(value)))
       throw ConfigError(fmt::format("{} must be a non-negative number of microseconds", name));
-    (name == "pipeline_chunk_overhead_us" ? e.pipeline_chunk_overhead : e.dispatch_round_overhead) =
-        Seconds(value * 1e-6);
-  } else {
-    throw ConfigError(fmt::format(
-        "unknown constant '{}' (attention_core, memory_bound, pipeline_chunk_overhead_us, "
-        "dispatch_round_overhead_us)",
-        name));
+    d.of(e) = Seconds(value * 1e-6);
+    return;
   }
+  std::vector<std::string> known{"attention_core", "memory_bound"};
+  for (const NamedDuration& d : kDurations) known.emplace_back(d.name);
+  throw ConfigError(fmt::format("unknown constant '{}' ({})", name, fmt::join(known, ", ")));
 }
 
 namespace {
@@ -55,6 +80,11 @@ Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves,
   return e;
 }
 
+Efficiencies without_host_time(Efficiencies e) {
+  e.host = {Seconds(0), Seconds(0), Seconds(0), Seconds(0), Seconds(0), Seconds(0)};
+  return e;
+}
+
 std::map<std::string, EfficiencyCurve> curves_of(const Efficiencies& e) {
   std::map<std::string, EfficiencyCurve> out;
   for (const NamedCurve& c : kCurves) out.emplace(c.name, e.*c.member);
@@ -62,10 +92,11 @@ std::map<std::string, EfficiencyCurve> curves_of(const Efficiencies& e) {
 }
 
 std::map<std::string, double> constants_of(const Efficiencies& e) {
-  return {{"attention_core", e.attention_core},
-          {"memory_bound", e.memory_bound},
-          {"pipeline_chunk_overhead_us", e.pipeline_chunk_overhead.value() * 1e6},
-          {"dispatch_round_overhead_us", e.dispatch_round_overhead.value() * 1e6}};
+  std::map<std::string, double> out{{"attention_core", e.attention_core},
+                                    {"memory_bound", e.memory_bound}};
+  Efficiencies copy = e;
+  for (const NamedDuration& d : kDurations) out.emplace(d.name, d.of(copy).value() * 1e6);
+  return out;
 }
 
 }  // namespace moe

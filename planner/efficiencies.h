@@ -44,17 +44,42 @@ struct Efficiencies {
   // fused kernel).
   double intra_overlap_comm_sm_share = 8.0 / 132.0;
   double intra_overlap_tiles = 8;
+  // What the framework's CPU thread spends issuing one layer's kernels for one micro-batch
+  // (Python, PyTorch dispatch, Transformer Engine, the launches), forward and backward
+  // together (planner/host_time.h). Fitted to Megatron-Core runs without CUDA graphs whose
+  // layers at micro-batch 1 take longer than their GPU work: Qwen3-235B-A22B on 256 H100 and
+  // 256 H800 (tools/validate_moe.sh), whose layer passes come to 15 ms with the all-to-all
+  // dispatcher and 9.5 ms with DeepEP while micro-batch 4 runs them at the GEMMs' pace. The
+  // split across parts is our reading of where the ops are, not a measurement.
+  struct HostCosts {
+    Seconds attention = Seconds(3.5e-3);  // norm, QKV, rotary, core attention, projection
+    Seconds router = Seconds(1.5e-3);     // router GEMM, top-k, auxiliary loss, token counts
+    Seconds dense_ffn = Seconds(1.5e-3);
+    // Dispatch, permutation, grouped GEMMs, activation and combine, by token dispatcher: the
+    // all-to-all one's preprocessing copies split sizes to the host and sorts chunks by
+    // expert; DeepEP's kernels permute as they send.
+    Seconds experts_alltoall = Seconds(10e-3);
+    Seconds experts_flex = Seconds(4.5e-3);
+    Seconds experts_allgather = Seconds(4.5e-3);
+  } host;
 };
 
 // The scalars a calibration file may set ("constants": {name: value}): attention_core and
-// memory_bound (fractions in (0, 1]), pipeline_chunk_overhead_us and dispatch_round_overhead_us
-// (microseconds, >= 0). Throws ConfigError for an unknown name or a value out of range.
+// memory_bound (fractions in (0, 1]), pipeline_chunk_overhead_us, dispatch_round_overhead_us
+// and the host costs host_attention_us, host_router_us, host_dense_ffn_us,
+// host_experts_alltoall_us, host_experts_flex_us, host_experts_allgather_us (microseconds,
+// >= 0). Throws ConfigError for an unknown name or a value out of range.
 void set_constant(Efficiencies& e, const std::string& name, double value);
 
 // Defaults: planner/default_efficiency.h; any named curve in `curves` replaces its default, then
 // `constants` are set as set_constant() does.
 Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves = {},
                           const std::map<std::string, double>& constants = {});
+
+// `e` with no host costs: for the seed papers' systems, whose reported gains (MegaScale-MoE
+// Fig. 13's 15-33 % for SP+EP at micro-batch 1 on one node, say) could not show were their
+// layers host-bound at Megatron-Core's 2025 costs, and which report no host-bound behaviour.
+Efficiencies without_host_time(Efficiencies e);
 
 // The inverse, by the same names: what efficiencies(curves_of(e), constants_of(e)) gives back
 // as e (the calibration file `moeplan anchor` writes).

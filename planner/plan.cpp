@@ -34,6 +34,24 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+const char* cuda_graph_name(CudaGraph g) {
+  switch (g) {
+    case CudaGraph::kNone:
+      return "none";
+    case CudaGraph::kAttention:
+      return "attn";
+    case CudaGraph::kFullIteration:
+      return "full";
+  }
+  return "?";
+}
+
+std::optional<CudaGraph> parse_cuda_graph(const std::string& name) {
+  for (CudaGraph g : {CudaGraph::kNone, CudaGraph::kAttention, CudaGraph::kFullIteration})
+    if (name == cuda_graph_name(g)) return g;
+  return std::nullopt;
+}
+
 std::string PlanChoice::describe() const {
   if (offload) {
     return fmt::format("offload (APTMoE): {} stages on {} GPUs, mbs={}, gbs={}, {}",
@@ -60,6 +78,7 @@ std::string PlanChoice::describe() const {
   if (gpipe) out += " gpipe";
   if (zero_stage != 1) out += fmt::format(" zero={}", zero_stage);
   if (!overlap) out += " no-overlap";
+  if (cuda_graph != CudaGraph::kNone) out += fmt::format(" graphs={}", cuda_graph_name(cuda_graph));
   return out;
 }
 
@@ -164,6 +183,14 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   if (c.overlap && *p.tp > 1 && c.attention == AttentionMode::kTensor)
     a.push_back("--tp-comm-overlap");
   if (c.attention_kernel == AttentionKernel::kUnfused) a.push_back("--attention-backend unfused");
+  if (c.cuda_graph == CudaGraph::kAttention) {
+    a.push_back("--cuda-graph-impl transformer_engine");
+    a.push_back(m.is_moe() ? "--cuda-graph-scope attn moe_router moe_preprocess"
+                           : "--cuda-graph-scope attn");
+  } else if (c.cuda_graph == CudaGraph::kFullIteration) {
+    a.push_back("--cuda-graph-impl local");
+    a.push_back("--cuda-graph-scope full_iteration");
+  }
   const AttentionSpec& att = m.attention;
   if (att.kind == AttentionKind::kLatent) {
     a.push_back("--multi-latent-attention");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,15 @@ enum class Schedule { kOneFOneB, kInterleaved, kGPipe };
 // Engine): linear-layer GEMMs in FP8, core attention and the output head in BF16, FP8 weights
 // gathered over DP, TP collectives and the expert dispatch moved in FP8 (combine stays BF16).
 enum class Precision { kBf16, kFp32, kFp8 };
+// CUDA graphs (Megatron's --cuda-graph-impl and --cuda-graph-scope): captured kernels replay
+// without the framework's per-op host work (planner/host_time.h). kAttention: attention, router
+// and the MoE preprocessing (transformer_engine, scopes attn moe_router moe_preprocess); the
+// dispatch, experts and combine stay eager, their token counts vary. kFullIteration: the whole
+// iteration (local, full_iteration), which needs a MoE path without host syncs.
+enum class CudaGraph { kNone, kAttention, kFullIteration };
 const char* attention_mode_name(AttentionMode a);
+const char* cuda_graph_name(CudaGraph g);  // "none", "attn", "full"
+std::optional<CudaGraph> parse_cuda_graph(const std::string& name);
 const char* attention_kernel_name(AttentionKernel k);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);
@@ -72,6 +81,7 @@ struct PlanChoice {
   int64_t gpus() const { return offload ? offload_gpus : parallel.world(); }
   int zero_stage = 1;
   Precision precision = Precision::kBf16;
+  CudaGraph cuda_graph = CudaGraph::kNone;
   int64_t seq_len = 4096;
 
   Schedule schedule() const {
@@ -100,6 +110,7 @@ struct TimeBreakdown {
   Seconds optimizer;    // Adam step (on the CPU when offloading)
   Seconds pcie_load;    // offload: PCIe loading not hidden behind compute
   Seconds cpu_experts;  // offload: CPU expert time not hidden behind GPU work
+  Seconds host;         // GPUs waiting for the host to issue kernels (planner/host_time.h)
   Seconds iteration;
   int64_t microbatches = 0;
 };

@@ -379,6 +379,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               c.seq_len = ctx.seq_len;
               c.gpipe = req.gpipe;
               c.permute_fusion = req.permute_fusion;
+              c.cuda_graph = req.cuda_graph;
               c.attention_kernel = req.attention_kernel;
               // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
               // stage. Higher stages only trade time for memory: try them only when needed.

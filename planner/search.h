@@ -41,6 +41,9 @@ struct SearchRequest {
   // Megatron-Core's fused permutation (PlanChoice::permute_fusion): on unless the user's
   // Megatron predates it; never searched, since fused is never slower.
   bool permute_fusion = true;
+  // CUDA graphs every candidate runs with (PlanChoice::cuda_graph): none unless the user's run
+  // captures them; not searched, since they cost memory and static shapes the model ignores.
+  CudaGraph cuda_graph = CudaGraph::kNone;
   // The core-attention kernel every candidate uses (PlanChoice::attention_kernel): fused unless
   // the user runs Megatron's unfused attention (the search never picks the slower kernel).
   AttentionKernel attention_kernel = AttentionKernel::kFused;

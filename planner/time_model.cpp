@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "planner/dispatch_fanout.h"
+#include "planner/host_time.h"
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
 #include "planner/parallel.h"
@@ -315,6 +316,14 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   st.forward = forward;
   st.backward = std::max({backward + redo + redo_comm, links.nic * (passes - 1.0) + replayed.nic,
                           links.fabric * (passes - 1.0) + replayed.fabric});
+  // Neither pass ends before the host has issued it (host_time.h).
+  const LayerHostTime host = layer_host_time(ctx, c, moe_layer);
+  const Seconds issued_forward = std::max(st.forward, host.forward);
+  const Seconds issued_backward = std::max(st.backward, host.backward + host.recompute);
+  st.host_forward = issued_forward - st.forward;
+  st.host = st.host_forward + issued_backward - st.backward;
+  st.forward = issued_forward;
+  st.backward = issued_backward;
   st.compute = f.compute * 3.0;
   st.recompute = redo;
   st.tp = f.tp * passes + f.redo_tp;
@@ -341,6 +350,8 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.tp += from.tp * times;
   to.ep += from.ep * times;
   to.cp += from.cp * times;
+  to.host += from.host * times;
+  to.host_forward += from.host_forward * times;
 }
 
 StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
@@ -520,7 +531,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   }
   const Seconds per_mb = slowest.forward + slowest.backward;
   // Split the steady state by what the slowest stage spends it on.
-  const Seconds exposed_comm = per_mb - slowest.compute - slowest.recompute;
+  const Seconds exposed_comm = per_mb - slowest.compute - slowest.recompute - slowest.host;
   const Seconds raw_comm = slowest.tp + slowest.ep + slowest.cp;
   auto share = [&](Seconds part) {
     return raw_comm.value() > 0 ? exposed_comm * (part / raw_comm) : Seconds(0);
@@ -530,6 +541,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.tp_comm = share(slowest.tp) * mb;
   out.ep_comm = share(slowest.ep) * mb;
   out.cp_comm = share(slowest.cp) * mb;
+  out.host = slowest.host * mb;
   // Fill and drain: each stage's pass once, less the slowest's that the steady state counts
   // ((p - 1) t with equal stages; a light stage, or a single micro-batch, shortens it).
   // Interleaved: (p - 1) / v of the slowest's.
@@ -711,8 +723,11 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const int64_t layers = layers_in_stage(*ctx.model, p, slowest_stage);
     const Seconds first =
         layers > 0 ? ag / static_cast<double>(layers) * static_cast<double>(*p.vpp) : Seconds(0);
-    pass_forward = std::max(f, gathered) + first;
-    pass_backward = std::max(b, synced) + first;
+    // The host issues the layers while the GPU waits for that first gather: only the GPU's
+    // chain (the pass less what it waited for the host) starts late.
+    pass_forward = std::max(f, std::max(f - slowest.host_forward, gathered) + first);
+    pass_backward =
+        std::max(b, std::max(b - (slowest.host - slowest.host_forward), synced) + first);
   }
   // Each link is shared by everything that crosses it, however well each transfer hides behind
   // compute alone: a pass takes at least its links' work (a roofline per link and direction of
@@ -752,10 +767,12 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Seconds fill = std::max(Seconds(0), ungated - std::max({compute, own.nic, own.fabric}));
     return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
   };
-  const Seconds pass =
-      held_to(pass_forward, slowest.forward, slowest.compute / 3.0, own_forward, forward_links) +
-      held_to(pass_backward, slowest.backward, slowest.compute * (2.0 / 3.0), own_backward,
-              backward_links);
+  // (The fill is the GPU's: the host issues the pass while its links are busy.)
+  const Seconds host_backward = slowest.host - slowest.host_forward;
+  const Seconds pass = held_to(pass_forward, slowest.forward - slowest.host_forward,
+                               slowest.compute / 3.0, own_forward, forward_links) +
+                       held_to(pass_backward, slowest.backward - host_backward,
+                               slowest.compute * (2.0 / 3.0), own_backward, backward_links);
   out.dp_comm += (pass - per_mb) * mb;
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration.

@@ -74,6 +74,8 @@ double parameter_bytes(Precision p);
 struct StageTimes {
   Seconds forward, backward;               // including exposed communication and recompute
   Seconds compute, recompute, tp, ep, cp;  // forward + backward parts, per micro-batch
+  // What the GPUs wait for the host to issue (planner/host_time.h): both passes, the forward's.
+  Seconds host, host_forward;
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
 

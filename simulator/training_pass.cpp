@@ -4,6 +4,7 @@
 // gradient sync it starts.
 #include <algorithm>
 
+#include "planner/host_time.h"
 #include "planner/monta.h"
 #include "simulator/training_run.h"
 
@@ -172,11 +173,25 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   // computes rather than ahead of its own collectives.
   std::vector<uint32_t> remat;
   std::vector<int64_t> last_comm(static_cast<size_t>(slices), -1);
+  // The host issuing layer `layer`'s forward, or its backward with what recompute replays
+  // (planner/host_time.h): a task on the host stream from the layer's start, which the layer's
+  // end waits for, so that no layer ends before the host has issued it (-1: none).
+  auto host_issue = [&](int64_t layer, bool forward) -> int64_t {
+    const LayerHostTime h = layer_host_time(ctx_, plan_, layers_[static_cast<size_t>(layer)].moe);
+    const Seconds time = forward ? h.forward : h.backward + h.recompute;
+    if (time.value() <= 0) return -1;
+    Task t = compute_task("host issues the layer", kHostStream, time);
+    const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
+    if (barrier >= 0) t.after = {static_cast<uint32_t>(barrier)};
+    append(g, std::move(t));
+    return static_cast<int64_t>(g.size() - 1);
+  };
   // Runs layer `layer`'s `ops` (its forward list, or reversed: backward) as `slices` pipelined
   // chains continuing from the tails. `alloc_first` and `alloc_token` tag the first op and the
-  // token op of slice 0; `release` tags slice (slices - 1)'s last op.
+  // token op of slice 0; `release` tags slice (slices - 1)'s last op. The layer ends once host
+  // task `host` (when not -1) has too.
   auto chain = [&](int64_t layer, bool reversed, double compute_scale, int64_t token_op,
-                   int64_t alloc_first, int64_t alloc_token, int64_t release) {
+                   int64_t alloc_first, int64_t alloc_token, int64_t release, int64_t host) {
     const LayerState& L = layers_[static_cast<size_t>(layer)];
     const std::vector<LayerOp>& ops = reversed ? L.backward : L.forward;
     // Slices pipeline inside a layer; a layer starts once the one before has ended, so its
@@ -209,6 +224,15 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
         tail[static_cast<size_t>(j)] = i;
       }
     }
+    // The layer has ended when its operators have and the host has issued it: what the next
+    // layer starts after.
+    const int64_t last = tail[static_cast<size_t>(slices - 1)];
+    if (host >= 0 && last >= 0) {
+      Task issued = compute_task("layer issued", kHostStream, Seconds(0));
+      issued.after = {static_cast<uint32_t>(host), static_cast<uint32_t>(last)};
+      append(g, std::move(issued));
+      tail[static_cast<size_t>(slices - 1)] = static_cast<int64_t>(g.size() - 1);
+    }
   };
   // Layer `layer`'s rematerializing gather, per slice, after the last communication of the
   // chain built before it (or the tails, first in a pass).
@@ -234,7 +258,8 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       const int64_t a_token =
           full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
       gate_on(l);
-      chain(l, false, 1.0, L.token_op, a_first, a_token, 0);
+      const int64_t host = host_issue(l, true);
+      chain(l, false, 1.0, L.token_op, a_first, a_token, 0, host);
     }
     if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
   } else {
@@ -245,11 +270,12 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       const Bytes held =
           full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
       gate_on(l);
+      const int64_t host = host_issue(l, false);
       if (full) {
         const int64_t a_first = add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
         const int64_t a_token =
             add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
-        chain(l, false, 1.0, L.token_op, a_first, a_token, 0);
+        chain(l, false, 1.0, L.token_op, a_first, a_token, 0, -1);
       } else if (plan_.recompute == Recompute::kRematerialize) {
         // Rematerialization redoes the element-wise work (5 % of the forward) and replays the
         // all-gather half of TP/EP communication (`remat`, issued during the layer above's
@@ -277,7 +303,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
         }
       }
       const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
-      chain(l, true, 2.0, -1, 0, 0, a_release);
+      chain(l, true, 2.0, -1, 0, 0, a_release, host);
       if (l > begin) rematerialize(l - 1);
     }
   }

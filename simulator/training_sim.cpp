@@ -22,6 +22,8 @@ const char* stream_name(int stream) {
       return "dp";
     case kCopyStream:
       return "copy";
+    case kHostStream:
+      return "host";
   }
   return "?";
 }
@@ -51,7 +53,7 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   group_size_[kDpStream] = *p_.dp * *p_.cp;
   // Members sit at these strides in rank order (as x.group below lays them out); a group inside
   // a node has all its peers local (local_peers = n).
-  const int64_t stride[kStreams] = {0, 1, *p_.ep > 1 ? *p_.etp : 1, *p_.tp, *p_.tp, 0};
+  const int64_t stride[kStreams] = {0, 1, *p_.ep > 1 ? *p_.etp : 1, *p_.tp, *p_.tp, 0, 0};
   for (int k : {kTpStream, kEpStream, kCpStream, kDpStream}) {
     const int64_t n = group_size_[k];
     remote_peers_[k] = static_cast<double>(n - ctx_.links.local_peers(n, stride[k]));

@@ -80,8 +80,18 @@ struct OomEvent {
   Bytes needed, capacity;
 };
 
-// kCopyStream: the copy engine MoNTA O3 runs its token-order D2D copies on.
-enum Stream { kCompute = 0, kTpStream, kEpStream, kCpStream, kDpStream, kCopyStream, kStreams };
+// kCopyStream: the copy engine MoNTA O3 runs its token-order D2D copies on. kHostStream: the
+// framework's CPU thread issuing each layer's kernels (planner/host_time.h).
+enum Stream {
+  kCompute = 0,
+  kTpStream,
+  kEpStream,
+  kCpStream,
+  kDpStream,
+  kCopyStream,
+  kHostStream,
+  kStreams
+};
 const char* stream_name(int stream);
 
 // Times are per GPU over all iterations: with every GPU simulated, the mean over the stage's

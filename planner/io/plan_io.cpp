@@ -104,6 +104,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                           {"overlap", ch.overlap},
                           {"intra_overlap", ch.intra_overlap},
                           {"permute_fusion", ch.permute_fusion},
+                          {"cuda_graph", cuda_graph_name(ch.cuda_graph)},
                           {"attention_kernel", attention_kernel_name(ch.attention_kernel)},
                           {"offload", ch.offload},
                           {"predictor_accuracy", ch.predictor_accuracy},
@@ -129,7 +130,8 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                             {"bubble", t.bubble.value()},
                             {"optimizer", t.optimizer.value()},
                             {"pcie_load", t.pcie_load.value()},
-                            {"cpu_experts", t.cpu_experts.value()}}},
+                            {"cpu_experts", t.cpu_experts.value()},
+                            {"host", t.host.value()}}},
                           {"peak_bytes", s.peak_bytes.value()},
                           {"host_bytes", s.host_bytes.value()},
                           {"headroom_bytes", s.headroom.value()},
@@ -227,6 +229,12 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.overlap = s.boolean_or("overlap", true);
   c.intra_overlap = s.boolean_or("intra_overlap", false);
   c.permute_fusion = s.boolean_or("permute_fusion", true);
+  if (s.has("cuda_graph")) {
+    c.cuda_graph = enum_of<CudaGraph>(s, "cuda_graph",
+                                      {{"none", CudaGraph::kNone},
+                                       {"attn", CudaGraph::kAttention},
+                                       {"full", CudaGraph::kFullIteration}});
+  }
   if (s.has("attention_kernel")) {
     c.attention_kernel = enum_of<AttentionKernel>(
         s, "attention_kernel",

@@ -34,7 +34,10 @@ TEST(PlannerRepro, MegaScaleFig13SpEpBeatsTpTpOnOneNode) {
        {"megascale-internal-352b.json", "mixtral-8x7b.json", "mixtral-8x22b.json",
         "hunyuan-large.json", "phi-3.5-moe.json", "deepseekmoe-16b.json"}) {
     const ModelSpec m = io::load_model(root(std::string("models/") + file));
-    const TimeContext ctx = make_time_context(m, cluster, efficiencies(), RoutingSkew{}, 4096);
+    // MegaScale's system, priced without host time as `reproduce` prices it (at Megatron-Core's
+    // host costs both layouts are host-bound here and tie).
+    const TimeContext ctx =
+        make_time_context(m, cluster, without_host_time(efficiencies()), RoutingSkew{}, 4096);
     for (bool overlap : {false, true}) {
       const PlanScore tptp = score_plan(
           ctx, fixed("tp=8,etp=8,ep=1,dp=1,pp=1,mbs=1,gbs=32", AttentionMode::kTensor, overlap),
@@ -203,13 +206,14 @@ TEST(PlannerRepro, MoeMatchesMegatronCoreLongContextOnGb300) {
 }
 
 TEST(PlannerRepro, OneAnchoredBlackwellRunPredictsTheOtherShortSequenceRuns) {
-  // The model zoo's Blackwell rows at 4K are 52-68 % optimistic at datasheet peaks. Anchored on
-  // one of them (GB200, BF16, tp1 pp8 ep8: every efficiency x 0.654), the GB300 MXFP8 run
-  // (tp1 pp4 ep32 mbs2) comes within -8.4 % of its 974 TFLOP/s, and another model, DeepSeek-V3
-  // on GB200 (Megatron-Bridge's MXFP8 recipe, EP overlap), within -0.8 % of its 1,316. The
-  // 128K run then turns 30 %
-  // pessimistic: what the model misses at 4K scales with the per-token work (GEMMs,
-  // element-wise, dispatch), not with attention, which the anchor slows too.
+  // The model zoo's Blackwell rows at 4K are 40-52 % optimistic at datasheet peaks (host time
+  // included: CUDA graphs capture attention and the router, DeepSeek-V3's run the whole
+  // iteration). Anchored on one of them (GB200, BF16, tp1 pp8 ep8: every efficiency x 0.691),
+  // the GB300 MXFP8 run (tp1 pp4 ep32 mbs2) comes within -3.3 % of its 974 TFLOP/s, and another
+  // model, DeepSeek-V3 on GB200 (Megatron-Bridge's MXFP8 recipe, EP overlap), within +4.8 % of
+  // its 1,316. The 128K run then turns 26 % pessimistic: what the model misses at 4K scales with
+  // the per-token work (GEMMs, element-wise, dispatch), not with attention, which the anchor slows
+  // too.
   const ModelSpec m = io::load_model(root("models/hf/qwen3-235b-a22b.config.json"));
   const ModelSpec v3 = io::load_model(root("models/hf/deepseek-v3.config.json"));
   const ClusterSpec gb200 = io::load_cluster(root("topologies/gb200-nvl72-4x64.json"));
@@ -222,6 +226,9 @@ TEST(PlannerRepro, OneAnchoredBlackwellRunPredictsTheOtherShortSequenceRuns) {
     Precision precision;
     uint32_t modules;  // selective recompute's modules; 0: none
     bool overlap = false;
+    // The Qwen3 runs captured attention and the router in CUDA graphs, DeepSeek-V3's the whole
+    // iteration (planner/host_time.h).
+    CudaGraph graphs = CudaGraph::kAttention;
   };
   auto best = [&](const Efficiencies& eff, const Run& run) {
     const TimeContext ctx =
@@ -235,6 +242,7 @@ TEST(PlannerRepro, OneAnchoredBlackwellRunPredictsTheOtherShortSequenceRuns) {
     req.recompute_modules = run.modules;
     req.overlap = run.overlap;
     req.dispatcher = megascale::Dispatcher::kDeepEp;
+    req.cuda_graph = run.graphs;
     req.megatron_only = true;
     req.threads = 1;
     const SearchResult r = search_plans(ctx, req);
@@ -246,12 +254,12 @@ TEST(PlannerRepro, OneAnchoredBlackwellRunPredictsTheOtherShortSequenceRuns) {
   const Run anchor_run{
       &m, &gb200, 4096, 256, 8192, 1, "tp=1,pp=8,ep=8,cp=1,vpp=1,mbs=1", Precision::kBf16, 0};
   const auto [anchored, datasheet_tflops] = best(efficiencies(), anchor_run);
-  EXPECT_NEAR(datasheet_tflops / 750, 1.53, 0.05);
+  EXPECT_NEAR(datasheet_tflops / 750, 1.45, 0.05);
   const TimeContext ctx = make_time_context(m, gb200, efficiencies(), RoutingSkew{}, 4096);
   const Seconds measured = anchored.score.time.iteration * (datasheet_tflops / 750);
   const AnchorFit fit = fit_anchor(ctx, anchored.choice, measured, true);
   ASSERT_TRUE(fit.converged);
-  EXPECT_NEAR(fit.scale, 0.654, 0.01);
+  EXPECT_NEAR(fit.scale, 0.691, 0.01);
   const Efficiencies eff = scale_efficiencies(ctx.eff, fit.scale, true);
   const double short_run = best(eff, {&m, &gb300, 4096, 256, 8192, 1,
                                       "tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=2", Precision::kFp8, 0})
@@ -264,7 +272,7 @@ TEST(PlannerRepro, OneAnchoredBlackwellRunPredictsTheOtherShortSequenceRuns) {
               short_run, long_run);
   const double other_model =
       best(eff, {&v3, &gb200, 4096, 256, 4096, 1, "tp=1,pp=4,ep=64,cp=1,vpp=1,mbs=1",
-                 Precision::kFp8, kRecomputeMlaUpProj, true})
+                 Precision::kFp8, kRecomputeMlaUpProj, true, CudaGraph::kFullIteration})
           .second;
   std::printf("anchored: DeepSeek-V3 on GB200 %.0f TFLOP/s (1316)\n", other_model);
   EXPECT_NEAR(short_run / 974, 1.0, 0.1);
@@ -477,6 +485,78 @@ TEST(PlannerRepro, MegaScaleFig14SpSyncsLikeTp) {
       EXPECT_LT(apart, 0.035);
     }
   }
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(PlannerRepro, HostTimeBringsMicroBatchOneRunsWithinFifteenPercent) {
+  // Qwen3-235B-A22B at 4K without CUDA graphs (tools/validate_moe.sh): the Megatron-MoE model
+  // zoo's H100 runs and Pai-Megatron-Patch issue 658's H800 runs, step times. At micro-batch 1
+  // the layers' GPU work is shorter than the host's (planner/host_time.h); without host time
+  // those runs came out 14-61 % fast, with it every run is within 15 %. Three of the runs
+  // fitted the defaults (H100 tp2 pp32 and H800 tp2 for the all-to-all dispatcher, H100 tp4
+  // for DeepEP); the others test them.
+  const ModelSpec m = io::load_model(root("models/hf/qwen3-235b-a22b.config.json"));
+  const ClusterSpec h100 = io::load_cluster(root("topologies/h100-256.json"));
+  const ClusterSpec h800 = io::load_cluster(root("topologies/h800-2048.json"));
+  struct Run {
+    const ClusterSpec* cluster;
+    int64_t gbs;
+    const char* layout;
+    Recompute recompute;
+    uint32_t modules;
+    megascale::Dispatcher dispatcher;
+    bool overlap;
+    double measured_s;
+  };
+  using D = megascale::Dispatcher;
+  const uint32_t act = kRecomputeMoeAct | kRecomputeLayernorm;
+  const uint32_t moe = kRecomputeMoe | kRecomputeLayernorm;
+  const Run runs[] = {
+      {&h100, 2048, "tp=2,pp=8,ep=32,cp=1,vpp=1,mbs=1", Recompute::kNone, 0, D::kDeepEp, false,
+       19.7},
+      {&h100, 2048, "tp=2,pp=8,ep=32,cp=1,vpp=1,mbs=1", Recompute::kNone, 0, D::kDeepEp, true,
+       17.6},
+      {&h100, 2048, "tp=2,pp=32,ep=8,cp=1,vpp=1,mbs=1", Recompute::kNone, 0, D::kAllToAll, false,
+       24.2},
+      {&h100, 2048, "tp=4,pp=8,ep=8,cp=1,vpp=1,mbs=1", Recompute::kNone, 0, D::kDeepEp, false,
+       29.0},
+      {&h800, 4096, "tp=1,pp=32,ep=8,cp=1,vpp=1,mbs=4", Recompute::kFull, 0, D::kAllToAll, false,
+       42.54},
+      {&h800, 4096, "tp=2,pp=32,ep=8,cp=1,vpp=1,mbs=4", Recompute::kFull, 0, D::kAllToAll, false,
+       43.50},
+      {&h800, 2048, "tp=2,pp=32,ep=8,cp=1,vpp=1,mbs=1", Recompute::kSelective, act, D::kAllToAll,
+       false, 22.42},
+      {&h800, 2048, "tp=1,pp=32,ep=8,cp=1,vpp=1,mbs=1", Recompute::kSelective, moe, D::kAllToAll,
+       false, 22.95},
+  };
+  double worst_without = 0;
+  for (const Run& r : runs) {
+    auto predicted = [&](const Efficiencies& eff) {
+      const TimeContext ctx = make_time_context(m, *r.cluster, eff, RoutingSkew{}, 4096);
+      SearchRequest req;
+      req.num_gpus = 256;
+      req.global_batch = r.gbs;
+      req.fixed = parse_parallel(r.layout);
+      req.recompute = r.recompute;
+      if (r.modules) req.recompute_modules = r.modules;
+      req.dispatcher = r.dispatcher;
+      req.overlap = r.overlap;
+      req.threads = 1;
+      const SearchResult s = search_plans(ctx, req);
+      EXPECT_FALSE(s.ranked.empty()) << r.layout;
+      return s.ranked.empty() ? NAN : s.ranked.front().score.time.iteration.value();
+    };
+    const double with = predicted(efficiencies());
+    const double without = predicted(without_host_time(efficiencies()));
+    std::printf("%-34s measured %6.2f s, predicted %6.2f (%+.1f %%), without host %6.2f\n",
+                r.layout, r.measured_s, with, 100 * (with / r.measured_s - 1), without);
+    EXPECT_NEAR(with / r.measured_s, 1.0, 0.15) << r.layout;
+    worst_without = std::max(worst_without, std::abs(without / r.measured_s - 1));
+  }
+  EXPECT_GT(worst_without, 0.4);
 }
 
 }  // namespace moe

@@ -29,7 +29,7 @@ struct PlanOptions {
   std::vector<std::string> recompute_modules;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
-                         attention_kernel = "fused", dispatcher = "search";
+                         attention_kernel = "fused", dispatcher = "search", cuda_graph = "none";
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2, verify = 0;
@@ -197,6 +197,12 @@ void run_plan(const PlanOptions& o) {
                      "--megatron-only leaves it out");
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
   req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
+  if (const auto g = parse_cuda_graph(o.cuda_graph)) {
+    req.cuda_graph = *g;
+  } else {
+    throw InputError("--cuda-graph", "",
+                     fmt::format("'{}' is not one of none, attn, full", o.cuda_graph));
+  }
   req.attention = parse_attention(o.attention, "--attention", true);
   req.dispatcher = parse_dispatcher(o.dispatcher, "--dispatcher", true);
   if (req.dispatcher && !megascale::dispatcher_priced(*req.dispatcher, req.fixed.ep.value_or(1),
@@ -359,6 +365,7 @@ void run_plan(const PlanOptions& o) {
   row("DP comm (exposed)", b.dp_comm);
   row("pipeline bubble", b.bubble);
   row("optimizer step", b.optimizer);
+  if (b.host.value() > 0) row("host launch-bound", b.host);
   if (best.choice.offload) {
     row("PCIe loading (exposed)", b.pcie_load);
     row("CPU experts (exposed)", b.cpu_experts);
@@ -495,6 +502,10 @@ void add_plan(CLI::App& app) {
                   "Megatron-Core --moe-permute-fusion: on (default) | off (a Megatron that "
                   "predates it: the permutation moves twice the bytes)");
   cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
+  cmd->add_option("--cuda-graph", o->cuda_graph,
+                  "CUDA graphs (Megatron --cuda-graph-impl/--cuda-graph-scope): none (default: "
+                  "every op issued by the host) | attn (attention and router captured) | full "
+                  "(the whole iteration)");
   cmd->add_option("--dispatcher", o->dispatcher,
                   "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): alltoall | "
                   "allgather (MegaScale-MoE's, with etp = 1 or ep = 1) | deepep (flex on DeepEP "

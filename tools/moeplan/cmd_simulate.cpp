@@ -261,15 +261,15 @@ void run_simulate(const SimulateOptions& o) {
     fmt::print("iterations:{}\n", list);
   }
   fmt::print("\nper stage, share of the simulated time (waited: compute idle inside a pass)\n");
-  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP",
+  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP", "waited host",
             "outside passes", "NVLink", "NIC", "peak memory"});
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const sim::StageReport& x = r.stages[s];
     st.add({std::to_string(s), percent(x.compute_busy, total),
             percent(x.waited[sim::kTpStream], total), percent(x.waited[sim::kEpStream], total),
             percent(x.waited[sim::kCpStream], total), percent(x.waited[sim::kDpStream], total),
-            percent(x.pipeline_wait, total), percent(x.nvlink_busy, total),
-            percent(x.nic_busy, total),
+            percent(x.waited[sim::kHostStream], total), percent(x.pipeline_wait, total),
+            percent(x.nvlink_busy, total), percent(x.nic_busy, total),
             fmt::format("{} / {}", as_gb(x.peak_bytes.value()),
                         as_gb(c.node.gpu.hbm_capacity.value()))});
   }

@@ -99,7 +99,8 @@ void rows_for_sync(std::vector<Row>& rows, const ClusterSpec& cluster) {
     m.expert_ffn_size = (10LL << 30) / (2 * 3 * 4096 * layers);
     m.moe_layer.assign(static_cast<size_t>(layers), true);
     validate(m);
-    const TimeContext ctx = make_time_context(m, cluster, efficiencies(), RoutingSkew{}, 8192);
+    const TimeContext ctx =
+        make_time_context(m, cluster, paper_efficiencies(), RoutingSkew{}, 8192);
     for (int64_t dp : {4, 8}) {
       auto sync = [&](AttentionMode attention) {
         PlanChoice c;
@@ -133,7 +134,7 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
   std::vector<Row> rows;
   const ModelSpec m = io::load_model(root + "/models/megascale-internal-352b.json");
   const ClusterSpec c = io::load_cluster(root + "/topologies/megascale-h800-1440.json");
-  const TimeContext ctx = make_time_context(m, c, efficiencies(), RoutingSkew{}, 8192);
+  const TimeContext ctx = make_time_context(m, c, paper_efficiencies(), RoutingSkew{}, 8192);
   auto megascale = [&](int64_t gpus, int64_t gbs) {
     return planned_tokens_per_second(ctx, gpus, gbs, kMegaScaleLayout, kMegaScaleMoe);
   };
@@ -267,7 +268,8 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
     double best_speedup = 0;
     for (const char* file : {"megascale-h800-240", "megascale-a100-4x8", "megascale-h20-4x8"}) {
       const ClusterSpec gpu = io::load_cluster(root + "/topologies/" + file + ".json");
-      const TimeContext at = make_time_context(mixtral, gpu, efficiencies(), RoutingSkew{}, 8192);
+      const TimeContext at =
+          make_time_context(mixtral, gpu, paper_efficiencies(), RoutingSkew{}, 8192);
       const auto ms =
           planned_score(at, 32, 128, "tp=8,pp=1,ep=8,etp=1,dp=4,cp=1,vpp=1", kMegaScaleMoe);
       const auto lm =
@@ -295,7 +297,8 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
        {"megascale-internal-352b.json", "mixtral-8x7b.json", "mixtral-8x22b.json",
         "hunyuan-large.json", "phi-3.5-moe.json", "deepseekmoe-16b.json"}) {
     const ModelSpec model = io::load_model(root + "/models/" + file);
-    const TimeContext one = make_time_context(model, node, efficiencies(), RoutingSkew{}, 4096);
+    const TimeContext one =
+        make_time_context(model, node, paper_efficiencies(), RoutingSkew{}, 4096);
     auto choice_for = [](const char* layout, AttentionMode attention) {
       PlanChoice choice;
       choice.parallel = resolve(parse_parallel(layout));

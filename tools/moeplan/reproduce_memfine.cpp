@@ -35,7 +35,7 @@ std::vector<Row> memfine_end_to_end(const std::string& root) {
   const ClusterSpec c = io::load_cluster(root + "/topologies/memfine-128x64gb.json");
   for (int model = 0; model < 2; ++model) {
     const ModelSpec m = io::load_model(root + "/models/" + cases[model].file);
-    const TimeContext ctx = make_time_context(m, c, efficiencies(fcda.curves, fcda.constants),
+    const TimeContext ctx = make_time_context(m, c, paper_efficiencies(fcda.curves, fcda.constants),
                                               parse_skew("capacity=18.21", m), 4096);
     PlanChoice choice;
     choice.parallel = resolve(parse_parallel("tp=1,pp=4,ep=32,dp=32,mbs=1,gbs=128"));
