@@ -37,6 +37,7 @@ void Training::plan_layers(int64_t it) {
       L.replayed = recompute_ops(ctx_, plan_, L.moe, L.load, L.forward);
       for (const LayerOp& op : L.forward)
         (op.kind == OpKind::kCompute ? L.forward_compute : L.forward_comm) += op.time;
+      L.least_forward_compute = L.forward_compute;
       const uint32_t mods = plan_.recompute_modules;
       const Bytes whole =
           layer_activation_bytes(m_, p_, shape_, L.moe, received, L.chunks, rc, mods);
@@ -64,6 +65,10 @@ void Training::plan_layers(int64_t it) {
             const Seconds busiest = comm ? L.forward[q].port_time() : L.forward[q].time;
             if (busiest.value() > 0) ratio[q] = (comm ? own[q].port_time() : own[q].time) / busiest;
           }
+          Seconds compute;
+          for (size_t q = 0; q < L.forward.size(); ++q)
+            if (L.forward[q].kind == OpKind::kCompute) compute += L.forward[q].time * ratio[q];
+          L.least_forward_compute = std::min(L.least_forward_compute, compute);
           L.rank_ratio.push_back(std::move(ratio));
           const double own_received =
               static_cast<double>(ctx_.seq_len) * static_cast<double>(m_.top_k) * load;

@@ -177,9 +177,12 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   // (planner/host_time.h): a task on the host stream from the layer's start, which the layer's
   // end waits for, so that no layer ends before the host has issued it (-1: none).
   auto host_issue = [&](int64_t layer, bool forward) -> int64_t {
-    const LayerHostTime h = layer_host_time(ctx_, plan_, layers_[static_cast<size_t>(layer)].moe);
+    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    const LayerHostTime h = layer_host_time(ctx_, plan_, L.moe);
     const Seconds time = forward ? h.forward : h.backward + h.recompute;
-    if (time.value() <= 0) return -1;
+    // A layer whose compute stream alone outlasts the host on every GPU needs no host task
+    // (backward computes twice the forward).
+    if (time <= L.least_forward_compute * (forward ? 1.0 : 2.0)) return -1;
     Task t = compute_task("host issues the layer", kHostStream, time);
     const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
     if (barrier >= 0) t.after = {static_cast<uint32_t>(barrier)};
