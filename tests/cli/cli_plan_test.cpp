@@ -533,3 +533,29 @@ TEST(Cli, PlanSaysWhichGroupsStraddleA72GpuRack) {
   const double fast = iteration(run(base + "topologies/gb200-nvl72-4x64.json --json"));
   EXPECT_GT(slow, 3.0 * fast) << slow << " " << fast;
 }
+
+namespace moe {
+
+TEST(Cli, PlanShowsTheHostAndTheCudaGraphsThatRemoveIt) {
+  // Qwen3-235B-A22B on 256 H800 at micro-batch 1, PP 32: the breakdown has a host row, the JSON
+  // its seconds; --cuda-graph full prices it away and names Megatron's flags.
+  const std::string base =
+      "plan --model models/hf/qwen3-235b-a22b.config.json --cluster topologies/h800-2048.json "
+      "--gpus 256 --global-batch 2048 --parallel tp=2,pp=32,ep=8,cp=1,vpp=1,mbs=1 "
+      "--dispatcher alltoall --overlap off --top 1";
+  const Result text = run(base);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("host launch-bound"), std::string::npos) << text.out;
+  const nlohmann::json eager = run_json(base + " --json");
+  const double host = eager["plans"][0]["predicted"]["breakdown_s"]["host"].get<double>();
+  EXPECT_GT(host, 5.0);
+  const nlohmann::json graphed = run_json(base + " --cuda-graph full --json");
+  EXPECT_EQ(graphed["plans"][0]["predicted"]["breakdown_s"]["host"].get<double>(), 0.0);
+  EXPECT_EQ(graphed["plans"][0]["switches"]["cuda_graph"], "full");
+  const Result flags = run(base + " --cuda-graph full");
+  EXPECT_NE(flags.out.find("--cuda-graph-scope full_iteration"), std::string::npos);
+  EXPECT_EQ(flags.out.find("host launch-bound"), std::string::npos);
+  expect_one_line_error(run(base + " --cuda-graph some"), "--cuda-graph");
+}
+
+}  // namespace moe

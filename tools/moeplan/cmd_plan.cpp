@@ -99,6 +99,7 @@ void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
   row("DP comm (exposed)", x.dp_comm, y.dp_comm);
   row("bubble", x.bubble, y.bubble);
   row("optimizer", x.optimizer, y.optimizer);
+  row("host launch-bound", x.host, y.host);
   fmt::print("{}", t.render());
   fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
              as_gb(b.score.peak_bytes.value()));
