@@ -46,12 +46,6 @@ const char* cuda_graph_name(CudaGraph g) {
   return "?";
 }
 
-std::optional<CudaGraph> parse_cuda_graph(const std::string& name) {
-  for (CudaGraph g : {CudaGraph::kNone, CudaGraph::kAttention, CudaGraph::kFullIteration})
-    if (name == cuda_graph_name(g)) return g;
-  return std::nullopt;
-}
-
 std::string PlanChoice::describe() const {
   if (offload) {
     return fmt::format("offload (APTMoE): {} stages on {} GPUs, mbs={}, gbs={}, {}",

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +38,6 @@ enum class Precision { kBf16, kFp32, kFp8 };
 enum class CudaGraph { kNone, kAttention, kFullIteration };
 const char* attention_mode_name(AttentionMode a);
 const char* cuda_graph_name(CudaGraph g);  // "none", "attn", "full"
-std::optional<CudaGraph> parse_cuda_graph(const std::string& name);
 const char* attention_kernel_name(AttentionKernel k);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);

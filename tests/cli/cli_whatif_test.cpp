@@ -136,6 +136,23 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   }
   EXPECT_NE(plan_of["allgather"].find("dispatch=allgather"), std::string::npos);
   EXPECT_EQ(plan_of["alltoall"].find("dispatch=allgather"), std::string::npos);
+  // CUDA graphs: the whole iteration captured leaves nothing for the host to issue, so a plan
+  // at micro-batch 1 (host-bound) runs faster.
+  const std::string small = dir + "/plan_mbs1.json";
+  ASSERT_EQ(run("plan " + pair + " --gpus 16 --global-batch 64 --parallel tp=1,ep=16,cp=1,mbs=1 " +
+                "--save " + small)
+                .code,
+            0);
+  const Result graphs = run("whatif " + pair + " --plan " + small +
+                            " --sweep cuda-graph=none,full --out " + dir + "/graphs");
+  ASSERT_EQ(graphs.code, 0) << graphs.err;
+  std::map<std::string, double> by_graphs;
+  for (const auto& f : csv_rows(read_file(dir + "/graphs/points.csv"))) {
+    ASSERT_GE(f.size(), 6u) << f[0];
+    if (f[2] == "ok") by_graphs[f[1]] = std::stod(f[4]);
+  }
+  ASSERT_EQ(by_graphs.size(), 2u);
+  EXPECT_GT(by_graphs["full"], by_graphs["none"]);
   // Megatron's recompute modules, joined by '+': replaying the MoE block costs time and saves
   // memory against the element-wise pair.
   const Result mods =

@@ -198,12 +198,7 @@ void run_plan(const PlanOptions& o) {
                      "--megatron-only leaves it out");
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
   req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
-  if (const auto g = parse_cuda_graph(o.cuda_graph)) {
-    req.cuda_graph = *g;
-  } else {
-    throw InputError("--cuda-graph", "",
-                     fmt::format("'{}' is not one of none, attn, full", o.cuda_graph));
-  }
+  req.cuda_graph = parse_cuda_graph(o.cuda_graph, "--cuda-graph");
   req.attention = parse_attention(o.attention, "--attention", true);
   req.dispatcher = parse_dispatcher(o.dispatcher, "--dispatcher", true);
   if (req.dispatcher && !megascale::dispatcher_priced(*req.dispatcher, req.fixed.ep.value_or(1),

@@ -57,6 +57,15 @@ Precision parse_precision(const std::string& value, const std::string& option,
       where);
 }
 
+CudaGraph parse_cuda_graph(const std::string& value, const std::string& option,
+                           const std::string& where) {
+  return *named<CudaGraph>(option, value,
+                           {{"none", CudaGraph::kNone},
+                            {"attn", CudaGraph::kAttention},
+                            {"full", CudaGraph::kFullIteration}},
+                           false, where);
+}
+
 std::optional<AttentionMode> parse_attention(const std::string& value, const std::string& option,
                                              bool search, const std::string& where) {
   return named<AttentionMode>(

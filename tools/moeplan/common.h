@@ -69,6 +69,8 @@ Recompute parse_recompute(const std::string& value, const std::string& option = 
                           const std::string& where = "");
 Precision parse_precision(const std::string& value, const std::string& option,
                           const std::string& where = "");
+CudaGraph parse_cuda_graph(const std::string& value, const std::string& option,
+                           const std::string& where = "");
 std::optional<AttentionMode> parse_attention(const std::string& value, const std::string& option,
                                              bool search, const std::string& where = "");
 std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,

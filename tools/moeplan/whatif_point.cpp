@@ -42,6 +42,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "attention-kernel",
                                         "dispatcher",
                                         "permute-fusion",
+                                        "cuda-graph",
                                         "zero",
                                         "tp",
                                         "pp",
@@ -100,6 +101,7 @@ struct PointInputs {
   std::optional<AttentionKernel> attention_kernel;
   std::optional<megascale::Dispatcher> dispatcher;
   std::optional<bool> permute_fusion;
+  std::optional<CudaGraph> cuda_graph;
   std::optional<int> zero;
 };
 
@@ -160,6 +162,7 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     if (axis == "attention-kernel")
       in.attention_kernel = parse_attention_kernel(v, "--sweep", axis);
     if (axis == "permute-fusion") in.permute_fusion = parse_on_off(v, "--sweep", false, axis);
+    if (axis == "cuda-graph") in.cuda_graph = parse_cuda_graph(v, "--sweep", axis);
     if (axis == "dispatcher") in.dispatcher = parse_dispatcher(v, "--sweep", false, axis);
     if (axis == "zero")
       in.zero = named<int>("--sweep", v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false, axis);
@@ -200,6 +203,7 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   if (in.attention) plan.attention = *in.attention;
   if (in.attention_kernel) plan.attention_kernel = *in.attention_kernel;
   if (in.permute_fusion) plan.permute_fusion = *in.permute_fusion;
+  if (in.cuda_graph) plan.cuda_graph = *in.cuda_graph;
   if (in.dispatcher) plan.dispatcher = *in.dispatcher;
   if (!megascale::dispatcher_priced(plan.dispatcher, *plan.parallel.ep, *plan.parallel.etp))
     throw InputError("--sweep", "dispatcher",
@@ -311,6 +315,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     req.attention = in.attention;
     if (in.attention_kernel) req.attention_kernel = *in.attention_kernel;
     if (in.permute_fusion) req.permute_fusion = *in.permute_fusion;
+    if (in.cuda_graph) req.cuda_graph = *in.cuda_graph;
     req.dispatcher = in.dispatcher;
     req.zero = in.zero;
     req.threads = 1;
