@@ -21,10 +21,7 @@ Efficiencies scale_efficiencies(const Efficiencies& e, double f, bool communicat
   out.attention_core = std::min(1.0, e.attention_core * f);
   out.memory_bound = std::min(1.0, e.memory_bound * f);
   // The host issues its ops f times as fast too: a host-bound run anchors as any other.
-  Efficiencies::HostCosts& h = out.host;
-  for (Seconds* s : {&h.attention, &h.router, &h.dense_ffn, &h.experts_alltoall, &h.experts_flex,
-                     &h.experts_allgather})
-    *s = *s / f;
+  for (Seconds* s : out.host.all()) *s = *s / f;
   if (communication) {
     out.alltoall_intra = scaled(e.alltoall_intra, f);
     out.alltoall_inter = scaled(e.alltoall_inter, f);

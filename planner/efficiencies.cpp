@@ -81,7 +81,7 @@ Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves,
 }
 
 Efficiencies without_host_time(Efficiencies e) {
-  e.host = {Seconds(0), Seconds(0), Seconds(0), Seconds(0), Seconds(0), Seconds(0)};
+  for (Seconds* s : e.host.all()) *s = Seconds(0);
   return e;
 }
 
