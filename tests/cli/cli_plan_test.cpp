@@ -546,6 +546,8 @@ TEST(Cli, PlanShowsTheHostAndTheCudaGraphsThatRemoveIt) {
   const Result text = run(base);
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("host launch-bound"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("note: the GPUs wait"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("--cuda-graph attn or full"), std::string::npos) << text.out;
   const nlohmann::json eager = run_json(base + " --json");
   const double host = eager["plans"][0]["predicted"]["breakdown_s"]["host"].get<double>();
   EXPECT_GT(host, 5.0);
@@ -555,6 +557,7 @@ TEST(Cli, PlanShowsTheHostAndTheCudaGraphsThatRemoveIt) {
   const Result flags = run(base + " --cuda-graph full");
   EXPECT_NE(flags.out.find("--cuda-graph-scope full_iteration"), std::string::npos);
   EXPECT_EQ(flags.out.find("host launch-bound"), std::string::npos);
+  EXPECT_EQ(flags.out.find("note: the GPUs wait"), std::string::npos);
   expect_one_line_error(run(base + " --cuda-graph some"), "--cuda-graph");
 }
 

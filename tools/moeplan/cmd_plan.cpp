@@ -73,6 +73,22 @@ void print_straddling_groups(const LinkRates& links, const ParallelConfig& p) {
   }
 }
 
+// A best plan whose GPUs wait for the host (planner/host_time.h) a tenth of the iteration or
+// more: what would take it away.
+void print_host_bound(const Plan& best) {
+  const TimeBreakdown& b = best.score.time;
+  const double share = b.host / b.iteration;
+  if (share < 0.1) return;
+  fmt::print(
+      "\nnote: the GPUs wait {:.0f} % of the iteration for the host to issue kernels (micro-batch "
+      "{}, {}): larger micro-batches give each kernel more work, and CUDA graphs replay them "
+      "without the host ({}).\n",
+      100 * share, *best.choice.parallel.mbs,
+      best.choice.cuda_graph == CudaGraph::kNone ? "no CUDA graphs" : "experts issued eagerly",
+      best.choice.cuda_graph == CudaGraph::kNone ? "--cuda-graph attn or full"
+                                                 : "--cuda-graph full");
+}
+
 void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
   const TimeBreakdown& x = a.score.time;
   const TimeBreakdown& y = b.score.time;
@@ -442,6 +458,7 @@ void run_plan(const PlanOptions& o) {
   TimeContext own = ctx;  // the best plan's GPUs decide which groups straddle nodes
   own.links.world = bp.world();
   print_straddling_groups(own.links, bp);
+  print_host_bound(best);
   // The search leaves DeepEP out (it needs its own library); where the best plan's experts
   // span nodes, say what it would save.
   if (o.explain && *bp.ep > 1 && *bp.etp == 1 &&
