@@ -28,13 +28,14 @@ const char* op_kind_name(OpKind k) {
 }
 
 bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
+  // CP's K/V ring is priced over its TP x CP block (ring_link(cp, t)).
   switch (k) {
     case OpKind::kTp:
-      return ctx.links.crosses_nodes(*p.tp);
+      return ctx.links.crosses_nodes(group_shape(p, GroupKind::kTp).span());
     case OpKind::kEp:
-      return ctx.links.crosses_nodes(*p.ep * *p.etp);
+      return ctx.links.crosses_nodes(group_shape(p, GroupKind::kEp).span());
     case OpKind::kCp:
-      return ctx.links.crosses_nodes(*p.tp * *p.cp);
+      return ctx.links.crosses_nodes(group_shape(p, GroupKind::kCp).span());
     case OpKind::kCompute:
       return false;
   }

@@ -115,6 +115,20 @@ ParallelConfig parse_parallel(const std::string& text, const std::string& option
   return p;
 }
 
+GroupShape group_shape(const ParallelConfig& p, GroupKind k) {
+  switch (k) {
+    case GroupKind::kTp:
+      return {*p.tp, 1};
+    case GroupKind::kCp:
+      return {*p.cp, *p.tp};
+    case GroupKind::kEp:
+      return *p.ep > 1 ? GroupShape{*p.ep, *p.etp} : GroupShape{*p.etp, 1};
+    case GroupKind::kDp:
+      return {*p.dp * *p.cp, *p.tp};
+  }
+  return {};
+}
+
 ParallelConfig resolve(ParallelConfig p) {
   // With no expert sizes given, an unset dp is 1 rather than derived.
   if (!p.dp && !p.ep && !p.edp) p.dp = 1;

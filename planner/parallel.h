@@ -54,4 +54,15 @@ void check(const ParallelConfig& p, const ModelSpec& m);
 int64_t layers_in_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage);
 int64_t first_layer_of_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage);
 
+// A communication group of a resolved layout: its n members sit `stride` ranks apart in
+// Megatron's rank order (tp, cp, ep/dp, pp from fastest to slowest), so it spans n x stride
+// consecutive ranks. TP: tp at 1; CP: cp at tp; EP: ep at etp (without EP, expert TP's etp at
+// 1: MegaScale eq. 4's gather and scatter); DP: dp x cp at tp (the dense gradients' group).
+enum class GroupKind { kTp, kCp, kEp, kDp };
+struct GroupShape {
+  int64_t n = 1, stride = 1;
+  int64_t span() const { return n * stride; }
+};
+GroupShape group_shape(const ParallelConfig& p, GroupKind k);
+
 }  // namespace moe

@@ -45,18 +45,15 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   microbatches_ = *p_.gbs / (*p_.mbs * *p_.dp);
   per_stage_ = o.every_gpu ? p_.world() / *p_.pp : 1;
   gpus_per_node_ = std::max<int64_t>(cluster.node.num_gpus, 1);
-  group_size_[kTpStream] = *p_.tp;
-  // Expert TP without EP gathers and scatters its tokens over the ETP group (MegaScale eq. 4):
-  // the EP stream's communicator is then that group.
-  group_size_[kEpStream] = *p_.ep > 1 ? *p_.ep : *p_.etp;
-  group_size_[kCpStream] = *p_.cp;
-  group_size_[kDpStream] = *p_.dp * *p_.cp;
-  // Members sit at these strides in rank order (as x.group below lays them out); a group inside
-  // a node has all its peers local (local_peers = n).
-  const int64_t stride[kStreams] = {0, 1, *p_.ep > 1 ? *p_.etp : 1, *p_.tp, *p_.tp, 0, 0};
-  for (int k : {kTpStream, kEpStream, kCpStream, kDpStream}) {
-    const int64_t n = group_size_[k];
-    remote_peers_[k] = static_cast<double>(n - ctx_.links.local_peers(n, stride[k]));
+  // Each communication stream's group (planner/parallel.h; expert TP without EP gathers and
+  // scatters its tokens over the ETP group, MegaScale eq. 4); a group inside a node has all its
+  // peers local (local_peers = n).
+  for (const auto& [stream, kind] :
+       {std::pair{kTpStream, GroupKind::kTp}, std::pair{kEpStream, GroupKind::kEp},
+        std::pair{kCpStream, GroupKind::kCp}, std::pair{kDpStream, GroupKind::kDp}}) {
+    const GroupShape g = group_shape(p_, kind);
+    group_size_[stream] = g.n;
+    remote_peers_[stream] = static_cast<double>(g.n - ctx_.links.local_peers(g.n, g.stride));
   }
   report_.stages.resize(static_cast<size_t>(*p_.pp));
   report_.chunk_histogram.assign(static_cast<size_t>(o.chunk_bins.back() + 1), 0);

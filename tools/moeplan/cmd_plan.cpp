@@ -55,20 +55,17 @@ std::string ms(Seconds s) {
 // somewhere, and its collectives run at the worst-placed member's NIC share: say so, and what
 // keeps them inside.
 void print_straddling_groups(const LinkRates& links, const ParallelConfig& p) {
-  const int64_t tp = *p.tp, cp = *p.cp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
-  struct Group {
-    const char* name;
-    int64_t n, stride;
-  };
-  for (const Group& g :
-       {Group{"TP", tp, 1}, Group{"CP", cp, tp}, Group{"EP", ep, etp}, Group{"DP", dp * cp, tp}}) {
-    if (g.n < 2 || !links.straddles(g.n * g.stride)) continue;
+  for (const auto& [name, kind] :
+       {std::pair{"TP", GroupKind::kTp}, std::pair{"CP", GroupKind::kCp},
+        std::pair{"EP", GroupKind::kEp}, std::pair{"DP", GroupKind::kDp}}) {
+    const GroupShape g = group_shape(p, kind);
+    if (g.n < 2 || !links.straddles(g.span())) continue;
     fmt::print(
         "\nnote: {} groups span {} ranks, which do not tile the {}-GPU NVLink domain: one "
         "straddles two with {} of its {} ranks on one side, and every {} collective is priced "
         "at that rank's NIC share. Spans that divide {}, or {} GPUs of each domain, keep the "
         "groups whole.\n",
-        g.name, g.n * g.stride, links.gpus_per_node, links.local_peers(g.n, g.stride), g.n, g.name,
+        name, g.span(), links.gpus_per_node, links.local_peers(g.n, g.stride), g.n, name,
         links.gpus_per_node, std::bit_floor(static_cast<uint64_t>(links.gpus_per_node)));
   }
 }
