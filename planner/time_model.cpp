@@ -332,7 +332,7 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   const Seconds issued_forward = std::max(st.forward, host.forward);
   const Seconds issued_backward = std::max(st.backward, host.backward + host.recompute);
   st.host_forward = issued_forward - st.forward;
-  st.host = st.host_forward + issued_backward - st.backward;
+  st.host_backward = issued_backward - st.backward;
   st.forward = issued_forward;
   st.backward = issued_backward;
   st.compute = f.compute * 3.0;
@@ -361,8 +361,8 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.tp += from.tp * times;
   to.ep += from.ep * times;
   to.cp += from.cp * times;
-  to.host += from.host * times;
   to.host_forward += from.host_forward * times;
+  to.host_backward += from.host_backward * times;
 }
 
 StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
@@ -542,7 +542,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   }
   const Seconds per_mb = slowest.forward + slowest.backward;
   // Split the steady state by what the slowest stage spends it on.
-  const Seconds exposed_comm = per_mb - slowest.compute - slowest.recompute - slowest.host;
+  const Seconds exposed_comm = per_mb - slowest.compute - slowest.recompute - slowest.host();
   const Seconds raw_comm = slowest.tp + slowest.ep + slowest.cp;
   auto share = [&](Seconds part) {
     return raw_comm.value() > 0 ? exposed_comm * (part / raw_comm) : Seconds(0);
@@ -552,7 +552,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.tp_comm = share(slowest.tp) * mb;
   out.ep_comm = share(slowest.ep) * mb;
   out.cp_comm = share(slowest.cp) * mb;
-  out.host = slowest.host * mb;
+  out.host = slowest.host() * mb;
   // Fill and drain: each stage's pass once, less the slowest's that the steady state counts
   // ((p - 1) t with equal stages; a light stage, or a single micro-batch, shortens it).
   // Interleaved: (p - 1) / v of the slowest's.
@@ -742,8 +742,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     // The host issues the layers while the GPU waits for that first gather: only the GPU's
     // chain (the pass less what it waited for the host) starts late.
     pass_forward = std::max(f, std::max(f - slowest.host_forward, gathered) + first);
-    pass_backward =
-        std::max(b, std::max(b - (slowest.host - slowest.host_forward), synced) + first);
+    pass_backward = std::max(b, std::max(b - slowest.host_backward, synced) + first);
   }
   // Each link is shared by everything that crosses it, however well each transfer hides behind
   // compute alone: a pass takes at least its links' work (a roofline per link and direction of
@@ -784,10 +783,9 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
   };
   // (The fill is the GPU's: the host issues the pass while its links are busy.)
-  const Seconds host_backward = slowest.host - slowest.host_forward;
   const Seconds pass = held_to(pass_forward, slowest.forward - slowest.host_forward,
                                slowest.compute / 3.0, own_forward, forward_links) +
-                       held_to(pass_backward, slowest.backward - host_backward,
+                       held_to(pass_backward, slowest.backward - slowest.host_backward,
                                slowest.compute * (2.0 / 3.0), own_backward, backward_links);
   out.dp_comm += (pass - per_mb) * mb;
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every

@@ -74,8 +74,9 @@ double parameter_bytes(Precision p);
 struct StageTimes {
   Seconds forward, backward;               // including exposed communication and recompute
   Seconds compute, recompute, tp, ep, cp;  // forward + backward parts, per micro-batch
-  // What the GPUs wait for the host to issue (planner/host_time.h): both passes, the forward's.
-  Seconds host, host_forward;
+  // What each pass waits for the host to issue (planner/host_time.h).
+  Seconds host_forward, host_backward;
+  Seconds host() const { return host_forward + host_backward; }
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
 
