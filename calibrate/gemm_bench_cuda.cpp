@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
+#include <vector>
 
 #include "calibrate/cuda_gemm.h"
 #include "calibrate/cuda_util.h"
@@ -32,6 +34,7 @@ TypeInfo info_of(GemmType t) {
     case GemmType::kFp16:
       return {CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, 2, 2, 5e-3};
     case GemmType::kFp8:
+    case GemmType::kFp8Block:
       // Hopper's FP8 tensor cores accumulate in reduced precision unless split; allow more.
       return {CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 1, 2, 5e-2};
     case GemmType::kTf32:
@@ -53,7 +56,8 @@ double encode(GemmType t, float x, unsigned char* out) {
       std::memcpy(out, &v, 2);
       return static_cast<double>(__half2float(v));
     }
-    case GemmType::kFp8: {
+    case GemmType::kFp8:
+    case GemmType::kFp8Block: {
       const __nv_fp8_e4m3 v(x);
       std::memcpy(out, &v, 1);
       return static_cast<double>(static_cast<float>(v));
@@ -104,6 +108,39 @@ struct MatmulDesc {
   }
   ~MatmulDesc() { cuda::cublas().lt_desc_destroy(d); }
 };
+// Block scaling's factors (float32): A, the weight, one per 128 x 128 block; B, the activation,
+// one per 128 elements of K for each of its N columns. Every factor is 1, so the product and its
+// check are the unscaled ones; the kernel reads the factors all the same. Sized with room for
+// the padding cuBLASLt's tiled layouts may round to.
+struct BlockScales {
+  std::unique_ptr<cuda::DeviceBuffer> a, b;
+  BlockScales(const GemmShape& s, const MatmulDesc& desc) {
+    const int64_t kb = (s.k + 127) / 128;
+    const size_t a_count = static_cast<size_t>(kb * ((s.m + 127) / 128 + 4));
+    const size_t b_count = static_cast<size_t>(kb * ((s.n + 127) / 128 * 128 + 4));
+    a = ones(a_count);
+    b = ones(b_count);
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const void* a_ptr = a->get();
+    const void* b_ptr = b->get();
+    MOE_BLAS(cuda::cublas().lt_desc_set(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                        sizeof a_mode));
+    MOE_BLAS(cuda::cublas().lt_desc_set(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                        sizeof b_mode));
+    MOE_BLAS(cuda::cublas().lt_desc_set(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_ptr,
+                                        sizeof a_ptr));
+    MOE_BLAS(cuda::cublas().lt_desc_set(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_ptr,
+                                        sizeof b_ptr));
+  }
+  static std::unique_ptr<cuda::DeviceBuffer> ones(size_t count) {
+    const std::vector<float> host(count, 1.0f);
+    auto dev = std::make_unique<cuda::DeviceBuffer>(count * sizeof(float));
+    MOE_CUDA(cudaMemcpy(dev->get(), host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    return dev;
+  }
+};
+
 struct Preference {
   cublasLtMatmulPreference_t p = nullptr;
   explicit Preference(size_t workspace) {
@@ -118,10 +155,13 @@ struct Preference {
 
 GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
   const cudaDeviceProp prop = cuda::use_device(o.device);
-  if (type == GemmType::kFp8 && prop.major * 10 + prop.minor < 89)
-    throw GpuError(
-        fmt::format("{} (sm_{}{}) has no FP8 tensor cores", prop.name, prop.major, prop.minor));
+  if (!gemm_type_runs_on(type, prop.major, prop.minor))
+    throw GpuError(fmt::format("{} (sm_{}{}) has no {} GEMMs on its tensor cores", prop.name,
+                               prop.major, prop.minor, gemm_type_name(type)));
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) throw GpuError("GEMM shape must be positive");
+  if (!gemm_type_fits(type, s.k))
+    throw GpuError(
+        fmt::format("{} needs K in whole 128-element blocks, got {}", gemm_type_name(type), s.k));
   const TypeInfo ti = info_of(type);
   const size_t a_elems = static_cast<size_t>(s.k * s.m), b_elems = static_cast<size_t>(s.k * s.n);
   const size_t c_elems = static_cast<size_t>(s.m * s.n);
@@ -151,6 +191,8 @@ GemmTiming time_gemm(const GemmShape& s, GemmType type, const BenchOptions& o) {
 
   LtHandle lt;
   MatmulDesc desc(ti.compute);
+  std::optional<BlockScales> scales;
+  if (type == GemmType::kFp8Block) scales.emplace(s, desc);
   Layout a_layout(ti.input, s.k, s.m), b_layout(ti.input, s.k, s.n), c_layout(ti.output, s.m, s.n);
   Preference pref(workspace_bytes);
   cublasLtMatmulHeuristicResult_t heuristic{};

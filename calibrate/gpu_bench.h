@@ -24,17 +24,27 @@ class GpuError : public std::runtime_error {
 };
 
 // Operand types cuBLASLt multiplies: BF16/FP16/FP8 (E4M3) inputs accumulate in FP32 and write
-// BF16 (FP16 for FP16); TF32 reads and writes FP32.
-enum class GemmType { kBf16, kFp16, kFp8, kTf32 };
+// BF16 (FP16 for FP16); TF32 reads and writes FP32. kFp8 scales each operand by one number
+// (Transformer Engine's tensorwise and delayed recipes); kFp8Block scales A (the weight) per
+// 128 x 128 block and B (the activation) per 128 elements along K, as DeepSeek-V3 trained and
+// Megatron's --fp8-recipe blockwise runs (cuBLASLt 12.9+, Hopper).
+enum class GemmType { kBf16, kFp16, kFp8, kFp8Block, kTf32 };
 inline constexpr GemmType kGemmTypes[] = {GemmType::kBf16, GemmType::kFp16, GemmType::kFp8,
-                                          GemmType::kTf32};
-const char* gemm_type_name(GemmType t);  // "bf16", "fp16", "fp8", "tf32"
+                                          GemmType::kFp8Block, GemmType::kTf32};
+const char* gemm_type_name(GemmType t);  // "bf16", "fp16", "fp8", "fp8_block", "tf32"
 // The precision whose peak (in the cluster file) a type's GEMMs are measured against.
 Dtype gemm_dtype(GemmType t);
 // The calibration curve each type's GEMMs are written to: "gemm" for BF16 (what the planner
-// reads), "gemm_fp16", "gemm_fp8", "gemm_tf32" for the others.
+// reads), "gemm_fp16", "gemm_fp8", "gemm_fp8_block", "gemm_tf32" for the others.
 std::string gemm_curve_name(GemmType t);
-// The curve for GEMMs in `d`; none for FP32, which runs on CUDA cores and is not measured.
+// Whether a GPU of compute capability major.minor has the type on its tensor cores: FP8 from
+// sm_89; block-scaled FP8 on Hopper alone (Blackwell scales 32-element blocks instead: MXFP8).
+bool gemm_type_runs_on(GemmType t, int major, int minor);
+// Whether the type multiplies a GEMM whose inner dimension is `k`: block scaling needs whole
+// 128-element blocks.
+bool gemm_type_fits(GemmType t, int64_t k);
+// The curve for GEMMs in `d` (FP8: the tensorwise one); none for FP32, which runs on CUDA
+// cores and is not measured.
 std::optional<std::string> gemm_curve_for(Dtype d);
 
 // C[m x n] = A[m x k] B[k x n].

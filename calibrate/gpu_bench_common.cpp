@@ -16,6 +16,8 @@ const char* gemm_type_name(GemmType t) {
       return "fp16";
     case GemmType::kFp8:
       return "fp8";
+    case GemmType::kFp8Block:
+      return "fp8_block";
     case GemmType::kTf32:
       return "tf32";
   }
@@ -33,11 +35,22 @@ Dtype gemm_dtype(GemmType t) {
     case GemmType::kFp16:
       return Dtype::kFp16;
     case GemmType::kFp8:
+    case GemmType::kFp8Block:
       return Dtype::kFp8;
     case GemmType::kTf32:
       return Dtype::kTf32;
   }
   return Dtype::kBf16;
+}
+
+bool gemm_type_runs_on(GemmType t, int major, int minor) {
+  if (t == GemmType::kFp8Block) return major == 9;
+  if (t == GemmType::kFp8) return major * 10 + minor >= 89;
+  return true;
+}
+
+bool gemm_type_fits(GemmType t, int64_t k) {
+  return t != GemmType::kFp8Block || k % 128 == 0;
 }
 
 std::optional<std::string> gemm_curve_for(Dtype d) {

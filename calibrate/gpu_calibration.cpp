@@ -28,14 +28,19 @@ void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
   const GpuSpec& gpu = cluster.node.gpu;
   if (sweep.parts.count("gemm")) {
     const std::vector<GemmShape> shapes = gemm_shapes(sweep.model, sweep.quick);
+    const DeviceInfo device = probe_system().devices.at(static_cast<size_t>(sweep.bench.device));
     for (GemmType type : kGemmTypes) {
       const Dtype dtype = gemm_dtype(type);
       const std::string name = gemm_curve_name(type);
-      // A type the cluster file gives no peak for (FP8 on A100) is not measured.
-      if (skipped(skip, name) || !gpu.peak.count(dtype)) continue;
+      // A type the cluster file gives no peak for (FP8 on A100), or the GPU cannot multiply
+      // (block-scaled FP8 off Hopper), is not measured.
+      if (skipped(skip, name) || !gpu.peak.count(dtype) ||
+          !gemm_type_runs_on(type, device.compute_major, device.compute_minor))
+        continue;
       const FlopsPerSec peak = gpu.peak.at(dtype);
       std::vector<GemmTiming> timings;
       for (const GemmShape& s : shapes) {
+        if (!gemm_type_fits(type, s.k)) continue;
         const GemmTiming t = time_gemm(s, type, sweep.bench);
         const double rate = s.flops() / t.seconds;
         progress({name, fmt::format("{} {}x{}x{}", gemm_type_name(type), s.m, s.n, s.k), t.seconds,

@@ -11,7 +11,11 @@
 #   execute    a Mixtral-8x7B MoE layer at 1, 2, 4, 8 chunks, predicted vs measured
 #   affinity   APTMoE's split vs loading every expert at 64 and 512 tokens, predicted vs
 #              measured, after calibrating at MoE-S-8's shape (OUT/aptmoe.json)
-# (default: all five). The calibration is used by the later parts when it exists, in OUT or
+#   gemm-dsv3  every GEMM type (block-scaled FP8 too) at DeepSeek-V3's shapes
+#              (OUT/gemm-deepseek-v3.json)
+#   host       what PyTorch's CPU spends issuing a layer's parts (tools/host_probe.py;
+#              OUT/host-probe.json; needs python3 with PyTorch)
+# (default: the first five). The calibration is used by the later parts when it exists, in OUT or
 # as calibrate/data/h100.json. Each part's output is in OUT/PART.log; the summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,8 +79,15 @@ for p in "${wanted[@]}"; do
           --G 0.3 --tokens "$tokens" --dtype bf16 --execute --calibration "$out/aptmoe.json" \
           || status=1
       done ;;
+    gemm-dsv3)
+      part gemm-dsv3 "$moeplan" calibrate --only gemm --cluster "$cluster" \
+        --model models/hf/deepseek-v3.config.json --out "$out/gemm-deepseek-v3.json" --resume \
+        || status=1 ;;
+    host)
+      part host python3 tools/host_probe.py "$out/host-probe.json" || status=1 ;;
     *)
-      echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity)" >&2
+      echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity," \
+        "gemm-dsv3, host)" >&2
       exit 2 ;;
   esac
 done

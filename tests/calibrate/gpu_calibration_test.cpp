@@ -131,6 +131,21 @@ TEST(NcclBench, ADispatchMatrixSendsEachRanksBytesByTheReceiversLoads) {
   EXPECT_DOUBLE_EQ(bus_factor(Collective::kAllToAllV, 4), 0.75);
 }
 
+TEST(GpuBench, BlockScaledFp8IsHoppersOwnAndNeedsWholeBlocksOfK) {
+  EXPECT_EQ(gemm_curve_name(GemmType::kFp8Block), "gemm_fp8_block");
+  EXPECT_EQ(gemm_dtype(GemmType::kFp8Block), Dtype::kFp8);
+  EXPECT_EQ(gemm_curve_for(Dtype::kFp8), "gemm_fp8");  // the tensorwise curve
+  EXPECT_TRUE(gemm_type_runs_on(GemmType::kFp8Block, 9, 0));
+  EXPECT_FALSE(gemm_type_runs_on(GemmType::kFp8Block, 10, 0));  // Blackwell: MXFP8 instead
+  EXPECT_FALSE(gemm_type_runs_on(GemmType::kFp8Block, 8, 9));
+  EXPECT_TRUE(gemm_type_runs_on(GemmType::kFp8, 8, 9));
+  EXPECT_FALSE(gemm_type_runs_on(GemmType::kFp8, 8, 0));
+  EXPECT_TRUE(gemm_type_runs_on(GemmType::kBf16, 8, 0));
+  EXPECT_TRUE(gemm_type_fits(GemmType::kFp8Block, 7168));
+  EXPECT_FALSE(gemm_type_fits(GemmType::kFp8Block, 4096 + 16));
+  EXPECT_TRUE(gemm_type_fits(GemmType::kFp8, 4096 + 16));
+}
+
 TEST(GpuBench, TimesAndChecksAGemmAndACopyWhereAGpuIsPresent) {
   BenchOptions o;
   o.warmup = 1;
@@ -141,6 +156,13 @@ TEST(GpuBench, TimesAndChecksAGemmAndACopyWhereAGpuIsPresent) {
     EXPECT_LT(g.relative_error, 1e-2);
     const CopyTiming c = time_copy(CopyKind::kBothDirections, 1 << 20, o);
     EXPECT_GT(c.seconds, 0.0);
+    const DeviceInfo d = probe_system().devices.at(0);
+    for (GemmType t : {GemmType::kFp8, GemmType::kFp8Block}) {
+      if (!gemm_type_runs_on(t, d.compute_major, d.compute_minor)) continue;
+      const GemmTiming f = time_gemm({512, 1024, 768}, t, o);
+      EXPECT_GT(f.seconds, 0.0) << gemm_type_name(t);
+      EXPECT_LT(f.relative_error, 5e-2) << gemm_type_name(t);
+    }
   } catch (const NoGpuError& e) {
     GTEST_SKIP() << e.what();
   }
