@@ -8,7 +8,7 @@ namespace moe::calibrate {
 
 LayerPrediction predict_layer(const TimeContext& ctx, const MoeLayerCase& c,
                               const std::vector<ChunkRouting>& routing) {
-  const FlopsPerSec peak = peak_of(ctx, Precision::kBf16);
+  const GemmRate peak = linear_gemm_rate(ctx, Precision::kBf16);
   const double h = static_cast<double>(c.hidden), g = static_cast<double>(c.ffn);
   const double up = c.gated ? 2 * g : g;
   const double e = kActivationBytes;

@@ -18,6 +18,8 @@ EfficiencyCurve scaled(const EfficiencyCurve& c, double f) {
 Efficiencies scale_efficiencies(const Efficiencies& e, double f, bool communication) {
   Efficiencies out = e;
   out.gemm = scaled(e.gemm, f);
+  out.gemm_fp8 = scaled(e.gemm_fp8, f);
+  out.gemm_fp8_block = scaled(e.gemm_fp8_block, f);
   out.attention_core = std::min(1.0, e.attention_core * f);
   out.memory_bound = std::min(1.0, e.memory_bound * f);
   // The host issues its ops f times as fast too: a host-bound run anchors as any other.

@@ -22,5 +22,11 @@ EfficiencyCurve allgather_inter_node();
 // BF16 GEMM by FLOPs per call: 8192^3 (1.1 TFLOP) reached 798 of 989 TFLOP/s on the lent H100
 // (0.81); small GEMMs fall off as wave quantization and launch overhead dominate.
 EfficiencyCurve gemm();
+// FP8 GEMMs by FLOPs per call against the FP8 peak: the BF16 curve times what FP8 kept of BF16's
+// efficiency at the same shapes on the lent H100 and H200 (cuBLASLt, calibrate/data): one scale
+// per tensor 0.72 of it at 1e10 FLOPs, 0.85 at 1e11, 0.91 at 1.1e12 (1.84x BF16's speed at
+// 8192^3, not the peaks' 2x); per-block scales (DeepSeek-V3's recipe) 0.60, 0.79, 0.85 (1.69x).
+EfficiencyCurve gemm_fp8();
+EfficiencyCurve gemm_fp8_block();
 
 }  // namespace moe::defaults

@@ -61,6 +61,8 @@ struct NamedCurve {
 };
 constexpr NamedCurve kCurves[] = {
     {"gemm", &Efficiencies::gemm, defaults::gemm},
+    {"gemm_fp8", &Efficiencies::gemm_fp8, defaults::gemm_fp8},
+    {"gemm_fp8_block", &Efficiencies::gemm_fp8_block, defaults::gemm_fp8_block},
     {"alltoall_intra", &Efficiencies::alltoall_intra, defaults::alltoall_intra_node},
     {"alltoall_inter", &Efficiencies::alltoall_inter, defaults::alltoall_inter_node},
     {"allgather_intra", &Efficiencies::allgather_intra, defaults::allgather_intra_node},

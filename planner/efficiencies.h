@@ -1,6 +1,7 @@
 // The efficiency curves the time model reads, by name, with documented defaults.
 //
-// Names match the curves a calibration file carries: gemm (by FLOPs of one GEMM), alltoall_intra,
+// Names match the curves a calibration file carries: gemm (BF16, by FLOPs of one GEMM), gemm_fp8
+// and gemm_fp8_block (FP8 with one scale per tensor, and per block), alltoall_intra,
 // alltoall_inter, allgather_intra, allgather_inter, d2d_copy (by bytes). Two scalars complete
 // them: fused attention's share of peak, and the share of HBM bandwidth memory-bound operators
 // (norms, permutation, activation functions) reach.
@@ -16,7 +17,8 @@
 namespace moe {
 
 struct Efficiencies {
-  EfficiencyCurve gemm;
+  EfficiencyCurve gemm;                      // BF16 (and FP32 plans', against their own peak)
+  EfficiencyCurve gemm_fp8, gemm_fp8_block;  // against the FP8 peak
   EfficiencyCurve alltoall_intra, alltoall_inter;
   EfficiencyCurve allgather_intra, allgather_inter;
   EfficiencyCurve d2d_copy;

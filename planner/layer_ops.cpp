@@ -45,6 +45,7 @@ bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
 Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool linear_layer) {
   const ParallelConfig& p = c.parallel;
   const FlopsPerSec peak = reference_peak_of(ctx, c.precision);
+  const GemmRate bf16 = reference_gemm_rate(ctx, c.precision);
   // A Gated DeltaNet layer's recurrence, or the mean softmax layer's attention (windows and
   // DSA's indexer included): per token of this layer kind.
   const ModelSpec& m = *ctx.model;
@@ -69,8 +70,8 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   const double queries = keys / static_cast<double>(*p.cp);
   const double heads = static_cast<double>(*p.mbs * a.num_heads) / static_cast<double>(*p.tp);
   const Seconds gemms =
-      gemm_time(ctx, peak, queries, static_cast<double>(a.qk_head_dim()), keys, heads, heads) +
-      gemm_time(ctx, peak, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
+      gemm_time(ctx, bf16, queries, static_cast<double>(a.qk_head_dim()), keys, heads, heads) +
+      gemm_time(ctx, bf16, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
   const Bytes softmax_and_dropout(9.0 * heads * queries * keys);
   // DSA's indexer runs in its own (fused) kernel beside the unfused core.
   const double indexer = ctx.flops.forward_indexer.value() / softmax_layers * queries *
@@ -82,7 +83,7 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
   const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
-  return gemm_time(ctx, reference_peak_of(ctx, c.precision), rows,
+  return gemm_time(ctx, reference_gemm_rate(ctx, c.precision), rows,
                    static_cast<double>(ctx.model->hidden_size),
                    static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
 }
@@ -199,7 +200,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   const double s = static_cast<double>(ctx.seq_len);
   const double h = static_cast<double>(m.hidden_size);
   const double tokens = gpu_tokens(ctx, p);
-  const FlopsPerSec peak = peak_of(ctx, c.precision);
+  const GemmRate peak = linear_gemm_rate(ctx, c.precision, c.fp8_recipe);
   const bool ulysses = c.attention == AttentionMode::kUlysses;
   // Named, not a structured binding: the lambdas below capture them (clang).
   const WeightShape weights = weight_shape(ctx, c);
@@ -458,7 +459,7 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
     const WeightShape weights = weight_shape(ctx, c);
     const double rows = weights.rows;
     const double heads = static_cast<double>(a.num_heads) / weights.split;
-    const FlopsPerSec peak = peak_of(ctx, c.precision);
+    const GemmRate peak = linear_gemm_rate(ctx, c.precision, c.fp8_recipe);
     Seconds up = gemm_time(ctx, peak, rows, static_cast<double>(a.kv_lora_rank),
                            heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));
     if (a.q_lora_rank > 0)

@@ -34,6 +34,20 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+const char* fp8_recipe_name(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kDelayed:
+      return "delayed";
+    case Fp8Recipe::kTensorwise:
+      return "tensorwise";
+    case Fp8Recipe::kBlockwise:
+      return "blockwise";
+    case Fp8Recipe::kMxfp8:
+      return "mxfp8";
+  }
+  return "?";
+}
+
 const char* cuda_graph_name(CudaGraph g) {
   switch (g) {
     case CudaGraph::kNone:
@@ -73,6 +87,7 @@ std::string PlanChoice::describe() const {
   if (zero_stage != 1) out += fmt::format(" zero={}", zero_stage);
   if (!overlap) out += " no-overlap";
   if (cuda_graph != CudaGraph::kNone) out += fmt::format(" graphs={}", cuda_graph_name(cuda_graph));
+  if (precision == Precision::kFp8) out += fmt::format(" fp8={}", fp8_recipe_name(fp8_recipe));
   return out;
 }
 
@@ -114,7 +129,11 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   // MegaScale-MoE's BF16 gradient communication is Megatron's BF16 gradient reduction.
   if (c.dp_bf16_compression) a.push_back("--grad-reduce-in-bf16");
   if (c.precision == Precision::kFp8) {
-    a.push_back("--fp8-format hybrid");
+    // The block-scaled recipes run E4M3 both ways (Megatron's DeepSeek-V3 and MXFP8 recipes);
+    // per-tensor scaling keeps E5M2 gradients (hybrid).
+    const bool blocks = c.fp8_recipe == Fp8Recipe::kBlockwise || c.fp8_recipe == Fp8Recipe::kMxfp8;
+    a.push_back(fmt::format("--fp8-format {}", blocks ? "e4m3" : "hybrid"));
+    a.push_back(fmt::format("--fp8-recipe {}", fp8_recipe_name(c.fp8_recipe)));
     a.push_back("--fp8-param-gather");
   }
   if (c.zero_stage >= 2) {

@@ -30,6 +30,11 @@ enum class Schedule { kOneFOneB, kInterleaved, kGPipe };
 // Engine): linear-layer GEMMs in FP8, core attention and the output head in BF16, FP8 weights
 // gathered over DP, TP collectives and the expert dispatch moved in FP8 (combine stays BF16).
 enum class Precision { kBf16, kFp32, kFp8 };
+// How an FP8 plan's GEMMs scale their operands (Megatron's --fp8-recipe): one factor per tensor,
+// from past amax values (delayed, Megatron's default) or the current one (tensorwise); per 128 x
+// 128 weight block and 128 activation elements (blockwise: DeepSeek-V3's recipe, Hopper); per 32
+// elements in hardware (mxfp8, Blackwell). Each reads its own GEMM curve (Efficiencies::gemm_for).
+enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise, kMxfp8 };
 // CUDA graphs (Megatron's --cuda-graph-impl and --cuda-graph-scope): captured kernels replay
 // without the framework's per-op host work (planner/host_time.h). kAttention: attention, router
 // and the MoE preprocessing (transformer_engine, scopes attn moe_router moe_preprocess); the
@@ -41,6 +46,7 @@ const char* cuda_graph_name(CudaGraph g);  // "none", "attn", "full"
 const char* attention_kernel_name(AttentionKernel k);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);
+const char* fp8_recipe_name(Fp8Recipe r);  // Megatron's names: "delayed", "tensorwise", ...
 
 struct PlanChoice {
   ParallelConfig parallel;  // complete, gbs included
@@ -79,6 +85,7 @@ struct PlanChoice {
   int64_t gpus() const { return offload ? offload_gpus : parallel.world(); }
   int zero_stage = 1;
   Precision precision = Precision::kBf16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  // read under Precision::kFp8 alone
   CudaGraph cuda_graph = CudaGraph::kNone;
   int64_t seq_len = 4096;
 

@@ -376,6 +376,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               c.attention = at;
               c.mact = mact;
               c.precision = req.precision;
+              c.fp8_recipe = req.fp8_recipe;
               c.seq_len = ctx.seq_len;
               c.gpipe = req.gpipe;
               c.permute_fusion = req.permute_fusion;

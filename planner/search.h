@@ -56,6 +56,7 @@ struct SearchRequest {
   bool gpipe = false;       // GPipe schedule instead of (interleaved) 1F1B
   Objective objective = Objective::kThroughput;
   Precision precision = Precision::kBf16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  // FP8 plans' scaling (PlanChoice::fp8_recipe)
   int top_k = 5;
   double alpha = 1.0;
   // A measured static memory (MemFine Table 4 style) that replaces the computed one.

@@ -46,6 +46,16 @@ FlopsPerSec reference_peak_of(const TimeContext& ctx, Precision p) {
   return ctx.gpu.peak_for(p == Precision::kFp32 ? Dtype::kFp32 : Dtype::kBf16);
 }
 
+GemmRate linear_gemm_rate(const TimeContext& ctx, Precision p, Fp8Recipe r) {
+  if (p != Precision::kFp8) return reference_gemm_rate(ctx, p);
+  return {peak_of(ctx, p),
+          r == Fp8Recipe::kBlockwise ? &ctx.eff.gemm_fp8_block : &ctx.eff.gemm_fp8};
+}
+
+GemmRate reference_gemm_rate(const TimeContext& ctx, Precision p) {
+  return {reference_peak_of(ctx, p), &ctx.eff.gemm};
+}
+
 double comm_element_bytes(Precision p) {
   return p == Precision::kFp8 ? 1.0 : kActivationBytes;
 }
@@ -185,7 +195,7 @@ double gemm_shape_factor(double m, double k, double n) {
   return used * std::min(depth, 1.0);
 }
 
-Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
+Seconds gemm_time(const TimeContext& ctx, const GemmRate& rate, double m, double k, double n,
                   double count, double grouped) {
   if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return Seconds(0);
   const double flops = 2.0 * m * k * n;
@@ -198,7 +208,7 @@ Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, 
   // GEMM the curve was measured on (K = 176, DeepSeekMoE's expert cut 8 ways: 0.58).
   const double launch = flops * std::clamp(grouped, 1.0, count);
   const Seconds compute =
-      Flops(flops * count) / (peak * ctx.eff.gemm.at(launch) * gemm_shape_factor(m, k, n));
+      Flops(flops * count) / (rate.peak * rate.curve->at(launch) * gemm_shape_factor(m, k, n));
   const Seconds memory = Bytes((m * k + k * n + m * n) * kActivationBytes * count) /
                          (ctx.links.hbm * ctx.eff.memory_bound);
   return std::max(compute, memory);

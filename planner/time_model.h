@@ -103,13 +103,25 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
 // MoNTA's AllToAll problem for a plan whose experts are tensor-parallel (etp > 1).
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);
 
-// Roofline of `count` GEMMs [M x K] x [K x N] in BF16, `grouped` of them per kernel launch (a
+// The peak a GEMM runs at and the curve its efficiency comes from.
+struct GemmRate {
+  FlopsPerSec peak;
+  const EfficiencyCurve* curve = nullptr;
+};
+// A plan's linear-layer GEMMs: for FP8 plans the FP8 peak and the recipe's curve (blockwise:
+// gemm_fp8_block; delayed, tensorwise and MXFP8: gemm_fp8, MXFP8 unmeasured as no Blackwell was
+// lent), else the reference peak and the BF16 curve.
+GemmRate linear_gemm_rate(const TimeContext& ctx, Precision p, Fp8Recipe r = Fp8Recipe::kDelayed);
+// What stays in BF16 under FP8 (core attention, the output head): the reference peak and curve.
+GemmRate reference_gemm_rate(const TimeContext& ctx, Precision p);
+
+// Roofline of `count` GEMMs [M x K] x [K x N], `grouped` of them per kernel launch (a
 // grouped GEMM over the local experts): the compute time at the GEMM curve's efficiency for one
 // launch's FLOPs, discounted by partial 128 x 128 output tiles and by a shallow K, or the time to
 // move A, B and C through HBM, whichever is longer. Tensor parallelism that cuts a narrow FFN into
 // slivers (small N, or small K for the down projection) pays both discounts, which is why
 // MegaScale-MoE keeps experts whole.
-Seconds gemm_time(const TimeContext& ctx, FlopsPerSec peak, double m, double k, double n,
+Seconds gemm_time(const TimeContext& ctx, const GemmRate& rate, double m, double k, double n,
                   double count = 1, double grouped = 1);
 // The shape discount gemm_time applies on top of the curve (partial tiles, shallow K): 1 for a
 // large square GEMM. Calibration divides a measured GEMM's efficiency by it, so that the curve

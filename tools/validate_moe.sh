@@ -9,13 +9,14 @@
 #     1-8, EP 8, PP 8, global batch 256, DeepEP, no EP overlap, --recompute-modules layernorm
 #     moe), forced balance as the readme gives it, TFLOP/s only;
 #   DeepSeek-V3 (models/hf/deepseek-v3.config.json) on 1,024 H100 (topologies/h100-1024.json),
-#     sequence 4,096, global batch 8,192, FP8 (blockwise), TP 2, PP 8, EP 64, DeepEP, EP
+#     sequence 4,096, global batch 8,192, FP8 (--fp8-recipe blockwise, priced on the block-scaled
+#     GEMM curve measured on a lent H200), TP 2, PP 8, EP 64, DeepEP, EP
 #     overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
 #     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh);
 #   Qwen3-235B-A22B on Blackwell racks, the model zoo's best_practice/qwen3 GB200 and GB300
 #     tables: 256 GPUs as 4 racks of 64 (topologies/gb200-nvl72-4x64.json, gb300-...; the 128K
 #     run on 128 of them), HybridEP priced as DeepEP, forced balance, CUDA graphs for attention
-#     and the router, MXFP8 priced as FP8; the GB200 MXFP8 run also offloaded expert_fc1 and
+#     and the router, MXFP8 (--fp8-recipe mxfp8) priced on the per-tensor FP8 curve; the GB200 MXFP8 run also offloaded expert_fc1 and
 #     moe_act activations to the host, which we do not model (it fits without, at 164 GB);
 #   DeepSeek-V3 on 256 GB200 (the same racks), MXFP8, TP 1, PP 4 (VPP 4), EP 64, HybridEP, EP
 #     overlap, --recompute-modules mla_up_proj, full-iteration CUDA graph, global batch 4,096:
@@ -64,11 +65,11 @@ long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 32768 tp
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 65536 tp=4,pp=8,ep=8,cp=4,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 368
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 131072 tp=4,pp=8,ep=8,cp=8,mbs=1 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 389
 gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 8192 4096 tp=1,pp=8,ep=8,cp=1,mbs=1 --megatron-only,--cuda-graph,attn,--recompute,none,--overlap,off,--dispatcher,deepep - 750
-gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --megatron-only,--cuda-graph,attn,--precision,fp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
-gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2 --megatron-only,--cuda-graph,attn,--precision,fp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
-gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1 --gpus,128,--megatron-only,--cuda-graph,attn,--precision,fp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
-gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1 --megatron-only,--cuda-graph,full,--precision,fp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
-mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1 --precision,fp8,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
+gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1 --gpus,128,--megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
+gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1 --megatron-only,--cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
+mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1 --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=1,pp=32,ep=8,cp=1,mbs=4 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 42.54 -
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=2,pp=32,ep=8,cp=1,mbs=4 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 43.50 -
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1 --gpus,256,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,alltoall 22.42 -

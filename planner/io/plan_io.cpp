@@ -112,7 +112,8 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                           {"load_window", ch.load_window},
                           {"gpipe", ch.gpipe},
                           {"zero_stage", ch.zero_stage},
-                          {"precision", precision_name(ch.precision)}}},
+                          {"precision", precision_name(ch.precision)},
+                          {"fp8_recipe", fp8_recipe_name(ch.fp8_recipe)}}},
                         {"predicted",
                          {{"iteration_s", t.iteration.value()},
                           {"tokens_per_s", s.tokens_per_second},
@@ -257,6 +258,13 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.precision = enum_of<Precision>(
       s, "precision",
       {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}});
+  if (s.has("fp8_recipe")) {
+    c.fp8_recipe = enum_of<Fp8Recipe>(s, "fp8_recipe",
+                                      {{"delayed", Fp8Recipe::kDelayed},
+                                       {"tensorwise", Fp8Recipe::kTensorwise},
+                                       {"blockwise", Fp8Recipe::kBlockwise},
+                                       {"mxfp8", Fp8Recipe::kMxfp8}});
+  }
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;

@@ -63,7 +63,7 @@ TEST(GpuCurves, TheWrittenCurvesReproduceTheMeasurementsThroughThePlanner) {
   const TimeContext ctx =
       make_time_context(m, cluster, efficiencies(cal.curves), RoutingSkew{}, 4096);
   for (const GemmTiming& g : gemms) {
-    const Seconds t = gemm_time(ctx, peak, static_cast<double>(g.shape.m),
+    const Seconds t = gemm_time(ctx, {peak, &ctx.eff.gemm}, static_cast<double>(g.shape.m),
                                 static_cast<double>(g.shape.k), static_cast<double>(g.shape.n));
     EXPECT_NEAR(t.value() / g.seconds, 1.0, 1e-9) << g.shape.k;
   }

@@ -455,7 +455,23 @@ TEST(Cli, PlanAndSimulateFp8Training) {
             0.9 * b["predicted"]["iteration_s"].get<double>());
   const std::string args = f["megatron_args"].dump();
   EXPECT_NE(args.find("--fp8-format hybrid"), std::string::npos) << args;
+  EXPECT_NE(args.find("--fp8-recipe delayed"), std::string::npos) << args;
   EXPECT_NE(args.find("--fp8-param-gather"), std::string::npos) << args;
+  EXPECT_EQ(f["switches"]["fp8_recipe"], "delayed");
+  // DeepSeek-V3's 128-blocks: E4M3 both ways, and slower GEMMs than one scale per tensor.
+  const Result block = run(base + " --precision fp8 --fp8-recipe blockwise");
+  ASSERT_EQ(block.code, 0) << block.err;
+  const auto k = nlohmann::json::parse(block.out)["plans"][0];
+  EXPECT_EQ(k["switches"]["fp8_recipe"], "blockwise");
+  const std::string block_args = k["megatron_args"].dump();
+  EXPECT_NE(block_args.find("--fp8-format e4m3"), std::string::npos) << block_args;
+  EXPECT_NE(block_args.find("--fp8-recipe blockwise"), std::string::npos) << block_args;
+  EXPECT_GT(k["predicted"]["iteration_s"].get<double>(),
+            f["predicted"]["iteration_s"].get<double>());
+  EXPECT_LT(k["predicted"]["iteration_s"].get<double>(),
+            b["predicted"]["iteration_s"].get<double>());
+  expect_one_line_error(run(base + " --fp8-recipe blockwise"), "add --precision fp8");
+  expect_one_line_error(run(base + " --precision fp8 --fp8-recipe nvfp4"), "--fp8-recipe");
   const Result sim =
       run("simulate --model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json "
           "--plan " +

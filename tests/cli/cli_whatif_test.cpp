@@ -118,6 +118,19 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
     by_precision[f[1]] = std::stod(f[4]);  // point, precision, status, iteration_s, tokens/s
   }
   EXPECT_GT(by_precision["fp8"], by_precision["bf16"]);
+  // The recipe implies FP8: per-block scales between BF16 and one scale per tensor.
+  const Result recipe = run("whatif " + pair + " --plan " + plan +
+                            " --sweep fp8-recipe=delayed,blockwise --out " + dir + "/recipe");
+  ASSERT_EQ(recipe.code, 0) << recipe.err;
+  std::map<std::string, double> by_recipe;
+  for (const auto& f : csv_rows(read_file(dir + "/recipe/points.csv")))
+    by_recipe[f[1]] = std::stod(f[4]);
+  EXPECT_LT(by_recipe["blockwise"], by_recipe["delayed"]);
+  EXPECT_GT(by_recipe["blockwise"], by_precision["bf16"]);
+  expect_one_line_error(
+      run("whatif " + pair + " --plan " + plan +
+          " --sweep precision=bf16 --sweep fp8-recipe=blockwise --out " + dir + "/bad"),
+      "this point's precision is bf16");
   const Result intra = run("whatif " + pair +
                            " --search --global-batch 64 --sweep gpus=16 --sweep intra-overlap=on "
                            "--out " +

@@ -30,6 +30,7 @@ struct PlanOptions {
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
                          attention_kernel = "fused", dispatcher = "search", cuda_graph = "none";
+  std::optional<std::string> fp8_recipe;
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2, verify = 0;
@@ -227,6 +228,13 @@ void run_plan(const PlanOptions& o) {
     throw InputError("--precision", "",
                      fmt::format("{} in {} has no fp8 peak (node/gpu/peak_TFLOPS/fp8)",
                                  c.node.gpu.model, o.cluster));
+  }
+  if (o.fp8_recipe) {
+    req.fp8_recipe = parse_fp8_recipe(*o.fp8_recipe, "--fp8-recipe");
+    if (req.precision != Precision::kFp8)
+      throw InputError("--fp8-recipe", "",
+                       fmt::format("scales FP8 GEMMs; --precision is {} (add --precision fp8)",
+                                   precision_name(req.precision)));
   }
   const bool tty = isatty(fileno(stderr)) != 0;
   if (tty && !o.json) {
@@ -498,6 +506,9 @@ void add_plan(CLI::App& app) {
       ->expected(1, 6);
   cmd->add_option("--precision", o->precision,
                   "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");
+  cmd->add_option("--fp8-recipe", o->fp8_recipe,
+                  "Megatron --fp8-recipe of an fp8 plan: delayed (default) | tensorwise | "
+                  "blockwise (DeepSeek-V3's 128-blocks, Hopper) | mxfp8 (Blackwell)");
   cmd->add_option("--zero", o->zero,
                   "fix the ZeRO stage: 0 (plain DDP), 1 (distributed optimizer), 2, 3 (default: "
                   "the lowest of 1-3 that fits)")

@@ -57,6 +57,16 @@ Precision parse_precision(const std::string& value, const std::string& option,
       where);
 }
 
+Fp8Recipe parse_fp8_recipe(const std::string& value, const std::string& option,
+                           const std::string& where) {
+  return *named<Fp8Recipe>(option, value,
+                           {{"delayed", Fp8Recipe::kDelayed},
+                            {"tensorwise", Fp8Recipe::kTensorwise},
+                            {"blockwise", Fp8Recipe::kBlockwise},
+                            {"mxfp8", Fp8Recipe::kMxfp8}},
+                           false, where);
+}
+
 CudaGraph parse_cuda_graph(const std::string& value, const std::string& option,
                            const std::string& where) {
   return *named<CudaGraph>(option, value,

@@ -69,6 +69,8 @@ Recompute parse_recompute(const std::string& value, const std::string& option = 
                           const std::string& where = "");
 Precision parse_precision(const std::string& value, const std::string& option,
                           const std::string& where = "");
+Fp8Recipe parse_fp8_recipe(const std::string& value, const std::string& option,
+                           const std::string& where = "");
 CudaGraph parse_cuda_graph(const std::string& value, const std::string& option,
                            const std::string& where = "");
 std::optional<AttentionMode> parse_attention(const std::string& value, const std::string& option,

@@ -36,6 +36,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "recompute",
                                         "recompute-modules",
                                         "precision",
+                                        "fp8-recipe",
                                         "overlap",
                                         "intra-overlap",
                                         "attention",
@@ -96,6 +97,7 @@ struct PointInputs {
   std::optional<uint32_t> recompute_modules;  // Megatron's, joined by '+': moe+layernorm
   std::optional<int64_t> chunks;
   std::optional<Precision> precision;
+  std::optional<Fp8Recipe> fp8_recipe;  // implies FP8
   std::optional<bool> overlap, intra_overlap;
   std::optional<AttentionMode> attention;
   std::optional<AttentionKernel> attention_kernel;
@@ -156,6 +158,7 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
       in.recompute_modules = parse_recompute_modules(names, in.model, "--sweep");
     }
     if (axis == "precision") in.precision = parse_precision(v, "--sweep", axis);
+    if (axis == "fp8-recipe") in.fp8_recipe = parse_fp8_recipe(v, "--sweep", axis);
     if (axis == "overlap") in.overlap = parse_on_off(v, "--sweep", false, axis);
     if (axis == "intra-overlap") in.intra_overlap = parse_on_off(v, "--sweep", false, axis);
     if (axis == "attention") in.attention = parse_attention(v, "--sweep", false, axis);
@@ -169,6 +172,10 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     for (const ParallelField& f : parallel_fields())
       if (axis == f.key) in.sizes.*f.member = positive(axis, v);
   }
+  if (in.fp8_recipe && in.precision && *in.precision != Precision::kFp8)
+    throw InputError("--sweep", "fp8-recipe",
+                     fmt::format("scales FP8 GEMMs; this point's precision is {}",
+                                 precision_name(*in.precision)));
   return in;
 }
 
@@ -198,6 +205,10 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
     plan.recompute_modules = *in.recompute_modules;
   }
   if (in.precision) plan.precision = *in.precision;
+  if (in.fp8_recipe) {
+    plan.precision = Precision::kFp8;
+    plan.fp8_recipe = *in.fp8_recipe;
+  }
   if (in.overlap) plan.overlap = *in.overlap;
   if (in.intra_overlap) plan.intra_overlap = *in.intra_overlap;
   if (in.attention) plan.attention = *in.attention;
@@ -310,6 +321,10 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
       req.recompute_modules = *in.recompute_modules;
     }
     if (in.precision) req.precision = *in.precision;
+    if (in.fp8_recipe) {
+      req.precision = Precision::kFp8;
+      req.fp8_recipe = *in.fp8_recipe;
+    }
     req.overlap = in.overlap;
     if (in.intra_overlap) req.intra_overlap = in.intra_overlap;
     req.attention = in.attention;
