@@ -15,6 +15,8 @@
 #              (OUT/gemm-deepseek-v3.json)
 #   host       what PyTorch's CPU spends issuing a layer's parts (tools/host_probe.py;
 #              OUT/host-probe.json; needs python3 with PyTorch)
+#   attention  fused causal attention's share of the BF16 peak, cuDNN and FlashAttention-2
+#              (tools/attention_probe.py; OUT/attention-probe.json; PyTorch)
 # (default: the first five). The calibration is used by the later parts when it exists, in OUT or
 # as calibrate/data/h100.json. Each part's output is in OUT/PART.log; the summary is printed last.
 set -uo pipefail
@@ -85,9 +87,11 @@ for p in "${wanted[@]}"; do
         || status=1 ;;
     host)
       part host python3 tools/host_probe.py "$out/host-probe.json" || status=1 ;;
+    attention)
+      part attention python3 tools/attention_probe.py "$out/attention-probe.json" || status=1 ;;
     *)
       echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity," \
-        "gemm-dsv3, host)" >&2
+        "gemm-dsv3, host, attention)" >&2
       exit 2 ;;
   esac
 done

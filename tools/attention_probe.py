@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Fused causal attention's share of the BF16 peak (moeplan's attention_core constant).
+
+    python3 tools/attention_probe.py OUT.json [--peak-tflops 989.5] [--reps 10]
+
+Times PyTorch's scaled_dot_product_attention through cuDNN's fused kernel (what Transformer
+Engine runs in Megatron-Core on Hopper) and FlashAttention-2, forward and backward, with CUDA
+events, at the head counts and dimensions the validated runs have per GPU: 128-dim heads
+(Qwen3-235B-A22B at TP 2 and 4, 4K to 32K tokens) and DeepSeek-V3's multi-latent heads
+(192-dim queries and keys, 128-dim values, 64 heads at TP 2). Efficiency is counted as moeplan
+counts it: the forward's model FLOPs with causal blocks skipped (s^2 h (d_qk + d_v) per
+sequence) and a backward of twice that, over the time and the peak. The kernel is checked
+against PyTorch's math attention on a small case first. Writes OUT.json atomically and a
+table to stdout.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def make(b, h, s, d_qk, d_v, grad=True):
+    # Megatron keeps [s, b, h, d] / [b, s, h, d]; the kernel sees [b, h, s, d] views.
+    q = torch.randn(b, s, h, d_qk, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(b, s, h, d_qk, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    v = torch.randn(b, s, h, d_v, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    return [t.detach().requires_grad_(grad) for t in (q, k, v)]
+
+
+def check(backend):
+    """Relative error against the math backend in float32 on a small causal case."""
+    q, k, v = make(1, 4, 512, 128, 128, grad=False)
+    with sdpa_kernel(backend):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True).float()
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    return (torch.linalg.norm(out - ref) / torch.linalg.norm(ref)).item()
+
+
+def time_case(backend, b, h, s, d_qk, d_v, reps, warmup=3):
+    q, k, v = make(b, h, s, d_qk, d_v)
+    grad = torch.randn(b, s, h, d_v, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    fwd, bwd = [], []
+    with sdpa_kernel(backend):
+        for r in range(warmup + reps):
+            for t in (q, k, v):
+                t.grad = None
+            e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            e0.record()
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            e1.record()
+            out.backward(grad)
+            e2.record()
+            torch.cuda.synchronize()
+            if r >= warmup:
+                fwd.append(e0.elapsed_time(e1) * 1e-3)
+                bwd.append(e1.elapsed_time(e2) * 1e-3)
+    return statistics.median(fwd), statistics.median(bwd)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--peak-tflops", type=float, default=989.5, help="dense BF16 peak (H100/H200)")
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("attention_probe: no CUDA GPU visible to PyTorch")
+    torch.manual_seed(0)
+    peak = args.peak_tflops * 1e12
+    cases = [  # (label, batch, heads, seq, d_qk, d_v)
+        ("qwen3 tp2", 1, 32, 4096, 128, 128),
+        ("qwen3 tp4", 1, 16, 4096, 128, 128),
+        ("qwen3 tp4", 1, 16, 16384, 128, 128),
+        ("qwen3 tp4", 1, 16, 32768, 128, 128),
+        ("mla tp2", 1, 64, 4096, 192, 128),
+        ("mla tp2", 1, 64, 16384, 192, 128),
+    ]
+    backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
+    result = {
+        "tool": "tools/attention_probe.py",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "peak_tflops": args.peak_tflops,
+        "checks": {},
+        "cases": [],
+    }
+    print(f"{result['gpu']}, torch {torch.__version__}, cuDNN {result['cudnn']}, peak {args.peak_tflops} TFLOP/s")
+    for name, backend in backends:
+        try:
+            result["checks"][name] = check(backend)
+            print(f"{name}: relative error against math attention {result['checks'][name]:.2e}")
+        except Exception as e:
+            result["checks"][name] = f"{type(e).__name__}: {e}"
+            print(f"{name}: check failed: {type(e).__name__}: {str(e)[:200]}")
+    print(f"{'backend':<7} {'case':<10} {'heads':>5} {'seq':>6} {'d':>7} {'fwd ms':>8} {'bwd ms':>8} "
+          f"{'fwd eff':>7} {'bwd eff':>7} {'fwd+bwd':>7}")
+    for name, backend in backends:
+        if not isinstance(result["checks"].get(name), float):
+            continue
+        for label, b, h, s, d_qk, d_v in cases:
+            flops = b * h * s * s * (d_qk + d_v)  # forward, causal
+            row = {"backend": name, "case": label, "batch": b, "heads": h, "seq": s,
+                   "d_qk": d_qk, "d_v": d_v, "forward_flops": flops}
+            try:
+                f, g = time_case(backend, b, h, s, d_qk, d_v, args.reps)
+                row.update(forward_s=f, backward_s=g, forward_eff=flops / f / peak,
+                           backward_eff=2 * flops / g / peak, combined_eff=3 * flops / (f + g) / peak)
+                print(f"{name:<7} {label:<10} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} {f * 1e3:>8.3f} {g * 1e3:>8.3f} "
+                      f"{row['forward_eff']:>7.3f} {row['backward_eff']:>7.3f} {row['combined_eff']:>7.3f}")
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"
+                print(f"{name:<7} {label:<10} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} failed: {type(e).__name__}: {str(e)[:160]}")
+            result["cases"].append(row)
+            torch.cuda.empty_cache()
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()
