@@ -12,8 +12,8 @@
 
 namespace moe {
 
-// Every efficiency times f (curves keep their shape and reference rate; attention_core and
-// memory_bound stay at most 1, curve points at most 1.5) and the host costs over f. The other
+// Every efficiency times f (curves keep their shape and reference rate; memory_bound stays at
+// most 1, curve points at most 1.5) and the host costs over f. The other
 // overheads in seconds are unchanged.
 Efficiencies scale_efficiencies(const Efficiencies& e, double f, bool communication);
 

@@ -54,6 +54,17 @@ EfficiencyCurve gemm_fp8() {
   return EfficiencyCurve({{1e8, 0.105}, {1e9, 0.28}, {1e10, 0.47}, {1e11, 0.65}, {1.1e12, 0.74}});
 }
 
+EfficiencyCurve attention_core() {
+  return EfficiencyCurve({{4e9, 0.045},
+                          {1.7e10, 0.17},
+                          {3.4e10, 0.22},
+                          {7e10, 0.32},
+                          {1.4e11, 0.39},
+                          {2.7e11, 0.43},
+                          {5.5e11, 0.47},
+                          {1.1e12, 0.48}});
+}
+
 EfficiencyCurve gemm_fp8_block() {
   return EfficiencyCurve({{1e8, 0.083}, {1e9, 0.22}, {1e10, 0.39}, {1e11, 0.60}, {1.1e12, 0.685}});
 }

@@ -28,5 +28,12 @@ EfficiencyCurve gemm();
 // 8192^3, not the peaks' 2x); per-block scales (DeepSeek-V3's recipe) 0.60, 0.79, 0.85 (1.69x).
 EfficiencyCurve gemm_fp8();
 EfficiencyCurve gemm_fp8_block();
+// Fused causal attention by one call's forward FLOPs (b a/t s^2 (d_qk + d_v)), forward plus a
+// backward counted as twice it, against the BF16 peak: cuDNN 9.19 through PyTorch on a lent
+// H200 (calibrate/data/h200-attention.json; tools/attention_probe.py). 128-dim heads: 16 heads
+// at 1K tokens 0.04, 2K 0.17, 4K 0.32, 8K 0.44, 16K-64K 0.48; 32 heads at 4K 0.39; DeepSeek-V3's
+// 192/128-dim heads a little lower (64 heads at 4K 0.39, 16K 0.43). The curve before this
+// measurement was a constant 0.5 (FlashAttention-2's forward on A100, Dao 2023).
+EfficiencyCurve attention_core();
 
 }  // namespace moe::defaults

@@ -37,7 +37,10 @@ void set_constant(Efficiencies& e, const std::string& name, double value) {
   if (name == "attention_core" || name == "memory_bound") {
     if (!(value > 0 && value <= 1))
       throw ConfigError(fmt::format("{} is a fraction of peak in (0, 1], not {}", name, value));
-    (name == "attention_core" ? e.attention_core : e.memory_bound) = value;
+    if (name == "attention_core")
+      e.attention_core = EfficiencyCurve::constant(value);
+    else
+      e.memory_bound = value;
     return;
   }
   for (const NamedDuration& d : kDurations) {
@@ -63,6 +66,7 @@ constexpr NamedCurve kCurves[] = {
     {"gemm", &Efficiencies::gemm, defaults::gemm},
     {"gemm_fp8", &Efficiencies::gemm_fp8, defaults::gemm_fp8},
     {"gemm_fp8_block", &Efficiencies::gemm_fp8_block, defaults::gemm_fp8_block},
+    {"attention_core", &Efficiencies::attention_core, defaults::attention_core},
     {"alltoall_intra", &Efficiencies::alltoall_intra, defaults::alltoall_intra_node},
     {"alltoall_inter", &Efficiencies::alltoall_inter, defaults::alltoall_inter_node},
     {"allgather_intra", &Efficiencies::allgather_intra, defaults::allgather_intra_node},
@@ -87,6 +91,14 @@ Efficiencies without_host_time(Efficiencies e) {
   return e;
 }
 
+Efficiencies paper_era_efficiencies(const std::map<std::string, EfficiencyCurve>& curves,
+                                    const std::map<std::string, double>& constants) {
+  Efficiencies e = without_host_time(efficiencies(curves));
+  if (!curves.count("attention_core")) e.attention_core = EfficiencyCurve::constant(0.5);
+  for (const auto& [name, value] : constants) set_constant(e, name, value);
+  return e;
+}
+
 std::map<std::string, EfficiencyCurve> curves_of(const Efficiencies& e) {
   std::map<std::string, EfficiencyCurve> out;
   for (const NamedCurve& c : kCurves) out.emplace(c.name, e.*c.member);
@@ -94,8 +106,7 @@ std::map<std::string, EfficiencyCurve> curves_of(const Efficiencies& e) {
 }
 
 std::map<std::string, double> constants_of(const Efficiencies& e) {
-  std::map<std::string, double> out{{"attention_core", e.attention_core},
-                                    {"memory_bound", e.memory_bound}};
+  std::map<std::string, double> out{{"memory_bound", e.memory_bound}};
   Efficiencies copy = e;
   for (const NamedDuration& d : kDurations) out.emplace(d.name, d.of(copy).value() * 1e6);
   return out;

@@ -52,15 +52,17 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   const double linear_layers = static_cast<double>(m.num_linear_layers());
   const double softmax_layers = static_cast<double>(m.num_layers) - linear_layers;
   const double tokens = gpu_tokens(ctx, p);
-  if (linear_layer) {
-    return Flops(ctx.flops.forward_linear.value() / linear_layers * tokens) /
-           (peak * ctx.eff.attention_core);
-  }
-  if (c.attention_kernel == AttentionKernel::kFused) {
-    const double core =
-        (ctx.flops.forward_attention - ctx.flops.forward_linear).value() / softmax_layers * tokens;
-    return Flops(core) / (peak * ctx.eff.attention_core);
-  }
+  // Fused kernels' time at the curve's efficiency for one call's FLOPs, where the measured
+  // efficiency falls with the call's size: `calls` split the layer's work on this GPU (the cp
+  // ring steps of softmax attention, each local queries against one rank's keys).
+  auto fused = [&](double flops, double calls) {
+    return Flops(flops) / (peak * ctx.eff.attention_core.at(flops / calls));
+  };
+  if (linear_layer) return fused(ctx.flops.forward_linear.value() / linear_layers * tokens, 1);
+  if (c.attention_kernel == AttentionKernel::kFused)
+    return fused(
+        (ctx.flops.forward_attention - ctx.flops.forward_linear).value() / softmax_layers * tokens,
+        static_cast<double>(*p.cp));
   // Unfused: per sequence and local head (TP and Ulysses SP both leave a / t heads), scores =
   // Q K^T over every key (no causal skipping), a fused scale-mask-softmax that reads and writes
   // them (4 bytes a score), dropout that reads them and writes its output and a 1-byte mask (5),
@@ -77,7 +79,7 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   const double indexer = ctx.flops.forward_indexer.value() / softmax_layers * queries *
                          static_cast<double>(*p.mbs) / static_cast<double>(*p.tp);
   return gemms + softmax_and_dropout / (ctx.links.hbm * ctx.eff.memory_bound) +
-         Flops(indexer) / (peak * ctx.eff.attention_core);
+         (indexer > 0 ? fused(indexer, 1) : Seconds(0));
 }
 
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {

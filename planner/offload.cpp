@@ -112,8 +112,8 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
   const double core =
       ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
   // The layer's forward GPU work outside the routed experts.
-  Seconds dense =
-      gpu_time(2.0 * lp.attention * tokens) + Flops(core) / (peak * ctx.eff.attention_core);
+  Seconds dense = gpu_time(2.0 * lp.attention * tokens) +
+                  Flops(core) / (peak * ctx.eff.attention_core.at(core));
   dense += m.moe_layer[layer] ? gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens)
                               : gpu_time(2.0 * lp.dense_ffn * tokens);
   OffloadLayer t;

@@ -5,7 +5,8 @@
 // Per micro-batch and layer, on one GPU (b = micro-batch, s = sequence, t = TP or SP size,
 // c = CP, k = top-k; BF16 activations). Every GEMM is a roofline of its real shape (gemm_time):
 //   attention projections  2 P_attn b s / (t c)        (TP splits heads; Ulysses splits tokens)
-//   core attention         a (d_qk + d_v) s x b s / (t c), causal, at `attention_core` of peak
+//   core attention         a (d_qk + d_v) s x b s / (t c), causal, at the `attention_core`
+//                          curve's share of peak for one call's FLOPs
 //   routed experts         2 P_expert k b s / (t c) x skew imbalance (the busiest EP rank)
 //   shared / dense FFN     2 P b s / (t c)
 //   memory-bound ops       bytes touched by norms, residuals, permutation, activation, at

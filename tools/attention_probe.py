@@ -9,7 +9,8 @@ events, at the head counts and dimensions the validated runs have per GPU: 128-d
 (Qwen3-235B-A22B at TP 2 and 4, 4K to 32K tokens) and DeepSeek-V3's multi-latent heads
 (192-dim queries and keys, 128-dim values, 64 heads at TP 2). Efficiency is counted as moeplan
 counts it: the forward's model FLOPs with causal blocks skipped (s^2 h (d_qk + d_v) per
-sequence) and a backward of twice that, over the time and the peak. The kernel is checked
+sequence; twice that for the whole blocks of context parallelism's ring steps) and a backward
+of twice that, over the time and the peak. The kernel is checked
 against PyTorch's math attention on a small case first. Writes OUT.json atomically and a
 table to stdout.
 """
@@ -42,7 +43,7 @@ def check(backend):
     return (torch.linalg.norm(out - ref) / torch.linalg.norm(ref)).item()
 
 
-def time_case(backend, b, h, s, d_qk, d_v, reps, warmup=3):
+def time_case(backend, b, h, s, d_qk, d_v, causal, reps, warmup=3):
     q, k, v = make(b, h, s, d_qk, d_v)
     grad = torch.randn(b, s, h, d_v, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     fwd, bwd = [], []
@@ -52,7 +53,7 @@ def time_case(backend, b, h, s, d_qk, d_v, reps, warmup=3):
                 t.grad = None
             e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             e0.record()
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             e1.record()
             out.backward(grad)
             e2.record()
@@ -73,14 +74,21 @@ def main():
         sys.exit("attention_probe: no CUDA GPU visible to PyTorch")
     torch.manual_seed(0)
     peak = args.peak_tflops * 1e12
-    cases = [  # (label, batch, heads, seq, d_qk, d_v)
-        ("qwen3 tp2", 1, 32, 4096, 128, 128),
-        ("qwen3 tp4", 1, 16, 4096, 128, 128),
-        ("qwen3 tp4", 1, 16, 16384, 128, 128),
-        ("qwen3 tp4", 1, 16, 32768, 128, 128),
-        ("mla tp2", 1, 64, 4096, 192, 128),
-        ("mla tp2", 1, 64, 16384, 192, 128),
+    cases = [  # (label, batch, heads, seq, d_qk, d_v, causal)
+        ("qwen3 tp2", 1, 32, 4096, 128, 128, True),
+        ("qwen3 tp2", 1, 32, 8192, 128, 128, True),
+        ("tp8", 1, 8, 4096, 128, 128, True),
+        ("mbs4 tp4", 4, 16, 4096, 128, 128, True),
+        ("mla tp2", 1, 64, 4096, 192, 128, True),
+        ("mla tp2", 1, 64, 8192, 192, 128, True),
+        ("mla tp2", 1, 64, 16384, 192, 128, True),
+        ("mla tp4", 1, 32, 4096, 192, 128, True),
     ]
+    for s in (1024, 2048, 4096, 8192, 16384, 32768, 65536):
+        cases.append(("qwen3 tp4", 1, 16, s, 128, 128, True))
+    # Context parallelism's ring steps: whole (non-causal) blocks of s / (2 cp) queries.
+    for s in (2048, 4096, 8192, 16384):
+        cases.append(("cp block", 1, 16, s, 128, 128, False))
     backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
     result = {
         "tool": "tools/attention_probe.py",
@@ -100,24 +108,26 @@ def main():
         except Exception as e:
             result["checks"][name] = f"{type(e).__name__}: {e}"
             print(f"{name}: check failed: {type(e).__name__}: {str(e)[:200]}")
-    print(f"{'backend':<7} {'case':<10} {'heads':>5} {'seq':>6} {'d':>7} {'fwd ms':>8} {'bwd ms':>8} "
+    print(f"{'backend':<7} {'case':<10} {'b':>2} {'heads':>5} {'seq':>6} {'d':>7} {'fwd ms':>8} {'bwd ms':>8} "
           f"{'fwd eff':>7} {'bwd eff':>7} {'fwd+bwd':>7}")
     for name, backend in backends:
         if not isinstance(result["checks"].get(name), float):
             continue
-        for label, b, h, s, d_qk, d_v in cases:
-            flops = b * h * s * s * (d_qk + d_v)  # forward, causal
+        if name == "flash":  # FlashAttention-2 only as a reference point: what Megatron does not run
+            cases = [c for c in cases if c[4] == c[5] and c[3] in (4096, 16384)]
+        for label, b, h, s, d_qk, d_v, causal in cases:
+            flops = b * h * s * s * (d_qk + d_v) * (1 if causal else 2)  # forward
             row = {"backend": name, "case": label, "batch": b, "heads": h, "seq": s,
-                   "d_qk": d_qk, "d_v": d_v, "forward_flops": flops}
+                   "d_qk": d_qk, "d_v": d_v, "causal": causal, "forward_flops": flops}
             try:
-                f, g = time_case(backend, b, h, s, d_qk, d_v, args.reps)
+                f, g = time_case(backend, b, h, s, d_qk, d_v, causal, args.reps)
                 row.update(forward_s=f, backward_s=g, forward_eff=flops / f / peak,
                            backward_eff=2 * flops / g / peak, combined_eff=3 * flops / (f + g) / peak)
-                print(f"{name:<7} {label:<10} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} {f * 1e3:>8.3f} {g * 1e3:>8.3f} "
+                print(f"{name:<7} {label:<10} {b:>2} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} {f * 1e3:>8.3f} {g * 1e3:>8.3f} "
                       f"{row['forward_eff']:>7.3f} {row['backward_eff']:>7.3f} {row['combined_eff']:>7.3f}")
             except Exception as e:
                 row["error"] = f"{type(e).__name__}: {e}"
-                print(f"{name:<7} {label:<10} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} failed: {type(e).__name__}: {str(e)[:160]}")
+                print(f"{name:<7} {label:<10} {b:>2} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} failed: {type(e).__name__}: {str(e)[:80]}")
             result["cases"].append(row)
             torch.cuda.empty_cache()
     tmp = args.out + ".tmp"

@@ -6,9 +6,9 @@
 namespace moe::io {
 
 namespace {
-// Compute curves are sized in FLOPs (GEMMs, the CPU expert), transfers in bytes.
+// Compute curves are sized in FLOPs (GEMMs, attention, the CPU expert), transfers in bytes.
 bool sized_in_flops(const std::string& name) {
-  return name.rfind("gemm", 0) == 0 || name.rfind("cpu_", 0) == 0;
+  return name.rfind("gemm", 0) == 0 || name.rfind("cpu_", 0) == 0 || name == "attention_core";
 }
 }  // namespace
 

@@ -155,12 +155,13 @@ TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
   // #3, 356.7 ms against #1's 368.5) first, and saves it. (It was MemFine Model II on the A800
   // cluster, whose ZeRO-2 plans the planner ranked first at 30.7 s against 26.1 s simulated for
   // its #3, until it learnt that ZeRO-2's reduce-scatters share the backward's NICs.) Priced
-  // without host time, from a calibration file that zeroes it: with it the planner picks
-  // micro-batches of 4-8, whose three best the simulator keeps in order.
+  // as MegaScale's system (reproduce's paper_era_efficiencies), from a calibration file: no host
+  // time (with it the planner picks micro-batches of 4-8, whose three best the simulator keeps
+  // in order) and attention at a constant half of peak (the measured curve reorders them too).
   const std::string path = temp_path("moeplan_cli_verified.json");
   const std::string cal = temp_path("moeplan_cli_no_host.json");
   std::ofstream(cal) << R"({"format": "moeplan-calibration/1", "constants": {
-    "host_attention_us": 0, "host_router_us": 0, "host_dense_ffn_us": 0,
+    "attention_core": 0.5, "host_attention_us": 0, "host_router_us": 0, "host_dense_ffn_us": 0,
     "host_experts_alltoall_us": 0, "host_experts_flex_us": 0, "host_experts_allgather_us": 0}})";
   const std::string base =
       "plan --model models/phi-3.5-moe.json --cluster "

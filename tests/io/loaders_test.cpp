@@ -435,7 +435,8 @@ TEST(Loaders, CalibrationConstants) {
       R"({"format": "moeplan-calibration/1", "curves": {}, "constants": {"attention_core": 0.6,
           "memory_bound": 0.8, "pipeline_chunk_overhead_us": 90, "dispatch_round_overhead_us": 0}})");
   const Efficiencies set = efficiencies(all.curves, all.constants);
-  EXPECT_DOUBLE_EQ(set.attention_core, 0.6);
+  EXPECT_DOUBLE_EQ(set.attention_core.at(1e9), 0.6);  // one share at every size
+  EXPECT_DOUBLE_EQ(set.attention_core.at(1e13), 0.6);
   EXPECT_DOUBLE_EQ(set.memory_bound, 0.8);
   EXPECT_DOUBLE_EQ(set.pipeline_chunk_overhead.value(), 90e-6);
   EXPECT_DOUBLE_EQ(set.dispatch_round_overhead.value(), 0.0);
@@ -509,6 +510,45 @@ TEST(Loaders, MeasuredH100Calibrations) {
   // longer than one, so they run at well over twice the efficiency.
   EXPECT_GT(cpu.at(4 * one_token), 2 * cpu.at(one_token));
   EXPECT_GT(aptmoe.reference_flops.at("cpu_expert_ffn").value(), 50e9);
+}
+
+TEST(Loaders, MeasuredH200CurvesAreTheDefaults) {
+  // What the lent H200 measured (2026-11-26) and the defaults the planner prices with: the FP8
+  // GEMM curves at DeepSeek-V3's shapes of 1e11 FLOPs and up, and cuDNN's fused causal attention
+  // with 128-dim heads from 1e10 FLOPs a call.
+  const std::string dir = std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/";
+  const Calibration gemms = load_calibration(dir + "h200-deepseek-v3-gemm.json");
+  EXPECT_EQ(gemms.provenance["gpu"]["name"], "NVIDIA H200");
+  const Efficiencies defaults = efficiencies();
+  for (const auto& [name, curve] : {std::pair{"gemm_fp8", &defaults.gemm_fp8},
+                                    std::pair{"gemm_fp8_block", &defaults.gemm_fp8_block}}) {
+    const EfficiencyCurve& measured = gemms.curves.at(name);
+    int compared = 0;
+    for (const EfficiencyCurve::Point& p : measured.points()) {
+      if (p.size < 1e11) continue;
+      EXPECT_NEAR(curve->at(p.size) / p.efficiency, 1.0, 0.12) << name << " at " << p.size;
+      ++compared;
+    }
+    EXPECT_GE(compared, 6) << name;
+  }
+  // Block scales cost: at 8192^3 the block-scaled GEMM took longer than the per-tensor one.
+  const double cube = 2.0 * 8192 * 8192 * 8192;
+  EXPECT_LT(gemms.curves.at("gemm_fp8_block").at(cube),
+            0.95 * gemms.curves.at("gemm_fp8").at(cube));
+
+  std::ifstream in(dir + "h200-attention.json");
+  const nlohmann::json attention = nlohmann::json::parse(in);
+  int compared = 0;
+  for (const nlohmann::json& c : attention["cases"]) {
+    if (c["backend"] != "cudnn" || !c["causal"].get<bool>() || c["d_qk"] != 128 ||
+        c["forward_flops"].get<double>() < 1e10)
+      continue;
+    const double flops = c["forward_flops"].get<double>();
+    EXPECT_NEAR(defaults.attention_core.at(flops) / c["combined_eff"].get<double>(), 1.0, 0.2)
+        << c["heads"] << " heads, " << c["seq"] << " tokens";
+    ++compared;
+  }
+  EXPECT_GE(compared, 9);
 }
 
 TEST(Loaders, Popularity) {

@@ -425,7 +425,7 @@ TEST(Anchor, OneMeasuredIterationSetsOneScaleForEveryEfficiency) {
   EXPECT_DOUBLE_EQ(e.gemm_fp8.at(1e11), 0.5 * s.ctx.eff.gemm_fp8.at(1e11));
   EXPECT_DOUBLE_EQ(e.gemm_fp8_block.at(1e11), 0.5 * s.ctx.eff.gemm_fp8_block.at(1e11));
   EXPECT_DOUBLE_EQ(e.alltoall_inter.at(Bytes(1e9)), 0.5 * s.ctx.eff.alltoall_inter.at(Bytes(1e9)));
-  EXPECT_DOUBLE_EQ(e.attention_core, 0.5 * s.ctx.eff.attention_core);
+  EXPECT_DOUBLE_EQ(e.attention_core.at(1e11), 0.5 * s.ctx.eff.attention_core.at(1e11));
   EXPECT_DOUBLE_EQ(scale_efficiencies(s.ctx.eff, 0.5, false).alltoall_inter.at(Bytes(1e9)),
                    s.ctx.eff.alltoall_inter.at(Bytes(1e9)));
   EXPECT_DOUBLE_EQ(scale_efficiencies(s.ctx.eff, 3.0, true).memory_bound, 1.0);
@@ -434,10 +434,10 @@ TEST(Anchor, OneMeasuredIterationSetsOneScaleForEveryEfficiency) {
   EXPECT_DOUBLE_EQ(back.gemm.at(1e10), e.gemm.at(1e10));
   EXPECT_DOUBLE_EQ(back.d2d_copy.at(Bytes(1e8)), e.d2d_copy.at(Bytes(1e8)));
   EXPECT_DOUBLE_EQ(back.allgather_intra.at(Bytes(1e7)), e.allgather_intra.at(Bytes(1e7)));
-  EXPECT_DOUBLE_EQ(back.attention_core, e.attention_core);
+  EXPECT_DOUBLE_EQ(back.attention_core.at(3e10), e.attention_core.at(3e10));
   EXPECT_DOUBLE_EQ(back.memory_bound, e.memory_bound);
   EXPECT_NEAR(back.dispatch_round_overhead.value(), e.dispatch_round_overhead.value(), 1e-15);
-  EXPECT_EQ(curves_of(e).size(), 8u);
+  EXPECT_EQ(curves_of(e).size(), 9u);
   // A faster measurement than the scale's cap allows is reported, not met.
   EXPECT_FALSE(fit_anchor(s.ctx, c, predicted * 0.01, true).converged);
   EXPECT_THROW(fit_anchor(s.ctx, c, Seconds(0), true), ConfigError);
@@ -577,7 +577,8 @@ TEST(TimeModel, UnfusedAttentionMaterializesTheScores) {
                            gemm_time(s.ctx, peak, q, keys, d, heads, heads) +
                            Bytes(9 * heads * q * keys) / (s.ctx.links.hbm * s.ctx.eff.memory_bound);
   EXPECT_NEAR(unfused.value(), expected.value(), 1e-12);
-  EXPECT_GT(unfused.value(), 3 * fused.value());
+  // The fused kernel at this size (1.9e10 FLOPs a call) reaches 0.18 of peak (measured cuDNN).
+  EXPECT_GT(unfused.value(), 2.5 * fused.value());
   // Memory: 5 bytes a score on top of the fused layer, with or without recompute (the recomputed
   // layer holds them; rematerialization's share leaves them whole); the plan says so and asks
   // Megatron for the unfused backend.

@@ -30,7 +30,7 @@ struct Fixture {
     RoutingSkew skew;
     skew.kind = RoutingSkew::Kind::kPopularity;
     skew.proportions = {aptmoe::proportions_for_g(model.num_routed_experts, g)};
-    const TimeContext ctx = make_time_context(model, cluster, efficiencies(), skew, 512);
+    const TimeContext ctx = make_time_context(model, cluster, paper_era_efficiencies(), skew, 512);
     OffloadRun run;
     run.gpus = 4;
     run.stages = 16;
@@ -115,7 +115,8 @@ TEST(OffloadSim, BackwardReusesTheStagesStillOnTheGpu) {
   RoutingSkew skew;
   skew.kind = RoutingSkew::Kind::kPopularity;
   skew.proportions = {aptmoe::proportions_for_g(f.model.num_routed_experts, 0.5)};
-  const TimeContext ctx = make_time_context(f.model, f.cluster, efficiencies(), skew, 512);
+  const TimeContext ctx =
+      make_time_context(f.model, f.cluster, paper_era_efficiencies(), skew, 512);
   for (int64_t stages : {4, 16}) {
     OffloadRun run;
     run.gpus = 4;
@@ -141,7 +142,8 @@ TEST(OffloadSim, BackwardReusesTheStagesStillOnTheGpu) {
 
 TEST(OffloadSim, RejectsImpossibleRuns) {
   const Fixture f;
-  const TimeContext ctx = make_time_context(f.model, f.cluster, efficiencies(), RoutingSkew{}, 512);
+  const TimeContext ctx =
+      make_time_context(f.model, f.cluster, paper_era_efficiencies(), RoutingSkew{}, 512);
   OffloadRun run;
   run.gpus = 8;
   run.stages = 4;  // fewer stages than GPUs
@@ -213,7 +215,7 @@ TEST(OffloadSim, RunsTheOutputHeadAndAgreesWithThePlanner) {
   const std::string root = MOEPLAN_SOURCE_DIR;
   const ModelSpec m = io::load_model(root + "/models/memfine-model-2.json");
   const ClusterSpec c = io::load_cluster(root + "/topologies/h100-sxm-8.json");
-  const TimeContext ctx = make_time_context(m, c, efficiencies(), RoutingSkew{}, 4096);
+  const TimeContext ctx = make_time_context(m, c, paper_era_efficiencies(), RoutingSkew{}, 4096);
   SearchRequest req;
   req.num_gpus = 8;
   req.global_batch = 256;
@@ -280,7 +282,7 @@ TEST(OffloadPlanner, TheOutputHeadsWaveShowsInThePlanToo) {
   const std::string root = MOEPLAN_SOURCE_DIR;
   const ModelSpec m = io::load_model(root + "/models/hf/glm-4.5-air.config.json");
   const ClusterSpec c = io::load_cluster(root + "/topologies/h100-sxm-8.json");
-  const TimeContext ctx = make_time_context(m, c, efficiencies(), RoutingSkew{}, 4096);
+  const TimeContext ctx = make_time_context(m, c, paper_era_efficiencies(), RoutingSkew{}, 4096);
   const OffloadEstimate e = estimate_offload(ctx, c, 8, 32, 1, 256, Precision::kBf16, 1.0);
   PlanChoice choice;
   choice.parallel = resolve(parse_parallel("tp=1,pp=32,ep=1,etp=1,cp=1,vpp=1,mbs=1,dp=1,gbs=256"));
@@ -299,7 +301,7 @@ TEST(OffloadPlanner, BackwardReplaysTheForwardAndTheBreakdownAddsUp) {
   const std::string root = MOEPLAN_SOURCE_DIR;
   const ModelSpec m = io::load_model(root + "/models/aptmoe-moe-s-16.json");
   const ClusterSpec c = io::load_cluster(root + "/topologies/aptmoe-4x-a800-40gb-c1g2.json");
-  const TimeContext ctx = make_time_context(m, c, efficiencies(), RoutingSkew{}, 512);
+  const TimeContext ctx = make_time_context(m, c, paper_era_efficiencies(), RoutingSkew{}, 512);
   const aptmoe::Rates rates = offload_rates(ctx, c, 4, Precision::kFp32);
   const double tokens = offload_pass_tokens(128, 32, 512);
   for (OffloadSystem system : {OffloadSystem::kMobius, OffloadSystem::kAptMoe}) {

@@ -61,7 +61,7 @@ std::vector<Row> aptmoe_end_to_end(const std::string& root) {
     RoutingSkew skew;
     skew.kind = RoutingSkew::Kind::kPopularity;
     skew.proportions = {aptmoe::proportions_for_g(m.num_routed_experts, g)};
-    const TimeContext ctx = make_time_context(m, c, paper_efficiencies(), skew, kSeqLen);
+    const TimeContext ctx = make_time_context(m, c, paper_era_efficiencies(), skew, kSeqLen);
     SearchRequest req;
     req.num_gpus = gpus;
     req.global_batch = 128;
@@ -136,7 +136,7 @@ std::vector<Row> aptmoe_end_to_end(const std::string& root) {
     RoutingSkew skew;
     skew.kind = RoutingSkew::Kind::kPopularity;
     skew.proportions = {aptmoe::proportions_for_g(m.num_routed_experts, 0.3)};
-    const TimeContext ctx = make_time_context(m, c, paper_efficiencies(), skew, kSeqLen);
+    const TimeContext ctx = make_time_context(m, c, paper_era_efficiencies(), skew, kSeqLen);
     auto throughput = [&](double accuracy, double historical) {
       sim::OffloadRun r;
       r.gpus = 4;

@@ -100,7 +100,7 @@ void rows_for_sync(std::vector<Row>& rows, const ClusterSpec& cluster) {
     m.moe_layer.assign(static_cast<size_t>(layers), true);
     validate(m);
     const TimeContext ctx =
-        make_time_context(m, cluster, paper_efficiencies(), RoutingSkew{}, 8192);
+        make_time_context(m, cluster, paper_era_efficiencies(), RoutingSkew{}, 8192);
     for (int64_t dp : {4, 8}) {
       auto sync = [&](AttentionMode attention) {
         PlanChoice c;
@@ -134,7 +134,7 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
   std::vector<Row> rows;
   const ModelSpec m = io::load_model(root + "/models/megascale-internal-352b.json");
   const ClusterSpec c = io::load_cluster(root + "/topologies/megascale-h800-1440.json");
-  const TimeContext ctx = make_time_context(m, c, paper_efficiencies(), RoutingSkew{}, 8192);
+  const TimeContext ctx = make_time_context(m, c, paper_era_efficiencies(), RoutingSkew{}, 8192);
   auto megascale = [&](int64_t gpus, int64_t gbs) {
     return planned_tokens_per_second(ctx, gpus, gbs, kMegaScaleLayout, kMegaScaleMoe);
   };
@@ -269,7 +269,7 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
     for (const char* file : {"megascale-h800-240", "megascale-a100-4x8", "megascale-h20-4x8"}) {
       const ClusterSpec gpu = io::load_cluster(root + "/topologies/" + file + ".json");
       const TimeContext at =
-          make_time_context(mixtral, gpu, paper_efficiencies(), RoutingSkew{}, 8192);
+          make_time_context(mixtral, gpu, paper_era_efficiencies(), RoutingSkew{}, 8192);
       const auto ms =
           planned_score(at, 32, 128, "tp=8,pp=1,ep=8,etp=1,dp=4,cp=1,vpp=1", kMegaScaleMoe);
       const auto lm =
@@ -298,7 +298,7 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
         "hunyuan-large.json", "phi-3.5-moe.json", "deepseekmoe-16b.json"}) {
     const ModelSpec model = io::load_model(root + "/models/" + file);
     const TimeContext one =
-        make_time_context(model, node, paper_efficiencies(), RoutingSkew{}, 4096);
+        make_time_context(model, node, paper_era_efficiencies(), RoutingSkew{}, 4096);
     auto choice_for = [](const char* layout, AttentionMode attention) {
       PlanChoice choice;
       choice.parallel = resolve(parse_parallel(layout));

@@ -35,8 +35,9 @@ std::vector<Row> memfine_end_to_end(const std::string& root) {
   const ClusterSpec c = io::load_cluster(root + "/topologies/memfine-128x64gb.json");
   for (int model = 0; model < 2; ++model) {
     const ModelSpec m = io::load_model(root + "/models/" + cases[model].file);
-    const TimeContext ctx = make_time_context(m, c, paper_efficiencies(fcda.curves, fcda.constants),
-                                              parse_skew("capacity=18.21", m), 4096);
+    const TimeContext ctx =
+        make_time_context(m, c, paper_era_efficiencies(fcda.curves, fcda.constants),
+                          parse_skew("capacity=18.21", m), 4096);
     PlanChoice choice;
     choice.parallel = resolve(parse_parallel("tp=1,pp=4,ep=32,dp=32,mbs=1,gbs=128"));
     check(choice.parallel, m);

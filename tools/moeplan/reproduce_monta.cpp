@@ -22,7 +22,8 @@ std::vector<Row> monta_end_to_end(const std::string& root) {
       io::load_calibration(root + "/calibrate/data/monta-table8-curves.json").curves;
   std::vector<Row> rows;
   for (int64_t seq : {8192, 65536, 262144}) {
-    const TimeContext ctx = make_time_context(m, c, paper_efficiencies(curves), RoutingSkew{}, seq);
+    const TimeContext ctx =
+        make_time_context(m, c, paper_era_efficiencies(curves), RoutingSkew{}, seq);
     SearchRequest req;
     req.num_gpus = 16;
     req.global_batch = 2;
@@ -45,7 +46,7 @@ std::vector<Row> monta_end_to_end(const std::string& root) {
     const ModelSpec mixtral = io::load_model(root + "/models/mixtral-8x7b.json");
     const ClusterSpec h800 = io::load_cluster(root + "/topologies/megascale-h800-240.json");
     const TimeContext ctx =
-        make_time_context(mixtral, h800, paper_efficiencies(), RoutingSkew{}, 4096);
+        make_time_context(mixtral, h800, paper_era_efficiencies(), RoutingSkew{}, 4096);
     PlanChoice choice;
     choice.parallel = resolve(parse_parallel("tp=2,pp=1,ep=8,etp=2,dp=64,mbs=1,gbs=128"));
     choice.seq_len = 4096;

@@ -22,11 +22,7 @@ struct Row {
 // Fig. 15 / Sec. 6.2 (intra-operator overlap).
 std::vector<Row> megascale_end_to_end(const std::string& root);
 
-// The papers' systems are priced without host time (planner/efficiencies.h: without_host_time).
-inline Efficiencies paper_efficiencies(const std::map<std::string, EfficiencyCurve>& curves = {},
-                                       const std::map<std::string, double>& constants = {}) {
-  return without_host_time(efficiencies(curves, constants));
-}
+// The papers' systems are priced as their era ran (planner/efficiencies.h: paper_era_efficiencies).
 // MoNTA Fig. 14 (the AllToAll strategy the planner picks from 8K to 256K tokens) and Fig. 11
 // (the EP all-to-all's wait under communication priorities).
 std::vector<Row> monta_end_to_end(const std::string& root);
