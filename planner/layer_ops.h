@@ -73,5 +73,10 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
 
 // The output head (vocab-parallel over TP) of the last stage, forward, one micro-batch.
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c);
+// What one multi-token-prediction module (DeepSeek-V3; Megatron's --mtp-num-layers) adds on the
+// last stage beside its transformer layer, which is priced as the model's last layer: the
+// projection of the two normed streams [2h -> h] and its own pass through the shared output
+// head, forward, one micro-batch.
+Seconds mtp_extra_time(const TimeContext& ctx, const PlanChoice& c);
 
 }  // namespace moe

@@ -185,9 +185,7 @@ LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
   const double tp = static_cast<double>(*p.tp);
   const double expert_shards = static_cast<double>(*p.ep * *p.etp);
   LayerWeights out;
-  const int64_t first = first_layer_of_stage(m, p, stage);
-  for (int64_t i = first; i < first + layers_in_stage(m, p, stage); ++i) {
-    const LayerParams& l = all.layers[i];
+  auto add = [&](const LayerParams& l, double times) {
     // Norms and the router are replicated across TP; projections and FFNs are split. Ulysses SP
     // keeps attention, shared experts and dense FFNs whole on every SP rank (layer_ops runs
     // them unsplit on the rank's tokens); the SP group is data-parallel for them, so the
@@ -195,9 +193,19 @@ LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
     // more parameter memory, not the t-fold a replica per rank would) and their gradients
     // sync hierarchically (App. A.1, time_model's dp_sync_times).
     const double split_weights = l.attention + l.shared_experts + l.dense_ffn;
-    out.dense += l.norms + l.router + (sp_attention ? 0.0 : split_weights / tp);
-    out.replicated += sp_attention ? split_weights : 0.0;
-    out.expert += l.routed_experts / expert_shards;
+    out.dense += (l.norms + l.router + (sp_attention ? 0.0 : split_weights / tp)) * times;
+    out.replicated += (sp_attention ? split_weights : 0.0) * times;
+    out.expert += l.routed_experts / expert_shards * times;
+  };
+  const int64_t first = first_layer_of_stage(m, p, stage);
+  for (int64_t i = first; i < first + layers_in_stage(m, p, stage); ++i) add(all.layers[i], 1.0);
+  // The MTP modules on the last stage: each a layer like the model's last, the projection of
+  // the two normed streams [2h -> h] (TP-split) and three norms.
+  if (stage == *p.pp - 1 && m.mtp_layers > 0) {
+    const double modules = static_cast<double>(m.mtp_layers);
+    const double h = static_cast<double>(m.hidden_size);
+    add(all.layers.back(), modules);
+    out.dense += (2.0 * h * h / tp + 3.0 * h) * modules;
   }
   return out;
 }
@@ -212,6 +220,8 @@ LayerWeights stage_params(const ModelSpec& m, const ModelParams& all, const Para
   if (stage == 0) out.dense += all.embedding / tp;
   if (stage == *p.pp - 1) {
     out.dense += last_stage_head_params(all, *p.pp == 1) / tp + all.final_norm;
+    // MTP embeds the shifted tokens: an untied model's last stage holds the embedding too.
+    if (m.mtp_layers > 0 && *p.pp > 1 && all.output_head > 0) out.dense += all.embedding / tp;
   }
   return out;
 }
@@ -273,8 +283,11 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     s.stage = stage;
     s.first_layer = first_layer_of_stage(m, p, stage);
     s.num_layers = layers_in_stage(m, p, stage);
+    // The MTP modules (the last stage's) hold activations as the model's last layer does.
+    const int64_t mtp = stage == *p.pp - 1 ? m.mtp_layers : 0;
     for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
       s.num_moe_layers += m.moe_layer[i];
+    if (m.num_layers > 0) s.num_moe_layers += mtp * m.moe_layer.back();
     const LayerWeights params = stage_params(m, all, p, stage, r.attention_replicated);
     s.params_per_gpu = params.dense + params.replicated + params.expert;
     s.expert_params_per_gpu = params.expert;
@@ -300,13 +313,16 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     // chunk-micro-batches of l/v layers each.
     auto activation_at = [&](int64_t chunks) {
       Bytes largest, sum;
-      for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i) {
+      auto add = [&](size_t i, double times) {
         const Bytes a =
             layer_activation(report.moe_shape, m.moe_layer[i], m, report.received_tokens, chunks,
                              r.recompute, remat_ratio(m, p, m.moe_layer[i]), r.recompute_modules);
         largest = std::max(largest, a);
-        sum += a;
-      }
+        sum += a * times;
+      };
+      for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
+        add(static_cast<size_t>(i), 1.0);
+      if (mtp > 0) add(m.moe_layer.size() - 1, static_cast<double>(mtp));
       if (full) return largest;
       return sum * (s.m_g / static_cast<double>(*p.vpp));
     };

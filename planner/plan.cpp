@@ -204,6 +204,8 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back("--cuda-graph-impl local");
     a.push_back("--cuda-graph-scope full_iteration");
   }
+  // The model's multi-token-prediction modules train, on the last stage, as they are priced.
+  if (m.mtp_layers > 0) a.push_back(fmt::format("--mtp-num-layers {}", m.mtp_layers));
   const AttentionSpec& att = m.attention;
   if (att.kind == AttentionKind::kLatent) {
     a.push_back("--multi-latent-attention");

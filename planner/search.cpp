@@ -75,9 +75,10 @@ struct Layout {
 using EndStages = std::pair<std::optional<int64_t>, std::optional<int64_t>>;
 
 // Layer splits to try for a pipeline: the even one, and lighter first/last stages (by up to two
-// layers each) that make room for the embedding and head while the middle stages still split
-// evenly. What the user fixed is kept.
-std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp,
+// layers each, and the last by two more for each MTP module it also runs: a layer and a head
+// pass) that make room for the embedding and head while the middle stages still split evenly.
+// What the user fixed is kept.
+std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp, int64_t mtp,
                                         const ParallelConfig& f) {
   if (f.pp_first || f.pp_last) return {{f.pp_first, f.pp_last}};
   std::vector<EndStages> out = {{std::nullopt, std::nullopt}};
@@ -87,7 +88,7 @@ std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp,
     // Two stages have no middle to size them by: up to two layers moved either way, to the
     // first stage (its activations for every micro-batch in flight) or the last (the output
     // head's GEMM, the heavier end when the vocabulary is large).
-    for (int64_t first = layers / 2 - 2; first <= (layers + 1) / 2 + 2; ++first) {
+    for (int64_t first = layers / 2 - 2; first <= (layers + 1) / 2 + 2 + 2 * mtp; ++first) {
       const int64_t last = layers - first;
       if (first >= 1 && last >= 1 && first != last) out.push_back({first, last});
     }
@@ -98,7 +99,8 @@ std::vector<EndStages> end_stage_splits(int64_t layers, int64_t pp, int64_t vpp,
     if (ends < 2) break;
     for (int64_t first = std::max<int64_t>(1, k - 2); first <= k; ++first) {
       const int64_t last = ends - first;
-      if (last < std::max<int64_t>(1, k - 2) || last > k || (first == k && last == k)) continue;
+      if (last < std::max<int64_t>(1, k - 2 - 2 * mtp) || last > k || (first == k && last == k))
+        continue;
       out.push_back({first, last});
     }
   }
@@ -207,7 +209,8 @@ std::vector<Layout> valid_layouts(const TimeContext& ctx, const SearchRequest& r
             if ((tp * cp * dp) % (etp * ep) != 0) continue;
             for (int64_t vpp : options(f.vpp, vpps)) {
               if (vpp > 1 && (pp == 1 || req.gpipe)) continue;
-              for (const auto& [first, last] : end_stage_splits(m.num_layers, pp, vpp, f)) {
+              for (const auto& [first, last] :
+                   end_stage_splits(m.num_layers, pp, vpp, m.mtp_layers, f)) {
                 for (int64_t mbs : options(f.mbs, mbss)) {
                   ParallelConfig p;
                   p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.etp = etp, p.vpp = vpp,

@@ -375,6 +375,20 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.host_backward += from.host_backward * times;
 }
 
+// mtp_stage_times with the layer kinds already priced.
+StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds) {
+  const ModelSpec& m = *ctx.model;
+  StageTimes st;
+  if (m.mtp_layers <= 0) return st;
+  const double modules = static_cast<double>(m.mtp_layers);
+  add(st, kinds.of(m, static_cast<size_t>(m.num_layers - 1)), modules);
+  const Seconds t = mtp_extra_time(ctx, c) * modules;
+  st.forward += t;
+  st.backward += t * 2.0;
+  st.compute += t * 3.0;
+  return st;
+}
+
 StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                       int64_t stage) {
   const ModelSpec& m = *ctx.model;
@@ -390,11 +404,12 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
     if (layers[k] > 0) add(st, kinds.times[k], static_cast<double>(layers[k]));
   }
   if (stage == *p.pp - 1) {
-    // Output head (vocab-parallel over TP) and its loss.
+    // Output head (vocab-parallel over TP) and its loss, then the MTP modules.
     const Seconds t = output_head_time(ctx, c);
     st.forward += t;
     st.backward += t * 2.0;
     st.compute += t * 3.0;
+    add(st, mtp_times(ctx, c, kinds), 1.0);
   }
   return st;
 }
@@ -416,8 +431,9 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   }
   if (s == *p.pp - 1 && k == v - 1) {
     const Seconds head = output_head_time(ctx, c);
-    forward += head;
-    backward += head * 2.0;
+    const StageTimes mtp = mtp_times(ctx, c, kinds);
+    forward += head + mtp.forward;
+    backward += head * 2.0 + mtp.backward;
   }
   return {forward, backward};
 }
@@ -462,6 +478,10 @@ Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
 
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
   return stage_from(ctx, c, layer_kinds(ctx, c), stage);
+}
+
+StageTimes mtp_stage_times(const TimeContext& ctx, const PlanChoice& c) {
+  return ctx.model->mtp_layers > 0 ? mtp_times(ctx, c, layer_kinds(ctx, c)) : StageTimes{};
 }
 
 Bytes boundary_bytes(const TimeContext& ctx, const PlanChoice& c) {

@@ -80,6 +80,10 @@ struct StageTimes {
   Seconds host() const { return host_forward + host_backward; }
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
+// The model's multi-token-prediction modules, one micro-batch, on the last stage after the
+// output head (Megatron's place for them): each a transformer layer priced as the model's last,
+// the projection of its two normed streams and its own head pass. Zero for a model without.
+StageTimes mtp_stage_times(const TimeContext& ctx, const PlanChoice& c);
 
 // Data-parallel synchronisation of one stage's weights and its optimizer step, per iteration:
 // gradient reduce-scatter and parameter all-gather over DP (dense) and expert-DP (experts).

@@ -144,6 +144,20 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     append(g, std::move(t));
     std::fill(tail.begin(), tail.end(), static_cast<int64_t>(g.size() - 1));
   };
+  // The MTP modules after the head, one task a pass at the planner's price (their layers'
+  // communication and host time included), holding what the model's last layer keeps of a
+  // micro-batch (its checkpoint under full recompute) from the forward to the backward.
+  auto mtp_task = [&](bool forward) {
+    if (mtp_.forward.value() <= 0) return;
+    head_task(forward ? "MTP modules" : "MTP modules backward",
+              forward ? mtp_.forward : mtp_.backward);
+    const LayerState& L = layers_.back();
+    const Bytes held =
+        (full ? L.checkpoint : L.sequence_part + L.token_part) * static_cast<double>(m_.mtp_layers);
+    const int64_t last = m_.num_layers - 1;
+    g.back().tag = add_action(st, forward ? MemAction{last, id.micro, L.chunks, held, Bytes(0)}
+                                          : MemAction{last, id.micro, L.chunks, Bytes(0), held});
+  };
   // ZeRO-3: each layer's weights are gathered before its first operator, the next layer's
   // gather running while this one computes (FSDP's prefetch of one layer); a pass's compute
   // stalls on the DP stream when the gathers cannot keep up.
@@ -264,9 +278,15 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       const int64_t host = host_issue(l, true);
       chain(l, false, 1.0, L.token_op, a_first, a_token, 0, host);
     }
-    if (last_stage) head_task("output head + loss", output_head_time(ctx_, plan_));
+    if (last_stage) {
+      head_task("output head + loss", output_head_time(ctx_, plan_));
+      mtp_task(true);
+    }
   } else {
-    if (last_stage) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
+    if (last_stage) {
+      mtp_task(false);
+      head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
+    }
     rematerialize(end - 1);
     for (int64_t l = end - 1; l >= begin; --l) {
       const LayerState& L = layers_[static_cast<size_t>(l)];

@@ -208,6 +208,7 @@ class Training {
   Bytes capacity_;
   MemoryReport memory_;
   memfine::LayerShape shape_;
+  StageTimes mtp_;  // the MTP modules' passes on the last stage (planner's mtp_stage_times)
   int64_t microbatches_ = 1;
   TrainingReport report_;
 

@@ -479,6 +479,56 @@ TEST(TimeModel, Fp8MovesHalfTheBytesAndRunsLinearLayersAtTheFp8Peak) {
   EXPECT_NEAR((b - f).value() / b.value(), 1.0 / 18.0, 1e-9);  // 2 + 4 + 12 -> 1 + 4 + 12
 }
 
+TEST(TimeModel, MtpModulesRunOnTheLastStageAfterTheHead) {
+  // DeepSeek-V3's multi-token-prediction module (Megatron --mtp-num-layers 1): a layer priced as
+  // the model's last, the [2h -> h] projection and a second pass through the output head, on the
+  // last stage alone, with its weights (and the embedding it reads) and activations there.
+  const Inputs with("hf/deepseek-v3.config.json", "h100-1024.json");
+  ASSERT_EQ(with.model.mtp_layers, 1);
+  ModelSpec plain = with.model;
+  plain.mtp_layers = 0;
+  const TimeContext without = make_time_context(plain, with.cluster, efficiencies(), {}, 4096);
+  PlanChoice c;
+  c.parallel =
+      resolve(parse_parallel("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192,pp_first=8,pp_last=5"));
+  const StageTimes mtp = mtp_stage_times(with.ctx, c);
+  EXPECT_EQ(mtp_stage_times(without, c).forward.value(), 0.0);
+  const StageTimes a = stage_times(with.ctx, c, 7), b = stage_times(without, c, 7);
+  EXPECT_NEAR((a.forward - b.forward).value(), mtp.forward.value(), 1e-12);
+  EXPECT_NEAR((a.backward - b.backward).value(), mtp.backward.value(), 1e-12);
+  // One of the last stage's five MoE layers, plus the projection and the head pass.
+  const Seconds layer = b.forward - output_head_time(without, c);
+  EXPECT_NEAR((mtp.forward - mtp_extra_time(with.ctx, c)).value(), (layer / 5.0).value(), 1e-9);
+  EXPECT_GT(mtp_extra_time(with.ctx, c), output_head_time(with.ctx, c));
+  EXPECT_EQ(stage_times(with.ctx, c, 3).forward, stage_times(without, c, 3).forward);
+
+  const Bytes cap = with.cluster.node.gpu.hbm_capacity;
+  auto memory = [&](const TimeContext& ctx) {
+    return estimate_memory(*ctx.model, ctx.params, c.parallel,
+                           memory_request(ctx, c, cap, 1.0, std::nullopt));
+  };
+  const MemoryReport mw = memory(with.ctx), mo = memory(without);
+  EXPECT_GT(mw.stages[7].static_bytes, mo.stages[7].static_bytes);
+  EXPECT_GT(mw.stages[7].activation_bytes, mo.stages[7].activation_bytes);
+  EXPECT_EQ(mw.stages[7].num_moe_layers, 6);
+  EXPECT_EQ(mw.stages[3].total_bytes, mo.stages[3].total_bytes);
+
+  auto args = [&](const ModelSpec& m) {
+    const std::vector<std::string> a = megatron_arguments(Plan{c, {}}, m);
+    return std::find(a.begin(), a.end(), "--mtp-num-layers 1") != a.end();
+  };
+  EXPECT_TRUE(args(with.model));
+  EXPECT_FALSE(args(plain));
+
+  // The search offers a last stage lighter by the module's two layers' worth, and takes it.
+  SearchRequest req = request(1024, 8192, "tp=2,pp=8,ep=64,cp=1,mbs=1");
+  req.precision = Precision::kFp8;
+  req.threads = 1;
+  const SearchResult r = search_plans(with.ctx, req);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_EQ(r.ranked.front().choice.parallel.pp_last.value_or(0), 5);
+}
+
 TEST(TimeModel, EachFp8RecipeRunsItsLinearGemmsOnItsOwnCurve) {
   // Measured on the lent H100 and H200 (cuBLASLt, calibrate/data): FP8 with one scale per
   // tensor ran an 8192^3 GEMM 1.84x as fast as BF16, with 128-blocks 1.69x, not the peaks' 2x.

@@ -870,6 +870,31 @@ TEST(TrainingSim, TheHostIssuesEachLayerAsThePlannerPricesIt) {
 
 namespace moe::sim {
 
+TEST(TrainingSim, RunsTheMtpModulesWhereThePlannerPricesThem) {
+  // GLM-4.5's multi-token-prediction module on the last of four stages, after the head: the
+  // simulated iteration grows by what the planner's does, and the last stage holds the module's
+  // activations (its static weights come from the planner's memory model).
+  const ModelSpec m =
+      io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/glm-4.5.config.json");
+  ASSERT_EQ(m.mtp_layers, 1);
+  ModelSpec plain = m;
+  plain.mtp_layers = 0;
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const PlanChoice c = choice(m, "tp=4,pp=4,ep=8,etp=1,dp=2,cp=1,vpp=1,mbs=1,gbs=16");
+  const TimeContext with = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  const TimeContext without = make_time_context(plain, cl, efficiencies(), RoutingSkew{}, 4096);
+  const TrainingReport a = simulate_training(with, cl, c, {}),
+                       b = simulate_training(without, cl, c, {});
+  const Seconds planned = estimate_time(with, c).iteration - estimate_time(without, c).iteration;
+  const Seconds simulated = a.mean_iteration - b.mean_iteration;
+  EXPECT_GT(planned.value(), 0.0);
+  EXPECT_NEAR(simulated / planned, 1.0, 0.1)
+      << simulated.value() << " s against " << planned.value();
+  EXPECT_GT(a.stages.back().peak_bytes - a.stages.back().static_bytes,
+            b.stages.back().peak_bytes - b.stages.back().static_bytes);
+  EXPECT_EQ(a.stages[1].peak_bytes, b.stages[1].peak_bytes);
+}
+
 TEST(TrainingSim, EveryStagesLastBackwardStretchesTheDrain) {
   // GLM-4.5 on 240 H800, pp = 24, EP 5 over two nodes at stride 2: each stage starts its DP
   // reduce-scatter with its last backward, which shares the NICs with the EP traffic and runs
