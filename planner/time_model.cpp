@@ -754,70 +754,99 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   }
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
-  Seconds pass_forward = slowest.forward, pass_backward = slowest.backward;
-  if (c.zero_stage >= 3) {
-    // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
-    // links its own traffic takes (one after another on the DP stream): each pass shares them
-    // as the windows above do, and waits for its gathers.
-    const auto [f, gathered] = window(slowest_stage, ag, sync.all_gather_in_node, false, 1.0);
-    const auto [b, synced] = window(
-        slowest_stage, ag + rs, sync.all_gather_in_node + sync.reduce_scatter_in_node, true, 1.0);
-    // A pass starts with its first layer's gather (later ones run while the layers before
-    // them compute), so each model chunk's pass waits for one layer's weights with nothing to
-    // hide behind. (Without it, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
-    // simulator 15.9 % over the planner, which ranked that ZeRO-3 layout first.)
-    const int64_t layers = layers_in_stage(*ctx.model, p, slowest_stage);
-    const Seconds first =
-        layers > 0 ? ag / static_cast<double>(layers) * static_cast<double>(*p.vpp) : Seconds(0);
-    // The host issues the layers while the GPU waits for that first gather: only the GPU's
-    // chain (the pass less what it waited for the host) starts late.
-    pass_forward = std::max(f, std::max(f - slowest.host_forward, gathered) + first);
-    pass_backward = std::max(b, std::max(b - slowest.host_backward, synced) + first);
-  }
-  // Each link is shared by everything that crosses it, however well each transfer hides behind
-  // compute alone: a pass takes at least its links' work (a roofline per link and direction of
-  // the pass; the simulator shares them flow by flow). The forward cannot borrow the idle link
-  // time of a backward that is twice as long: Qwen3-30B-A3B with TP = 4 and EP = 8 in the node
-  // sends 2.2 ms a layer over NVLink in a forward of 1.3 ms of compute. The NIC carries groups
-  // that leave the node, the node's fabric the rest.
-  const LinkLoads traffic = link_loads(ctx, p, slowest.tp, slowest.ep, slowest.cp);
-  const LinkLoads own_forward{traffic.nic / passes, traffic.fabric / passes};
-  const LinkLoads own_backward{traffic.nic - own_forward.nic, traffic.fabric - own_forward.fabric};
-  LinkLoads forward_links = own_forward, backward_links = own_backward;
-  auto on_link = [&](bool crosses, Seconds forward, Seconds backward) {
-    (crosses ? forward_links.nic : forward_links.fabric) += forward;
-    (crosses ? backward_links.nic : backward_links.fabric) += backward;
+  // ZeRO-2 and -3 sync every micro-batch on the links the pass's own traffic takes: the stage
+  // that paces the pipeline is the slowest with its syncs, which need not be the slowest
+  // without (a last stage lighter in weights but heavier in compute, DeepSeek-V3's with its MTP
+  // module, hid less of the middle stages' syncs than it seemed to). The candidates: the
+  // slowest stage and the one with the most to sync; each one's pass, and its links' load per
+  // micro-batch.
+  struct Paced {
+    Seconds pass, nic, fabric;
   };
-  // ZeRO-2 reduce-scatters a micro-batch's gradients as its backward produces them
-  // (DeepSpeed's overlap_comm; the simulator starts it with the backward): the backward's link
-  // carries it for as long as the backward lasts, and the rest spills into the next forward.
-  // (Spread over both passes by their length, MemFine Model II on the A800 cluster, EP = 32
-  // and DP = 4 on the NICs, came out 12.6 % under the simulator: its forward has the NIC to
-  // itself.) ZeRO-3 gathers before each pass and reduce-scatters within its backward.
-  if (c.zero_stage == 2) {
-    const Seconds backward_link = sync.crosses_nodes ? backward_links.nic : backward_links.fabric;
-    const Seconds within = std::min(rs, std::max(pass_backward, backward_link));
-    on_link(sync.crosses_nodes, rs - within, within);
-  } else if (c.zero_stage >= 3) {
-    on_link(sync.crosses_nodes, ag, ag + rs);
-  }
-  const Seconds nic = forward_links.nic + backward_links.nic;
-  const Seconds fabric = forward_links.fabric + backward_links.fabric;
-  // Syncs that load a pass's link beyond its own traffic stretch it from its bottleneck, and
-  // the pass keeps what it took beyond that (a pipelined layer's fill, or the compute a serial
-  // chain waits for): ZeRO-3 gathers on a link-bound pass add their whole time.
-  // (The fill is the ungated pass's: ZeRO-3's wait for its gathers is what the link adds.)
-  auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const LinkLoads& own,
-                    const LinkLoads& loaded) {
-    const Seconds fill = std::max(Seconds(0), ungated - std::max({compute, own.nic, own.fabric}));
-    return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
+  auto paced = [&](int64_t s) {
+    const StageTimes& own = stages[static_cast<size_t>(s)];
+    const DpSync& sy = syncs[static_cast<size_t>(s)];
+    Seconds pass_forward = own.forward, pass_backward = own.backward;
+    if (c.zero_stage >= 3) {
+      // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
+      // links its own traffic takes (one after another on the DP stream): each pass shares them
+      // as the windows above do, and waits for its gathers.
+      const auto [f, gathered] = window(s, sy.all_gather, sy.all_gather_in_node, false, 1.0);
+      const auto [b, synced] = window(s, sy.all_gather + sy.reduce_scatter,
+                                      sy.all_gather_in_node + sy.reduce_scatter_in_node, true, 1.0);
+      // A pass starts with its first layer's gather (later ones run while the layers before
+      // them compute), so each model chunk's pass waits for one layer's weights with nothing to
+      // hide behind. (Without it, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
+      // simulator 15.9 % over the planner, which ranked that ZeRO-3 layout first.)
+      const int64_t layers = layers_in_stage(*ctx.model, p, s);
+      const Seconds first =
+          layers > 0 ? sy.all_gather / static_cast<double>(layers) * static_cast<double>(*p.vpp)
+                     : Seconds(0);
+      // The host issues the layers while the GPU waits for that first gather: only the GPU's
+      // chain (the pass less what it waited for the host) starts late.
+      pass_forward = std::max(f, std::max(f - own.host_forward, gathered) + first);
+      pass_backward = std::max(b, std::max(b - own.host_backward, synced) + first);
+    }
+    // Each link is shared by everything that crosses it, however well each transfer hides behind
+    // compute alone: a pass takes at least its links' work (a roofline per link and direction of
+    // the pass; the simulator shares them flow by flow). The forward cannot borrow the idle link
+    // time of a backward that is twice as long: Qwen3-30B-A3B with TP = 4 and EP = 8 in the node
+    // sends 2.2 ms a layer over NVLink in a forward of 1.3 ms of compute. The NIC carries groups
+    // that leave the node, the node's fabric the rest.
+    const LinkLoads traffic = link_loads(ctx, p, own.tp, own.ep, own.cp);
+    const LinkLoads own_forward{traffic.nic / passes, traffic.fabric / passes};
+    const LinkLoads own_backward{traffic.nic - own_forward.nic,
+                                 traffic.fabric - own_forward.fabric};
+    LinkLoads forward_links = own_forward, backward_links = own_backward;
+    auto on_link = [&](bool crosses, Seconds forward, Seconds backward) {
+      (crosses ? forward_links.nic : forward_links.fabric) += forward;
+      (crosses ? backward_links.nic : backward_links.fabric) += backward;
+    };
+    // ZeRO-2 reduce-scatters a micro-batch's gradients as its backward produces them
+    // (DeepSpeed's overlap_comm; the simulator starts it with the backward): the backward's link
+    // carries it for as long as the backward lasts, and the rest spills into the next forward.
+    // (Spread over both passes by their length, MemFine Model II on the A800 cluster, EP = 32
+    // and DP = 4 on the NICs, came out 12.6 % under the simulator: its forward has the NIC to
+    // itself.) ZeRO-3 gathers before each pass and reduce-scatters within its backward.
+    if (c.zero_stage == 2) {
+      const Seconds backward_link = sy.crosses_nodes ? backward_links.nic : backward_links.fabric;
+      const Seconds within = std::min(sy.reduce_scatter, std::max(pass_backward, backward_link));
+      on_link(sy.crosses_nodes, sy.reduce_scatter - within, within);
+    } else if (c.zero_stage >= 3) {
+      on_link(sy.crosses_nodes, sy.all_gather, sy.all_gather + sy.reduce_scatter);
+    }
+    const Seconds nic = forward_links.nic + backward_links.nic;
+    const Seconds fabric = forward_links.fabric + backward_links.fabric;
+    // Syncs that load a pass's link beyond its own traffic stretch it from its bottleneck, and
+    // the pass keeps what it took beyond that (a pipelined layer's fill, or the compute a serial
+    // chain waits for): ZeRO-3 gathers on a link-bound pass add their whole time.
+    // (The fill is the ungated pass's: ZeRO-3's wait for its gathers is what the link adds.)
+    auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const LinkLoads& own,
+                      const LinkLoads& loaded) {
+      const Seconds fill = std::max(Seconds(0), ungated - std::max({compute, own.nic, own.fabric}));
+      return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
+    };
+    // (The fill is the GPU's: the host issues the pass while its links are busy.)
+    const Seconds pass = held_to(pass_forward, own.forward - own.host_forward, own.compute / 3.0,
+                                 own_forward, forward_links) +
+                         held_to(pass_backward, own.backward - own.host_backward,
+                                 own.compute * (2.0 / 3.0), own_backward, backward_links);
+    return Paced{pass, nic, fabric};
   };
-  // (The fill is the GPU's: the host issues the pass while its links are busy.)
-  const Seconds pass = held_to(pass_forward, slowest.forward - slowest.host_forward,
-                               slowest.compute / 3.0, own_forward, forward_links) +
-                       held_to(pass_backward, slowest.backward - slowest.host_backward,
-                               slowest.compute * (2.0 / 3.0), own_backward, backward_links);
-  out.dp_comm += (pass - per_mb) * mb;
+  Paced worst = paced(slowest_stage);
+  if (c.zero_stage >= 2) {
+    int64_t heaviest = slowest_stage;
+    for (int64_t s = 0; s < pp; ++s) {
+      const DpSync& a = syncs[static_cast<size_t>(s)];
+      const DpSync& b = syncs[static_cast<size_t>(heaviest)];
+      if (a.reduce_scatter + a.all_gather > b.reduce_scatter + b.all_gather) heaviest = s;
+    }
+    if (heaviest != slowest_stage) {
+      const Paced other = paced(heaviest);
+      if (other.pass > worst.pass) worst = other;
+    }
+  }
+  out.dp_comm += (worst.pass - per_mb) * mb;
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration.
   // (less the in-node stage of a hierarchical sync when DP crosses nodes: that rides NVLink).
@@ -826,7 +855,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     once -= (c.zero_stage <= 1 ? sync.reduce_scatter_in_node : Seconds(0)) +
             (c.zero_stage <= 2 ? sync.all_gather_in_node : Seconds(0));
   }
-  const Seconds on_dp_link = (sync.crosses_nodes ? nic : fabric) * mb + once;
+  const Seconds on_dp_link = (sync.crosses_nodes ? worst.nic : worst.fabric) * mb + once;
   out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + out.dp_comm));
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
