@@ -54,9 +54,7 @@ class DeviceBuffer {
 // Page-locked host memory (what DMA engines copy at full PCIe speed).
 class PinnedBuffer {
  public:
-  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
-    MOE_CUDA(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault));
-  }
+  explicit PinnedBuffer(size_t bytes) { MOE_CUDA(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault)); }
   ~PinnedBuffer() { cudaFreeHost(p_); }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
@@ -64,7 +62,6 @@ class PinnedBuffer {
 
  private:
   void* p_ = nullptr;
-  size_t bytes_ = 0;
 };
 
 class Stream {
