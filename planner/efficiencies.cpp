@@ -34,13 +34,14 @@ constexpr NamedDuration kDurations[] = {
 }  // namespace
 
 void set_constant(Efficiencies& e, const std::string& name, double value) {
-  if (name == "attention_core" || name == "memory_bound") {
+  if (name == "attention_core" || name == "attention_latent" || name == "memory_bound") {
     if (!(value > 0 && value <= 1))
-      throw ConfigError(fmt::format("{} is a fraction of peak in (0, 1], not {}", name, value));
+      throw ConfigError(fmt::format("{} is a fraction {}in (0, 1], not {}", name,
+                                    name == "attention_latent" ? "" : "of peak ", value));
     if (name == "attention_core")
       e.attention_core = EfficiencyCurve::constant(value);
     else
-      e.memory_bound = value;
+      (name == "memory_bound" ? e.memory_bound : e.attention_latent) = value;
     return;
   }
   for (const NamedDuration& d : kDurations) {
@@ -50,7 +51,7 @@ void set_constant(Efficiencies& e, const std::string& name, double value) {
     d.of(e) = Seconds(value * 1e-6);
     return;
   }
-  std::vector<std::string> known{"attention_core", "memory_bound"};
+  std::vector<std::string> known{"attention_core", "attention_latent", "memory_bound"};
   for (const NamedDuration& d : kDurations) known.emplace_back(d.name);
   throw ConfigError(fmt::format("unknown constant '{}' ({})", name, fmt::join(known, ", ")));
 }
@@ -94,7 +95,10 @@ Efficiencies without_host_time(Efficiencies e) {
 Efficiencies paper_era_efficiencies(const std::map<std::string, EfficiencyCurve>& curves,
                                     const std::map<std::string, double>& constants) {
   Efficiencies e = without_host_time(efficiencies(curves));
-  if (!curves.count("attention_core")) e.attention_core = EfficiencyCurve::constant(0.5);
+  if (!curves.count("attention_core")) {
+    e.attention_core = EfficiencyCurve::constant(0.5);
+    e.attention_latent = 1.0;
+  }
   for (const auto& [name, value] : constants) set_constant(e, name, value);
   return e;
 }
@@ -106,7 +110,8 @@ std::map<std::string, EfficiencyCurve> curves_of(const Efficiencies& e) {
 }
 
 std::map<std::string, double> constants_of(const Efficiencies& e) {
-  std::map<std::string, double> out{{"memory_bound", e.memory_bound}};
+  std::map<std::string, double> out{{"attention_latent", e.attention_latent},
+                                    {"memory_bound", e.memory_bound}};
   Efficiencies copy = e;
   for (const NamedDuration& d : kDurations) out.emplace(d.name, d.of(copy).value() * 1e6);
   return out;

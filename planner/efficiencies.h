@@ -26,6 +26,10 @@ struct Efficiencies {
   // forward FLOPs (causal blocks skipped; the backward counted as twice the forward): cuDNN's
   // kernel, as Transformer Engine runs it, measured on a lent H200 (planner/default_efficiency.h).
   EfficiencyCurve attention_core;
+  // What multi-latent attention (192-dim queries and keys, 128-dim values) keeps of that curve:
+  // DeepSeek-V3's heads measured 0.875-0.89 of it at 4K-16K tokens on the same H200 (its
+  // backward is the slower pass). Set 1 where the attention curve was calibrated on MLA itself.
+  double attention_latent = 0.88;
   // Element-wise kernels reach ~70-80 % of HBM bandwidth; MegaScale-MoE Sec. 6.1 names them the
   // reason MFU falls on faster GPUs.
   double memory_bound = 0.7;
@@ -74,7 +78,8 @@ struct Efficiencies {
 };
 
 // The scalars a calibration file may set ("constants": {name: value}): attention_core (one
-// share at every size, in place of the curve) and memory_bound (fractions in (0, 1]),
+// share at every size, in place of the curve), attention_latent and memory_bound (fractions in
+// (0, 1]),
 // pipeline_chunk_overhead_us, dispatch_round_overhead_us and the host costs host_attention_us,
 // host_router_us, host_dense_ffn_us, host_experts_alltoall_us, host_experts_flex_us,
 // host_experts_allgather_us (microseconds,
@@ -92,8 +97,8 @@ Efficiencies efficiencies(const std::map<std::string, EfficiencyCurve>& curves =
 Efficiencies without_host_time(Efficiencies e);
 
 // The seed papers' systems (2023-2024) as their reproductions price them: no host costs
-// (without_host_time), and fused attention at the constant half of the BF16 peak the
-// reproductions were built on (FlashAttention-2's forward on A100, Dao 2023), not the cuDNN
+// (without_host_time), and fused attention (multi-latent too) at the constant half of the BF16 peak
+// the reproductions were built on (FlashAttention-2's forward on A100, Dao 2023), not the cuDNN
 // curve measured in 2026: their kernels predate it (a 2026 FlashAttention-2 reaches 0.18-0.32
 // on an H200), and APTMoE's FP32 fine-tuning never ran a fused BF16 kernel. Then `constants`
 // (a calibration file's) are set as efficiencies() sets them.

@@ -433,11 +433,14 @@ TEST(Loaders, CalibrationConstants) {
   };
   const Calibration all = load(
       R"({"format": "moeplan-calibration/1", "curves": {}, "constants": {"attention_core": 0.6,
-          "memory_bound": 0.8, "pipeline_chunk_overhead_us": 90, "dispatch_round_overhead_us": 0}})");
+          "attention_latent": 1, "memory_bound": 0.8, "pipeline_chunk_overhead_us": 90,
+          "dispatch_round_overhead_us": 0}})");
   const Efficiencies set = efficiencies(all.curves, all.constants);
   EXPECT_DOUBLE_EQ(set.attention_core.at(1e9), 0.6);  // one share at every size
   EXPECT_DOUBLE_EQ(set.attention_core.at(1e13), 0.6);
   EXPECT_DOUBLE_EQ(set.memory_bound, 0.8);
+  EXPECT_DOUBLE_EQ(set.attention_latent, 1.0);
+  EXPECT_DOUBLE_EQ(efficiencies().attention_latent, 0.88);
   EXPECT_DOUBLE_EQ(set.pipeline_chunk_overhead.value(), 90e-6);
   EXPECT_DOUBLE_EQ(set.dispatch_round_overhead.value(), 0.0);
 
@@ -448,6 +451,10 @@ TEST(Loaders, CalibrationConstants) {
   EXPECT_NE(error_of([&] {
               load(R"({"format": "moeplan-calibration/1", "constants": {"memory_bound": 1.5}})");
             }).find("/constants/memory_bound: memory_bound is a fraction of peak in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load(R"({"format": "moeplan-calibration/1", "constants": {"attention_latent": 0}})");
+            }).find("/constants/attention_latent: attention_latent is a fraction in (0, 1]"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               load(R"({"format": "moeplan-calibration/1",
@@ -538,17 +545,22 @@ TEST(Loaders, MeasuredH200CurvesAreTheDefaults) {
 
   std::ifstream in(dir + "h200-attention.json");
   const nlohmann::json attention = nlohmann::json::parse(in);
-  int compared = 0;
+  // Multi-latent heads (192/128) at attention_latent of the curve, within 5 %.
+  int compared = 0, latent = 0;
   for (const nlohmann::json& c : attention["cases"]) {
-    if (c["backend"] != "cudnn" || !c["causal"].get<bool>() || c["d_qk"] != 128 ||
+    if (c["backend"] != "cudnn" || !c["causal"].get<bool>() ||
         c["forward_flops"].get<double>() < 1e10)
       continue;
     const double flops = c["forward_flops"].get<double>();
-    EXPECT_NEAR(defaults.attention_core.at(flops) / c["combined_eff"].get<double>(), 1.0, 0.2)
-        << c["heads"] << " heads, " << c["seq"] << " tokens";
-    ++compared;
+    const bool mla = c["d_qk"] != 128;
+    const double share =
+        defaults.attention_core.at(flops) * (mla ? defaults.attention_latent : 1.0);
+    EXPECT_NEAR(share / c["combined_eff"].get<double>(), 1.0, mla ? 0.05 : 0.2)
+        << c["heads"] << " heads of " << c["d_qk"] << ", " << c["seq"] << " tokens";
+    ++(mla ? latent : compared);
   }
   EXPECT_GE(compared, 9);
+  EXPECT_GE(latent, 4);
 }
 
 TEST(Loaders, Popularity) {

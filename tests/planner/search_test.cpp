@@ -562,6 +562,20 @@ TEST(TimeModel, EachFp8RecipeRunsItsLinearGemmsOnItsOwnCurve) {
   EXPECT_GT(block.at("attention projections"), delayed.at("attention projections") * 1.05);
   EXPECT_GT(block.at("routed experts"), delayed.at("routed experts") * 1.05);
   EXPECT_EQ(block.at("core attention"), delayed.at("core attention"));
+
+  // Multi-latent attention at attention_latent of the curve; other attention at the curve.
+  const Inputs v3("hf/deepseek-v3.config.json", "h100-1024.json");
+  PlanChoice d;
+  d.parallel = resolve(parse_parallel("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192"));
+  TimeContext whole = v3.ctx;
+  whole.eff.attention_latent = 1.0;
+  EXPECT_NEAR(core_attention_time(v3.ctx, d, false) / core_attention_time(whole, d, false),
+              1.0 / 0.88, 1e-9);
+  TimeContext mixtral = s.ctx;
+  mixtral.eff.attention_latent = 0.5;
+  PlanChoice q;
+  q.parallel = resolve(parse_parallel("tp=1,etp=1,ep=8,dp=8,pp=1,mbs=1,gbs=8"));
+  EXPECT_EQ(core_attention_time(mixtral, q, false), core_attention_time(s.ctx, q, false));
   EXPECT_EQ(block.at("dispatch"), delayed.at("dispatch"));
 }
 
