@@ -59,3 +59,17 @@ TEST(Cli, MemoryCountsAnUnfusedKernelsScores) {
   expect_one_line_error(run(base + " --attention-kernel naive"),
                         "--attention-kernel: 'naive' is not one of fused, unfused");
 }
+
+TEST(Cli, MemoryPutsTheMtpModuleOnTheLastStage) {
+  // DeepSeek-V3's multi-token-prediction module runs on the last stage: its row says so and
+  // counts the module's MoE layer (5 + 1).
+  const std::string base =
+      "memory --model models/hf/deepseek-v3.config.json --cluster topologies/h100-1024.json "
+      "--parallel tp=2,pp=8,ep=64,dp=64,mbs=1,pp_first=8,pp_last=5 --seq-len 4096";
+  const Result text = run(base);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("56-60 +1 MTP"), std::string::npos) << text.out;
+  const nlohmann::json j = run_json(base + " --json");
+  EXPECT_EQ(j["stages"][7]["moe_layers"].get<int>(), 6);
+  EXPECT_EQ(j["stages"][6]["moe_layers"].get<int>(), 8);
+}
