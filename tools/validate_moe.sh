@@ -12,7 +12,9 @@
 #     sequence 4,096, global batch 8,192, FP8 (--fp8-recipe blockwise, priced on the block-scaled
 #     GEMM curve measured on a lent H200), TP 2, PP 8, EP 64, DeepEP, EP
 #     overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
-#     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh);
+#     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh, which
+#     trains the MTP module, --mtp-num-layers 1, as the model file's one module prices it; the
+#     GB200 row below is priced with it too, which its recipe's card does not state);
 #   Qwen3-235B-A22B on Blackwell racks, the model zoo's best_practice/qwen3 GB200 and GB300
 #     tables: 256 GPUs as 4 racks of 64 (topologies/gb200-nvl72-4x64.json, gb300-...; the 128K
 #     run on 128 of them), HybridEP priced as DeepEP, forced balance, CUDA graphs for attention
