@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fused causal attention's share of the BF16 peak (moeplan's attention_core constant).
 
-    python3 tools/attention_probe.py OUT.json [--peak-tflops 989.5] [--reps 10]
+    python3 tools/attention_probe.py OUT.json [--peak-tflops 989.5] [--reps 10] [--calibration CAL.json]
+    python3 tools/attention_probe.py --from OUT.json --calibration CAL.json
 
 Times PyTorch's scaled_dot_product_attention through cuDNN's fused kernel (what Transformer
 Engine runs in Megatron-Core on Hopper) and FlashAttention-2, forward and backward, with CUDA
@@ -13,6 +14,10 @@ sequence; twice that for the whole blocks of context parallelism's ring steps) a
 of twice that, over the time and the peak. The kernel is checked
 against PyTorch's math attention on a small case first. Writes OUT.json atomically and a
 table to stdout.
+
+--calibration writes what moeplan reads (`plan --calibration CAL.json`): the `attention_core`
+curve from cuDNN's causal 128-dim calls by forward FLOPs, and `attention_latent`, what the
+multi-latent calls kept of that curve. --from converts an earlier OUT.json without a GPU.
 """
 import argparse
 import json
@@ -21,13 +26,13 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+import math
 
 
 def make(b, h, s, d_qk, d_v, grad=True):
     # Megatron keeps [s, b, h, d] / [b, s, h, d]; the kernel sees [b, h, s, d] views.
+    import torch
+
     q = torch.randn(b, s, h, d_qk, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     k = torch.randn(b, s, h, d_qk, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     v = torch.randn(b, s, h, d_v, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
@@ -36,6 +41,10 @@ def make(b, h, s, d_qk, d_v, grad=True):
 
 def check(backend):
     """Relative error against the math backend in float32 on a small causal case."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
     q, k, v = make(1, 4, 512, 128, 128, grad=False)
     with sdpa_kernel(backend):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True).float()
@@ -44,6 +53,10 @@ def check(backend):
 
 
 def time_case(backend, b, h, s, d_qk, d_v, causal, reps, warmup=3):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
     q, k, v = make(b, h, s, d_qk, d_v)
     grad = torch.randn(b, s, h, d_v, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     fwd, bwd = [], []
@@ -64,12 +77,80 @@ def time_case(backend, b, h, s, d_qk, d_v, causal, reps, warmup=3):
     return statistics.median(fwd), statistics.median(bwd)
 
 
+def write_atomically(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, path)
+
+
+def calibration(result):
+    """The moeplan-calibration/1 document of a probe's result (see the module's docstring)."""
+    by_flops = {}
+    latent = []
+    for c in result["cases"]:
+        if c.get("backend") != "cudnn" or not c.get("causal", True) or "combined_eff" not in c:
+            continue
+        if c["d_qk"] == c["d_v"]:
+            by_flops.setdefault(float(c["forward_flops"]), []).append(c["combined_eff"])
+        else:
+            latent.append(c)
+    points = sorted((f, sum(e) / len(e)) for f, e in by_flops.items())
+    if len(points) < 2:
+        sys.exit("attention_probe: fewer than two cuDNN causal 128-dim measurements to make a curve of")
+
+    def curve(flops):  # moeplan's interpolation: linear in log size, flat above, constant time below
+        if flops <= points[0][0]:
+            return points[0][1] * flops / points[0][0]
+        for (f0, e0), (f1, e1) in zip(points, points[1:]):
+            if flops <= f1:
+                t = (math.log(flops) - math.log(f0)) / (math.log(f1) - math.log(f0))
+                return e0 + t * (e1 - e0)
+        return points[-1][1]
+
+    doc = {
+        "format": "moeplan-calibration/1",
+        "provenance": {k: result.get(k) for k in ("tool", "date", "gpu", "torch", "cudnn")},
+        "curves": {
+            "attention_core": {
+                "unit": "forward FLOPs per call",
+                "reference_GFLOPS": result["peak_tflops"] * 1e3,
+                "note": "cuDNN fused causal attention (PyTorch SDPA), forward + backward counted "
+                "as 3x the forward's FLOPs, 128-dim heads",
+                "points": [{"size_flops": f, "efficiency": e} for f, e in points],
+            }
+        },
+    }
+    if latent:
+        kept = [c["combined_eff"] / curve(c["forward_flops"]) for c in latent]
+        doc["constants"] = {"attention_latent": min(1.0, sum(kept) / len(kept))}
+    return doc
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out")
+    ap.add_argument("out", nargs="?", help="where the measurements go")
+    ap.add_argument("--from", dest="source", help="convert this earlier OUT.json instead of measuring")
+    ap.add_argument("--calibration", help="also write a moeplan calibration file here")
     ap.add_argument("--peak-tflops", type=float, default=989.5, help="dense BF16 peak (H100/H200)")
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
+    if args.source:
+        if not args.calibration:
+            sys.exit("attention_probe: --from converts to --calibration FILE; name one")
+        try:
+            with open(args.source) as f:
+                result = json.load(f)
+            doc = calibration(result)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"attention_probe: {args.source}: {type(e).__name__}: {e}")
+        write_atomically(args.calibration, doc)
+        return
+    if not args.out:
+        sys.exit("attention_probe: name OUT.json (or --from an earlier one)")
+    import torch
+    from torch.nn.attention import SDPBackend
+
     if not torch.cuda.is_available():
         sys.exit("attention_probe: no CUDA GPU visible to PyTorch")
     torch.manual_seed(0)
@@ -130,10 +211,9 @@ def main():
                 print(f"{name:<7} {label:<10} {b:>2} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} failed: {type(e).__name__}: {str(e)[:80]}")
             result["cases"].append(row)
             torch.cuda.empty_cache()
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, args.out)
+    write_atomically(args.out, result)
+    if args.calibration:
+        write_atomically(args.calibration, calibration(result))
 
 
 if __name__ == "__main__":
