@@ -16,7 +16,8 @@
 #   host       what PyTorch's CPU spends issuing a layer's parts (tools/host_probe.py;
 #              OUT/host-probe.json; needs python3 with PyTorch)
 #   attention  fused causal attention's share of the BF16 peak, cuDNN and FlashAttention-2
-#              (tools/attention_probe.py; OUT/attention-probe.json; PyTorch)
+#              (tools/attention_probe.py; OUT/attention-probe.json, and OUT/attention.json as a
+#              calibration file for plan --calibration; PyTorch)
 # (default: the first five). The calibration is used by the later parts when it exists, in OUT or
 # as calibrate/data/h100.json. Each part's output is in OUT/PART.log; the summary is printed last.
 set -uo pipefail
@@ -88,7 +89,8 @@ for p in "${wanted[@]}"; do
     host)
       part host python3 tools/host_probe.py "$out/host-probe.json" || status=1 ;;
     attention)
-      part attention python3 tools/attention_probe.py "$out/attention-probe.json" || status=1 ;;
+      part attention python3 tools/attention_probe.py "$out/attention-probe.json" \
+        --calibration "$out/attention.json" || status=1 ;;
     *)
       echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity," \
         "gemm-dsv3, host, attention)" >&2
