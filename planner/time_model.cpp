@@ -375,6 +375,13 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.host_backward += from.host_backward * times;
 }
 
+// A GEMM-bound block outside the layers, forward time t: its backward takes 2t.
+void add_gemm_block(StageTimes& st, Seconds t) {
+  st.forward += t;
+  st.backward += t * 2.0;
+  st.compute += t * 3.0;
+}
+
 // mtp_stage_times with the layer kinds already priced.
 StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds) {
   const ModelSpec& m = *ctx.model;
@@ -382,10 +389,16 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   if (m.mtp_layers <= 0) return st;
   const double modules = static_cast<double>(m.mtp_layers);
   add(st, kinds.of(m, static_cast<size_t>(m.num_layers - 1)), modules);
-  const Seconds t = mtp_extra_time(ctx, c) * modules;
-  st.forward += t;
-  st.backward += t * 2.0;
-  st.compute += t * 3.0;
+  add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
+  return st;
+}
+
+// What the last stage runs after its layers, one micro-batch: the output head (vocab-parallel
+// over TP) and its loss, then the MTP modules.
+StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds) {
+  StageTimes st;
+  add_gemm_block(st, output_head_time(ctx, c));
+  add(st, mtp_times(ctx, c, kinds), 1.0);
   return st;
 }
 
@@ -403,20 +416,13 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   for (size_t k = 0; k < LayerKinds::kCount; ++k) {
     if (layers[k] > 0) add(st, kinds.times[k], static_cast<double>(layers[k]));
   }
-  if (stage == *p.pp - 1) {
-    // Output head (vocab-parallel over TP) and its loss, then the MTP modules.
-    const Seconds t = output_head_time(ctx, c);
-    st.forward += t;
-    st.backward += t * 2.0;
-    st.compute += t * 3.0;
-    add(st, mtp_times(ctx, c, kinds), 1.0);
-  }
+  if (stage == *p.pp - 1) add(st, after_last_layer(ctx, c, kinds), 1.0);
   return st;
 }
 
 // Model chunk k of stage s (its `count` layers from `first`), one micro-batch: its forward and
 // backward as the simulator splits a stage (chunk k of n layers holds layers [n k / v,
-// n (k + 1) / v)), the output head on the last stage's last chunk.
+// n (k + 1) / v)), the output head and MTP modules on the last stage's last chunk.
 std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoice& c,
                                          const LayerKinds& kinds, int64_t s, int64_t first,
                                          int64_t count, int64_t k) {
@@ -430,10 +436,9 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
     backward += layer.backward;
   }
   if (s == *p.pp - 1 && k == v - 1) {
-    const Seconds head = output_head_time(ctx, c);
-    const StageTimes mtp = mtp_times(ctx, c, kinds);
-    forward += head + mtp.forward;
-    backward += head * 2.0 + mtp.backward;
+    const StageTimes tail = after_last_layer(ctx, c, kinds);
+    forward += tail.forward;
+    backward += tail.backward;
   }
   return {forward, backward};
 }
