@@ -82,6 +82,19 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
       run("plan " + pair + " --gpus 16 --global-batch 64 --parallel tp=1,ep=16 --save " + plan)
           .code,
       0);
+  // A one-axis sweep of a saved plan into dir/NAME: the run, and the tokens/s of each point
+  // that ran, by its axis value (points.csv: point, value, status, iteration_s, tokens/s, ...).
+  auto sweep_tokens = [&](const std::string& plan_file, const std::string& sweep,
+                          const std::string& name) {
+    const Result run_result = run("whatif " + pair + " --plan " + plan_file + " --sweep " + sweep +
+                                  " --out " + dir + "/" + name);
+    std::map<std::string, double> tokens;
+    for (const auto& f : csv_rows(read_file(dir + "/" + name + "/points.csv"))) {
+      EXPECT_GE(f.size(), 6u) << f[0];
+      if (f.size() >= 6 && f[2] == "ok") tokens[f[1]] = std::stod(f[4]);
+    }
+    return std::pair{run_result, tokens};
+  };
   // A fixed plan on other GPUs and NICs: the EP all-to-all crosses nodes, so a slower NIC
   // slows it; an A100 is slower than an H800.
   const Result r = run("whatif " + pair + " --plan " + plan +
@@ -109,24 +122,16 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   EXPECT_NE(tp_csv.find("\"tp=2,"), std::string::npos) << tp_csv;
   // Switches are plan fields too: FP8 beats BF16 on the fixed plan; a search told to use
   // MegaScale's intra-operator overlap returns plans that do.
-  const Result prec = run("whatif " + pair + " --plan " + plan +
-                          " --sweep precision=bf16,fp8 --out " + dir + "/prec");
+  const auto [prec, by_precision] = sweep_tokens(plan, "precision=bf16,fp8", "prec");
   ASSERT_EQ(prec.code, 0) << prec.err;
-  std::map<std::string, double> by_precision;
-  for (const auto& f : csv_rows(read_file(dir + "/prec/points.csv"))) {
-    ASSERT_GE(f.size(), 6u) << f[0];
-    by_precision[f[1]] = std::stod(f[4]);  // point, precision, status, iteration_s, tokens/s
-  }
-  EXPECT_GT(by_precision["fp8"], by_precision["bf16"]);
+  ASSERT_EQ(by_precision.size(), 2u);
+  EXPECT_GT(by_precision.at("fp8"), by_precision.at("bf16"));
   // The recipe implies FP8: per-block scales between BF16 and one scale per tensor.
-  const Result recipe = run("whatif " + pair + " --plan " + plan +
-                            " --sweep fp8-recipe=delayed,blockwise --out " + dir + "/recipe");
+  const auto [recipe, by_recipe] = sweep_tokens(plan, "fp8-recipe=delayed,blockwise", "recipe");
   ASSERT_EQ(recipe.code, 0) << recipe.err;
-  std::map<std::string, double> by_recipe;
-  for (const auto& f : csv_rows(read_file(dir + "/recipe/points.csv")))
-    by_recipe[f[1]] = std::stod(f[4]);
-  EXPECT_LT(by_recipe["blockwise"], by_recipe["delayed"]);
-  EXPECT_GT(by_recipe["blockwise"], by_precision["bf16"]);
+  ASSERT_EQ(by_recipe.size(), 2u);
+  EXPECT_LT(by_recipe.at("blockwise"), by_recipe.at("delayed"));
+  EXPECT_GT(by_recipe.at("blockwise"), by_precision.at("bf16"));
   expect_one_line_error(
       run("whatif " + pair + " --plan " + plan +
           " --sweep precision=bf16 --sweep fp8-recipe=blockwise --out " + dir + "/bad"),
@@ -156,16 +161,10 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
                 "--save " + small)
                 .code,
             0);
-  const Result graphs = run("whatif " + pair + " --plan " + small +
-                            " --sweep cuda-graph=none,full --out " + dir + "/graphs");
+  const auto [graphs, by_graphs] = sweep_tokens(small, "cuda-graph=none,full", "graphs");
   ASSERT_EQ(graphs.code, 0) << graphs.err;
-  std::map<std::string, double> by_graphs;
-  for (const auto& f : csv_rows(read_file(dir + "/graphs/points.csv"))) {
-    ASSERT_GE(f.size(), 6u) << f[0];
-    if (f[2] == "ok") by_graphs[f[1]] = std::stod(f[4]);
-  }
   ASSERT_EQ(by_graphs.size(), 2u);
-  EXPECT_GT(by_graphs["full"], by_graphs["none"]);
+  EXPECT_GT(by_graphs.at("full"), by_graphs.at("none"));
   // Megatron's recompute modules, joined by '+': replaying the MoE block costs time and saves
   // memory against the element-wise pair.
   const Result mods =
