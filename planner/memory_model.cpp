@@ -197,11 +197,11 @@ LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
     out.replicated += (sp_attention ? split_weights : 0.0) * times;
     out.expert += l.routed_experts / expert_shards * times;
   };
-  const int64_t first = first_layer_of_stage(m, p, stage);
-  for (int64_t i = first; i < first + layers_in_stage(m, p, stage); ++i) add(all.layers[i], 1.0);
-  // The MTP modules on the last stage: each a layer like the model's last, the projection of
-  // the two normed streams [2h -> h] (TP-split) and three norms.
-  if (stage == *p.pp - 1 && m.mtp_layers > 0) {
+  for_each_stage_layer(m, p, stage,
+                       [&](int64_t i) { add(all.layers[static_cast<size_t>(i)], 1.0); });
+  // The MTP modules (on the last stage unless a layout moves them): each a layer like the
+  // model's last, the projection of the two normed streams [2h -> h] (TP-split) and three norms.
+  if (stage == mtp_stage(p) && m.mtp_layers > 0) {
     const double modules = static_cast<double>(m.mtp_layers);
     const double h = static_cast<double>(m.hidden_size);
     add(all.layers.back(), modules);
@@ -218,11 +218,13 @@ LayerWeights stage_params(const ModelSpec& m, const ModelParams& all, const Para
   const double tp = static_cast<double>(*p.tp);
   LayerWeights out = stage_layer_weights(m, all, p, stage, attention_replicated);
   if (stage == 0) out.dense += all.embedding / tp;
-  if (stage == *p.pp - 1) {
+  if (stage == *p.pp - 1)
     out.dense += last_stage_head_params(all, *p.pp == 1) / tp + all.final_norm;
-    // MTP embeds the shifted tokens: an untied model's last stage holds the embedding too.
-    if (m.mtp_layers > 0 && *p.pp > 1 && all.output_head > 0) out.dense += all.embedding / tp;
-  }
+  // MTP embeds the shifted tokens: its stage holds the embedding too, unless it is the first or
+  // it is the last of a tied model (whose head is the embedding).
+  const bool tied_last = stage == *p.pp - 1 && all.output_head <= 0;
+  if (m.mtp_layers > 0 && stage == mtp_stage(p) && stage != 0 && !tied_last)
+    out.dense += all.embedding / tp;
   return out;
 }
 
@@ -281,12 +283,13 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
   for (int64_t stage = 0; stage < *p.pp; ++stage) {
     StageMemory s;
     s.stage = stage;
-    s.first_layer = first_layer_of_stage(m, p, stage);
+    s.first_layer = chunk_layers(m, p, stage, 0).begin;
+    s.layer_label = stage_layer_label(m, p, stage);
     s.num_layers = layers_in_stage(m, p, stage);
     // The MTP modules (the last stage's) hold activations as the model's last layer does.
-    const int64_t mtp = stage == *p.pp - 1 ? m.mtp_layers : 0;
-    for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
-      s.num_moe_layers += m.moe_layer[i];
+    const int64_t mtp = stage == mtp_stage(p) ? m.mtp_layers : 0;
+    for_each_stage_layer(
+        m, p, stage, [&](int64_t i) { s.num_moe_layers += m.moe_layer[static_cast<size_t>(i)]; });
     if (m.num_layers > 0) s.num_moe_layers += mtp * m.moe_layer.back();
     const LayerWeights params = stage_params(m, all, p, stage, r.attention_replicated);
     s.params_per_gpu = params.dense + params.replicated + params.expert;
@@ -320,8 +323,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
         largest = std::max(largest, a);
         sum += a * times;
       };
-      for (int64_t i = s.first_layer; i < s.first_layer + s.num_layers; ++i)
-        add(static_cast<size_t>(i), 1.0);
+      for_each_stage_layer(m, p, stage, [&](int64_t i) { add(static_cast<size_t>(i), 1.0); });
       if (mtp > 0) add(m.moe_layer.size() - 1, static_cast<double>(mtp));
       if (full) return largest;
       return sum * (s.m_g / static_cast<double>(*p.vpp));

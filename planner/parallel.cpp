@@ -1,8 +1,10 @@
 #include "planner/parallel.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
+#include <regex>
 #include <vector>
 
 #include "planner/errors.h"
@@ -63,7 +65,103 @@ std::string ParallelConfig::to_string() const {
     if (!out.empty()) out += ',';
     out += fmt::format("{}={}", f.key, *v);
   }
+  if (!layout.empty()) {
+    if (!out.empty()) out += ',';
+    out += "layout=" + format_pipeline_layout(layout);
+  }
   return out;
+}
+
+PipelineLayout parse_pipeline_layout(const std::string& text, const std::string& option) {
+  auto fail = [&](const std::string& problem) {
+    return InputError(option, "layout", fmt::format("'{}': {}", text, problem));
+  };
+  // Megatron's two unrolling passes, in its order: "(ab|)*2" first, then "x*3".
+  std::string s;
+  for (char ch : text)
+    if (ch != ',') s += ch;
+  for (const std::regex& pattern :
+       {std::regex(R"(\(([^)]+)\)\*(\d+))"), std::regex(R"((.)\*(\d+))")}) {
+    std::string unrolled;
+    auto last = s.cbegin();
+    for (std::sregex_iterator it(s.begin(), s.end(), pattern), end; it != end; ++it) {
+      unrolled.append(last, (*it)[0].first);
+      const std::string n = (*it)[2].str();
+      if (n.size() > 4) throw fail(fmt::format("repeat count {} is too large", n));
+      for (int i = std::stoi(n); i > 0; --i) unrolled += (*it)[1].str();
+      last = (*it)[0].second;
+    }
+    unrolled.append(last, s.cend());
+    s = std::move(unrolled);
+  }
+  std::vector<std::string> stages(1);
+  for (char ch : s) {
+    if (ch == '|') {
+      stages.emplace_back();
+    } else if (ch == 'E' || ch == 't' || ch == 'm' || ch == 'L') {
+      stages.back() += ch;
+    } else {
+      throw fail(
+          fmt::format("'{}' is not a layer (E embedding, t decoder, m MTP, L loss, | stage)", ch));
+    }
+  }
+  if (stages.front().empty() || stages.front().front() != 'E')
+    throw fail("the first virtual stage must start with E (the embedding)");
+  if (stages.back().empty() || stages.back().back() != 'L')
+    throw fail("the last virtual stage must end with L (the loss)");
+  PipelineLayout out;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const std::string& st = stages[i];
+    size_t pos = i == 0 ? 1 : 0;  // past the embedding
+    int64_t decoders = 0;
+    while (pos < st.size() && st[pos] == 't') ++decoders, ++pos;
+    if (decoders > 0 && out.mtp_stage >= 0)
+      throw fail("decoder layers (t) must come before the MTP modules (m)");
+    if (pos < st.size() && st[pos] == 'm') {
+      if (out.mtp_stage >= 0) throw fail("the MTP modules (m) must share one virtual stage");
+      out.mtp_stage = static_cast<int64_t>(i);
+      while (pos < st.size() && st[pos] == 'm') ++out.mtp, ++pos;
+    }
+    if (i + 1 == stages.size() && pos + 1 == st.size()) ++pos;  // the loss
+    if (pos != st.size())
+      throw fail(fmt::format(
+          "virtual stage {} is '{}': a stage is E (first only), decoder layers (t), MTP modules "
+          "(m) and L (last only), in that order",
+          i, st));
+    out.decoder_layers.push_back(decoders);
+  }
+  return out;
+}
+
+std::string format_pipeline_layout(const PipelineLayout& layout) {
+  auto run = [](char ch, int64_t n) {
+    return n <= 0 ? std::string() : n == 1 ? std::string(1, ch) : fmt::format("{}*{}", ch, n);
+  };
+  const size_t n = layout.decoder_layers.size();
+  std::vector<std::string> stages;
+  for (size_t i = 0; i < n; ++i) {
+    std::string st = (i == 0 ? "E" : "") + run('t', layout.decoder_layers[i]);
+    if (static_cast<int64_t>(i) == layout.mtp_stage) st += run('m', layout.mtp);
+    if (i + 1 == n) st += "L";
+    stages.push_back(st);
+  }
+  // Equal neighbours fold into "(S|)*r"; the last stage, with the loss, never folds.
+  std::string out;
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    while (j < n && stages[j] == stages[i]) ++j;
+    if (j - i > 1)
+      out += fmt::format("({}|)*{}", stages[i], j - i);
+    else
+      out += stages[i] + (j == n ? "" : "|");
+    i = j;
+  }
+  return out;
+}
+
+int64_t mtp_stage(const ParallelConfig& p) {
+  if (p.layout.mtp_stage >= 0) return p.layout.mtp_stage % *p.pp;
+  return *p.pp - 1;
 }
 
 namespace {
@@ -94,14 +192,29 @@ ParallelConfig parse_parallel(const std::string& text, const std::string& option
       throw InputError(option, item, "expected key=value");
     }
     const std::string key = item.substr(0, eq);
-    const std::string value = item.substr(eq + 1);
+    std::string value = item.substr(eq + 1);
+    if (key == "layout") {
+      // Megatron's cosmetic commas: the items up to the next key=value belong to the layout.
+      while (pos < text.size()) {
+        const size_t next = text.find(',', pos);
+        const std::string more =
+            text.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+        if (more.find('=') != std::string::npos) break;
+        value += ',' + more;
+        pos = next == std::string::npos ? text.size() + 1 : next + 1;
+      }
+      if (!p.layout.empty()) throw InputError(option, key, "given twice");
+      p.layout = parse_pipeline_layout(value, option);
+      continue;
+    }
     const Field* field = nullptr;
     for (const Field& f : kFields) {
       if (key == f.key) field = &f;
     }
     if (field == nullptr) {
       throw InputError(option, key,
-                       "unknown size (known: tp pp ep etp edp dp cp vpp mbs gbs pp_first pp_last)");
+                       "unknown size (known: tp pp ep etp edp dp cp vpp mbs gbs pp_first pp_last "
+                       "layout)");
     }
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
@@ -112,7 +225,34 @@ ParallelConfig parse_parallel(const std::string& text, const std::string& option
     if (p.*(field->member)) throw InputError(option, key, "given twice");
     p.*(field->member) = n;
   }
+  try {
+    apply_layout(p);
+  } catch (const ConfigError& e) {
+    throw InputError(option, "layout", e.what());
+  }
   return p;
+}
+
+void apply_layout(ParallelConfig& p) {
+  if (p.layout.empty()) return;
+  const auto stages = static_cast<int64_t>(p.layout.decoder_layers.size());
+  if (!p.pp)
+    throw ConfigError(
+        fmt::format("a layout of {} virtual stages needs pp as well (they are pp x vpp)", stages));
+  if (stages % *p.pp != 0)
+    throw ConfigError(fmt::format("{} virtual stages are not a multiple of pp={}", stages, *p.pp));
+  if (p.vpp && *p.vpp != stages / *p.pp)
+    throw ConfigError(fmt::format("{} virtual stages over pp={} make vpp={}, not vpp={}", stages,
+                                  *p.pp, stages / *p.pp, *p.vpp));
+  if (p.pp_first || p.pp_last)
+    throw ConfigError("pp_first/pp_last and a layout both split the layers: give one");
+  p.vpp = stages / *p.pp;
+  // Megatron runs the MTP modules at the end of a stage's last model chunk.
+  if (p.layout.mtp_stage >= 0 && p.layout.mtp_stage / *p.pp != *p.vpp - 1)
+    throw ConfigError(fmt::format(
+        "the MTP modules sit in virtual stage {}, chunk {} of stage {}; Megatron runs them in a "
+        "stage's last chunk ({})",
+        p.layout.mtp_stage, p.layout.mtp_stage / *p.pp, p.layout.mtp_stage % *p.pp, *p.vpp - 1));
 }
 
 GroupShape group_shape(const ParallelConfig& p, GroupKind k) {
@@ -192,10 +332,23 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
     require(ep == 1 && etp == 1,
             fmt::format("ep={}, etp={}: a dense model has no experts", ep, etp));
   }
-  require(m.num_layers >= pp * vpp,
-          fmt::format("pp={}, vpp={}: {} layers cannot fill {} pipeline chunks", pp, vpp,
-                      m.num_layers, pp * vpp));
-  if (p.pp_first || p.pp_last) {
+  if (!p.layout.empty()) {
+    int64_t layers = 0;
+    for (int64_t n : p.layout.decoder_layers) layers += n;
+    require(static_cast<int64_t>(p.layout.decoder_layers.size()) == pp * vpp,
+            fmt::format("layout: {} virtual stages, but pp={} x vpp={} chunks",
+                        p.layout.decoder_layers.size(), pp, vpp));
+    require(
+        layers == m.num_layers,
+        fmt::format("layout: {} decoder layers (t), but the model has {}", layers, m.num_layers));
+    require(p.layout.mtp == m.mtp_layers,
+            fmt::format("layout: {} MTP modules (m), but the model trains {} (--mtp-num-layers)",
+                        p.layout.mtp, m.mtp_layers));
+    // Any split Megatron accepts, empty chunks included.
+  } else if (m.num_layers < pp * vpp) {
+    require(false, fmt::format("pp={}, vpp={}: {} layers cannot fill {} pipeline chunks", pp, vpp,
+                               m.num_layers, pp * vpp));
+  } else if (p.pp_first || p.pp_last) {
     require(pp > 1, "pp_first/pp_last need pp > 1");
     require(vpp == 1, "pp_first/pp_last need vpp = 1");
     const auto [layers, stages] = middle(m, p);
@@ -208,7 +361,8 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
     require(
         m.num_layers % (pp * vpp) == 0,
         fmt::format(
-            "pp={}, vpp={}: {} layers do not split evenly over {} chunks (set pp_first/pp_last)",
+            "pp={}, vpp={}: {} layers do not split evenly over {} chunks (set pp_first/pp_last, or "
+            "a layout)",
             pp, vpp, m.num_layers, pp * vpp));
   }
   require(vpp == 1 || pp > 1, fmt::format("vpp={} needs pp > 1", vpp));
@@ -224,7 +378,9 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
   }
 }
 
-int64_t layers_in_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
+namespace {
+// Layers of stage `stage` without a layout: consecutive, pp_first / pp_last or an even share.
+int64_t consecutive_layers(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
   const int64_t pp = *p.pp;
   if (stage == 0 && p.pp_first) return *p.pp_first;
   if (stage == pp - 1 && pp > 1 && p.pp_last) return *p.pp_last;
@@ -235,10 +391,49 @@ int64_t layers_in_stage(const ModelSpec& m, const ParallelConfig& p, int64_t sta
   return layers / stages + (k < layers % stages ? 1 : 0);
 }
 
-int64_t first_layer_of_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
+}  // namespace
+
+LayerRange chunk_layers(const ModelSpec& m, const ParallelConfig& p, int64_t stage, int64_t chunk) {
+  const int64_t pp = *p.pp;
+  if (!p.layout.empty()) {
+    const int64_t index = chunk * pp + stage;
+    int64_t begin = 0;
+    for (int64_t i = 0; i < index; ++i) begin += p.layout.decoder_layers[static_cast<size_t>(i)];
+    return {begin, begin + p.layout.decoder_layers[static_cast<size_t>(index)]};
+  }
   int64_t first = 0;
-  for (int64_t s = 0; s < stage; ++s) first += layers_in_stage(m, p, s);
-  return first;
+  for (int64_t s = 0; s < stage; ++s) first += consecutive_layers(m, p, s);
+  const int64_t n = consecutive_layers(m, p, stage), v = p.vpp.value_or(1);
+  return {first + n * chunk / v, first + n * (chunk + 1) / v};
+}
+
+int64_t layers_in_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
+  if (p.layout.empty()) return consecutive_layers(m, p, stage);
+  int64_t n = 0;
+  for (int64_t k = 0; k < p.vpp.value_or(1); ++k) n += chunk_layers(m, p, stage, k).size();
+  return n;
+}
+
+std::string stage_layer_label(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
+  std::vector<std::string> runs;
+  LayerRange open{-1, -1};
+  auto close = [&] {
+    if (open.size() > 0)
+      runs.push_back(open.size() == 1 ? fmt::format("{}", open.begin)
+                                      : fmt::format("{}-{}", open.begin, open.end - 1));
+  };
+  for (int64_t k = 0; k < p.vpp.value_or(1); ++k) {
+    const LayerRange r = chunk_layers(m, p, stage, k);
+    if (r.size() == 0) continue;
+    if (r.begin == open.end) {
+      open.end = r.end;
+    } else {
+      close();
+      open = r;
+    }
+  }
+  close();
+  return runs.empty() ? "-" : fmt::format("{}", fmt::join(runs, ", "));
 }
 
 }  // namespace moe

@@ -11,10 +11,22 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "planner/model_spec.h"
 
 namespace moe {
+
+// Megatron's flexible pipeline layout (--pipeline-model-parallel-layout): the decoder layers of
+// each virtual stage in Megatron's order (chunk k of stage s is entry k * pp + s) and the
+// virtual stage holding the MTP modules. Empty when not given.
+struct PipelineLayout {
+  std::vector<int64_t> decoder_layers;  // per virtual stage
+  int64_t mtp = 0;                      // MTP modules (m)
+  int64_t mtp_stage = -1;               // the virtual stage they sit in; -1 without them
+  bool empty() const { return decoder_layers.empty(); }
+  bool operator==(const PipelineLayout&) const = default;
+};
 
 struct ParallelConfig {
   std::optional<int64_t> tp, pp, ep, etp, edp, dp, cp, vpp, mbs, gbs;
@@ -22,6 +34,8 @@ struct ParallelConfig {
   // --decoder-first/last-pipeline-num-layers): lighter end stages make room for the embedding
   // and the output head. Written pp_first=N,pp_last=M.
   std::optional<int64_t> pp_first, pp_last;
+  // Written layout=Et*3|(tt|)*29,m|L, Megatron's syntax (its cosmetic commas allowed).
+  PipelineLayout layout;
 
   int64_t world() const;      // tp*cp*dp*pp; needs them all set
   int64_t expert_dp() const;  // edp; needs tp, cp, dp, etp, ep
@@ -40,6 +54,10 @@ struct ParallelField {
 };
 std::span<const ParallelField> parallel_fields();
 
+// With a pipeline layout: checks pp divides its virtual stages and sets vpp to their ratio.
+// Throws ConfigError when pp is missing or the sizes disagree.
+void apply_layout(ParallelConfig& p);
+
 // Fills the sizes a partial layout implies, with 1 for unset tp, pp, cp, etp, vpp, mbs and
 // ep = 1 for dense models; derives dp or edp from the folding identity. Throws ConfigError when
 // the identity cannot hold.
@@ -48,11 +66,40 @@ ParallelConfig resolve(ParallelConfig p);
 // Checks a resolved layout against the model. Throws ConfigError naming the size that fails.
 void check(const ParallelConfig& p, const ModelSpec& m);
 
-// Layers held by pipeline stage `stage`: pp_first / pp_last where set, the rest split evenly
-// over the other stages (check() requires that to divide, as Megatron does), and the index of
-// a stage's first layer.
+// Megatron's layout string parsed: "(..)*N" and "x*N" unrolled, virtual stages split at '|',
+// each a run of E (embedding), t (decoder layer), m (MTP module) and L (loss). The embedding
+// opens the first stage and the loss closes the last; the MTP modules share one virtual stage,
+// after its decoder layers and after every decoder layer of the model, as Megatron requires.
+// Throws InputError(option, "layout", problem).
+PipelineLayout parse_pipeline_layout(const std::string& text, const std::string& option);
+// The layout in Megatron's syntax, runs of equal stages folded: decoder layers {1, 2, 2, 2, 1}
+// with one MTP module in the last stage give "Et|(t*2|)*3tmL".
+std::string format_pipeline_layout(const PipelineLayout& layout);
+// The pipeline stage that runs the MTP modules, in its last model chunk: the last stage unless a
+// layout puts them elsewhere.
+int64_t mtp_stage(const ParallelConfig& p);
+
+// The layers of model chunk `chunk` of pipeline stage `stage`, [begin, end). Without a layout a
+// stage holds consecutive layers (pp_first / pp_last where set, the rest split evenly, as
+// check() requires) and chunk k of its n layers holds [n k / v, n (k + 1) / v) of them; with
+// one, chunk k of stage s is virtual stage k * pp + s, after every virtual stage before it.
+struct LayerRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+LayerRange chunk_layers(const ModelSpec& m, const ParallelConfig& p, int64_t stage, int64_t chunk);
 int64_t layers_in_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage);
-int64_t first_layer_of_stage(const ModelSpec& m, const ParallelConfig& p, int64_t stage);
+// Calls f(layer) for each layer stage `stage` holds, chunk by chunk.
+template <class F>
+void for_each_stage_layer(const ModelSpec& m, const ParallelConfig& p, int64_t stage, F f) {
+  for (int64_t k = 0; k < p.vpp.value_or(1); ++k) {
+    const LayerRange r = chunk_layers(m, p, stage, k);
+    for (int64_t l = r.begin; l < r.end; ++l) f(l);
+  }
+}
+// The layers a stage holds as Megatron logs them ("8-15", or "0-3, 32-35" interleaved by a
+// layout), for tables.
+std::string stage_layer_label(const ModelSpec& m, const ParallelConfig& p, int64_t stage);
 
 // A communication group of a resolved layout: its n members sit `stride` ranks apart in
 // Megatron's rank order (tp, cp, ep/dp, pp from fastest to slowest), so it spans n x stride

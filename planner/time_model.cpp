@@ -393,12 +393,14 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   return st;
 }
 
-// What the last stage runs after its layers, one micro-batch: the output head (vocab-parallel
-// over TP) and its loss, then the MTP modules.
-StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds) {
+// What a stage's last chunk runs after its layers, one micro-batch: on the last stage the
+// output head (vocab-parallel over TP) and its loss, and the MTP modules where they sit (the
+// last stage, unless a layout puts them on another).
+StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                            int64_t stage) {
   StageTimes st;
-  add_gemm_block(st, output_head_time(ctx, c));
-  add(st, mtp_times(ctx, c, kinds), 1.0);
+  if (stage == *c.parallel.pp - 1) add_gemm_block(st, output_head_time(ctx, c));
+  if (stage == mtp_stage(c.parallel)) add(st, mtp_times(ctx, c, kinds), 1.0);
   return st;
 }
 
@@ -406,37 +408,34 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
                       int64_t stage) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
-  const int64_t first = first_layer_of_stage(m, p, stage);
-  const int64_t count = layers_in_stage(m, p, stage);
   // Layers counted by kind, then priced (the search's hot path: an add a kind, not a layer).
   std::array<int64_t, LayerKinds::kCount> layers{};
-  for (int64_t i = first; i < first + count; ++i)
-    ++layers[LayerKinds::kind(m, static_cast<size_t>(i))];
+  for_each_stage_layer(m, p, stage,
+                       [&](int64_t i) { ++layers[LayerKinds::kind(m, static_cast<size_t>(i))]; });
   StageTimes st;
   for (size_t k = 0; k < LayerKinds::kCount; ++k) {
     if (layers[k] > 0) add(st, kinds.times[k], static_cast<double>(layers[k]));
   }
-  if (stage == *p.pp - 1) add(st, after_last_layer(ctx, c, kinds), 1.0);
+  add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
   return st;
 }
 
-// Model chunk k of stage s (its `count` layers from `first`), one micro-batch: its forward and
-// backward as the simulator splits a stage (chunk k of n layers holds layers [n k / v,
-// n (k + 1) / v)), the output head and MTP modules on the last stage's last chunk.
+// Model chunk k of stage s, one micro-batch: its forward and backward over the chunk's layers
+// (chunk_layers), the output head and MTP modules on the last stage's last chunk.
 std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoice& c,
-                                         const LayerKinds& kinds, int64_t s, int64_t first,
-                                         int64_t count, int64_t k) {
+                                         const LayerKinds& kinds, int64_t s, int64_t k) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   const int64_t v = *p.vpp;
   Seconds forward, backward;
-  for (int64_t l = first + count * k / v; l < first + count * (k + 1) / v; ++l) {
+  const LayerRange layers = chunk_layers(m, p, s, k);
+  for (int64_t l = layers.begin; l < layers.end; ++l) {
     const StageTimes& layer = kinds.of(m, static_cast<size_t>(l));
     forward += layer.forward;
     backward += layer.backward;
   }
-  if (s == *p.pp - 1 && k == v - 1) {
-    const StageTimes tail = after_last_layer(ctx, c, kinds);
+  if (k == v - 1) {
+    const StageTimes tail = after_last_layer(ctx, c, kinds, s);
     forward += tail.forward;
     backward += tail.backward;
   }
@@ -447,14 +446,11 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
 template <class Visit>
 void for_each_chunk(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                     Visit visit) {
-  int64_t first = 0;
   for (int64_t s = 0; s < *c.parallel.pp; ++s) {
-    const int64_t count = layers_in_stage(*ctx.model, c.parallel, s);
     for (int64_t k = 0; k < *c.parallel.vpp; ++k) {
-      const auto [forward, backward] = chunk_passes(ctx, c, kinds, s, first, count, k);
+      const auto [forward, backward] = chunk_passes(ctx, c, kinds, s, k);
       visit(s, forward, backward);
     }
-    first += count;
   }
 }
 

@@ -12,7 +12,7 @@ void Training::plan_layers(int64_t it) {
   const bool full = rc == Recompute::kFull;
   for (int64_t s = 0; s < *p_.pp; ++s) {
     const StageState& st = stages_[static_cast<size_t>(s)];
-    for (int64_t l = st.first_layer; l < st.first_layer + st.num_layers; ++l) {
+    for_each_stage_layer(m_, p_, s, [&](int64_t l) {
       LayerState& L = layers_[static_cast<size_t>(l)];
       L.moe = m_.moe_layer[static_cast<size_t>(l)];
       const LayerParams& params = ctx_.params.layers[static_cast<size_t>(l)];
@@ -77,7 +77,7 @@ void Training::plan_layers(int64_t it) {
               L.sequence_part);
         }
       }
-    }
+    });
   }
 }
 

@@ -118,12 +118,14 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   building_stage_ = id.stage;
   ref_ = OpRef{};
   const int64_t v = *p_.vpp;
-  const int64_t begin = st.first_layer + st.num_layers * id.chunk / v;
-  const int64_t end = st.first_layer + st.num_layers * (id.chunk + 1) / v;
+  const LayerRange layers = chunk_layers(m_, p_, id.stage, id.chunk);
+  const int64_t begin = layers.begin, end = layers.end;
   const int64_t slices = plan_.overlap ? kOverlapSlices : 1;
   const double share = 1.0 / static_cast<double>(slices);
   const bool full = plan_.recompute == Recompute::kFull;
-  const bool last_stage = id.stage == *p_.pp - 1 && id.chunk == v - 1;
+  const bool last_chunk = id.chunk == v - 1;
+  const bool head_here = last_chunk && id.stage == *p_.pp - 1;
+  const bool mtp_here = last_chunk && id.stage == mtp_stage(p_);
   std::vector<Task> g;
   std::vector<int64_t> tail(static_cast<size_t>(slices), -1);  // last task of each slice
   auto after_tail = [&](int64_t j) {
@@ -144,9 +146,9 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     append(g, std::move(t));
     std::fill(tail.begin(), tail.end(), static_cast<int64_t>(g.size() - 1));
   };
-  // The MTP modules after the head, one task a pass at the planner's price (their layers'
-  // communication and host time included), holding what the model's last layer keeps of a
-  // micro-batch (its checkpoint under full recompute) from the forward to the backward.
+  // The MTP modules after the head (or their stage's last layer), one task a pass at the planner's
+  // price (their layers' communication and host time included), holding what the model's last layer
+  // keeps of a micro-batch (its checkpoint under full recompute) from the forward to the backward.
   auto mtp_task = [&](bool forward) {
     if (mtp_.forward.value() <= 0) return;
     head_task(forward ? "MTP modules" : "MTP modules backward",
@@ -278,15 +280,11 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       const int64_t host = host_issue(l, true);
       chain(l, false, 1.0, L.token_op, a_first, a_token, 0, host);
     }
-    if (last_stage) {
-      head_task("output head + loss", output_head_time(ctx_, plan_));
-      mtp_task(true);
-    }
+    if (head_here) head_task("output head + loss", output_head_time(ctx_, plan_));
+    if (mtp_here) mtp_task(true);
   } else {
-    if (last_stage) {
-      mtp_task(false);
-      head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
-    }
+    if (mtp_here) mtp_task(false);
+    if (head_here) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
     rematerialize(end - 1);
     for (int64_t l = end - 1; l >= begin; --l) {
       const LayerState& L = layers_[static_cast<size_t>(l)];

@@ -106,7 +106,6 @@ struct StageState {
   std::map<int64_t, std::vector<int64_t>> groups[kStreams];  // by group key
   Bytes static_bytes;
   double max_received = 0;  // MACT's s'_max for the stage
-  int64_t first_layer = 0, num_layers = 0;
   DpSync sync;
   std::vector<MemAction> actions;  // of the running pass graph; tags index it (1-based)
   std::vector<OpRef> refs;         // of the pass graph being built, by task (every-GPU mode)

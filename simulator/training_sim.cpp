@@ -120,8 +120,6 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
     st.num_gpus = per_stage_;
     st.static_bytes = sm.static_bytes;
     st.max_received = sm.max_received_tokens;
-    st.first_layer = sm.first_layer;
-    st.num_layers = sm.num_layers;
     st.sync = dp_sync_times(ctx_, plan_, s);
     for (int64_t k = 0; k < per_stage_; ++k) {
       const int64_t g = st.first_gpu + k;

@@ -28,6 +28,7 @@ nlohmann::json parallel_json(const ParallelConfig& p) {
 nlohmann::json stage_memory_json(const StageMemory& s) {
   return {{"stage", s.stage},
           {"first_layer", s.first_layer},
+          {"layer_ids", s.layer_label},
           {"layers", s.num_layers},
           {"moe_layers", s.num_moe_layers},
           {"params_per_gpu", s.params_per_gpu},

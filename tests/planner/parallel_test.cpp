@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "planner/errors.h"
 #include "test_models.h"
 
@@ -69,13 +71,95 @@ TEST(Parallel, EndStagesTakeTheirOwnLayerCounts) {
   EXPECT_EQ(layers_in_stage(m, p, 1), 8);
   EXPECT_EQ(layers_in_stage(m, p, 3), 8);
   EXPECT_EQ(layers_in_stage(m, p, 4), 3);
-  EXPECT_EQ(first_layer_of_stage(m, p, 2), 13);
+  EXPECT_EQ(chunk_layers(m, p, 2, 0).begin, 13);
+  EXPECT_EQ(stage_layer_label(m, p, 2), "13-20");
   int64_t total = 0;
   for (int64_t s = 0; s < 5; ++s) total += layers_in_stage(m, p, s);
   EXPECT_EQ(total, 32);
   EXPECT_THROW(check(resolve(parse_parallel("pp=5,pp_first=4,pp_last=3")), m),
                ConfigError);  // 25 over 3
   EXPECT_THROW(check(resolve(parse_parallel("pp=4,vpp=2,pp_first=2")), m), ConfigError);
+}
+
+TEST(Parallel, MegatronLayoutStringsUnrollAsMegatronDoes) {
+  // Megatron's docs example for DeepSeek-V3 at pp 16, vpp 2, its cosmetic comma included.
+  const PipelineLayout dsv3 = parse_pipeline_layout("Et*3|(tt|)*29,m|L", "--parallel");
+  ASSERT_EQ(dsv3.decoder_layers.size(), 32u);
+  EXPECT_EQ(dsv3.decoder_layers.front(), 3);
+  EXPECT_EQ(dsv3.decoder_layers[1], 2);
+  EXPECT_EQ(dsv3.decoder_layers[30], 0);
+  EXPECT_EQ(dsv3.decoder_layers[31], 0);
+  EXPECT_EQ(dsv3.mtp, 1);
+  EXPECT_EQ(dsv3.mtp_stage, 30);
+  // Formatting folds equal neighbours and parses back to the same stages.
+  const PipelineLayout l{{1, 2, 2, 2, 0, 0, 1}, 2, 6};
+  const std::string text = format_pipeline_layout(l);
+  EXPECT_EQ(text, "Et|(t*2|)*3(|)*2tm*2L");
+  EXPECT_EQ(parse_pipeline_layout(text, "--parallel"), l);
+  EXPECT_EQ(format_pipeline_layout(dsv3), "Et*3|(t*2|)*29m|L");
+  EXPECT_EQ(parse_pipeline_layout(format_pipeline_layout(dsv3), "--parallel"), dsv3);
+  EXPECT_EQ(format_pipeline_layout({{4}, 0, -1}), "Et*4L");
+  // Megatron's DeepSeek-V3 example at pp 16: the MTP module on stage 14's last chunk.
+  const ParallelConfig p = parse_parallel("pp=16,layout=Et*3|(tt|)*29m|L");
+  EXPECT_EQ(*p.vpp, 2);
+  EXPECT_EQ(mtp_stage(p), 14);
+  EXPECT_EQ(mtp_stage(resolve(parse_parallel("pp=4"))), 3);
+}
+
+TEST(Parallel, LayoutErrorsNameTheField) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_parallel(text);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("pp=2,layout=tt|ttL").find("first virtual stage must start with E"),
+            std::string::npos);
+  EXPECT_NE(message("pp=2,layout=Ett|tt").find("must end with L"), std::string::npos);
+  EXPECT_NE(message("pp=2,layout=Etx|ttL").find("'x' is not a layer"), std::string::npos);
+  EXPECT_NE(message("pp=2,layout=Emt|ttL").find("virtual stage 0"), std::string::npos);
+  EXPECT_NE(message("pp=2,layout=Etm|ttL").find("before the MTP"), std::string::npos);
+  EXPECT_NE(message("pp=2,layout=Etm|mL").find("share one virtual stage"), std::string::npos);
+  EXPECT_NE(message("pp=2,vpp=2,layout=Et|tm||L").find("last chunk"), std::string::npos);
+  EXPECT_NE(message("layout=Et|tL").find("needs pp"), std::string::npos);
+  EXPECT_NE(message("pp=3,layout=Et|tL").find("not a multiple of pp=3"), std::string::npos);
+  EXPECT_NE(message("pp=2,vpp=2,layout=Et|tL").find("make vpp=1"), std::string::npos);
+  // Megatron's cosmetic commas run up to the next size.
+  EXPECT_EQ(parse_parallel("pp=3,layout=Et|(tt|)*2,t|t|L,mbs=2").layout.decoder_layers,
+            (std::vector<int64_t>{1, 2, 2, 1, 1, 0}));
+  EXPECT_EQ(*parse_parallel("pp=3,layout=Et|(tt|)*2,t|t|L,mbs=2").mbs, 2);
+  EXPECT_NE(message("pp=2,pp_first=1,layout=Et|tL").find("give one"), std::string::npos);
+  EXPECT_NE(message("pp=2,layout=Et|tL,layout=Et|tL").find("given twice"), std::string::npos);
+}
+
+TEST(Parallel, LayoutChunksInterleaveOverTheStages) {
+  const ModelSpec m = testing_models::mixtral_8x7b();  // 32 layers
+  // pp 2, vpp 3: virtual stages 0..5 hold 3, 6, 6, 6, 6, 5 layers; stage s runs virtual
+  // stages s, s + 2 and s + 4, Megatron's order.
+  const ParallelConfig p = resolve(parse_parallel("pp=2,layout=Et*3|(t*6|)*4t*5L"));
+  EXPECT_EQ(*p.vpp, 3);
+  EXPECT_NO_THROW(check(p, m));
+  EXPECT_EQ(chunk_layers(m, p, 0, 0).begin, 0);
+  EXPECT_EQ(chunk_layers(m, p, 0, 0).end, 3);
+  EXPECT_EQ(chunk_layers(m, p, 1, 0).begin, 3);
+  EXPECT_EQ(chunk_layers(m, p, 0, 1).begin, 9);
+  EXPECT_EQ(chunk_layers(m, p, 1, 2).end, 32);
+  EXPECT_EQ(layers_in_stage(m, p, 0), 3 + 6 + 6);
+  EXPECT_EQ(layers_in_stage(m, p, 1), 6 + 6 + 5);
+  EXPECT_EQ(stage_layer_label(m, p, 0), "0-2, 9-14, 21-26");
+  std::vector<int64_t> seen;
+  for (int64_t s = 0; s < 2; ++s)
+    for_each_stage_layer(m, p, s, [&](int64_t l) { seen.push_back(l); });
+  std::sort(seen.begin(), seen.end());
+  ASSERT_EQ(seen.size(), 32u);
+  for (int64_t l = 0; l < 32; ++l) EXPECT_EQ(seen[static_cast<size_t>(l)], l);
+  // The layout round-trips through the --parallel text.
+  EXPECT_EQ(resolve(parse_parallel(p.to_string())).layout, p.layout);
+  // Counts that miss the model, or MTP modules it does not train, are refused.
+  EXPECT_THROW(check(resolve(parse_parallel("pp=2,layout=Et*3|(t*6|)*4t*4L")), m), ConfigError);
+  EXPECT_THROW(check(resolve(parse_parallel("pp=2,layout=Et*3|(t*6|)*4t*5mL")), m), ConfigError);
 }
 
 }  // namespace moe

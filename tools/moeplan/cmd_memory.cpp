@@ -144,8 +144,8 @@ void run_memory(const MemoryOptions& o) {
            "fits", "s'_max", "MACT c", "chunks"});
   for (const StageMemory& s : r.stages) {
     t.add({std::to_string(s.stage),
-           fmt::format("{}-{}{}", s.first_layer, s.first_layer + s.num_layers - 1,
-                       s.stage == *p.pp - 1 && m.mtp_layers > 0
+           fmt::format("{}{}", s.layer_label,
+                       s.stage == mtp_stage(p) && m.mtp_layers > 0
                            ? fmt::format(" +{} MTP", m.mtp_layers)
                            : std::string()),
            std::to_string(s.num_moe_layers), as_billions(s.params_per_gpu),
