@@ -72,9 +72,10 @@ std::string ParallelConfig::to_string() const {
   return out;
 }
 
-PipelineLayout parse_pipeline_layout(const std::string& text, const std::string& option) {
+PipelineLayout parse_pipeline_layout(const std::string& text, const std::string& source,
+                                     const std::string& where) {
   auto fail = [&](const std::string& problem) {
-    return InputError(option, "layout", fmt::format("'{}': {}", text, problem));
+    return InputError(source, where, fmt::format("'{}': {}", text, problem));
   };
   // Megatron's two unrolling passes, in its order: "(ab|)*2" first, then "x*3".
   std::string s;

@@ -70,8 +70,9 @@ void check(const ParallelConfig& p, const ModelSpec& m);
 // each a run of E (embedding), t (decoder layer), m (MTP module) and L (loss). The embedding
 // opens the first stage and the loss closes the last; the MTP modules share one virtual stage,
 // after its decoder layers and after every decoder layer of the model, as Megatron requires.
-// Throws InputError(option, "layout", problem).
-PipelineLayout parse_pipeline_layout(const std::string& text, const std::string& option);
+// Throws InputError(source, where, problem).
+PipelineLayout parse_pipeline_layout(const std::string& text, const std::string& source,
+                                     const std::string& where = "layout");
 // The layout in Megatron's syntax, runs of equal stages folded: decoder layers {1, 2, 2, 2, 1}
 // with one MTP module in the last stage give "Et|(t*2|)*3tmL".
 std::string format_pipeline_layout(const PipelineLayout& layout);

@@ -146,7 +146,12 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   if (*p.tp > 1 && c.attention == AttentionMode::kTensor) a.push_back("--sequence-parallel");
   if (p.pp_first) a.push_back(fmt::format("--decoder-first-pipeline-num-layers {}", *p.pp_first));
   if (p.pp_last) a.push_back(fmt::format("--decoder-last-pipeline-num-layers {}", *p.pp_last));
-  if (*p.vpp > 1) {
+  if (!p.layout.empty()) {
+    // Quoted for the shell: the layout's | ( ) * are its metacharacters. Megatron derives the
+    // virtual stages from it and takes no other split flag beside it.
+    a.push_back(
+        fmt::format("--pipeline-model-parallel-layout '{}'", format_pipeline_layout(p.layout)));
+  } else if (*p.vpp > 1) {
     a.push_back(
         fmt::format("--num-layers-per-virtual-pipeline-stage {}", m.num_layers / (*p.pp * *p.vpp)));
   }

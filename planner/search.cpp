@@ -219,6 +219,7 @@ std::vector<Layout> valid_layouts(const TimeContext& ctx, const SearchRequest& r
                   p.gbs = req.global_batch;
                   p.pp_first = first;
                   p.pp_last = last;
+                  p.layout = f.layout;
                   if (f.edp && *f.edp != *p.edp) continue;
                   try {
                     check(p, m);
@@ -258,6 +259,19 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
   }
 
   std::vector<Layout> layouts = valid_layouts(ctx, req, world);
+  if (layouts.empty() && f.tp && f.cp && f.pp && f.ep && f.mbs &&
+      world % (*f.tp * *f.cp * *f.pp) == 0) {
+    // A layout fixed but for dp (which the GPUs give): say what check() finds wrong with it.
+    ParallelConfig q = f;
+    q.dp = world / (*f.tp * *f.cp * *f.pp);
+    q.gbs = req.global_batch;
+    try {
+      check(resolve(q), m);
+    } catch (const ConfigError& e) {
+      throw ConfigError(
+          fmt::format("the fixed layout {} does not run {}: {}", q.to_string(), m.name, e.what()));
+    }
+  }
   if (layouts.empty()) {
     // The largest GPU count below that does divide, in whole nodes where the cluster has them
     // (240 H800 and a batch of 64 leave 15 as a factor no layout takes; 224 do). The next 16

@@ -21,6 +21,7 @@ nlohmann::json parallel_json(const ParallelConfig& p) {
   for (const ParallelField& f : parallel_fields()) {
     if ((p.*f.member).has_value()) j[f.key] = *(p.*f.member);
   }
+  if (!p.layout.empty()) j["layout"] = format_pipeline_layout(p.layout);
   return j;
 }
 }  // namespace
@@ -193,6 +194,15 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
     const bool optional = std::string(f.key) == "pp_first" || std::string(f.key) == "pp_last";
     if (optional && !p.has(f.key)) continue;
     c.parallel.*f.member = positive(p, f.key);
+  }
+  // Megatron's --pipeline-model-parallel-layout, optional.
+  if (p.has("layout")) {
+    c.parallel.layout = parse_pipeline_layout(p.string("layout"), source, "/parallel/layout");
+    try {
+      apply_layout(c.parallel);
+    } catch (const ConfigError& e) {
+      p.fail("layout", e.what());
+    }
   }
   p.finish();
   c.seq_len = positive(r, "seq_len");
