@@ -586,7 +586,9 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.host = slowest.host() * mb;
   // Fill and drain: each stage's pass once, less the slowest's that the steady state counts
   // ((p - 1) t with equal stages; a light stage, or a single micro-batch, shortens it).
-  // Interleaved: (p - 1) / v of the slowest's.
+  // Interleaved: (p - 1) / v of the slowest's. (The lighter stages' share, (sum - t_max) / v,
+  // put the planner further from the simulator over the shipped pairs: mean |diff| 1.41 %
+  // against 1.35 %.)
   if (*p.vpp == 1) {
     for (const Seconds& t : per_stage) out.bubble += t;
     out.bubble -= per_mb;
@@ -607,10 +609,16 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // micro-batch in flight and waits only at its ends.
   if (pp > 1 && *p.vpp == 1 && !c.gpipe)
     out.bubble += (one_f_one_b_period(per_stage, hop) - per_mb) * mb;
-  if (pp > 1 && *p.vpp > 1 && hop > lightest_chunk_forward(ctx, c, kinds) * 0.25) {
+  // A flexible layout (user-given, never searched) can leave chunks far apart, where no closed
+  // form holds: a heavy stage near the front hides the others' fill and drain. Walk it always
+  // and take the walk. (GLM-4.5 at pp 4 x vpp 3 with one stage 1.5x the others: the closed
+  // form was 7 % over the simulator.)
+  const bool layout = !p.layout.empty();
+  if (pp > 1 && *p.vpp > 1 && (layout || hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
     const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
     const Seconds walked = schedule_makespan(chunks, out.microbatches, hop, c.gpipe);
-    out.bubble = std::max(out.bubble, walked - per_mb * mb - out.pp_comm);
+    const Seconds beyond = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
+    out.bubble = layout ? beyond : std::max(out.bubble, beyond);
   }
 
   const DpSync sync = dp_sync_times(ctx, c, slowest_stage);
