@@ -1,6 +1,7 @@
 // `memory` run as a user would: MemFine's Table 4, precision, unfused attention scores.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -72,4 +73,36 @@ TEST(Cli, MemoryPutsTheMtpModuleOnTheLastStage) {
   const nlohmann::json j = run_json(base + " --json");
   EXPECT_EQ(j["stages"][7]["moe_layers"].get<int>(), 6);
   EXPECT_EQ(j["stages"][6]["moe_layers"].get<int>(), 8);
+}
+
+TEST(Cli, MegatronLayoutsEvaluateAsGiven) {
+  // Megatron's own DeepSeek-V3 layout shape (its docs, at pp 8 x vpp 4 here): memory shows each
+  // stage's interleaved layers and the MTP module on stage 6; plan evaluates exactly that
+  // layout and hands it back as Megatron's argument, quoted for the shell.
+  const std::string layout = "\"tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et*3|(tt|)*29,m|L\"";
+  const Result mem =
+      run("memory --model models/hf/deepseek-v3.config.json --cluster topologies/h100-1024.json "
+          "--seq-len 4096 --parallel " +
+          layout.substr(0, layout.size() - 1) + ",dp=64\"");
+  ASSERT_EQ(mem.code, 0) << mem.err;
+  EXPECT_NE(mem.out.find("0-2, 17-18, 33-34, 49-50"), std::string::npos) << mem.out;
+  EXPECT_NE(mem.out.find("13-14, 29-30, 45-46 +1 MTP"), std::string::npos) << mem.out;
+  const Result plan =
+      run("plan --model models/hf/deepseek-v3.config.json --cluster topologies/h100-1024.json "
+          "--global-batch 8192 --seq-len 4096 --precision fp8 --top 3 --parallel " +
+          layout);
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("--pipeline-model-parallel-layout 'Et*3|(t*2|)*29m|L'"),
+            std::string::npos)
+      << plan.out;
+  EXPECT_EQ(plan.out.find("--num-layers-per-virtual-pipeline-stage"), std::string::npos);
+  // A layout that misses a layer: one line naming the field and the count, exit 2.
+  const Result bad =
+      run("plan --model models/hf/deepseek-v3.config.json --cluster topologies/h100-1024.json "
+          "--global-batch 8192 --seq-len 4096 --parallel \"tp=2,pp=8,ep=64,cp=1,mbs=1,"
+          "layout=Et*2|(tt|)*29,m|L\"");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("60 decoder layers (t), but the model has 61"), std::string::npos)
+      << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
