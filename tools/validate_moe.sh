@@ -10,8 +10,8 @@
 #     moe), forced balance as the readme gives it, TFLOP/s only;
 #   DeepSeek-V3 (models/hf/deepseek-v3.config.json) on 1,024 H100 (topologies/h100-1024.json),
 #     sequence 4,096, global batch 8,192, FP8 (--fp8-recipe blockwise, priced on the block-scaled
-#     GEMM curve measured on a lent H200), TP 2, PP 8, EP 64, DeepEP, EP
-#     overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
+#     GEMM curve measured on a lent H200), TP 2, PP 8 (VPP 4 by Megatron-Bridge's H100 layout
+#     Et|(tt|)*30mL), EP 64, DeepEP, EP overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
 #     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh, which
 #     trains the MTP module, --mtp-num-layers 1, as the model file's one module prices it; the
 #     GB200 row below is priced with it too, which its recipe's card does not state);
@@ -20,7 +20,8 @@
 #     run on 128 of them), HybridEP priced as DeepEP, forced balance, CUDA graphs for attention
 #     and the router, MXFP8 (--fp8-recipe mxfp8) priced on the per-tensor FP8 curve; the GB200 MXFP8 run also offloaded expert_fc1 and
 #     moe_act activations to the host, which we do not model (it fits without, at 164 GB);
-#   DeepSeek-V3 on 256 GB200 (the same racks), MXFP8, TP 1, PP 4 (VPP 4), EP 64, HybridEP, EP
+#   DeepSeek-V3 on 256 GB200 (the same racks), MXFP8, TP 1, PP 4 (VPP 4 by the recipe's layout
+#     Et*4|(t*4|)*14tmL), EP 64, HybridEP, EP
 #     overlap, --recompute-modules mla_up_proj, full-iteration CUDA graph, global batch 4,096:
 #     12.94 s and 1,316 TFLOP/s per GPU (Megatron-Bridge's DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2,
 #     as measured in its pull request 4226).
@@ -38,9 +39,10 @@
 # run names as --recompute-modules; "1f1b overlap" (the EP all-to-all
 # hidden behind another micro-batch's compute) as --overlap on; FSDP as ZeRO-3; routing
 # balanced (the runs are dropless; Megatron's long-context table measures dropless at 0.80-0.92
-# of forced balance). The virtual stages (vpp 3-4) do not split the layers evenly (the runs
-# used Megatron's flexible pipeline layout), so we price vpp = 1 with the planner's uneven end
-# stages, which overstates the bubble by a few percent.
+# of forced balance). The DeepSeek-V3 runs give their flexible pipeline layouts as Megatron
+# takes them (layout= in --parallel); the Pai runs' VPP 3 layout is not published, so they are
+# priced at vpp = 1 with the planner's uneven end stages, which overstates the bubble by a few
+# percent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 moeplan=${MOEPLAN:-build/tools/moeplan/moeplan}
@@ -70,8 +72,8 @@ gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 819
 gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1 --gpus,128,--megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
-gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1 --megatron-only,--cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
-mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1 --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
+gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1,layout=Et*4|(t*4|)*14tmL --megatron-only,--cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
+mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et|(tt|)*30mL --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=1,pp=32,ep=8,cp=1,mbs=4 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 42.54 -
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=2,pp=32,ep=8,cp=1,mbs=4 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 43.50 -
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1 --gpus,256,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,alltoall 22.42 -
