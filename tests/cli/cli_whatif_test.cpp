@@ -240,4 +240,36 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Cli, WhatifKeepsAPlansLayoutUnlessThePointMovesThePipeline) {
+  // A saved plan at a Megatron layout (pp 4 x vpp 3): a micro-batch sweep keeps it; a vpp sweep
+  // splits the layers anew, and says so where they do not split.
+  const std::string dir = temp_path("moeplan_whatif_layout");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string pair =
+      "--model models/hf/glm-4.5.config.json --cluster topologies/h100-1024.json";
+  const Result plan = run("plan " + pair +
+                          " --gpus 256 --global-batch 256 --seq-len 4096 --top 1 --parallel "
+                          "\"tp=4,pp=4,ep=8,etp=1,cp=1,mbs=1,layout=Et*2|(t*10|)*9,m|L\" --save " +
+                          dir + "/plan.json");
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const Result mbs =
+      run("whatif " + pair + " --plan " + dir + "/plan.json --sweep mbs=1,2 --out " + dir + "/mbs");
+  ASSERT_EQ(mbs.code, 0) << mbs.err;
+  const std::string kept = read_file(dir + "/mbs/points.csv");
+  EXPECT_EQ(std::count(kept.begin(), kept.end(), '\n'), 3) << kept;
+  size_t layouts = 0;
+  for (size_t at = kept.find("layout=Et*2|(t*10|)*9m|L"); at != std::string::npos;
+       at = kept.find("layout=Et*2|(t*10|)*9m|L", at + 1))
+    ++layouts;
+  EXPECT_EQ(layouts, 2u) << kept;
+  const Result vpp =
+      run("whatif " + pair + " --plan " + dir + "/plan.json --sweep vpp=1,2 --out " + dir + "/vpp");
+  ASSERT_EQ(vpp.code, 0) << vpp.err;
+  const std::string moved = read_file(dir + "/vpp/points.csv");
+  EXPECT_EQ(moved.find("layout="), std::string::npos) << moved;
+  EXPECT_NE(moved.find("vpp=1,1,ok"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("92 layers do not split evenly over 8 chunks"), std::string::npos) << moved;
+}
+
 }  // namespace moe

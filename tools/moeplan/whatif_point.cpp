@@ -188,6 +188,13 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
     plan.parallel.*f.member = in.sizes.*f.member;
     changed = true;
   }
+  // A point that moves pp or vpp splits the layers anew: the plan's own split (end stages or a
+  // layout) was for its old pipeline.
+  if (in.sizes.pp || in.sizes.vpp) {
+    plan.parallel.pp_first.reset();
+    plan.parallel.pp_last.reset();
+    plan.parallel.layout = {};
+  }
   if (changed) {
     const ParallelConfig& p = plan.parallel;
     const int64_t per_replica = *p.tp * *p.cp * *p.pp;
