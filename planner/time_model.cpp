@@ -609,16 +609,20 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   // micro-batch in flight and waits only at its ends.
   if (pp > 1 && *p.vpp == 1 && !c.gpipe)
     out.bubble += (one_f_one_b_period(per_stage, hop) - per_mb) * mb;
-  // A flexible layout (user-given, never searched) can leave chunks far apart, where no closed
-  // form holds: a heavy stage near the front hides the others' fill and drain. Walk it always
-  // and take the walk. (GLM-4.5 at pp 4 x vpp 3 with one stage 1.5x the others: the closed
-  // form was 7 % over the simulator.)
-  const bool layout = !p.layout.empty();
-  if (pp > 1 && *p.vpp > 1 && (layout || hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
+  // A flexible layout can leave stages far apart, where no closed form holds: a heavy stage near
+  // the front hides the others' fill and drain. With one stage over 1.25x another, walk it and
+  // take the walk. (GLM-4.5 at pp 4 x vpp 3 with one stage 1.5x the others: the closed form was
+  // 7 % over the simulator.)
+  const bool uneven_layout =
+      !p.layout.empty() &&
+      *std::max_element(per_stage.begin(), per_stage.end()) >
+          *std::min_element(per_stage.begin(), per_stage.end()) * 1.25;
+  if (pp > 1 && *p.vpp > 1 &&
+      (uneven_layout || hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
     const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
     const Seconds walked = schedule_makespan(chunks, out.microbatches, hop, c.gpipe);
     const Seconds beyond = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
-    out.bubble = layout ? beyond : std::max(out.bubble, beyond);
+    out.bubble = uneven_layout ? beyond : std::max(out.bubble, beyond);
   }
 
   const DpSync sync = dp_sync_times(ctx, c, slowest_stage);

@@ -35,15 +35,14 @@ PlanChoice choice(const std::string& layout) {
 
 TEST(PipelineLayout, TheEvenSplitWrittenAsALayoutPricesTheSame) {
   // Mixtral's 32 identical layers over pp 4 x vpp 2: four a chunk either way. Only which layers
-  // sit where differs, and they are all alike. The layout's schedule is walked rather than
-  // priced in closed form, which the walk matches to 0.04 %.
+  // sit where differs, and they are all alike.
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
   const PlanChoice even = choice("tp=2,pp=4,ep=1,dp=1,vpp=2,mbs=1,gbs=64");
   const PlanChoice layout = choice("tp=2,pp=4,ep=1,dp=1,mbs=1,gbs=64,layout=Et*4|(t*4|)*6t*4L");
   ASSERT_EQ(*layout.parallel.vpp, 2);
   ASSERT_NO_THROW(check(layout.parallel, s.model));
   const TimeBreakdown a = estimate_time(s.ctx, even), b = estimate_time(s.ctx, layout);
-  EXPECT_NEAR(b.iteration.value(), a.iteration.value(), 1e-3 * a.iteration.value());
+  EXPECT_NEAR(b.iteration.value(), a.iteration.value(), 1e-9 * a.iteration.value());
   for (int64_t stage = 0; stage < 4; ++stage)
     EXPECT_NEAR(stage_times(s.ctx, layout, stage).forward.value(),
                 stage_times(s.ctx, even, stage).forward.value(), 1e-12);
