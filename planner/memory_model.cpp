@@ -284,7 +284,6 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     StageMemory s;
     s.stage = stage;
     s.first_layer = chunk_layers(m, p, stage, 0).begin;
-    s.layer_label = stage_layer_label(m, p, stage);
     s.num_layers = layers_in_stage(m, p, stage);
     // The MTP modules (the last stage's) hold activations as the model's last layer does.
     const int64_t mtp = stage == mtp_stage(p) ? m.mtp_layers : 0;

@@ -87,8 +87,7 @@ struct MemoryRequest {
 
 struct StageMemory {
   int64_t stage = 0;
-  int64_t first_layer = 0;  // the lowest layer it holds
-  std::string layer_label;  // the layers it holds, "8-15" (stage_layer_label)
+  int64_t first_layer = 0;  // the lowest layer it holds (stage_layer_label lists them all)
   int64_t num_layers = 0;
   int64_t num_moe_layers = 0;
   double params_per_gpu = 0;

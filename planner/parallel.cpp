@@ -131,6 +131,7 @@ PipelineLayout parse_pipeline_layout(const std::string& text, const std::string&
           i, st));
     out.decoder_layers.push_back(decoders);
   }
+  out.index();
   return out;
 }
 
@@ -158,6 +159,21 @@ std::string format_pipeline_layout(const PipelineLayout& layout) {
     i = j;
   }
   return out;
+}
+
+void PipelineLayout::index() {
+  offsets.assign(decoder_layers.size(), 0);
+  for (size_t i = 1; i < decoder_layers.size(); ++i)
+    offsets[i] = offsets[i - 1] + decoder_layers[i - 1];
+}
+
+bool has_end_light_shape(const PipelineLayout& layout) {
+  const std::vector<int64_t>& n = layout.decoder_layers;
+  if (n.size() < 3) return true;
+  const int64_t k = n[1];
+  for (size_t i = 1; i + 1 < n.size(); ++i)
+    if (n[i] != k) return false;
+  return n.front() <= k && n.back() <= k;
 }
 
 int64_t mtp_stage(const ParallelConfig& p) {
@@ -399,7 +415,10 @@ LayerRange chunk_layers(const ModelSpec& m, const ParallelConfig& p, int64_t sta
   if (!p.layout.empty()) {
     const int64_t index = chunk * pp + stage;
     int64_t begin = 0;
-    for (int64_t i = 0; i < index; ++i) begin += p.layout.decoder_layers[static_cast<size_t>(i)];
+    if (p.layout.offsets.size() == p.layout.decoder_layers.size())
+      begin = p.layout.offsets[static_cast<size_t>(index)];
+    else
+      for (int64_t i = 0; i < index; ++i) begin += p.layout.decoder_layers[static_cast<size_t>(i)];
     return {begin, begin + p.layout.decoder_layers[static_cast<size_t>(index)]};
   }
   int64_t first = 0;

@@ -24,8 +24,14 @@ struct PipelineLayout {
   std::vector<int64_t> decoder_layers;  // per virtual stage
   int64_t mtp = 0;                      // MTP modules (m)
   int64_t mtp_stage = -1;               // the virtual stage they sit in; -1 without them
+  // Layers before each virtual stage, when index() has filled them (the search's hot path);
+  // otherwise summed on each use.
+  std::vector<int64_t> offsets;
   bool empty() const { return decoder_layers.empty(); }
-  bool operator==(const PipelineLayout&) const = default;
+  void index();
+  bool operator==(const PipelineLayout& o) const {
+    return decoder_layers == o.decoder_layers && mtp == o.mtp && mtp_stage == o.mtp_stage;
+  }
 };
 
 struct ParallelConfig {
@@ -76,6 +82,9 @@ PipelineLayout parse_pipeline_layout(const std::string& text, const std::string&
 // The layout in Megatron's syntax, runs of equal stages folded: decoder layers {1, 2, 2, 2, 1}
 // with one MTP module in the last stage give "Et|(t*2|)*3tmL".
 std::string format_pipeline_layout(const PipelineLayout& layout);
+// Whether a layout has the shape the search builds: every virtual stage but the first and last
+// holds the same k layers, and those two hold at most k.
+bool has_end_light_shape(const PipelineLayout& layout);
 // The pipeline stage that runs the MTP modules, in its last model chunk: the last stage unless a
 // layout puts them elsewhere.
 int64_t mtp_stage(const ParallelConfig& p);

@@ -610,13 +610,14 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   if (pp > 1 && *p.vpp == 1 && !c.gpipe)
     out.bubble += (one_f_one_b_period(per_stage, hop) - per_mb) * mb;
   // A flexible layout can leave stages far apart, where no closed form holds: a heavy stage near
-  // the front hides the others' fill and drain. With one stage over 1.25x another, walk it and
-  // take the walk. (GLM-4.5 at pp 4 x vpp 3 with one stage 1.5x the others: the closed form was
-  // 7 % over the simulator.)
-  const bool uneven_layout =
-      !p.layout.empty() &&
-      *std::max_element(per_stage.begin(), per_stage.end()) >
-          *std::min_element(per_stage.begin(), per_stage.end()) * 1.25;
+  // the front hides the others' fill and drain. Unless it has the search's shape (equal middle
+  // virtual stages, ends no heavier: priced in closed form, as pp_first/pp_last are), a layout
+  // with one stage over 1.25x another is walked and the walk taken. (GLM-4.5 at pp 4 x vpp 3
+  // with one stage 1.5x the others: the closed form was 7 % over the simulator.) The search
+  // cannot walk every candidate: at hundreds of micro-batches a walk costs a millisecond.
+  const bool uneven_layout = !p.layout.empty() && !has_end_light_shape(p.layout) &&
+                             *std::max_element(per_stage.begin(), per_stage.end()) >
+                                 *std::min_element(per_stage.begin(), per_stage.end()) * 1.25;
   if (pp > 1 && *p.vpp > 1 &&
       (uneven_layout || hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
     const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);

@@ -26,10 +26,10 @@ nlohmann::json parallel_json(const ParallelConfig& p) {
 }
 }  // namespace
 
-nlohmann::json stage_memory_json(const StageMemory& s) {
+nlohmann::json stage_memory_json(const StageMemory& s, const std::string& layer_ids) {
   return {{"stage", s.stage},
           {"first_layer", s.first_layer},
-          {"layer_ids", s.layer_label},
+          {"layer_ids", layer_ids},
           {"layers", s.num_layers},
           {"moe_layers", s.num_moe_layers},
           {"params_per_gpu", s.params_per_gpu},
@@ -86,7 +86,8 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   const PlanScore& s = plan.score;
   const TimeBreakdown& t = s.time;
   nlohmann::json stages = nlohmann::json::array();
-  for (const StageMemory& st : s.memory.stages) stages.push_back(stage_memory_json(st));
+  for (const StageMemory& st : s.memory.stages)
+    stages.push_back(stage_memory_json(st, stage_layer_label(m, ch.parallel, st.stage)));
   nlohmann::json out = {{"format", kPlanFormat},
                         {"model", m.name},
                         {"cluster", c.name},

@@ -16,8 +16,9 @@ nlohmann::json plan_to_json(const Plan& p, const ModelSpec& m, const ClusterSpec
 // DeepSpeed config: ZeRO stage, micro-batch and accumulation, precision. EP is an argument of
 // deepspeed.moe.layer.MoE (ep_size), not a config key, so it travels beside the config.
 nlohmann::json deepspeed_config(const Plan& p);
-// One pipeline stage's memory as both `moeplan memory --json` and the plan file write it.
-nlohmann::json stage_memory_json(const StageMemory& s);
+// One pipeline stage's memory as both `moeplan memory --json` and the plan file write it;
+// `layer_ids` lists its layers (stage_layer_label).
+nlohmann::json stage_memory_json(const StageMemory& s, const std::string& layer_ids);
 
 // Reads the choices back (the predictions are recomputed by whoever needs them).
 PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& source);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
@@ -90,7 +91,7 @@ TEST(PipelineLayout, MtpModulesRunWhereTheLayoutPutsThem) {
                       memory_request(s.ctx, c, s.cluster.node.gpu.hbm_capacity, 1.0, std::nullopt));
   EXPECT_EQ(r.stages[6].num_moe_layers, 7);
   EXPECT_EQ(r.stages[7].num_moe_layers, 6);
-  EXPECT_EQ(r.stages[6].layer_label, "13-14, 29-30, 45-46");
+  EXPECT_EQ(stage_layer_label(s.model, c.parallel, 6), "13-14, 29-30, 45-46");
   EXPECT_GT(r.stages[6].params_per_gpu, r.stages[1].params_per_gpu);
 
   // The launch argument replaces the split flags, quoted for the shell.
@@ -144,6 +145,31 @@ TEST(PipelineLayout, TheSearchEvaluatesAFixedLayoutAndSaysWhyOneCannotRun) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(PipelineLayout, AFixedVppBuildsMegatronsRecipeLayouts) {
+  // DeepSeek-V3's 61 layers divide over no pp x vpp. With vpp fixed the search lays them out as
+  // Megatron-Bridge's recipes do: Et|(tt|)*30mL at pp 8 (H100), Et*4|(t*4|)*14tmL at pp 4
+  // (GB200); with vpp free it keeps to vpp = 1 (its speed target).
+  const Inputs s("hf/deepseek-v3.config.json", "h100-1024.json");
+  auto layouts = [&](const std::string& fixed, int64_t gpus, int64_t gbs) {
+    SearchRequest req;
+    req.num_gpus = gpus;
+    req.global_batch = gbs;
+    req.threads = 1;
+    req.top_k = 100;
+    req.fixed = parse_parallel(fixed);
+    std::set<std::string> out;
+    for (const Plan& p : search_plans(s.ctx, req).ranked)
+      out.insert(
+          p.choice.parallel.layout.empty() ? "" : format_pipeline_layout(p.choice.parallel.layout));
+    return out;
+  };
+  EXPECT_EQ(layouts("tp=2,pp=8,ep=64,cp=1,mbs=1,vpp=4", 1024, 8192),
+            std::set<std::string>{"Et|(t*2|)*30mL"});
+  EXPECT_EQ(layouts("tp=1,pp=4,ep=64,cp=1,mbs=1,vpp=4", 256, 4096),
+            std::set<std::string>{"Et*4|(t*4|)*14tmL"});
+  EXPECT_EQ(layouts("tp=2,pp=8,ep=64,cp=1,mbs=1", 1024, 8192).count("Et|(t*2|)*30mL"), 0u);
 }
 
 }  // namespace moe

@@ -110,7 +110,8 @@ void run_memory(const MemoryOptions& o) {
 
   if (o.json) {
     nlohmann::json stages = nlohmann::json::array();
-    for (const StageMemory& s : r.stages) stages.push_back(io::stage_memory_json(s));
+    for (const StageMemory& s : r.stages)
+      stages.push_back(io::stage_memory_json(s, stage_layer_label(m, p, s.stage)));
     nlohmann::json chunk_sweep = nlohmann::json::array();
     for (const auto& [bin, rep] : sweep) {
       nlohmann::json per_stage = nlohmann::json::array();
@@ -144,7 +145,7 @@ void run_memory(const MemoryOptions& o) {
            "fits", "s'_max", "MACT c", "chunks"});
   for (const StageMemory& s : r.stages) {
     t.add({std::to_string(s.stage),
-           fmt::format("{}{}", s.layer_label,
+           fmt::format("{}{}", stage_layer_label(m, p, s.stage),
                        s.stage == mtp_stage(p) && m.mtp_layers > 0
                            ? fmt::format(" +{} MTP", m.mtp_layers)
                            : std::string()),
