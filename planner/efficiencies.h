@@ -30,6 +30,12 @@ struct Efficiencies {
   // DeepSeek-V3's heads measured 0.875-0.89 of it at 4K-16K tokens on the same H200 (its
   // backward is the slower pass). Set 1 where the attention curve was calibrated on MLA itself.
   double attention_latent = 0.88;
+  // Fused attention's share of the peak for one call of `call_flops` forward FLOPs, with
+  // attention_latent applied for multi-latent attention: what every caller that prices fused
+  // attention (layer_ops, the offload plans) reads.
+  double attention_share(double call_flops, bool latent) const {
+    return attention_core.at(call_flops) * (latent ? attention_latent : 1.0);
+  }
   // Element-wise kernels reach ~70-80 % of HBM bandwidth; MegaScale-MoE Sec. 6.1 names them the
   // reason MFU falls on faster GPUs.
   double memory_bound = 0.7;

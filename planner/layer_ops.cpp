@@ -55,9 +55,9 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   // Fused kernels' time at the curve's efficiency for one call's FLOPs, where the measured
   // efficiency falls with the call's size: `calls` split the layer's work on this GPU (the cp
   // ring steps of softmax attention, each local queries against one rank's keys).
-  const double latent = m.attention.kind == AttentionKind::kLatent ? ctx.eff.attention_latent : 1.0;
+  const bool latent = m.attention.kind == AttentionKind::kLatent;
   auto fused = [&](double flops, double calls) {
-    return Flops(flops) / (peak * ctx.eff.attention_core.at(flops / calls) * latent);
+    return Flops(flops) / (peak * ctx.eff.attention_share(flops / calls, latent));
   };
   if (linear_layer) return fused(ctx.flops.forward_linear.value() / linear_layers * tokens, 1);
   if (c.attention_kernel == AttentionKernel::kFused)

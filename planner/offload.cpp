@@ -113,7 +113,8 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
       ctx.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
   // The layer's forward GPU work outside the routed experts.
   Seconds dense = gpu_time(2.0 * lp.attention * tokens) +
-                  Flops(core) / (peak * ctx.eff.attention_core.at(core));
+                  Flops(core) / (peak * ctx.eff.attention_share(
+                                            core, m.attention.kind == AttentionKind::kLatent));
   dense += m.moe_layer[layer] ? gpu_time(2.0 * (lp.shared_experts + lp.router) * tokens)
                               : gpu_time(2.0 * lp.dense_ffn * tokens);
   OffloadLayer t;

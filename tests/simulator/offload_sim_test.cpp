@@ -294,6 +294,35 @@ TEST(OffloadPlanner, TheOutputHeadsWaveShowsInThePlanToo) {
   EXPECT_GT(e.time.bubble.value(), 0.1 * e.time.compute.value());
 }
 
+TEST(OffloadPlanner, MultiLatentAttentionKeepsItsShareOffloaded) {
+  // An offload plan prices fused attention as the GPU-resident layer does: DeepSeek-V2-Lite's
+  // MLA at attention_latent of the curve. With the factor at 1 the layer's forward GPU work
+  // falls by exactly the attention it no longer slows (it was priced 12 % fast before).
+  const std::string root = MOEPLAN_SOURCE_DIR;
+  const ModelSpec m = io::load_model(root + "/models/hf/deepseek-v2-lite.config.json");
+  ASSERT_EQ(m.attention.kind, AttentionKind::kLatent);
+  const ClusterSpec c = io::load_cluster(root + "/topologies/aptmoe-4x-a800-40gb-c1g2.json");
+  Efficiencies eff = efficiencies();
+  ASSERT_LT(eff.attention_latent, 1.0);
+  const TimeContext mla = make_time_context(m, c, eff, RoutingSkew{}, 4096);
+  eff.attention_latent = 1.0;
+  const TimeContext plain = make_time_context(m, c, eff, RoutingSkew{}, 4096);
+  const double tokens = offload_pass_tokens(16, 4, 4096);
+  auto gpu = [&](const TimeContext& ctx) {
+    const aptmoe::Rates rates = offload_rates(ctx, c, 4, Precision::kBf16);
+    return offload_layer(ctx, rates, 1, 8, aptmoe::Pass::kForward, tokens, Precision::kBf16,
+                         OffloadSystem::kMobius)
+        .gpu;
+  };
+  const double core =
+      mla.flops.forward_attention.value() / static_cast<double>(m.num_layers) * tokens;
+  const double peak = peak_of(mla, Precision::kBf16).value();
+  const double share = mla.eff.attention_core.at(core);
+  const double expected = core / (peak * share * mla.eff.attention_latent) - core / (peak * share);
+  EXPECT_GT(expected, 0.0);
+  EXPECT_NEAR((gpu(mla) - gpu(plain)).value(), expected, 1e-9 * gpu(mla).value());
+}
+
 TEST(OffloadPlanner, BackwardReplaysTheForwardAndTheBreakdownAddsUp) {
   // Offload plans keep only each layer's input, so a layer's backward is its forward replayed
   // plus two GEMMs per forward GEMM: three forwards of GPU work, one of them recompute. The
