@@ -8,8 +8,31 @@ namespace moe {
 const char* attention_mode_name(AttentionMode a) {
   return a == AttentionMode::kTensor ? "tp" : "ulysses";
 }
+std::span<const EnumName<Precision>> precision_names() {
+  static constexpr EnumName<Precision> names[] = {
+      {"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}};
+  return names;
+}
+std::span<const EnumName<Fp8Recipe>> fp8_recipe_names() {
+  static constexpr EnumName<Fp8Recipe> names[] = {{"delayed", Fp8Recipe::kDelayed},
+                                                  {"tensorwise", Fp8Recipe::kTensorwise},
+                                                  {"blockwise", Fp8Recipe::kBlockwise},
+                                                  {"mxfp8", Fp8Recipe::kMxfp8}};
+  return names;
+}
+std::span<const EnumName<CudaGraph>> cuda_graph_names() {
+  static constexpr EnumName<CudaGraph> names[] = {{"none", CudaGraph::kNone},
+                                                  {"attn", CudaGraph::kAttention},
+                                                  {"full", CudaGraph::kFullIteration}};
+  return names;
+}
+std::span<const EnumName<AttentionKernel>> attention_kernel_names() {
+  static constexpr EnumName<AttentionKernel> names[] = {{"fused", AttentionKernel::kFused},
+                                                        {"unfused", AttentionKernel::kUnfused}};
+  return names;
+}
 const char* attention_kernel_name(AttentionKernel k) {
-  return k == AttentionKernel::kFused ? "fused" : "unfused";
+  return name_in(attention_kernel_names(), k);
 }
 const char* schedule_name(Schedule s) {
   switch (s) {
@@ -23,41 +46,15 @@ const char* schedule_name(Schedule s) {
   return "?";
 }
 const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kFp8:
-      return "fp8";
-  }
-  return "?";
+  return name_in(precision_names(), p);
 }
 
 const char* fp8_recipe_name(Fp8Recipe r) {
-  switch (r) {
-    case Fp8Recipe::kDelayed:
-      return "delayed";
-    case Fp8Recipe::kTensorwise:
-      return "tensorwise";
-    case Fp8Recipe::kBlockwise:
-      return "blockwise";
-    case Fp8Recipe::kMxfp8:
-      return "mxfp8";
-  }
-  return "?";
+  return name_in(fp8_recipe_names(), r);
 }
 
 const char* cuda_graph_name(CudaGraph g) {
-  switch (g) {
-    case CudaGraph::kNone:
-      return "none";
-    case CudaGraph::kAttention:
-      return "attn";
-    case CudaGraph::kFullIteration:
-      return "full";
-  }
-  return "?";
+  return name_in(cuda_graph_names(), g);
 }
 
 std::string PlanChoice::describe() const {

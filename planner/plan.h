@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,29 @@ enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise, kMxfp8 };
 // dispatch, experts and combine stay eager, their token counts vary. kFullIteration: the whole
 // iteration (local, full_iteration), which needs a MoE path without host syncs.
 enum class CudaGraph { kNone, kAttention, kFullIteration };
+// A switch's names as plan files, command-line options and labels spell them, one table each
+// (the readers and the name functions below use the same one).
+template <class E>
+struct EnumName {
+  const char* name;
+  E value;
+};
+std::span<const EnumName<Precision>> precision_names();               // "bf16", "fp32", "fp8"
+std::span<const EnumName<Fp8Recipe>> fp8_recipe_names();              // Megatron's: "delayed", ...
+std::span<const EnumName<CudaGraph>> cuda_graph_names();              // "none", "attn", "full"
+std::span<const EnumName<AttentionKernel>> attention_kernel_names();  // "fused", "unfused"
+template <class E>
+const char* name_in(std::span<const EnumName<E>> names, E value) {
+  for (const EnumName<E>& n : names)
+    if (n.value == value) return n.name;
+  return "?";
+}
 const char* attention_mode_name(AttentionMode a);
-const char* cuda_graph_name(CudaGraph g);  // "none", "attn", "full"
+const char* cuda_graph_name(CudaGraph g);
 const char* attention_kernel_name(AttentionKernel k);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);
-const char* fp8_recipe_name(Fp8Recipe r);  // Megatron's names: "delayed", "tensorwise", ...
+const char* fp8_recipe_name(Fp8Recipe r);
 
 struct PlanChoice {
   ParallelConfig parallel;  // complete, gbs included

@@ -182,6 +182,16 @@ E enum_of(ObjectReader& r, const std::string& key,
   }
   r.fail(key, fmt::format("'{}' is not one of {}", v, known));
 }
+template <typename E>
+E enum_of(ObjectReader& r, const std::string& key, std::span<const EnumName<E>> names) {
+  const std::string v = r.string(key);
+  std::string known;
+  for (const EnumName<E>& n : names) {
+    if (v == n.name) return n.value;
+    known += (known.empty() ? "" : ", ") + std::string(n.name);
+  }
+  r.fail(key, fmt::format("'{}' is not one of {}", v, known));
+}
 }  // namespace
 
 PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& source) {
@@ -243,15 +253,10 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.intra_overlap = s.boolean_or("intra_overlap", false);
   c.permute_fusion = s.boolean_or("permute_fusion", true);
   if (s.has("cuda_graph")) {
-    c.cuda_graph = enum_of<CudaGraph>(s, "cuda_graph",
-                                      {{"none", CudaGraph::kNone},
-                                       {"attn", CudaGraph::kAttention},
-                                       {"full", CudaGraph::kFullIteration}});
+    c.cuda_graph = enum_of(s, "cuda_graph", cuda_graph_names());
   }
   if (s.has("attention_kernel")) {
-    c.attention_kernel = enum_of<AttentionKernel>(
-        s, "attention_kernel",
-        {{"fused", AttentionKernel::kFused}, {"unfused", AttentionKernel::kUnfused}});
+    c.attention_kernel = enum_of(s, "attention_kernel", attention_kernel_names());
   }
   c.offload = s.boolean_or("offload", false);
   auto share = [&](const char* key) {
@@ -267,16 +272,8 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.zero_stage = static_cast<int>(s.integer_or("zero_stage", 1));
   if (c.zero_stage < 0 || c.zero_stage > 3)
     s.fail("zero_stage", fmt::format("{} is not a ZeRO stage 0-3", c.zero_stage));
-  c.precision = enum_of<Precision>(
-      s, "precision",
-      {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}});
-  if (s.has("fp8_recipe")) {
-    c.fp8_recipe = enum_of<Fp8Recipe>(s, "fp8_recipe",
-                                      {{"delayed", Fp8Recipe::kDelayed},
-                                       {"tensorwise", Fp8Recipe::kTensorwise},
-                                       {"blockwise", Fp8Recipe::kBlockwise},
-                                       {"mxfp8", Fp8Recipe::kMxfp8}});
-  }
+  c.precision = enum_of(s, "precision", precision_names());
+  if (s.has("fp8_recipe")) c.fp8_recipe = enum_of(s, "fp8_recipe", fp8_recipe_names());
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;

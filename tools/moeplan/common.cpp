@@ -51,29 +51,17 @@ uint32_t parse_recompute_modules(const std::vector<std::string>& names, const Mo
 
 Precision parse_precision(const std::string& value, const std::string& option,
                           const std::string& where) {
-  return *named<Precision>(
-      option, value,
-      {{"bf16", Precision::kBf16}, {"fp32", Precision::kFp32}, {"fp8", Precision::kFp8}}, false,
-      where);
+  return named(option, value, precision_names(), where);
 }
 
 Fp8Recipe parse_fp8_recipe(const std::string& value, const std::string& option,
                            const std::string& where) {
-  return *named<Fp8Recipe>(option, value,
-                           {{"delayed", Fp8Recipe::kDelayed},
-                            {"tensorwise", Fp8Recipe::kTensorwise},
-                            {"blockwise", Fp8Recipe::kBlockwise},
-                            {"mxfp8", Fp8Recipe::kMxfp8}},
-                           false, where);
+  return named(option, value, fp8_recipe_names(), where);
 }
 
 CudaGraph parse_cuda_graph(const std::string& value, const std::string& option,
                            const std::string& where) {
-  return *named<CudaGraph>(option, value,
-                           {{"none", CudaGraph::kNone},
-                            {"attn", CudaGraph::kAttention},
-                            {"full", CudaGraph::kFullIteration}},
-                           false, where);
+  return named(option, value, cuda_graph_names(), where);
 }
 
 std::optional<AttentionMode> parse_attention(const std::string& value, const std::string& option,
@@ -100,9 +88,7 @@ std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
 
 AttentionKernel parse_attention_kernel(const std::string& value, const std::string& option,
                                        const std::string& where) {
-  return *named<AttentionKernel>(
-      option, value, {{"fused", AttentionKernel::kFused}, {"unfused", AttentionKernel::kUnfused}},
-      false, where);
+  return named(option, value, attention_kernel_names(), where);
 }
 
 ParallelConfig layout_for(const std::string& text, const ModelSpec& m) {

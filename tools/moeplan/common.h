@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,18 @@ std::optional<E> named(const std::string& option, const std::string& value,
   if (search) {
     if (value == "search") return std::nullopt;
     known.emplace_back("search");
+  }
+  throw InputError(option, where,
+                   fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
+}
+// The same over a switch's own name table (planner/plan.h).
+template <class E>
+E named(const std::string& option, const std::string& value, std::span<const EnumName<E>> names,
+        const std::string& where = "") {
+  std::vector<std::string> known;
+  for (const EnumName<E>& n : names) {
+    if (value == n.name) return n.value;
+    known.emplace_back(n.name);
   }
   throw InputError(option, where,
                    fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
