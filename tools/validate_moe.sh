@@ -13,7 +13,8 @@
 #     GEMM curve measured on a lent H200), TP 2, PP 8 (VPP 4 by Megatron-Bridge's H100 layout
 #     Et|(tt|)*30mL), EP 64, DeepEP, EP overlap: 368 TFLOP/s and 1,412 tokens/s per GPU (the Megatron-Core MoE report's results
 #     table; the layout and switches from the model zoo's best_practice/DeepSeekV3/run.sh, which
-#     trains the MTP module, --mtp-num-layers 1, as the model file's one module prices it; the
+#     trains the MTP module, --mtp-num-layers 1, as the model file's one module prices it, and
+#     recomputes mla_up_proj and mlp alone: its --recompute-modules replaces the config's; the
 #     GB200 row below is priced with it too, which its recipe's card does not state);
 #   Qwen3-235B-A22B on Blackwell racks, the model zoo's best_practice/qwen3 GB200 and GB300
 #     tables: 256 GPUs as 4 racks of 64 (topologies/gb200-nvl72-4x64.json, gb300-...; the 128K
@@ -73,7 +74,7 @@ gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 307
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1 --gpus,128,--megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
 gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1,layout=Et*4|(t*4|)*14tmL --megatron-only,--cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
-mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et|(tt|)*30mL --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,moe_act,layernorm,--overlap,on,--dispatcher,deepep 23.2 368
+mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et|(tt|)*30mL --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,--overlap,on,--dispatcher,deepep 23.2 368
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=1,pp=32,ep=8,cp=1,mbs=4 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 42.54 -
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=2,pp=32,ep=8,cp=1,mbs=4 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 43.50 -
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1 --gpus,256,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,alltoall 22.42 -
