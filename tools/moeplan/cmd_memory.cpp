@@ -182,7 +182,9 @@ void add_memory(CLI::App& app) {
       "memory", "Per-stage static/activation memory, fit check and MemFine chunk tuning");
   cmd->add_option("--model", o->model, "model file")->required();
   cmd->add_option("--cluster", o->cluster, "cluster file (GPU memory capacity)")->required();
-  cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1");
+  cmd->add_option("--parallel", o->parallel,
+                  "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1 (layout=... for Megatron's "
+                  "--pipeline-model-parallel-layout)");
   cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
   cmd->add_option("--recompute", o->recompute, "none | selective | full | sar");
   cmd->add_option("--received-tokens", o->received_tokens,

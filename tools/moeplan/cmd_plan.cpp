@@ -493,7 +493,8 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
   cmd->add_option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)")->check(kPositive);
   cmd->add_option("--parallel", o->parallel,
-                  "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it)");
+                  "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it); "
+                  "layout=Et|(tt|)*30mL gives Megatron's --pipeline-model-parallel-layout");
   cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
   cmd->add_option("--skew", o->skew,
                   "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
