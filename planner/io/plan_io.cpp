@@ -171,17 +171,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
 }
 
 namespace {
-template <typename E>
-E enum_of(ObjectReader& r, const std::string& key,
-          std::initializer_list<std::pair<const char*, E>> names) {
-  const std::string v = r.string(key);
-  std::string known;
-  for (const auto& [name, value] : names) {
-    if (v == name) return value;
-    known += (known.empty() ? "" : ", ") + std::string(name);
-  }
-  r.fail(key, fmt::format("'{}' is not one of {}", v, known));
-}
+// A switch's value by its name, from its name table (planner/plan.h) or a list.
 template <typename E>
 E enum_of(ObjectReader& r, const std::string& key, std::span<const EnumName<E>> names) {
   const std::string v = r.string(key);
@@ -191,6 +181,10 @@ E enum_of(ObjectReader& r, const std::string& key, std::span<const EnumName<E>> 
     known += (known.empty() ? "" : ", ") + std::string(n.name);
   }
   r.fail(key, fmt::format("'{}' is not one of {}", v, known));
+}
+template <typename E>
+E enum_of(ObjectReader& r, const std::string& key, std::initializer_list<EnumName<E>> names) {
+  return enum_of(r, key, std::span<const EnumName<E>>(names.begin(), names.size()));
 }
 }  // namespace
 

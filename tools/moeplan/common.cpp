@@ -51,17 +51,17 @@ uint32_t parse_recompute_modules(const std::vector<std::string>& names, const Mo
 
 Precision parse_precision(const std::string& value, const std::string& option,
                           const std::string& where) {
-  return named(option, value, precision_names(), where);
+  return *named(option, value, precision_names(), false, where);
 }
 
 Fp8Recipe parse_fp8_recipe(const std::string& value, const std::string& option,
                            const std::string& where) {
-  return named(option, value, fp8_recipe_names(), where);
+  return *named(option, value, fp8_recipe_names(), false, where);
 }
 
 CudaGraph parse_cuda_graph(const std::string& value, const std::string& option,
                            const std::string& where) {
-  return named(option, value, cuda_graph_names(), where);
+  return *named(option, value, cuda_graph_names(), false, where);
 }
 
 std::optional<AttentionMode> parse_attention(const std::string& value, const std::string& option,
@@ -88,7 +88,7 @@ std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
 
 AttentionKernel parse_attention_kernel(const std::string& value, const std::string& option,
                                        const std::string& where) {
-  return named(option, value, attention_kernel_names(), where);
+  return *named(option, value, attention_kernel_names(), false, where);
 }
 
 ParallelConfig layout_for(const std::string& text, const ModelSpec& m) {

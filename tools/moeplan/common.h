@@ -46,16 +46,17 @@ std::optional<int64_t> positive_integer(const std::string& text);
 // The whole of `text` as a finite number, or nothing ("2x", "", "nan", "inf" alike).
 std::optional<double> finite_number(const std::string& text);
 
-// A switch's named value; "search" (where the switch allows it) leaves it to the search. Errors
-// name `option` (and `where` in it, a --sweep axis).
+// A switch's named value, from its name table (planner/plan.h) or a list; "search" (where the
+// switch allows it) leaves it to the search. Errors name `option` (and `where` in it, a --sweep
+// axis).
 template <class E>
 std::optional<E> named(const std::string& option, const std::string& value,
-                       std::initializer_list<std::pair<const char*, E>> names, bool search,
+                       std::span<const EnumName<E>> names, bool search,
                        const std::string& where = "") {
   std::vector<std::string> known;
-  for (const auto& [name, v] : names) {
-    if (value == name) return v;
-    known.emplace_back(name);
+  for (const EnumName<E>& n : names) {
+    if (value == n.name) return n.value;
+    known.emplace_back(n.name);
   }
   if (search) {
     if (value == "search") return std::nullopt;
@@ -64,17 +65,12 @@ std::optional<E> named(const std::string& option, const std::string& value,
   throw InputError(option, where,
                    fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
 }
-// The same over a switch's own name table (planner/plan.h).
 template <class E>
-E named(const std::string& option, const std::string& value, std::span<const EnumName<E>> names,
-        const std::string& where = "") {
-  std::vector<std::string> known;
-  for (const EnumName<E>& n : names) {
-    if (value == n.name) return n.value;
-    known.emplace_back(n.name);
-  }
-  throw InputError(option, where,
-                   fmt::format("'{}' is not one of {}", value, fmt::join(known, ", ")));
+std::optional<E> named(const std::string& option, const std::string& value,
+                       std::initializer_list<EnumName<E>> names, bool search,
+                       const std::string& where = "") {
+  return named(option, value, std::span<const EnumName<E>>(names.begin(), names.size()), search,
+               where);
 }
 
 // The switch names every command takes: plan's flags and whatif's axes alike.
