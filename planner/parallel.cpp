@@ -131,7 +131,6 @@ PipelineLayout parse_pipeline_layout(const std::string& text, const std::string&
           i, st));
     out.decoder_layers.push_back(decoders);
   }
-  out.index();
   return out;
 }
 
@@ -159,12 +158,6 @@ std::string format_pipeline_layout(const PipelineLayout& layout) {
     i = j;
   }
   return out;
-}
-
-void PipelineLayout::index() {
-  offsets.assign(decoder_layers.size(), 0);
-  for (size_t i = 1; i < decoder_layers.size(); ++i)
-    offsets[i] = offsets[i - 1] + decoder_layers[i - 1];
 }
 
 bool has_end_light_shape(const PipelineLayout& layout) {
@@ -362,25 +355,25 @@ void check(const ParallelConfig& p, const ModelSpec& m) {
             fmt::format("layout: {} MTP modules (m), but the model trains {} (--mtp-num-layers)",
                         p.layout.mtp, m.mtp_layers));
     // Any split Megatron accepts, empty chunks included.
-  } else if (m.num_layers < pp * vpp) {
-    require(false, fmt::format("pp={}, vpp={}: {} layers cannot fill {} pipeline chunks", pp, vpp,
-                               m.num_layers, pp * vpp));
-  } else if (p.pp_first || p.pp_last) {
-    require(pp > 1, "pp_first/pp_last need pp > 1");
-    require(vpp == 1, "pp_first/pp_last need vpp = 1");
-    const auto [layers, stages] = middle(m, p);
-    require(layers >= stages && (stages == 0 ? layers == 0 : layers % stages == 0),
-            fmt::format("pp={}, pp_first={}, pp_last={}: the other {} layers do not split evenly "
-                        "over {} stages",
-                        pp, p.pp_first.value_or(0), p.pp_last.value_or(0), layers, stages));
   } else {
-    // Megatron splits layers evenly: pp x vpp must divide them unless the end stages are set.
-    require(
-        m.num_layers % (pp * vpp) == 0,
-        fmt::format(
-            "pp={}, vpp={}: {} layers do not split evenly over {} chunks (set pp_first/pp_last, or "
-            "a layout)",
-            pp, vpp, m.num_layers, pp * vpp));
+    require(m.num_layers >= pp * vpp,
+            fmt::format("pp={}, vpp={}: {} layers cannot fill {} pipeline chunks", pp, vpp,
+                        m.num_layers, pp * vpp));
+    if (p.pp_first || p.pp_last) {
+      require(pp > 1, "pp_first/pp_last need pp > 1");
+      require(vpp == 1, "pp_first/pp_last need vpp = 1");
+      const auto [layers, stages] = middle(m, p);
+      require(layers >= stages && (stages == 0 ? layers == 0 : layers % stages == 0),
+              fmt::format("pp={}, pp_first={}, pp_last={}: the other {} layers do not split "
+                          "evenly over {} stages",
+                          pp, p.pp_first.value_or(0), p.pp_last.value_or(0), layers, stages));
+    } else {
+      // Megatron splits layers evenly: pp x vpp must divide them unless the end stages are set.
+      require(m.num_layers % (pp * vpp) == 0,
+              fmt::format("pp={}, vpp={}: {} layers do not split evenly over {} chunks (set "
+                          "pp_first/pp_last, or a layout)",
+                          pp, vpp, m.num_layers, pp * vpp));
+    }
   }
   require(vpp == 1 || pp > 1, fmt::format("vpp={} needs pp > 1", vpp));
   if (p.gbs) {
@@ -415,10 +408,7 @@ LayerRange chunk_layers(const ModelSpec& m, const ParallelConfig& p, int64_t sta
   if (!p.layout.empty()) {
     const int64_t index = chunk * pp + stage;
     int64_t begin = 0;
-    if (p.layout.offsets.size() == p.layout.decoder_layers.size())
-      begin = p.layout.offsets[static_cast<size_t>(index)];
-    else
-      for (int64_t i = 0; i < index; ++i) begin += p.layout.decoder_layers[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < index; ++i) begin += p.layout.decoder_layers[static_cast<size_t>(i)];
     return {begin, begin + p.layout.decoder_layers[static_cast<size_t>(index)]};
   }
   int64_t first = 0;

@@ -24,14 +24,8 @@ struct PipelineLayout {
   std::vector<int64_t> decoder_layers;  // per virtual stage
   int64_t mtp = 0;                      // MTP modules (m)
   int64_t mtp_stage = -1;               // the virtual stage they sit in; -1 without them
-  // Layers before each virtual stage, when index() has filled them (the search's hot path);
-  // otherwise summed on each use.
-  std::vector<int64_t> offsets;
   bool empty() const { return decoder_layers.empty(); }
-  void index();
-  bool operator==(const PipelineLayout& o) const {
-    return decoder_layers == o.decoder_layers && mtp == o.mtp && mtp_stage == o.mtp_stage;
-  }
+  bool operator==(const PipelineLayout&) const = default;
 };
 
 struct ParallelConfig {

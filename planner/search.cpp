@@ -114,7 +114,6 @@ std::vector<LayerSplit> layer_splits(int64_t layers, int64_t pp, int64_t vpp, in
         split.layout.decoder_layers.back() = last;
         split.layout.mtp = mtp;
         split.layout.mtp_stage = mtp > 0 ? stages - 1 : -1;
-        split.layout.index();
         out.push_back(split);
         break;
       }

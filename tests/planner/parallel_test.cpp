@@ -92,13 +92,13 @@ TEST(Parallel, MegatronLayoutStringsUnrollAsMegatronDoes) {
   EXPECT_EQ(dsv3.mtp, 1);
   EXPECT_EQ(dsv3.mtp_stage, 30);
   // Formatting folds equal neighbours and parses back to the same stages.
-  const PipelineLayout l{{1, 2, 2, 2, 0, 0, 1}, 2, 6, {}};
+  const PipelineLayout l{{1, 2, 2, 2, 0, 0, 1}, 2, 6};
   const std::string text = format_pipeline_layout(l);
   EXPECT_EQ(text, "Et|(t*2|)*3(|)*2tm*2L");
   EXPECT_EQ(parse_pipeline_layout(text, "--parallel"), l);
   EXPECT_EQ(format_pipeline_layout(dsv3), "Et*3|(t*2|)*29m|L");
   EXPECT_EQ(parse_pipeline_layout(format_pipeline_layout(dsv3), "--parallel"), dsv3);
-  EXPECT_EQ(format_pipeline_layout({{4}, 0, -1, {}}), "Et*4L");
+  EXPECT_EQ(format_pipeline_layout({{4}, 0, -1}), "Et*4L");
   // Megatron's DeepSeek-V3 example at pp 16: the MTP module on stage 14's last chunk.
   const ParallelConfig p = parse_parallel("pp=16,layout=Et*3|(tt|)*29m|L");
   EXPECT_EQ(*p.vpp, 2);
