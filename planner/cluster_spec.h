@@ -27,6 +27,9 @@ struct GpuSpec {
   std::map<Dtype, FlopsPerSec> peak;  // dense peak per dtype
   Bytes hbm_capacity;
   BytesPerSec hbm_bandwidth;
+  // Streaming multiprocessors (cudaDeviceProp::multiProcessorCount): what communication
+  // kernels running beside compute take their share of. 0: not given, and none is taken.
+  int sms = 0;
 
   // Throws ConfigError when the file did not give this dtype.
   FlopsPerSec peak_for(Dtype d) const;

@@ -31,6 +31,15 @@ constexpr NamedDuration kDurations[] = {
     {"host_experts_allgather_us",
      [](Efficiencies& e) -> Seconds& { return e.host.experts_allgather; }},
 };
+// The SM counts, by the name a calibration file gives them.
+struct NamedCount {
+  const char* name;
+  double Efficiencies::*member;
+};
+constexpr NamedCount kCounts[] = {
+    {"ep_comm_sms_deepep", &Efficiencies::ep_comm_sms_deepep},
+    {"ep_comm_sms_nccl", &Efficiencies::ep_comm_sms_nccl},
+};
 }  // namespace
 
 void set_constant(Efficiencies& e, const std::string& name, double value) {
@@ -51,7 +60,15 @@ void set_constant(Efficiencies& e, const std::string& name, double value) {
     d.of(e) = Seconds(value * 1e-6);
     return;
   }
+  for (const NamedCount& c : kCounts) {
+    if (name != c.name) continue;
+    if (!(value >= 0 && value <= 1024))
+      throw ConfigError(fmt::format("{} must be a count of SMs in [0, 1024]", name));
+    e.*c.member = value;
+    return;
+  }
   std::vector<std::string> known{"attention_core", "attention_latent", "memory_bound"};
+  for (const NamedCount& c : kCounts) known.emplace_back(c.name);
   for (const NamedDuration& d : kDurations) known.emplace_back(d.name);
   throw ConfigError(fmt::format("unknown constant '{}' ({})", name, fmt::join(known, ", ")));
 }
@@ -114,6 +131,7 @@ std::map<std::string, double> constants_of(const Efficiencies& e) {
                                     {"memory_bound", e.memory_bound}};
   Efficiencies copy = e;
   for (const NamedDuration& d : kDurations) out.emplace(d.name, d.of(copy).value() * 1e6);
+  for (const NamedCount& c : kCounts) out.emplace(c.name, e.*c.member);
   return out;
 }
 

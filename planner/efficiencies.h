@@ -58,6 +58,13 @@ struct Efficiencies {
   // fused kernel).
   double intra_overlap_comm_sm_share = 8.0 / 132.0;
   double intra_overlap_tiles = 8;
+  // SMs the expert dispatch and combine kernels hold while inter-operator overlap runs them
+  // beside compute (GpuSpec::sms is the whole): DeepEP's 20, Megatron-Core's
+  // --moe-deepep-num-sms default; NCCL's all-to-all and all-gather/reduce-scatter 16, the CTAs
+  // NCCL issue 1598 counts for an all_to_all_single on one node. Calibration constants
+  // ep_comm_sms_deepep and ep_comm_sms_nccl.
+  double ep_comm_sms_deepep = 20;
+  double ep_comm_sms_nccl = 16;
   // What the framework's CPU thread spends issuing one layer's kernels for one micro-batch
   // (Python, PyTorch dispatch, Transformer Engine, the launches), forward and backward
   // together (planner/host_time.h). Fitted to Megatron-Core runs without CUDA graphs whose
@@ -86,6 +93,7 @@ struct Efficiencies {
 // The scalars a calibration file may set ("constants": {name: value}): attention_core (one
 // share at every size, in place of the curve), attention_latent and memory_bound (fractions in
 // (0, 1]),
+// ep_comm_sms_deepep and ep_comm_sms_nccl (SM counts, >= 0),
 // pipeline_chunk_overhead_us, dispatch_round_overhead_us and the host costs host_attention_us,
 // host_router_us, host_dense_ffn_us, host_experts_alltoall_us, host_experts_flex_us,
 // host_experts_allgather_us (microseconds,

@@ -27,6 +27,17 @@ const char* op_kind_name(OpKind k) {
   return "?";
 }
 
+double overlap_compute_stretch(const TimeContext& ctx, const PlanChoice& c, Seconds compute,
+                               Seconds ep_comm) {
+  if (!c.overlap || ctx.gpu.sms <= 0 || compute.value() <= 0 || ep_comm.value() <= 0) return 1.0;
+  const double sms = c.dispatcher == megascale::Dispatcher::kDeepEp ? ctx.eff.ep_comm_sms_deepep
+                                                                    : ctx.eff.ep_comm_sms_nccl;
+  // Communication cannot hold every SM: at 90 % the compute still crawls on the rest.
+  const double s = std::min(sms / static_cast<double>(ctx.gpu.sms), 0.9);
+  const Seconds window = std::min(ep_comm, compute / (1.0 - s));
+  return 1.0 + s * window.value() / compute.value();
+}
+
 bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
   // CP's K/V ring is priced over its TP x CP block (ring_link(cp, t)).
   switch (k) {

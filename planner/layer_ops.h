@@ -63,6 +63,15 @@ struct ReplayedOp {
 std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& c, bool moe_layer,
                                       double expert_load, const std::vector<LayerOp>& forward);
 
+// The factor on a pass's compute `compute` that inter-operator overlap runs beside `ep_comm` of
+// expert dispatch and combine: their kernels hold a share s of the GPU's SMs while they run
+// (the dispatcher's count over GpuSpec::sms), so the compute goes at 1 - s for that window and
+// takes compute + s min(ep_comm, compute / (1 - s)). 1 without overlap, without EP
+// communication, or where the cluster file gives no SM count. The planner and the simulator
+// both apply it to a layer pass (the simulator does not slow kernels while flows run).
+double overlap_compute_stretch(const TimeContext& ctx, const PlanChoice& c, Seconds compute,
+                               Seconds ep_comm);
+
 // Whether the group an op communicates in leaves the node (its traffic takes the NIC) or stays
 // on the node's fabric: TP over t ranks, EP over ep x etp, CP over t x cp. Compute never does.
 bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k);

@@ -313,7 +313,10 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
     return (compute + comm) * kOverlapResidual +
            std::max({compute, links.nic, links.fabric}) * (1.0 - kOverlapResidual);
   };
-  auto pipelined = [&](Seconds compute) { return pipelined_over(compute, comm, links); };
+  // Overlapped dispatch and combine hold some of the SMs the compute beside them would use.
+  auto pipelined = [&](Seconds compute) {
+    return pipelined_over(compute * overlap_compute_stretch(ctx, c, compute, f.ep), comm, links);
+  };
   const Seconds forward = pipelined(f.compute);
   // Backward: twice the compute, the same communication again.
   const Seconds backward = pipelined(f.compute * 2.0);
@@ -331,7 +334,10 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   const Seconds redo_comm =
       full    ? forward - f.compute
       : remat ? exposed((f.tp + f.ep) * 0.5, f.edge_compute * 2.0, true)
-              : pipelined_over(f.redo_compute, f.redo_tp + f.redo_ep, replayed) - f.redo_compute;
+              : pipelined_over(
+                    f.redo_compute * overlap_compute_stretch(ctx, c, f.redo_compute, f.redo_ep),
+                    f.redo_tp + f.redo_ep, replayed) -
+                    f.redo_compute;
   const double passes = traffic_passes(c.recompute);
   StageTimes st;
   st.forward = forward;

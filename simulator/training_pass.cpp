@@ -12,6 +12,20 @@ namespace moe::sim::training {
 
 namespace {
 
+// `scale` on a layer pass's compute, times what the overlapped expert dispatch and combine
+// take of its SMs (overlap_compute_stretch, as the planner prices the pass).
+template <class Ops, class OpOf>
+double compute_scale_beside_ep(const TimeContext& ctx, const PlanChoice& c, const Ops& ops,
+                               OpOf op_of, double scale) {
+  Seconds compute, ep;
+  for (const auto& item : ops) {
+    const LayerOp& op = op_of(item);
+    if (op.kind == OpKind::kCompute) compute += op.time;
+    if (op.kind == OpKind::kEp) ep += op.time;
+  }
+  return scale * overlap_compute_stretch(ctx, c, compute * scale, ep);
+}
+
 int stream_of(OpKind k) {
   switch (k) {
     case OpKind::kCompute:
@@ -218,6 +232,8 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     // fill, as the planner's overlap residual has it).
     const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
     std::fill(last_comm.begin(), last_comm.end(), barrier);
+    compute_scale = compute_scale_beside_ep(
+        ctx_, plan_, ops, [](const LayerOp& op) -> const LayerOp& { return op; }, compute_scale);
     for (int64_t j = 0; j < slices; ++j) {
       bool remat_pending = !remat.empty();
       for (size_t q = 0; q < ops.size(); ++q) {
@@ -310,6 +326,9 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
         // share of them, and the element-wise and MLA up-projection work), in forward order,
         // once the layer above is through (as full recompute's replay and autograd have it).
         const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
+        const double replay_scale = compute_scale_beside_ep(
+            ctx_, plan_, L.replayed, [](const ReplayedOp& r) -> const LayerOp& { return r.op; },
+            1.0);
         for (int64_t j = 0; j < slices; ++j) {
           for (size_t q = 0; q < L.replayed.size(); ++q) {
             const ReplayedOp& r = L.replayed[q];
@@ -318,7 +337,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
                 q > 0 || barrier < 0 ? after_tail(j)
                                      : std::vector<uint32_t>{static_cast<uint32_t>(barrier)};
             tail[static_cast<size_t>(j)] =
-                add_op(g, st, r.op, share, 1.0, std::move(after), L.load, false);
+                add_op(g, st, r.op, share, replay_scale, std::move(after), L.load, false);
             ref_ = OpRef{};
           }
         }

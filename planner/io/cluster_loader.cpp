@@ -31,6 +31,9 @@ GpuSpec read_gpu(ObjectReader g) {
   if (gpu.peak.count(Dtype::kFp16) == 0) gpu.peak[Dtype::kFp16] = gpu.peak[Dtype::kBf16];
   gpu.hbm_capacity = gigabytes(positive_number(g, "hbm_GB"));
   gpu.hbm_bandwidth = gigabytes_per_sec(positive_number(g, "hbm_bandwidth_GBps"));
+  gpu.sms = static_cast<int>(g.integer_or("sms", 0));
+  if (gpu.sms < 0 || gpu.sms > 1024)
+    g.fail("sms", fmt::format("{} is not a count of SMs", gpu.sms));
   g.finish();
   return gpu;
 }

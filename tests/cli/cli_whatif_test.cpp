@@ -270,6 +270,7 @@ TEST(Cli, WhatifKeepsAPlansLayoutUnlessThePointMovesThePipeline) {
   EXPECT_EQ(moved.find("layout="), std::string::npos) << moved;
   EXPECT_NE(moved.find("vpp=1,1,ok"), std::string::npos) << moved;
   EXPECT_NE(moved.find("92 layers do not split evenly over 8 chunks"), std::string::npos) << moved;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace moe

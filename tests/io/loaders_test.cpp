@@ -395,6 +395,21 @@ TEST(Loaders, ClusterErrorsNameTheJsonPointer) {
             std::string::npos);
 }
 
+TEST(Loaders, ClusterSmCountIsOptionalAndChecked) {
+  // The shipped H100 file gives its 132 SMs; without the field there is no count (0), and
+  // a count no GPU has is refused by name.
+  const std::string h100 = std::string(MOEPLAN_SOURCE_DIR) + "/topologies/h100-256.json";
+  EXPECT_EQ(load_cluster(h100).node.gpu.sms, 132);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(h100));
+  j["node"]["gpu"].erase("sms");
+  EXPECT_EQ(cluster_from_json(j, "c.json").node.gpu.sms, 0);
+  j["node"]["gpu"]["sms"] = -4;
+  EXPECT_NE(error_of([&] {
+              cluster_from_json(j, "c.json");
+            }).find("c.json: /node/gpu/sms: -4 is not a count of SMs"),
+            std::string::npos);
+}
+
 TEST(Loaders, CalibrationCurves) {
   const Calibration cal = load_calibration(std::string(MOEPLAN_SOURCE_DIR) +
                                            "/calibrate/data/monta-table8-curves.json");
@@ -434,7 +449,7 @@ TEST(Loaders, CalibrationConstants) {
   const Calibration all = load(
       R"({"format": "moeplan-calibration/1", "curves": {}, "constants": {"attention_core": 0.6,
           "attention_latent": 1, "memory_bound": 0.8, "pipeline_chunk_overhead_us": 90,
-          "dispatch_round_overhead_us": 0}})");
+          "dispatch_round_overhead_us": 0, "ep_comm_sms_deepep": 24, "ep_comm_sms_nccl": 0}})");
   const Efficiencies set = efficiencies(all.curves, all.constants);
   EXPECT_DOUBLE_EQ(set.attention_core.at(1e9), 0.6);  // one share at every size
   EXPECT_DOUBLE_EQ(set.attention_core.at(1e13), 0.6);
@@ -443,6 +458,14 @@ TEST(Loaders, CalibrationConstants) {
   EXPECT_DOUBLE_EQ(efficiencies().attention_latent, 0.88);
   EXPECT_DOUBLE_EQ(set.pipeline_chunk_overhead.value(), 90e-6);
   EXPECT_DOUBLE_EQ(set.dispatch_round_overhead.value(), 0.0);
+  EXPECT_DOUBLE_EQ(set.ep_comm_sms_deepep, 24);
+  EXPECT_DOUBLE_EQ(set.ep_comm_sms_nccl, 0);
+  EXPECT_DOUBLE_EQ(efficiencies().ep_comm_sms_deepep, 20);  // Megatron's --moe-deepep-num-sms
+  EXPECT_DOUBLE_EQ(efficiencies(curves_of(set), constants_of(set)).ep_comm_sms_deepep, 24);
+  EXPECT_NE(error_of([&] {
+              load(R"({"format": "moeplan-calibration/1", "constants": {"ep_comm_sms_nccl": -1}})");
+            }).find("/constants/ep_comm_sms_nccl: ep_comm_sms_nccl must be a count of SMs"),
+            std::string::npos);
 
   EXPECT_EQ(error_of([&] {
               load(R"({"format": "moeplan-calibration/1", "constants": {"launch_us": 5}})");

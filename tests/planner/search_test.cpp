@@ -335,6 +335,29 @@ TEST(TimeModel, ExpertTensorParallelismPermutesEveryGatheredToken) {
   EXPECT_NEAR(ep.value(), bytes / (s.ctx.links.hbm.value() * 0.7), 1e-12);
 }
 
+TEST(TimeModel, OverlappedDispatchHoldsItsSmsBesideTheCompute) {
+  // DeepEP holds 20 of an H100's 132 SMs while it runs: compute W beside communication C goes
+  // at 112/132 for C, so W + (20/132) C, up to W / (1 - 20/132) when C outlasts it. Nothing
+  // without overlap, without EP traffic, or where the cluster file gives no SM count.
+  Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=1,etp=1,ep=8,dp=8,pp=1,mbs=1,gbs=8"));
+  c.dispatcher = megascale::Dispatcher::kDeepEp;
+  c.overlap = true;
+  const double share = 20.0 / 132.0;
+  EXPECT_DOUBLE_EQ(overlap_compute_stretch(s.ctx, c, Seconds(10), Seconds(4)), 1 + share * 0.4);
+  EXPECT_DOUBLE_EQ(overlap_compute_stretch(s.ctx, c, Seconds(10), Seconds(100)), 1 / (1 - share));
+  c.dispatcher = megascale::Dispatcher::kAllToAll;  // NCCL's 16
+  EXPECT_DOUBLE_EQ(overlap_compute_stretch(s.ctx, c, Seconds(10), Seconds(4)),
+                   1 + 16.0 / 132.0 * 0.4);
+  EXPECT_DOUBLE_EQ(overlap_compute_stretch(s.ctx, c, Seconds(10), Seconds(0)), 1.0);
+  c.overlap = false;
+  EXPECT_DOUBLE_EQ(overlap_compute_stretch(s.ctx, c, Seconds(10), Seconds(4)), 1.0);
+  c.overlap = true;
+  s.ctx.gpu.sms = 0;
+  EXPECT_DOUBLE_EQ(overlap_compute_stretch(s.ctx, c, Seconds(10), Seconds(4)), 1.0);
+}
+
 TEST(TimeModel, UnfusedPermutationMovesEveryRoutedRowTwice) {
   // Without Megatron-Core's --moe-permute-fusion the dispatcher's index_select, index_copy,
   // probability scaling and top-k sum move 16kh bytes per token instead of 8kh; nothing else
