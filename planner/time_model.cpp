@@ -314,8 +314,14 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
            std::max({compute, links.nic, links.fabric}) * (1.0 - kOverlapResidual);
   };
   // Overlapped dispatch and combine hold some of the SMs the compute beside them would use.
+  Seconds held_sms;
+  auto beside_ep = [&](Seconds compute, Seconds ep) {
+    const Seconds slowed = compute * overlap_compute_stretch(ctx, c, compute, ep);
+    held_sms += slowed - compute;
+    return slowed;
+  };
   auto pipelined = [&](Seconds compute) {
-    return pipelined_over(compute * overlap_compute_stretch(ctx, c, compute, f.ep), comm, links);
+    return pipelined_over(beside_ep(compute, f.ep), comm, links);
   };
   const Seconds forward = pipelined(f.compute);
   // Backward: twice the compute, the same communication again.
@@ -331,13 +337,11 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   // backward, overlapped with the gradient computation it can run beside: the layer above's
   // after its last collective and this layer's before its first (twice their forward), as
   // the simulator issues it.
-  const Seconds redo_comm =
-      full    ? forward - f.compute
-      : remat ? exposed((f.tp + f.ep) * 0.5, f.edge_compute * 2.0, true)
-              : pipelined_over(
-                    f.redo_compute * overlap_compute_stretch(ctx, c, f.redo_compute, f.redo_ep),
-                    f.redo_tp + f.redo_ep, replayed) -
-                    f.redo_compute;
+  const Seconds redo_comm = full    ? forward - f.compute
+                            : remat ? exposed((f.tp + f.ep) * 0.5, f.edge_compute * 2.0, true)
+                                    : pipelined_over(beside_ep(f.redo_compute, f.redo_ep),
+                                                     f.redo_tp + f.redo_ep, replayed) -
+                                          f.redo_compute;
   const double passes = traffic_passes(c.recompute);
   StageTimes st;
   st.forward = forward;
@@ -356,6 +360,7 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   st.tp = f.tp * passes + f.redo_tp;
   st.ep = f.ep * passes + f.redo_ep;
   st.cp = f.cp * passes;
+  st.ep_held_sms = held_sms;
   return st;
 }
 
@@ -377,6 +382,7 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.tp += from.tp * times;
   to.ep += from.ep * times;
   to.cp += from.cp * times;
+  to.ep_held_sms += from.ep_held_sms * times;
   to.host_forward += from.host_forward * times;
   to.host_backward += from.host_backward * times;
 }
@@ -579,7 +585,11 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   }
   const Seconds per_mb = slowest.forward + slowest.backward;
   // Split the steady state by what the slowest stage spends it on.
-  const Seconds exposed_comm = per_mb - slowest.compute - slowest.recompute - slowest.host();
+  // The compute that overlapped EP communication's SMs slowed is EP's cost, as far as it shows.
+  const Seconds exposed_all = per_mb - slowest.compute - slowest.recompute - slowest.host();
+  const Seconds held =
+      std::clamp(slowest.ep_held_sms, Seconds(0), std::max(exposed_all, Seconds(0)));
+  const Seconds exposed_comm = exposed_all - held;
   const Seconds raw_comm = slowest.tp + slowest.ep + slowest.cp;
   auto share = [&](Seconds part) {
     return raw_comm.value() > 0 ? exposed_comm * (part / raw_comm) : Seconds(0);
@@ -587,7 +597,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   out.compute = slowest.compute * mb;
   out.recompute = slowest.recompute * mb;
   out.tp_comm = share(slowest.tp) * mb;
-  out.ep_comm = share(slowest.ep) * mb;
+  out.ep_comm = (share(slowest.ep) + held) * mb;
+  out.ep_held_sms = held * mb;
   out.cp_comm = share(slowest.cp) * mb;
   out.host = slowest.host() * mb;
   // Fill and drain: each stage's pass once, less the slowest's that the steady state counts

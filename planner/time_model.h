@@ -75,6 +75,9 @@ double parameter_bytes(Precision p);
 struct StageTimes {
   Seconds forward, backward;               // including exposed communication and recompute
   Seconds compute, recompute, tp, ep, cp;  // forward + backward parts, per micro-batch
+  // Compute time the SMs of overlapped EP communication took (overlap_compute_stretch): in
+  // forward and backward, not in compute; the breakdown counts it as EP communication.
+  Seconds ep_held_sms;
   // What each pass waits for the host to issue (planner/host_time.h).
   Seconds host_forward, host_backward;
   Seconds host() const { return host_forward + host_backward; }

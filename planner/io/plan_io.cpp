@@ -136,6 +136,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                             {"pcie_load", t.pcie_load.value()},
                             {"cpu_experts", t.cpu_experts.value()},
                             {"host", t.host.value()}}},
+                          {"ep_comm_held_sms_s", t.ep_held_sms.value()},
                           {"peak_bytes", s.peak_bytes.value()},
                           {"host_bytes", s.host_bytes.value()},
                           {"headroom_bytes", s.headroom.value()},

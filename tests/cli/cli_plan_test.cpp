@@ -258,6 +258,24 @@ TEST(Cli, PlanKeepsTheFixedDispatcher) {
       "--dispatcher: allgather is priced with etp = 1 or ep = 1");
 }
 
+TEST(Cli, PlanSaysWhatOverlappedDispatchTakesFromTheCompute) {
+  // EP overlap runs DeepEP's kernels beside the compute on 20 of an H100's 132 SMs: the plan
+  // file gives that slowed compute as part of the exposed EP time, and the text says so.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-256.json --gpus 32 "
+      "--global-batch 256 --parallel tp=1,pp=1,ep=16,mbs=4 --dispatcher deepep --top 1";
+  auto predicted = [&](const char* overlap) {
+    return run_json(base + " --json --overlap " + overlap)["plans"][0]["predicted"];
+  };
+  const nlohmann::json on = predicted("on"), off = predicted("off");
+  const double held = on["ep_comm_held_sms_s"].get<double>();
+  EXPECT_GT(held, 0.0);
+  EXPECT_LT(held, on["breakdown_s"]["ep_comm"].get<double>());
+  EXPECT_EQ(off["ep_comm_held_sms_s"].get<double>(), 0.0);
+  EXPECT_NE(run(base + " --overlap on").out.find("whose kernels hold 20 of the GPU's 132 SMs"),
+            std::string::npos);
+}
+
 TEST(Cli, PlanPricesDeepEpByDestination) {
   // --dispatcher deepep (Megatron-Core's flex dispatcher on DeepEP) sends a token once per node
   // it has experts on, not once per expert: across nodes the exposed EP time falls, the plan
