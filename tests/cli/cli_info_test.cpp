@@ -61,6 +61,7 @@ TEST(Cli, TopoSummarises) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("GPU 0 -> host memory"), std::string::npos);
   EXPECT_NE(r.out.find("A800-PCIe-40GB"), std::string::npos);
+  EXPECT_NE(r.out.find("SMs                      108"), std::string::npos) << r.out;
 }
 
 TEST(Cli, TopoListsARackScaleNodesRegularPartsOnce) {

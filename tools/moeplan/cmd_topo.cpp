@@ -52,7 +52,8 @@ void run_topo(const TopoOptions& o) {
          {{"model", n.gpu.model},
           {"peak_flops", peaks},
           {"hbm_bytes", n.gpu.hbm_capacity.value()},
-          {"hbm_bandwidth_Bps", n.gpu.hbm_bandwidth.value()}}},
+          {"hbm_bandwidth_Bps", n.gpu.hbm_bandwidth.value()},
+          {"sms", n.gpu.sms}}},
         {"fabric", n.fabric == Fabric::kNvSwitch ? "nvswitch" : "pcie"},
         {"pcie_bandwidth_Bps", n.pcie_bandwidth().value()},
         {"host_link_bandwidth_Bps", n.host_link_bandwidth().value()},
@@ -73,6 +74,7 @@ void run_topo(const TopoOptions& o) {
         {fmt::format("peak {}", dtype_name(d)), fmt::format("{:.1f} TFLOP/s", f.value() / 1e12)});
   gpu.add({"HBM", as_gb(n.gpu.hbm_capacity.value())});
   gpu.add({"HBM bandwidth", as_gbps(n.gpu.hbm_bandwidth.value())});
+  gpu.add({"SMs", n.gpu.sms > 0 ? fmt::format("{}", n.gpu.sms) : "not given"});
   fmt::print("{}\n", gpu.render());
   Table node({"node", "value"});
   node.add({"intra-node fabric", n.fabric == Fabric::kNvSwitch
