@@ -264,6 +264,20 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   Seconds attention_comm;
   if (t > 1 && !ulysses) {
     attention_comm = tp_pair();
+    // Multi-latent attention gathers its latents, not the hidden state: Megatron-Core runs the
+    // down projections duplicated on each rank's sequence shard (TELinear, parallel_mode
+    // 'duplicated') and gathers q's LoRA rank and the kv latent with its rope key; the output
+    // projection reduce-scatters h as any attention does. Without a q LoRA rank q comes
+    // straight from the gathered hidden state. DeepSeek's sparse attention gathers the hidden
+    // state and q's latent again for its indexer.
+    const AttentionSpec& a = m.attention;
+    if (a.kind == AttentionKind::kLatent && !lp.linear) {
+      const double q_in = a.q_lora_rank > 0 ? static_cast<double>(a.q_lora_rank) : h;
+      const double gathered = q_in + static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) +
+                              (a.sparse() ? h + q_in : 0.0);
+      attention_comm = ring_time(ctx, sequence * (fp8_wire * gathered / h), t, t) +
+                       ring_time(ctx, sequence * fp8_wire, t, t);
+    }
   } else if (t > 1) {
     const double ratio =
         static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);

@@ -192,8 +192,11 @@ LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
     // distributed optimizer shards them over SP x DP (MegaScale Sec. 6.2: SP costs 1.7-8.1 %
     // more parameter memory, not the t-fold a replica per rank would) and their gradients
     // sync hierarchically (App. A.1, time_model's dp_sync_times).
-    const double split_weights = l.attention + l.shared_experts + l.dense_ffn;
-    out.dense += (l.norms + l.router + (sp_attention ? 0.0 : split_weights / tp)) * times;
+    // MLA's down projections stay whole on every TP rank.
+    const double duplicated = l.linear || sp_attention ? 0.0 : latent_duplicated_params(m);
+    const double split_weights = l.attention - duplicated + l.shared_experts + l.dense_ffn;
+    out.dense +=
+        (l.norms + l.router + duplicated + (sp_attention ? 0.0 : split_weights / tp)) * times;
     out.replicated += (sp_attention ? split_weights : 0.0) * times;
     out.expert += l.routed_experts / expert_shards * times;
   };

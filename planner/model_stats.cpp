@@ -27,6 +27,15 @@ double indexer_params(const ModelSpec& m) {
   return q_in * heads * dim + h * dim + 2.0 * dim + h * heads;
 }
 
+double latent_duplicated_params(const ModelSpec& m) {
+  const AttentionSpec& a = m.attention;
+  if (a.kind != AttentionKind::kLatent) return 0.0;
+  const double h = static_cast<double>(m.hidden_size);
+  const double r = static_cast<double>(a.q_lora_rank), r_kv = static_cast<double>(a.kv_lora_rank);
+  return (a.q_lora_rank > 0 ? h * r + r : 0.0) +
+         h * (r_kv + static_cast<double>(a.qk_rope_head_dim)) + r_kv;
+}
+
 double attention_params(const ModelSpec& m) {
   const AttentionSpec& a = m.attention;
   const double h = static_cast<double>(m.hidden_size);

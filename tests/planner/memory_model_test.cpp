@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "planner/model_stats.h"
 #include "planner/parallel.h"
 #include "test_models.h"
 
@@ -191,6 +192,24 @@ TEST(MemoryModel, Fp8KeepsTheLinearLayersInputsInOneByte) {
   EXPECT_GT(kept, 0.75);
   EXPECT_LT(kept, 0.9);
   EXPECT_EQ(fp8.stages[0].static_bytes, bf16.stages[0].static_bytes);
+}
+
+TEST(MemoryModel, LatentDownProjectionsStayWholeOnEveryTpRank) {
+  // Megatron-Core keeps MLA's W_dq and W_dkv with the two latent norms whole on each TP rank
+  // (h x 1,536 + 1,536 + h x 576 + 512 for DeepSeek-V3's shapes); the rest of the layer's
+  // attention and its shared expert split. Going from TP 1 to TP 2 halves only those.
+  const ModelSpec m = testing_models::memfine_model(8);
+  const ModelParams all = count_params(m);
+  const double duplicated = latent_duplicated_params(m);
+  EXPECT_DOUBLE_EQ(duplicated, 7168.0 * 1536 + 1536 + 7168.0 * 576 + 512);
+  const LayerWeights one = stage_layer_weights(m, all, layout("tp=1,pp=2,ep=8,dp=8", m), 1, false);
+  const LayerWeights two = stage_layer_weights(m, all, layout("tp=2,pp=2,ep=8,dp=4", m), 1, false);
+  double halved = 0;
+  for (int64_t i = 4; i < 8; ++i) {
+    const LayerParams& l = all.layers[static_cast<size_t>(i)];
+    halved += (l.attention - duplicated + l.shared_experts + l.dense_ffn) / 2;
+  }
+  EXPECT_NEAR(one.dense - two.dense, halved, 1e-6 * halved);
 }
 
 TEST(MemoryModel, SparseAttentionIndexerKeepsItsInputs) {

@@ -358,6 +358,24 @@ TEST(TimeModel, OverlappedDispatchHoldsItsSmsBesideTheCompute) {
   EXPECT_DOUBLE_EQ(overlap_compute_stretch(s.ctx, c, Seconds(10), Seconds(4)), 1.0);
 }
 
+TEST(TimeModel, LatentAttentionGathersItsLatentsUnderTensorParallelism) {
+  // Megatron-Core's MLA runs its down projections on each rank's sequence shard and gathers
+  // q's LoRA rank (1,536) and the kv latent with its rope key (512 + 64) over TP, not the 7,168
+  // of the hidden state; the output projection reduce-scatters h. Grouped-query attention
+  // gathers and reduce-scatters h.
+  const Inputs v3("deepseek-v3.json", "h100-sxm-8.json");
+  const char* kLayout = "tp=2,etp=1,ep=4,dp=4,pp=1,mbs=1,gbs=8";
+  const char* kTp = "attention TP all-gather + reduce-scatter";
+  const Bytes hidden(4096.0 * 7168 * 2);
+  EXPECT_NEAR(
+      forward_ops(v3, kLayout).at(kTp).value(),
+      (ring_time(v3.ctx, hidden * (2112.0 / 7168), 2, 2) + ring_time(v3.ctx, hidden, 2, 2)).value(),
+      1e-12);
+  const Inputs mixtral("mixtral-8x7b.json", "h100-sxm-8.json");
+  EXPECT_NEAR(forward_ops(mixtral, kLayout).at(kTp).value(),
+              2 * ring_time(mixtral.ctx, Bytes(4096.0 * 4096 * 2), 2, 2).value(), 1e-12);
+}
+
 TEST(TimeModel, UnfusedPermutationMovesEveryRoutedRowTwice) {
   // Without Megatron-Core's --moe-permute-fusion the dispatcher's index_select, index_copy,
   // probability scaling and top-k sum move 16kh bytes per token instead of 8kh; nothing else
