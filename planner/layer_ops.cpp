@@ -71,9 +71,15 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
     return Flops(flops) / (peak * ctx.eff.attention_share(flops / calls, latent));
   };
   if (linear_layer) return fused(ctx.flops.forward_linear.value() / linear_layers * tokens, 1);
+  // DSA's indexer runs duplicated on every TP rank over the gathered sequence (Megatron-Core
+  // builds its linears with parallel_mode 'duplicated'): t ranks' tokens each.
+  const double indexer_per_token = ctx.flops.forward_indexer.value() / softmax_layers;
+  const double indexer_tp = static_cast<double>(*p.tp) - 1.0;
   if (c.attention_kernel == AttentionKernel::kFused)
     return fused(
-        (ctx.flops.forward_attention - ctx.flops.forward_linear).value() / softmax_layers * tokens,
+        ((ctx.flops.forward_attention - ctx.flops.forward_linear).value() / softmax_layers +
+         indexer_per_token * indexer_tp) *
+            tokens,
         static_cast<double>(*p.cp));
   // Unfused: per sequence and local head (TP and Ulysses SP both leave a / t heads), scores =
   // Q K^T over every key (no causal skipping), a fused scale-mask-softmax that reads and writes
@@ -87,9 +93,8 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
       gemm_time(ctx, bf16, queries, static_cast<double>(a.qk_head_dim()), keys, heads, heads) +
       gemm_time(ctx, bf16, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
   const Bytes softmax_and_dropout(9.0 * heads * queries * keys);
-  // DSA's indexer runs in its own (fused) kernel beside the unfused core.
-  const double indexer = ctx.flops.forward_indexer.value() / softmax_layers * queries *
-                         static_cast<double>(*p.mbs) / static_cast<double>(*p.tp);
+  // DSA's indexer runs in its own (fused) kernel beside the unfused core, duplicated over TP.
+  const double indexer = indexer_per_token * queries * static_cast<double>(*p.mbs);
   return gemms + softmax_and_dropout / (ctx.links.hbm * ctx.eff.memory_bound) +
          (indexer > 0 ? fused(indexer, 1) : Seconds(0));
 }
@@ -260,7 +265,10 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
 
   // Attention: the projections as one GEMM of their total width, then the fused core; with
   // intra-operator overlap the TP or SP communication rides inside the projections.
-  const Seconds projections = gemm_time(ctx, peak, rows, h, lp.attention / h / split);
+  // DSA's indexer projections run whole on the gathered sequence on every TP rank.
+  const double indexer_weights = lp.linear ? 0.0 : indexer_params(m);
+  const Seconds projections = gemm_time(
+      ctx, peak, rows, h, ((lp.attention - indexer_weights) / split + indexer_weights) / h);
   Seconds attention_comm;
   if (t > 1 && !ulysses) {
     attention_comm = tp_pair();

@@ -77,7 +77,9 @@ memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p,
   s.expert_ffn = m.is_moe() ? m.expert_ffn_size : m.dense_ffn_size;
   const AttentionSpec& a = m.attention;
   if (a.sparse()) {
-    s.indexer_width = a.indexer_heads * a.indexer_head_dim + a.indexer_head_dim + a.indexer_heads;
+    // Every TP rank runs the indexer over the gathered sequence: t shards' worth a rank.
+    s.indexer_width =
+        (a.indexer_heads * a.indexer_head_dim + a.indexer_head_dim + a.indexer_heads) * *p.tp;
   }
   if (!m.linear_layer.empty() || a.output_gate) {
     // Softmax layers: q (and its gate), k and v. Gated DeltaNet layers: q, k and v before and

@@ -33,7 +33,7 @@ double latent_duplicated_params(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden_size);
   const double r = static_cast<double>(a.q_lora_rank), r_kv = static_cast<double>(a.kv_lora_rank);
   return (a.q_lora_rank > 0 ? h * r + r : 0.0) +
-         h * (r_kv + static_cast<double>(a.qk_rope_head_dim)) + r_kv;
+         h * (r_kv + static_cast<double>(a.qk_rope_head_dim)) + r_kv + indexer_params(m);
 }
 
 double attention_params(const ModelSpec& m) {

@@ -53,8 +53,8 @@ double last_stage_head_params(const ModelParams& all, bool also_first);
 double ffn_params(const ModelSpec& m, int64_t width);
 double attention_params(const ModelSpec& m);  // DSA's indexer included
 double indexer_params(const ModelSpec& m);    // DSA's lightning indexer; 0 without
-// MLA's down projections and latent norms, which Megatron-Core keeps whole on every TP rank
-// (TELinear, parallel_mode 'duplicated'); 0 for other attention.
+// MLA's down projections and latent norms, and DSA's indexer, which Megatron-Core keeps whole
+// on every TP rank (TELinear, parallel_mode 'duplicated'); 0 for other attention.
 double latent_duplicated_params(const ModelSpec& m);
 // A layer's weights: softmax attention, or linear attention when `linear`.
 LayerParams layer_params(const ModelSpec& m, bool moe_layer, bool linear = false);

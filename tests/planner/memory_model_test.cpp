@@ -225,6 +225,10 @@ TEST(MemoryModel, SparseAttentionIndexerKeepsItsInputs) {
                             b = moe_layer_shape(v32, p, 4096, 2);
   EXPECT_EQ(a.indexer_width, 0);
   EXPECT_EQ(b.indexer_width, 64 * 128 + 128 + 64);
+  // Every TP rank runs the indexer over the gathered sequence.
+  EXPECT_EQ(
+      moe_layer_shape(v32, layout("tp=2,pp=4,ep=32,cp=1,vpp=1,mbs=1", v32), 4096, 2).indexer_width,
+      2 * (64 * 128 + 128 + 64));
   EXPECT_DOUBLE_EQ((memfine::sequence_activation(b) - memfine::sequence_activation(a)).value(),
                    2.0 * 4096 * 8384);
 }

@@ -376,6 +376,29 @@ TEST(TimeModel, LatentAttentionGathersItsLatentsUnderTensorParallelism) {
               2 * ring_time(mixtral.ctx, Bytes(4096.0 * 4096 * 2), 2, 2).value(), 1e-12);
 }
 
+TEST(TimeModel, SparseAttentionIndexerRunsWholeOnEveryTpRank) {
+  // DeepSeek-V3.2's indexer runs duplicated over TP on the gathered sequence (Megatron-Core's
+  // parallel_mode 'duplicated'): TP 2 halves the core attention's other FLOPs, not its
+  // indexer's. At a constant attention efficiency the times follow the FLOPs.
+  Inputs v32("hf/deepseek-v3.2.config.json", "h100-1024.json");
+  v32.ctx.eff.attention_core = EfficiencyCurve::constant(0.5);
+  auto core = [&](const char* layout) {
+    PlanChoice c;
+    c.parallel = resolve(parse_parallel(layout));
+    return core_attention_time(v32.ctx, c, false);
+  };
+  const double indexer = v32.ctx.flops.forward_indexer.value();
+  const double rest = v32.ctx.flops.forward_attention.value() - indexer;
+  ASSERT_GT(indexer, 0.0);
+  EXPECT_NEAR(core("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192") /
+                  core("tp=1,pp=8,ep=64,etp=1,dp=128,mbs=1,gbs=8192"),
+              (rest / 2 + indexer) / (rest + indexer), 1e-9);
+  // Its weights stay whole on every rank with MLA's down projections.
+  EXPECT_NEAR(latent_duplicated_params(v32.model) - indexer_params(v32.model),
+              latent_duplicated_params(io::load_model(root("models/hf/deepseek-v3.config.json"))),
+              1e-6);
+}
+
 TEST(TimeModel, UnfusedPermutationMovesEveryRoutedRowTwice) {
   // Without Megatron-Core's --moe-permute-fusion the dispatcher's index_select, index_copy,
   // probability scaling and top-k sum move 16kh bytes per token instead of 8kh; nothing else
