@@ -5,15 +5,12 @@
 #include "planner/efficiencies.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
+#include "planner/planner_inputs.h"
 #include "planner/search.h"
-#include "test_paths.h"
 
 namespace moe {
 
 namespace {
-std::string root(const std::string& rel) {
-  return std::string(MOEPLAN_SOURCE_DIR) + "/" + rel;
-}
 
 struct Qwen3OnH800 {
   ModelSpec model = io::load_model(root("models/hf/qwen3-235b-a22b.config.json"));

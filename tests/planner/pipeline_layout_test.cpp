@@ -10,23 +10,12 @@
 #include "planner/io/plan_io.h"
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
+#include "planner/planner_inputs.h"
 #include "planner/search.h"
-#include "test_paths.h"
 
 namespace moe {
 
 namespace {
-struct Inputs {
-  ModelSpec model;
-  ClusterSpec cluster;
-  TimeContext ctx;
-  Inputs(const std::string& m, const std::string& c)
-      : model(io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/" + m)),
-        cluster(io::load_cluster(std::string(MOEPLAN_SOURCE_DIR) + "/topologies/" + c)) {
-    ctx = make_time_context(model, cluster, efficiencies(), {}, 4096);
-  }
-};
-
 PlanChoice choice(const std::string& layout) {
   PlanChoice c;
   c.parallel = resolve(parse_parallel(layout));

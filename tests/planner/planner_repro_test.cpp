@@ -7,15 +7,12 @@
 #include "planner/megascale.h"
 #include "planner/megatron_flops.h"
 #include "planner/model_stats.h"
+#include "planner/planner_inputs.h"
 #include "planner/search.h"
-#include "test_paths.h"
 
 namespace moe {
 
 namespace {
-std::string root(const std::string& rel) {
-  return std::string(MOEPLAN_SOURCE_DIR) + "/" + rel;
-}
 
 PlanChoice fixed(const std::string& layout, AttentionMode attention, bool overlap) {
   PlanChoice c;
@@ -211,9 +208,9 @@ TEST(PlannerRepro, OneAnchoredBlackwellRunPredictsTheOtherShortSequenceRuns) {
   // iteration). Anchored on one of them (GB200, BF16, tp1 pp8 ep8: every efficiency x 0.701),
   // the GB300 MXFP8 run (tp1 pp4 ep32 mbs2) comes within -5.6 % of its 974 TFLOP/s, and another
   // model, DeepSeek-V3 on GB200 (Megatron-Bridge's MXFP8 recipe at its pipeline layout
-  // Et*4|(t*4|)*14tmL, EP overlap), within -3.2 % of its 1,316. The 128K run then turns 26 % pessimistic: what the model misses at 4K scales with
-  // the per-token work (GEMMs, element-wise, dispatch), not with attention, which the anchor slows
-  // too.
+  // Et*4|(t*4|)*14tmL, EP overlap), within -3.2 % of its 1,316. The 128K run then turns 26 %
+  // pessimistic: what the model misses at 4K scales with the per-token work (GEMMs, element-wise,
+  // dispatch), not with attention, which the anchor slows too.
   const ModelSpec m = io::load_model(root("models/hf/qwen3-235b-a22b.config.json"));
   const ModelSpec v3 = io::load_model(root("models/hf/deepseek-v3.config.json"));
   const ClusterSpec gb200 = io::load_cluster(root("topologies/gb200-nvl72-4x64.json"));

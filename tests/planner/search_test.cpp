@@ -12,28 +12,12 @@
 #include "planner/io/plan_io.h"
 #include "planner/layer_ops.h"
 #include "planner/offload.h"
+#include "planner/planner_inputs.h"
 #include "test_models.h"
-#include "test_paths.h"
 
 namespace moe {
 
 namespace {
-std::string root(const std::string& rel) {
-  return std::string(MOEPLAN_SOURCE_DIR) + "/" + rel;
-}
-
-struct Inputs {
-  ModelSpec model;
-  ClusterSpec cluster;
-  TimeContext ctx;
-  Inputs(const std::string& m, const std::string& c, int64_t seq = 4096,
-         const RoutingSkew& skew = {})
-      : model(io::load_model(root("models/" + m))),
-        cluster(io::load_cluster(root("topologies/" + c))) {
-    ctx = make_time_context(model, cluster, efficiencies(), skew, seq);
-  }
-};
-
 // One MoE layer's forward operators by name for a layout.
 std::map<std::string, Seconds> forward_ops(const Inputs& s, const char* layout,
                                            AttentionMode attention = AttentionMode::kTensor,
