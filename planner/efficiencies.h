@@ -52,11 +52,11 @@ struct Efficiencies {
   // host sync in them; 300 us is our estimate with the count exchange and the sync. A
   // calibration file's constants can set it (calibrate/data/memfine-fcda-round.json).
   Seconds dispatch_round_overhead = Seconds(300e-6);
-  // Intra-operator overlap (MegaScale-MoE Sec. 4.2) gives "a few SMs" to communication: 8 of an
-  // H800's 132, so a fused GEMM runs 6 % slower while its communication is in flight; a fused
-  // pair pays one tile wave of the shorter side before the two overlap (tiles: waves of the
-  // fused kernel).
-  double intra_overlap_comm_sm_share = 8.0 / 132.0;
+  // Intra-operator overlap (MegaScale-MoE Sec. 4.2) gives "a few SMs" to communication: 8 of
+  // the GPU's (GpuSpec::sms; an H800's 132 where the cluster file gives none), so a fused GEMM
+  // on an H800 runs 6 % slower while its communication is in flight; a fused pair pays one tile
+  // wave of the shorter side before the two overlap (tiles: waves of the fused kernel).
+  double intra_overlap_comm_sms = 8;
   double intra_overlap_tiles = 8;
   // SMs the expert dispatch and combine kernels hold while inter-operator overlap runs them
   // beside compute (GpuSpec::sms is the whole): DeepEP's 20, Megatron-Core's

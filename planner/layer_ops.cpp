@@ -258,7 +258,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
   // side sets the time, plus one tile wave of the shorter to fill the pipeline.
   auto fused = [&](Seconds gemm, Seconds comm) {
-    const double f = ctx.eff.intra_overlap_comm_sm_share;
+    const double f =
+        ctx.eff.intra_overlap_comm_sms / static_cast<double>(ctx.gpu.sms > 0 ? ctx.gpu.sms : 132);
     const Seconds shared = std::min(comm, gemm / (1.0 - f));
     return std::max(comm, gemm + shared * f) + std::min(gemm, comm) / ctx.eff.intra_overlap_tiles;
   };
