@@ -29,6 +29,7 @@ EfficiencyCurve::EfficiencyCurve(std::vector<Point> points, std::optional<BytesP
   if (reference_ && !(reference_->value() > 0)) {
     throw ConfigError("efficiency curve: reference bandwidth must be positive");
   }
+  for (const Point& p : points_) log_sizes_.push_back(std::log(p.size));
 }
 
 EfficiencyCurve EfficiencyCurve::constant(double efficiency) {
@@ -44,8 +45,8 @@ double EfficiencyCurve::at(double size) const {
   const auto hi = std::upper_bound(points_.begin(), points_.end(), size,
                                    [](double s, const Point& p) { return s < p.size; });
   const auto lo = hi - 1;
-  const double f =
-      (std::log(size) - std::log(lo->size)) / (std::log(hi->size) - std::log(lo->size));
+  const size_t i = static_cast<size_t>(lo - points_.begin());
+  const double f = (std::log(size) - log_sizes_[i]) / (log_sizes_[i + 1] - log_sizes_[i]);
   return lo->efficiency + f * (hi->efficiency - lo->efficiency);
 }
 

@@ -39,6 +39,7 @@ class EfficiencyCurve {
 
  private:
   std::vector<Point> points_;
+  std::vector<double> log_sizes_;  // log of each point's size: at() takes one log, not three
   std::optional<BytesPerSec> reference_;
 };
 

@@ -285,6 +285,9 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
   if (!r.chunk_bins.empty()) report.largest_chunk_bin = r.chunk_bins.back();
   report.fits = true;
   const bool full = r.recompute == Recompute::kFull;
+  const bool remat = r.recompute == Recompute::kRematerialize;
+  const double remat_moe = remat ? remat_ratio(m, p, true) : 1.0,
+               remat_dense = remat ? remat_ratio(m, p, false) : 1.0;
   for (int64_t stage = 0; stage < *p.pp; ++stage) {
     StageMemory s;
     s.stage = stage;
@@ -317,18 +320,21 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     }
 
     // Activation at c chunks: full recompute holds one layer (the largest); otherwise m_g
-    // chunk-micro-batches of l/v layers each.
+    // chunk-micro-batches of l/v layers each. A layer's activation depends only on whether it
+    // is a MoE layer: one of each kind, counted (the MTP modules as the model's last layer).
+    const double moe_layers = static_cast<double>(s.num_moe_layers);
+    const double dense_layers = static_cast<double>(s.num_layers + mtp) - moe_layers;
     auto activation_at = [&](int64_t chunks) {
       Bytes largest, sum;
-      auto add = [&](size_t i, double times) {
+      for (const bool moe : {true, false}) {
+        const double count = moe ? moe_layers : dense_layers;
+        if (count <= 0) continue;
         const Bytes a =
-            layer_activation(report.moe_shape, m.moe_layer[i], m, report.received_tokens, chunks,
-                             r.recompute, remat_ratio(m, p, m.moe_layer[i]), r.recompute_modules);
+            layer_activation(report.moe_shape, moe, m, report.received_tokens, chunks, r.recompute,
+                             moe ? remat_moe : remat_dense, r.recompute_modules);
         largest = std::max(largest, a);
-        sum += a * times;
-      };
-      for_each_stage_layer(m, p, stage, [&](int64_t i) { add(static_cast<size_t>(i), 1.0); });
-      if (mtp > 0) add(m.moe_layer.size() - 1, static_cast<double>(mtp));
+        sum += a * count;
+      }
       if (full) return largest;
       return sum * (s.m_g / static_cast<double>(*p.vpp));
     };
@@ -341,8 +347,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
       // Room left after everything but the received-token term, over what one token costs as
       // the recompute mode keeps it (selective recompute of moe keeps none).
       auto moe_layer_at = [&](double tokens) {
-        return layer_activation(report.moe_shape, true, m, tokens, 1, r.recompute,
-                                remat_ratio(m, p, true), r.recompute_modules);
+        return layer_activation(report.moe_shape, true, m, tokens, 1, r.recompute, remat_moe,
+                                r.recompute_modules);
       };
       const Bytes unit = moe_layer_at(1.0) - moe_layer_at(0.0);
       const Bytes base =
