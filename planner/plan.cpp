@@ -107,10 +107,14 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   const PlanChoice& c = plan.choice;
   if (c.offload) return {};  // Megatron-LM cannot run experts on the CPU
   const ParallelConfig& p = c.parallel;
+  // MegaScale-MoE's SP attention over the t ranks (attn=ulysses) is Megatron-Core's all-to-all
+  // context parallelism: nothing tensor-split, the sequence over t x cp ranks, an all-to-all
+  // among t adjacent ones (heads for sequence, as Ulysses) and the K/V ring across cp.
+  const bool ulysses = c.attention == AttentionMode::kUlysses && *p.tp > 1;
   std::vector<std::string> a = {
-      fmt::format("--tensor-model-parallel-size {}", *p.tp),
+      fmt::format("--tensor-model-parallel-size {}", ulysses ? 1 : *p.tp),
       fmt::format("--pipeline-model-parallel-size {}", *p.pp),
-      fmt::format("--context-parallel-size {}", *p.cp),
+      fmt::format("--context-parallel-size {}", ulysses ? *p.tp * *p.cp : *p.cp),
       fmt::format("--micro-batch-size {}", *p.mbs),
       fmt::format("--global-batch-size {}", p.gbs.value_or(*p.mbs * *p.dp)),
       fmt::format("--seq-length {}", c.seq_len),
@@ -141,6 +145,11 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     a.push_back("--ckpt-format fsdp_dtensor");
   }
   if (*p.tp > 1 && c.attention == AttentionMode::kTensor) a.push_back("--sequence-parallel");
+  if (ulysses && *p.cp == 1) a.push_back("--cp-comm-type a2a");
+  if (ulysses && *p.cp > 1) {
+    a.push_back("--cp-comm-type a2a+p2p");
+    a.push_back(fmt::format("--hierarchical-context-parallel-sizes {} {}", *p.tp, *p.cp));
+  }
   if (p.pp_first) a.push_back(fmt::format("--decoder-first-pipeline-num-layers {}", *p.pp_first));
   if (p.pp_last) a.push_back(fmt::format("--decoder-last-pipeline-num-layers {}", *p.pp_last));
   if (!p.layout.empty()) {

@@ -569,7 +569,7 @@ TEST(TimeModel, MtpModulesRunOnTheLastStageAfterTheHead) {
   EXPECT_FALSE(args(plain));
 
   // The search offers a last stage lighter by the module's two layers' worth, and takes it.
-  SearchRequest req = request(1024, 8192, "tp=2,pp=8,ep=64,cp=1,mbs=1");
+  SearchRequest req = request(1024, 8192, "tp=2,pp=8,ep=64,cp=1,mbs=1,vpp=1");
   req.precision = Precision::kFp8;
   req.threads = 1;
   const SearchResult r = search_plans(with.ctx, req);
@@ -759,6 +759,32 @@ TEST(PlanFile, RoundTripsTheChoices) {
   EXPECT_EQ(j["switches"]["attention_kernel"], "fused");
   EXPECT_TRUE(best.choice.permute_fusion);
   EXPECT_DOUBLE_EQ(j["predicted"]["iteration_s"].get<double>(), best.score.time.iteration.value());
+}
+
+TEST(PlanFile, UlyssesAttentionRunsAsMegatronsAllToAllContextParallelism) {
+  // MegaScale-MoE's SP attention over the 8 "TP" ranks splits nothing by tensor: Megatron-Core
+  // runs it as context parallelism over 8 ranks with the all-to-all (Ulysses) exchange, and over
+  // 8 x 2 with the all-to-all inside the 8 and the K/V ring across 2.
+  const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
+  auto args = [&](const char* layout) {
+    Plan p;
+    p.choice.parallel = resolve(parse_parallel(layout));
+    p.choice.attention = AttentionMode::kUlysses;
+    return megatron_arguments(p, s.model);
+  };
+  auto has = [](const std::vector<std::string>& a, const std::string& arg) {
+    return std::find(a.begin(), a.end(), arg) != a.end();
+  };
+  const auto one = args("tp=8,pp=1,ep=8,etp=1,cp=1,mbs=1,gbs=240");
+  EXPECT_TRUE(has(one, "--tensor-model-parallel-size 1"));
+  EXPECT_TRUE(has(one, "--context-parallel-size 8"));
+  EXPECT_TRUE(has(one, "--cp-comm-type a2a"));
+  EXPECT_FALSE(has(one, "--sequence-parallel"));
+  EXPECT_FALSE(has(one, "--tp-comm-overlap"));
+  const auto two = args("tp=8,pp=1,ep=8,etp=1,cp=2,dp=1,mbs=1,gbs=240");
+  EXPECT_TRUE(has(two, "--context-parallel-size 16"));
+  EXPECT_TRUE(has(two, "--cp-comm-type a2a+p2p"));
+  EXPECT_TRUE(has(two, "--hierarchical-context-parallel-sizes 8 2"));
 }
 
 TEST(PlanFile, MegatronArgumentsUseRealNames) {
