@@ -72,9 +72,11 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   };
   if (linear_layer) return fused(ctx.flops.forward_linear.value() / linear_layers * tokens, 1);
   // DSA's indexer runs duplicated on every TP rank over the gathered sequence (Megatron-Core
-  // builds its linears with parallel_mode 'duplicated'): t ranks' tokens each.
+  // builds its linears with parallel_mode 'duplicated'): t ranks' tokens each. (Ulysses SP
+  // gives each rank whole sequences of its heads instead, as the core.)
   const double indexer_per_token = ctx.flops.forward_indexer.value() / softmax_layers;
-  const double indexer_tp = static_cast<double>(*p.tp) - 1.0;
+  const double tensor_tp = c.attention == AttentionMode::kTensor ? static_cast<double>(*p.tp) : 1.0;
+  const double indexer_tp = tensor_tp - 1.0;
   if (c.attention_kernel == AttentionKernel::kFused)
     return fused(
         ((ctx.flops.forward_attention - ctx.flops.forward_linear).value() / softmax_layers +
@@ -94,7 +96,8 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
       gemm_time(ctx, bf16, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
   const Bytes softmax_and_dropout(9.0 * heads * queries * keys);
   // DSA's indexer runs in its own (fused) kernel beside the unfused core, duplicated over TP.
-  const double indexer = indexer_per_token * queries * static_cast<double>(*p.mbs);
+  const double indexer = indexer_per_token * queries * static_cast<double>(*p.mbs) /
+                         static_cast<double>(*p.tp) * tensor_tp;
   return gemms + softmax_and_dropout / (ctx.links.hbm * ctx.eff.memory_bound) +
          (indexer > 0 ? fused(indexer, 1) : Seconds(0));
 }

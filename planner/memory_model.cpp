@@ -279,6 +279,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
                              const MemoryRequest& r) {
   MemoryReport report;
   report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element);
+  // Ulysses SP gives each rank whole sequences of its heads: no TP rank repeats the indexer.
+  if (r.attention_replicated) report.moe_shape.indexer_width /= *p.tp;
   report.moe_shape.gemm_input_bytes = r.gemm_input_bytes;
   report.moe_shape.score_bytes = r.score_bytes;
   report.received_tokens = r.received_tokens.value_or(balanced_received_tokens(m, r.seq_len));

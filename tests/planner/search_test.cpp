@@ -366,9 +366,10 @@ TEST(TimeModel, SparseAttentionIndexerRunsWholeOnEveryTpRank) {
   // indexer's. At a constant attention efficiency the times follow the FLOPs.
   Inputs v32("hf/deepseek-v3.2.config.json", "h100-1024.json");
   v32.ctx.eff.attention_core = EfficiencyCurve::constant(0.5);
-  auto core = [&](const char* layout) {
+  auto core = [&](const char* layout, AttentionMode mode = AttentionMode::kTensor) {
     PlanChoice c;
     c.parallel = resolve(parse_parallel(layout));
+    c.attention = mode;
     return core_attention_time(v32.ctx, c, false);
   };
   const double indexer = v32.ctx.flops.forward_indexer.value();
@@ -377,6 +378,10 @@ TEST(TimeModel, SparseAttentionIndexerRunsWholeOnEveryTpRank) {
   EXPECT_NEAR(core("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192") /
                   core("tp=1,pp=8,ep=64,etp=1,dp=128,mbs=1,gbs=8192"),
               (rest / 2 + indexer) / (rest + indexer), 1e-9);
+  // Ulysses SP gives each rank whole sequences of half the heads: the indexer splits too.
+  EXPECT_NEAR(core("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192", AttentionMode::kUlysses) /
+                  core("tp=1,pp=8,ep=64,etp=1,dp=128,mbs=1,gbs=8192"),
+              0.5, 1e-9);
   // Its weights stay whole on every rank with MLA's down projections.
   EXPECT_NEAR(latent_duplicated_params(v32.model) - indexer_params(v32.model),
               latent_duplicated_params(io::load_model(root("models/hf/deepseek-v3.config.json"))),
