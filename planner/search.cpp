@@ -364,11 +364,11 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       lower.gpipe = req.gpipe;
       const MemoryReport floor = estimate_memory(
           m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
-      if (!floor.fits) {
-        ++stats[w].pruned_by_memory;
-        // The closest miss, for the no-fit message: the layout whose tightest stage is least over.
-        const StageMemory* tight = &floor.stages.front();
-        for (const StageMemory& s : floor.stages) {
+      // The closest miss, for the no-fit message: the layout whose tightest stage is least over
+      // (at the memory floor, or under the switches the request fixed when the floor fits).
+      auto note_miss = [&](const MemoryReport& miss) {
+        const StageMemory* tight = &miss.stages.front();
+        for (const StageMemory& s : miss.stages) {
           if (s.total_bytes > tight->total_bytes) tight = &s;
         }
         const double over = (tight->total_bytes - capacity * req.alpha).value();
@@ -380,6 +380,10 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                               static_bound ? "static memory (weights, gradients, optimizer states)"
                                            : "activations"}};
         }
+      };
+      if (!floor.fits) {
+        ++stats[w].pruned_by_memory;
+        note_miss(floor);
       } else {
         const int64_t tp = *p.tp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
         const std::vector<AttentionMode> attns =
@@ -449,7 +453,10 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                     m, ctx.params, p,
                     memory_request(ctx, c, capacity, req.alpha, req.static_override));
               }
-              if (!mem.fits) continue;
+              if (!mem.fits) {
+                note_miss(mem);
+                continue;
+              }
               c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
               for (megascale::Dispatcher d : dispatchers) {

@@ -42,7 +42,9 @@
 # balanced (the runs are dropless; Megatron's long-context table measures dropless at 0.80-0.92
 # of forced balance). The DeepSeek-V3 runs give their flexible pipeline layouts as Megatron
 # takes them (layout= in --parallel). Every other run is priced at the VPP it published (the
-# model zoo's table and command lines: 4, and 3 for the PP 32 runs); Qwen3's 94 layers divide
+# model zoo's tables and command lines: 4, 3 for the PP 32 runs, 1 and 12 on Blackwell; the
+# GB200 MXFP8 run's VPP 6 does not fit 186 GB without the activation offload it used, so the
+# search picks its vpp); Qwen3's 94 layers divide
 # over no pp x vpp there, so the search builds the layout Megatron's recipes use (equal middle
 # chunks, the ends lighter), as its own layouts are not published. (Before session 28 these
 # rows were priced at vpp = 1, whose bubble, 16 points larger for the long-context runs, hid
@@ -72,10 +74,10 @@ long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 16384 tp
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 32768 tp=4,pp=8,ep=8,cp=2,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 335
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 65536 tp=4,pp=8,ep=8,cp=4,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 368
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 131072 tp=4,pp=8,ep=8,cp=8,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 389
-gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 8192 4096 tp=1,pp=8,ep=8,cp=1,mbs=1 --megatron-only,--cuda-graph,attn,--recompute,none,--overlap,off,--dispatcher,deepep - 750
+gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 8192 4096 tp=1,pp=8,ep=8,cp=1,mbs=1,vpp=1 --megatron-only,--cuda-graph,attn,--recompute,none,--overlap,off,--dispatcher,deepep - 750
 gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
-gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
-gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1 --gpus,128,--megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2,vpp=1 --megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1,vpp=12 --gpus,128,--megatron-only,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
 gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1,layout=Et*4|(t*4|)*14tmL --megatron-only,--cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
 mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et|(tt|)*30mL --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,--overlap,on,--dispatcher,deepep 23.2 368
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=1,pp=32,ep=8,cp=1,mbs=4,vpp=3 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 42.54 -
