@@ -30,12 +30,15 @@ const char* op_kind_name(OpKind k) {
 double overlap_compute_stretch(const TimeContext& ctx, const PlanChoice& c, Seconds compute,
                                Seconds ep_comm) {
   if (!c.overlap || ctx.gpu.sms <= 0 || compute.value() <= 0 || ep_comm.value() <= 0) return 1.0;
-  const double sms = c.dispatcher == megascale::Dispatcher::kDeepEp ? ctx.eff.ep_comm_sms_deepep
-                                                                    : ctx.eff.ep_comm_sms_nccl;
   // Communication cannot hold every SM: at 90 % the compute still crawls on the rest.
-  const double s = std::min(sms / static_cast<double>(ctx.gpu.sms), 0.9);
+  const double s = std::min(ep_comm_sms(ctx, c) / static_cast<double>(ctx.gpu.sms), 0.9);
   const Seconds window = std::min(ep_comm, compute / (1.0 - s));
   return 1.0 + s * window.value() / compute.value();
+}
+
+double ep_comm_sms(const TimeContext& ctx, const PlanChoice& c) {
+  return c.dispatcher == megascale::Dispatcher::kDeepEp ? ctx.eff.ep_comm_sms_deepep
+                                                        : ctx.eff.ep_comm_sms_nccl;
 }
 
 bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
@@ -275,21 +278,21 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       ctx, peak, rows, h, ((lp.attention - indexer_weights) / split + indexer_weights) / h);
   Seconds attention_comm;
   if (t > 1 && !ulysses) {
-    attention_comm = tp_pair();
-    // Multi-latent attention gathers its latents, not the hidden state: Megatron-Core runs the
-    // down projections duplicated on each rank's sequence shard (TELinear, parallel_mode
-    // 'duplicated') and gathers q's LoRA rank and the kv latent with its rope key; the output
-    // projection reduce-scatters h as any attention does. Without a q LoRA rank q comes
+    // An all-gather of h before attention and a reduce-scatter of h after, but multi-latent
+    // attention gathers its latents instead: Megatron-Core runs the down projections
+    // duplicated on each rank's sequence shard (TELinear, parallel_mode 'duplicated') and
+    // gathers q's LoRA rank and the kv latent with its rope key. Without a q LoRA rank q comes
     // straight from the gathered hidden state. DeepSeek's sparse attention gathers the hidden
     // state and q's latent again for its indexer.
     const AttentionSpec& a = m.attention;
+    double gathered = h;
     if (a.kind == AttentionKind::kLatent && !lp.linear) {
       const double q_in = a.q_lora_rank > 0 ? static_cast<double>(a.q_lora_rank) : h;
-      const double gathered = q_in + static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) +
-                              (a.sparse() ? h + q_in : 0.0);
-      attention_comm = ring_time(ctx, sequence * (fp8_wire * gathered / h), t, t) +
-                       ring_time(ctx, sequence * fp8_wire, t, t);
+      gathered = q_in + static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) +
+                 (a.sparse() ? h + q_in : 0.0);
     }
+    attention_comm = ring_time(ctx, sequence * (fp8_wire * gathered / h), t, t) +
+                     ring_time(ctx, sequence * fp8_wire, t, t);
   } else if (t > 1) {
     const double ratio =
         static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);

@@ -71,6 +71,8 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
 // both apply it to a layer pass (the simulator does not slow kernels while flows run).
 double overlap_compute_stretch(const TimeContext& ctx, const PlanChoice& c, Seconds compute,
                                Seconds ep_comm);
+// The SMs the plan's dispatcher kernels hold (Efficiencies::ep_comm_sms_deepep or _nccl).
+double ep_comm_sms(const TimeContext& ctx, const PlanChoice& c);
 
 // Whether the group an op communicates in leaves the node (its traffic takes the NIC) or stays
 // on the node's fabric: TP over t ranks, EP over ep x etp, CP over t x cp. Compute never does.

@@ -64,7 +64,7 @@ std::optional<uint32_t> recompute_modules_from_names(const std::vector<std::stri
 }
 
 memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
-                                    double bytes_per_element) {
+                                    double bytes_per_element, bool attention_replicated) {
   memfine::LayerShape s;
   s.bytes_per_element = bytes_per_element;
   s.micro_batch = *p.mbs;
@@ -77,9 +77,11 @@ memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p,
   s.expert_ffn = m.is_moe() ? m.expert_ffn_size : m.dense_ffn_size;
   const AttentionSpec& a = m.attention;
   if (a.sparse()) {
-    // Every TP rank runs the indexer over the gathered sequence: t shards' worth a rank.
+    // Every TP rank runs the indexer over the gathered sequence: t shards' worth a rank. Ulysses
+    // SP gives each rank whole sequences of its heads instead, and no rank repeats it.
     s.indexer_width =
-        (a.indexer_heads * a.indexer_head_dim + a.indexer_head_dim + a.indexer_heads) * *p.tp;
+        (a.indexer_heads * a.indexer_head_dim + a.indexer_head_dim + a.indexer_heads) *
+        (attention_replicated ? 1 : *p.tp);
   }
   if (!m.linear_layer.empty() || a.output_gate) {
     // Softmax layers: q (and its gate), k and v. Gated DeltaNet layers: q, k and v before and
@@ -278,9 +280,7 @@ MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const 
 MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const ParallelConfig& p,
                              const MemoryRequest& r) {
   MemoryReport report;
-  report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element);
-  // Ulysses SP gives each rank whole sequences of its heads: no TP rank repeats the indexer.
-  if (r.attention_replicated) report.moe_shape.indexer_width /= *p.tp;
+  report.moe_shape = moe_layer_shape(m, p, r.seq_len, r.bytes_per_element, r.attention_replicated);
   report.moe_shape.gemm_input_bytes = r.gemm_input_bytes;
   report.moe_shape.score_bytes = r.score_bytes;
   report.received_tokens = r.received_tokens.value_or(balanced_received_tokens(m, r.seq_len));

@@ -125,9 +125,10 @@ struct LayerWeights {
 LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
                                  const ParallelConfig& p, int64_t stage, bool sp_attention);
 
-// The MemFine layer shape of a model's MoE layers under a layout.
+// The MemFine layer shape of a model's MoE layers under a layout; `attention_replicated`:
+// Ulysses SP attention instead of TP.
 memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
-                                    double bytes_per_element);
+                                    double bytes_per_element, bool attention_replicated = false);
 // Balanced (s x top-k) and worst case (all EP ranks' tokens on one GPU's experts) s''.
 double balanced_received_tokens(const ModelSpec& m, int64_t seq_len);
 double worst_received_tokens(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len);

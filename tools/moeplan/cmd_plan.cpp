@@ -408,10 +408,7 @@ void run_plan(const PlanOptions& o) {
     fmt::print(
         "EP comm: {} of it is compute slowed beside the overlapped dispatch and combine, whose "
         "kernels hold {:g} of the GPU's {} SMs\n\n",
-        ms(b.ep_held_sms),
-        best.choice.dispatcher == megascale::Dispatcher::kDeepEp ? ctx.eff.ep_comm_sms_deepep
-                                                                 : ctx.eff.ep_comm_sms_nccl,
-        ctx.gpu.sms);
+        ms(b.ep_held_sms), ep_comm_sms(ctx, best.choice), ctx.gpu.sms);
   const ParallelConfig& bp = best.choice.parallel;
   // The two numbers users compare with first: Megatron-LM's per-iteration log line (an APTMoE
   // offload plan does not run on Megatron-LM).
