@@ -53,6 +53,9 @@ struct SearchRequest {
   // every Megatron-Core has; DeepEP only when fixed, as it needs its own library and NVSHMEM.
   std::optional<megascale::Dispatcher> dispatcher;
   std::optional<int> zero;  // ZeRO stage 0-3 fixed; else the lowest of 1-3 that fits
+  // DP gradients sent in BF16 (Megatron's --grad-reduce-in-bf16, MegaScale-MoE's Sec. 5
+  // compression) or in FP32 (Megatron's default), fixed; nullopt tries both where DP syncs.
+  std::optional<bool> dp_bf16_compression;
   bool gpipe = false;       // GPipe schedule instead of (interleaved) 1F1B
   Objective objective = Objective::kThroughput;
   Precision precision = Precision::kBf16;

@@ -609,3 +609,27 @@ TEST(Cli, PlanShowsTheHostAndTheCudaGraphsThatRemoveIt) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Cli, PlanKeepsTheGradientPrecisionTheUserFixes) {
+  // Qwen3-235B-A22B on 256 H100 with DP across nodes: --grad-reduce fp32 (Megatron's default)
+  // prices FP32 gradient bytes and prints no --grad-reduce-in-bf16; bf16 prints it.
+  const std::string base =
+      "plan --model models/hf/qwen3-235b-a22b.config.json --cluster topologies/h100-256.json "
+      "--global-batch 2048 --parallel tp=2,pp=8,ep=16,cp=1,vpp=1,mbs=1 --recompute full --zero 1 "
+      "--top 1";
+  const nlohmann::json fp32 = run_json(base + " --grad-reduce fp32 --json");
+  const nlohmann::json bf16 = run_json(base + " --grad-reduce bf16 --json");
+  EXPECT_EQ(fp32["plans"][0]["switches"]["dp_bf16_compression"], false);
+  EXPECT_EQ(bf16["plans"][0]["switches"]["dp_bf16_compression"], true);
+  EXPECT_GT(fp32["plans"][0]["predicted"]["iteration_s"].get<double>(),
+            bf16["plans"][0]["predicted"]["iteration_s"].get<double>());
+  const Result text = run(base + " --grad-reduce fp32");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_EQ(text.out.find("--grad-reduce-in-bf16"), std::string::npos);
+  EXPECT_NE(run(base + " --grad-reduce bf16").out.find("--grad-reduce-in-bf16"), std::string::npos);
+  expect_one_line_error(run(base + " --grad-reduce fp16"), "--grad-reduce");
+}
+
+}  // namespace moe

@@ -1066,6 +1066,33 @@ TEST(Search, MegatronOnlyLeavesOutWhatMegatronCannotRun) {
   EXPECT_NE(std::find(args.begin(), args.end(), "--grad-reduce-in-bf16"), args.end());
 }
 
+TEST(Search, AFixedGradientPrecisionIsTheOneEveryPlanReduces) {
+  // Qwen3-235B on 256 H100 with DP 16 across nodes: searched, BF16 gradients win (half the DP
+  // bytes); fixed to FP32 (Megatron's default, no --grad-reduce-in-bf16), every plan keeps it and
+  // the best is slower by the stage's extra reduce-scatter bytes.
+  const Inputs s("hf/qwen3-235b-a22b.config.json", "h100-256.json");
+  SearchRequest req = request(256, 2048, "tp=2,pp=8,ep=16,cp=1,vpp=1,mbs=1");
+  req.threads = 1;
+  req.recompute = Recompute::kFull;
+  req.zero = 1;
+  const SearchResult open = search_plans(s.ctx, req);
+  ASSERT_FALSE(open.ranked.empty());
+  EXPECT_TRUE(open.ranked.front().choice.dp_bf16_compression);
+  for (bool bf16 : {false, true}) {
+    req.dp_bf16_compression = bf16;
+    const SearchResult fixed = search_plans(s.ctx, req);
+    ASSERT_FALSE(fixed.ranked.empty());
+    for (const Plan& p : fixed.ranked) EXPECT_EQ(p.choice.dp_bf16_compression, bf16);
+    const TimeBreakdown& t = fixed.ranked.front().score.time;
+    if (bf16) {
+      EXPECT_DOUBLE_EQ(t.iteration.value(), open.ranked.front().score.time.iteration.value());
+    } else {
+      EXPECT_GT(t.iteration, open.ranked.front().score.time.iteration);
+      EXPECT_GT(t.dp_reduce_scatter, open.ranked.front().score.time.dp_reduce_scatter * 1.5);
+    }
+  }
+}
+
 }  // namespace moe
 
 namespace moe {

@@ -29,7 +29,8 @@ struct PlanOptions {
   std::vector<std::string> recompute_modules;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
-                         attention_kernel = "fused", dispatcher = "search", cuda_graph = "none";
+                         attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",
+                         grad_reduce = "search";
   std::optional<std::string> fp8_recipe;
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
@@ -183,6 +184,7 @@ void run_plan(const PlanOptions& o) {
   req.alpha = o.alpha;
   req.threads = o.threads;
   req.zero = o.zero;
+  req.dp_bf16_compression = parse_grad_reduce(o.grad_reduce, "--grad-reduce", true);
   if (o.schedule == "gpipe")
     req.gpipe = true;
   else if (o.schedule != "1f1b")
@@ -519,6 +521,9 @@ void add_plan(CLI::App& app) {
                   "fix the ZeRO stage: 0 (plain DDP), 1 (distributed optimizer), 2, 3 (default: "
                   "the lowest of 1-3 that fits)")
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--grad-reduce", o->grad_reduce,
+                  "DP gradient reduction on the wire: bf16 (Megatron --grad-reduce-in-bf16, "
+                  "MegaScale-MoE's compression) | fp32 (Megatron's default) | search (default)");
   cmd->add_option("--schedule", o->schedule,
                   "pipeline schedule: 1f1b (interleaved when vpp > 1) | gpipe");
   cmd->add_option("--overlap", o->overlap, "communication overlap: on | off | search");

@@ -76,6 +76,11 @@ std::optional<bool> parse_on_off(const std::string& value, const std::string& op
   return named<bool>(option, value, {{"on", true}, {"off", false}}, search, where);
 }
 
+std::optional<bool> parse_grad_reduce(const std::string& value, const std::string& option,
+                                      bool search, const std::string& where) {
+  return named<bool>(option, value, {{"bf16", true}, {"fp32", false}}, search, where);
+}
+
 std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
                                                       const std::string& option, bool search,
                                                       const std::string& where) {

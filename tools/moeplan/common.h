@@ -86,6 +86,9 @@ std::optional<AttentionMode> parse_attention(const std::string& value, const std
                                              bool search, const std::string& where = "");
 std::optional<bool> parse_on_off(const std::string& value, const std::string& option, bool search,
                                  const std::string& where = "");
+// The DP gradients' wire precision: bf16 (true: Megatron's --grad-reduce-in-bf16) or fp32.
+std::optional<bool> parse_grad_reduce(const std::string& value, const std::string& option,
+                                      bool search, const std::string& where = "");
 // Megatron-Core's --recompute-modules names, as a mask for `m`: an unknown name, shared_experts
 // (eq. 2 holds no shared-expert activations to save) and a module that matches no layer of the
 // model (moe in a dense model, mlp without dense layers, mla_up_proj without MLA) are errors.

@@ -19,13 +19,16 @@ namespace moe::cli {
 namespace {
 
 // The two systems MegaScale-MoE Sec. 6.1 compares: MegaScale-MoE runs SP attention and EP in a
-// node with its overlap, Megatron-LM TP for attention and experts without it.
+// node with its overlap and its BF16 DP gradient compression (Sec. 5), Megatron-LM TP for
+// attention and experts without either: its gradients reduce in FP32, Megatron's default (the
+// compression is one of the paper's own contributions, so the baseline does not have it).
 struct System {
   AttentionMode attention;
   bool overlap;
+  bool dp_bf16_compression;
 };
-constexpr System kMegaScaleMoe{AttentionMode::kUlysses, true};
-constexpr System kMegatronLm{AttentionMode::kTensor, false};
+constexpr System kMegaScaleMoe{AttentionMode::kUlysses, true, true};
+constexpr System kMegatronLm{AttentionMode::kTensor, false, false};
 
 // Both are built on Megatron-LM commit f1f03922 (Sec. 6.1, mid 2024), whose token dispatcher
 // predates Megatron-Core's fused permutation (--moe-permute-fusion, core_r0.10): every run of
@@ -51,6 +54,7 @@ std::optional<Plan> planned(const TimeContext& ctx, int64_t gpus, int64_t gbs,
   req.fixed = parse_parallel(layout);
   req.attention = system.attention;
   req.overlap = system.overlap;
+  req.dp_bf16_compression = system.dp_bf16_compression;
   req.permute_fusion = kPermuteFusion;
   req.threads = 1;
   const SearchResult r = search_plans(ctx, req);
