@@ -418,10 +418,10 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                                                            : 1;
           a2as = {{pick, n}};
         }
-        const std::vector<bool> compress =
-            req.dp_bf16_compression ? std::vector<bool>{*req.dp_bf16_compression}
-            : dp > 1                ? std::vector<bool>{false, true}
-                                    : std::vector<bool>{false};
+        const std::vector<bool> compress = req.dp_bf16_compression
+                                               ? std::vector<bool>{*req.dp_bf16_compression}
+                                           : dp > 1 ? std::vector<bool>{false, true}
+                                                    : std::vector<bool>{false};
         int64_t inner = 0;  // enumeration order inside the layout, for deterministic ties
         for (Recompute rc : recomputes) {
           for (AttentionMode at : attns) {

@@ -56,7 +56,7 @@ struct SearchRequest {
   // DP gradients sent in BF16 (Megatron's --grad-reduce-in-bf16, MegaScale-MoE's Sec. 5
   // compression) or in FP32 (Megatron's default), fixed; nullopt tries both where DP syncs.
   std::optional<bool> dp_bf16_compression;
-  bool gpipe = false;       // GPipe schedule instead of (interleaved) 1F1B
+  bool gpipe = false;  // GPipe schedule instead of (interleaved) 1F1B
   Objective objective = Objective::kThroughput;
   Precision precision = Precision::kBf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  // FP8 plans' scaling (PlanChoice::fp8_recipe)

@@ -187,7 +187,9 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
                 "--recompute full --save " + full)
                 .code,
             0);
-  for (const char* axis : {"attention-kernel=fused,unfused", "permute-fusion=on,off"}) {
+  // So do FP32 gradients (DP 16 across two nodes: the reduce-scatter moves twice the bytes).
+  for (const char* axis :
+       {"attention-kernel=fused,unfused", "permute-fusion=on,off", "grad-reduce=bf16,fp32"}) {
     const std::string out = dir + "/" + std::string(axis).substr(0, 6);
     const Result k =
         run("whatif " + pair + " --plan " + full + " --sweep " + axis + " --out " + out);

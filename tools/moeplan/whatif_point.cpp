@@ -45,6 +45,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "permute-fusion",
                                         "cuda-graph",
                                         "zero",
+                                        "grad-reduce",
                                         "tp",
                                         "pp",
                                         "ep",
@@ -105,6 +106,7 @@ struct PointInputs {
   std::optional<bool> permute_fusion;
   std::optional<CudaGraph> cuda_graph;
   std::optional<int> zero;
+  std::optional<bool> dp_bf16_compression;
 };
 
 PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const ClusterSpec& c,
@@ -169,6 +171,8 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     if (axis == "dispatcher") in.dispatcher = parse_dispatcher(v, "--sweep", false, axis);
     if (axis == "zero")
       in.zero = named<int>("--sweep", v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false, axis);
+    if (axis == "grad-reduce")
+      in.dp_bf16_compression = parse_grad_reduce(v, "--sweep", false, axis);
     for (const ParallelField& f : parallel_fields())
       if (axis == f.key) in.sizes.*f.member = positive(axis, v);
   }
@@ -230,6 +234,7 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
                                  megascale::dispatcher_priced_where(plan.dispatcher),
                                  *plan.parallel.ep, *plan.parallel.etp));
   if (in.zero) plan.zero_stage = *in.zero;
+  if (in.dp_bf16_compression) plan.dp_bf16_compression = *in.dp_bf16_compression;
   if (in.chunks) {
     plan.fcda_chunks = *in.chunks;
     plan.mact = false;
@@ -340,6 +345,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     if (in.cuda_graph) req.cuda_graph = *in.cuda_graph;
     req.dispatcher = in.dispatcher;
     req.zero = in.zero;
+    req.dp_bf16_compression = in.dp_bf16_compression;
     req.threads = 1;
     const SearchResult s = search_plans(ctx, req);
     if (s.ranked.empty()) return PointResult::failed("nothing fits");
