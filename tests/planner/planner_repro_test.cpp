@@ -101,8 +101,8 @@ TEST(PlannerRepro, MoeMatchesMegatronCoreQwen3Runs) {
   // rows and the mapping): Megatron-Core's published Qwen3-235B-A22B runs on 256 H100
   // (Megatron-MoE-ModelZoo, best_practice/Qwen3), sequence 4,096, global batch 2,048, BF16,
   // DeepEP, as step time and the TFLOP/s per GPU its log prints: cross-node EP 32 without
-  // overlap at its VPP 4 and FSDP with EP in the node. tools/validate_moe.sh: +17.7 % and
-  // -11.3 % (this test searches the switches it leaves free).
+  // overlap at its VPP 4 and FSDP with EP in the node, TP attention as the runs had it.
+  // tools/validate_moe.sh: +17.4 % and -11.3 % (this test searches the switches it leaves free).
   const ModelSpec m = io::load_model(root("models/hf/qwen3-235b-a22b.config.json"));
   const ClusterSpec c = io::load_cluster(root("topologies/h100-256.json"));
   const TimeContext ctx = make_time_context(m, c, efficiencies(), RoutingSkew{}, 4096);
@@ -123,6 +123,8 @@ TEST(PlannerRepro, MoeMatchesMegatronCoreQwen3Runs) {
     req.overlap = row.overlap;
     req.zero = row.zero;
     req.dispatcher = megascale::Dispatcher::kDeepEp;
+    req.attention = AttentionMode::kTensor;
+    req.megatron_only = true;
     req.threads = 1;
     const SearchResult r = search_plans(ctx, req);
     ASSERT_FALSE(r.ranked.empty()) << row.layout;
@@ -139,9 +141,9 @@ TEST(PlannerRepro, MoeMatchesMegatronCoreLongContextRuns) {
   // The same model's long-context runs (Megatron-MoE-ModelZoo, best_practice/Qwen3, second
   // table): 256 H100, TP 4, EP 8, PP 8 with VPP 4 (its command line), global batch 256, DeepEP,
   // no EP overlap, Megatron's --recompute-modules layernorm moe, forced load balance (what our
-  // balanced routing prices). Ours at VPP 4 (the search builds the layout 94 layers need):
-  // +26.9 % at 16K (CP 1) to +13.2 % at 128K (CP 8). Priced at VPP 1, as before session 28, a
-  // bubble 16 points too large hid most of that.
+  // balanced routing prices), TP attention. Ours at VPP 4 (the search builds the layout 94
+  // layers need): +24.0 % at 16K (CP 1) to +12.4 % at 128K (CP 8). Priced at VPP 1, as before
+  // session 28, a bubble 16 points too large hid most of that.
   const ModelSpec m = io::load_model(root("models/hf/qwen3-235b-a22b.config.json"));
   const ClusterSpec c = io::load_cluster(root("topologies/h100-256.json"));
   struct Row {
@@ -160,6 +162,8 @@ TEST(PlannerRepro, MoeMatchesMegatronCoreLongContextRuns) {
     req.recompute_modules = kRecomputeLayernorm | kRecomputeMoe;
     req.overlap = false;
     req.dispatcher = megascale::Dispatcher::kDeepEp;
+    req.attention = AttentionMode::kTensor;
+    req.megatron_only = true;
     req.threads = 1;
     const SearchResult r = search_plans(ctx, req);
     ASSERT_FALSE(r.ranked.empty()) << row.seq;
