@@ -20,8 +20,9 @@ namespace {
 
 // The two systems MegaScale-MoE Sec. 6.1 compares: MegaScale-MoE runs SP attention and EP in a
 // node with its overlap and its BF16 DP gradient compression (Sec. 5), Megatron-LM TP for
-// attention and experts without either: its gradients reduce in FP32, Megatron's default (the
-// compression is one of the paper's own contributions, so the baseline does not have it).
+// attention and experts without either: its gradients reduce in FP32, Megatron's default (Sec. 5
+// names "gradient reduce-scatter in data parallelism" in FP32 as the common practice its
+// compression halves; Fig. 11 blames Megatron-LM's weak-scaling loss on communication).
 struct System {
   AttentionMode attention;
   bool overlap;
