@@ -35,8 +35,8 @@
 # runs captured attention and the router (--cuda-graph attn), the DeepSeek-V3 GB200 run the whole
 # iteration (--cuda-graph full). Its defaults are fitted to the micro-batch 1 rows here (main
 # tp=2,pp=32 and pai tp=2 for the all-to-all dispatcher, main tp=4 for DeepEP); the others test it.
-# Every run is Megatron-Core's with TP attention (sequence parallel where TP > 1): --megatron-only
-# and --attention tp keep the search to that (it would otherwise price Ulysses attention or
+# Every run is Megatron-Core's with TP attention (sequence parallel where TP > 1): every row is
+# priced with --megatron-only and --attention tp, which keep the search to that (it would otherwise price Ulysses attention or
 # MegaScale-MoE's techniques where they are faster: up to 3 points on the long-context rows).
 # Mapping: each run's dispatcher as it names it (DeepEP: --dispatcher deepep, a token sent once
 # per destination node and rank; A2A: alltoall); "norm, act" recompute as none, the modules a
@@ -59,7 +59,8 @@ moeplan=${MOEPLAN:-build/tools/moeplan/moeplan}
 printf "%-8s %-6s %-26s %-62s %8s %9s %8s %9s %8s\n" run seq layout switches paper_s predicted paper_TF predicted error
 while read -r run model cluster gbs seq layout flags paper_s paper_tf; do
   read -r predicted_s predicted_tf < <("$moeplan" plan --model "$model" --cluster "$cluster" \
-    --global-batch "$gbs" --seq-len "$seq" --parallel "$layout" --top 1 --json ${flags//,/ } 2>/dev/null |
+    --global-batch "$gbs" --seq-len "$seq" --parallel "$layout" --megatron-only --attention tp \
+    --top 1 --json ${flags//,/ } 2>/dev/null |
     python3 -c 'import json,sys; p=json.load(sys.stdin)["plans"][0]["predicted"]; print(p["iteration_s"], p["megatron_log"]["throughput_per_gpu_tflops"])')
   # Error as throughput, positive where we predict faster: by TFLOP/s where the run gives them,
   # else by step time.
@@ -68,23 +69,23 @@ tf, s = '$paper_tf', '$paper_s'
 error = $predicted_tf / float(tf) - 1 if tf != '-' else float(s) / $predicted_s - 1
 print('%-8s %-6s %-26s %-62s %8s %9.1f %8s %9.0f %+7.1f%%' % ('$run', '$seq', '$layout', '$flags', s, $predicted_s, tf, $predicted_tf, 100 * error))"
 done <<'ROWS'
-moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=8,ep=32,cp=1,mbs=1,vpp=4 --megatron-only,--attention,tp,--recompute,none,--overlap,off,--dispatcher,deepep 19.7 245
-moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=8,ep=32,cp=1,mbs=1,vpp=4 --megatron-only,--attention,tp,--recompute,none,--overlap,on,--dispatcher,deepep 17.6 276
-main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=1,ep=8,cp=1,mbs=4 --megatron-only,--attention,tp,--recompute,full,--zero,3,--dispatcher,deepep 17.6 276
-main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1,vpp=3 --megatron-only,--attention,tp,--recompute,none,--overlap,off,--dispatcher,alltoall 24.2 200
-main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=4,pp=8,ep=8,cp=1,mbs=1,vpp=4 --megatron-only,--attention,tp,--recompute,none,--overlap,off,--dispatcher,deepep 29.0 167
-long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 16384 tp=4,pp=8,ep=8,cp=1,mbs=1,vpp=4 --megatron-only,--attention,tp,--recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 295
-long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 32768 tp=4,pp=8,ep=8,cp=2,mbs=1,vpp=4 --megatron-only,--attention,tp,--recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 335
-long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 65536 tp=4,pp=8,ep=8,cp=4,mbs=1,vpp=4 --megatron-only,--attention,tp,--recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 368
-long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 131072 tp=4,pp=8,ep=8,cp=8,mbs=1,vpp=4 --megatron-only,--attention,tp,--recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 389
-gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 8192 4096 tp=1,pp=8,ep=8,cp=1,mbs=1,vpp=1 --megatron-only,--attention,tp,--cuda-graph,attn,--recompute,none,--overlap,off,--dispatcher,deepep - 750
-gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --megatron-only,--attention,tp,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
-gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2,vpp=1 --megatron-only,--attention,tp,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
-gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1,vpp=12 --gpus,128,--megatron-only,--attention,tp,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
-gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1,layout=Et*4|(t*4|)*14tmL --megatron-only,--attention,tp,--cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
-mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et|(tt|)*30mL --megatron-only,--attention,tp,--precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,--overlap,on,--dispatcher,deepep 23.2 368
-pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=1,pp=32,ep=8,cp=1,mbs=4,vpp=3 --megatron-only,--attention,tp,--gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 42.54 -
-pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=2,pp=32,ep=8,cp=1,mbs=4,vpp=3 --megatron-only,--attention,tp,--gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 43.50 -
-pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1,vpp=3 --megatron-only,--attention,tp,--gpus,256,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,alltoall 22.42 -
-pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 2048 4096 tp=1,pp=32,ep=8,cp=1,mbs=1,vpp=3 --megatron-only,--attention,tp,--gpus,256,--recompute-modules,moe,layernorm,--overlap,off,--dispatcher,alltoall 22.95 -
+moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=8,ep=32,cp=1,mbs=1,vpp=4 --recompute,none,--overlap,off,--dispatcher,deepep 19.7 245
+moe_dev models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=8,ep=32,cp=1,mbs=1,vpp=4 --recompute,none,--overlap,on,--dispatcher,deepep 17.6 276
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=1,ep=8,cp=1,mbs=4 --recompute,full,--zero,3,--dispatcher,deepep 17.6 276
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1,vpp=3 --recompute,none,--overlap,off,--dispatcher,alltoall 24.2 200
+main models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 2048 4096 tp=4,pp=8,ep=8,cp=1,mbs=1,vpp=4 --recompute,none,--overlap,off,--dispatcher,deepep 29.0 167
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 16384 tp=4,pp=8,ep=8,cp=1,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 295
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 32768 tp=4,pp=8,ep=8,cp=2,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 335
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 65536 tp=4,pp=8,ep=8,cp=4,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 368
+long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 131072 tp=4,pp=8,ep=8,cp=8,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 389
+gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 8192 4096 tp=1,pp=8,ep=8,cp=1,mbs=1,vpp=1 --cuda-graph,attn,--recompute,none,--overlap,off,--dispatcher,deepep - 750
+gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2,vpp=1 --cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
+gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1,vpp=12 --gpus,128,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
+gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1,layout=Et*4|(t*4|)*14tmL --cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
+mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et|(tt|)*30mL --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,--overlap,on,--dispatcher,deepep 23.2 368
+pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=1,pp=32,ep=8,cp=1,mbs=4,vpp=3 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 42.54 -
+pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=2,pp=32,ep=8,cp=1,mbs=4,vpp=3 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 43.50 -
+pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 2048 4096 tp=2,pp=32,ep=8,cp=1,mbs=1,vpp=3 --gpus,256,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,alltoall 22.42 -
+pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 2048 4096 tp=1,pp=32,ep=8,cp=1,mbs=1,vpp=3 --gpus,256,--recompute-modules,moe,layernorm,--overlap,off,--dispatcher,alltoall 22.95 -
 ROWS
