@@ -252,6 +252,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   auto tp_pair = [&] { return ring_time(ctx, sequence * fp8_wire, t, t) * 2.0; };
 
   std::vector<LayerOp> ops;
+  ops.reserve(24);  // a layer has at most 20: one allocation (the search prices millions)
   auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false,
                  CommPattern pattern = CommPattern::kRing, Seconds pxn_saving = Seconds(0)) {
     if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens, pattern, pxn_saving});

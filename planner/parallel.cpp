@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <regex>
 #include <vector>
@@ -401,6 +402,18 @@ int64_t consecutive_layers(const ModelSpec& m, const ParallelConfig& p, int64_t 
   return layers / stages + (k < layers % stages ? 1 : 0);
 }
 
+// The sum of consecutive_layers over the stages before `stage`, in closed form (the search
+// asks for every chunk of every stage of every candidate).
+int64_t layers_before(const ModelSpec& m, const ParallelConfig& p, int64_t stage) {
+  if (stage <= 0) return 0;
+  const auto [layers, stages] = middle(m, p);
+  // The middle stages before `stage` (all of them before a pp_last stage).
+  const int64_t j =
+      std::clamp<int64_t>(stage - (p.pp_first ? 1 : 0), 0, std::max<int64_t>(stages, 0));
+  const int64_t even = stages > 0 ? j * (layers / stages) + std::min(j, layers % stages) : 0;
+  return (p.pp_first ? *p.pp_first : 0) + even;
+}
+
 }  // namespace
 
 LayerRange chunk_layers(const ModelSpec& m, const ParallelConfig& p, int64_t stage, int64_t chunk) {
@@ -411,8 +424,7 @@ LayerRange chunk_layers(const ModelSpec& m, const ParallelConfig& p, int64_t sta
     for (int64_t i = 0; i < index; ++i) begin += p.layout.decoder_layers[static_cast<size_t>(i)];
     return {begin, begin + p.layout.decoder_layers[static_cast<size_t>(index)]};
   }
-  int64_t first = 0;
-  for (int64_t s = 0; s < stage; ++s) first += consecutive_layers(m, p, s);
+  const int64_t first = layers_before(m, p, stage);
   const int64_t n = consecutive_layers(m, p, stage), v = p.vpp.value_or(1);
   return {first + n * chunk / v, first + n * (chunk + 1) / v};
 }

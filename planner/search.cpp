@@ -340,6 +340,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
 
   auto worker = [&](int w) {
     std::vector<Ranked>& top = best[w];
+    TimeContext scratch = ctx;  // estimate_time's link-shared passes, one copy a thread
     auto keep = [&](Ranked r) {
       auto worse = [](const Ranked& a, const Ranked& b) {
         return a.key < b.key || (a.key == b.key && a.order < b.order);
@@ -474,7 +475,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       Plan plan;
                       plan.choice = c;
                       plan.score.memory = mem;
-                      plan.score.time = estimate_time(ctx, c);
+                      plan.score.time = estimate_time(ctx, c, scratch);
                       ++stats[w].evaluated;
                       ++inner;
                       const double key = plan.score.time.iteration.value();

@@ -560,7 +560,11 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   return out;
 }
 
-TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
+namespace {
+
+// estimate_time, with `scratch()` giving a copy of ctx whose links it may overwrite.
+template <class Scratch>
+TimeBreakdown estimate_time_with(const TimeContext& ctx, const PlanChoice& c, Scratch scratch) {
   const ParallelConfig& p = c.parallel;
   const int64_t pp = *p.pp, dp = *p.dp;
   TimeBreakdown out;
@@ -743,7 +747,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
     const Seconds delay = nic_share.delay + fabric_share.delay;
     // Nothing shared: the pass as it was (most candidates; no second pricing).
     if (delay.value() <= 0) return std::pair{unshared, time};
-    TimeContext shared = ctx;
+    TimeContext& shared = scratch();
+    shared.links = ctx.links;
     shared.links.inter = shared.links.inter / nic_share.slowdown;
     shared.links.intra = shared.links.intra / fabric_share.slowdown;
     const StageTimes st = stage_from(shared, c, layer_kinds(shared, c), stage);
@@ -891,6 +896,20 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
   return out;
+}
+
+}  // namespace
+
+TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
+  std::optional<TimeContext> scratch;
+  return estimate_time_with(ctx, c, [&]() -> TimeContext& {
+    if (!scratch) scratch = ctx;
+    return *scratch;
+  });
+}
+
+TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeContext& scratch) {
+  return estimate_time_with(ctx, c, [&]() -> TimeContext& { return scratch; });
 }
 
 }  // namespace moe

@@ -107,6 +107,10 @@ int64_t boundary_span(const ParallelConfig& p);
 
 // The whole iteration; the choice's parallel layout must be complete with gbs set.
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
+// The same, pricing the passes a DP sync shares links with in `scratch`, a copy of ctx whose
+// link rates it overwrites: a search keeps one per thread instead of copying ctx (its curves
+// and layer list) once or twice a candidate.
+TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeContext& scratch);
 
 // MoNTA's AllToAll problem for a plan whose experts are tensor-parallel (etp > 1).
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);

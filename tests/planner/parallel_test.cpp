@@ -60,6 +60,37 @@ TEST(Parallel, ChecksDivisibilityAgainstTheModel) {
   EXPECT_THROW(check(resolve(parse_parallel("dp=4,mbs=1,gbs=10")), m), ConfigError);
 }
 
+TEST(Parallel, StagesTileTheLayersInOrderForEverySplit) {
+  // chunk_layers finds a stage's first layer in closed form; it must agree with adding the
+  // stages before it, for even splits, uneven ones (the remainder on the first middle stages)
+  // and lighter ends, interleaved or not.
+  ModelSpec m = testing_models::mixtral_8x7b();
+  for (int64_t layers : {7, 32, 61, 94}) {
+    m.num_layers = layers;
+    for (int64_t pp = 1; pp <= 9; ++pp) {
+      for (int64_t first : {0, 1, 3}) {
+        for (int64_t last : {0, 2}) {
+          for (int64_t vpp : {1, 2}) {
+            ParallelConfig p;
+            p.pp = pp;
+            p.vpp = vpp;
+            if (first > 0) p.pp_first = first;
+            if (last > 0) p.pp_last = last;
+            int64_t next = 0;
+            for (int64_t s = 0; s < pp; ++s) {
+              EXPECT_EQ(chunk_layers(m, p, s, 0).begin, next)
+                  << "layers " << layers << " pp " << pp << " first " << first << " last " << last
+                  << " stage " << s;
+              EXPECT_EQ(chunk_layers(m, p, s, vpp - 1).end, next + layers_in_stage(m, p, s));
+              next += layers_in_stage(m, p, s);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Parallel, EndStagesTakeTheirOwnLayerCounts) {
   const ModelSpec m = testing_models::mixtral_8x7b();  // 32 layers
   // pp = 5 cannot split 32 layers evenly; with 5 on the first and 3 on the last stage the
