@@ -72,11 +72,22 @@ double parameter_bytes(Precision p) {
   return 2.0;
 }
 
+size_t layer_kind(const ModelSpec& m, size_t layer) {
+  const bool linear = !m.linear_layer.empty() && m.linear_layer[layer];
+  return (m.moe_layer[layer] ? 0 : 1) + (linear ? 2 : 0);
+}
+
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
                               const RoutingSkew& skew, int64_t seq_len) {
   TimeContext ctx;
   ctx.model = &m;
   ctx.params = count_params(m);
+  ctx.layer_kinds.resize(m.moe_layer.size());
+  for (size_t i = 0; i < m.moe_layer.size(); ++i) {
+    const size_t kind = layer_kind(m, i);
+    ctx.layer_kinds[i] = static_cast<uint8_t>(kind);
+    if (ctx.first_layer_of_kind[kind] < 0) ctx.first_layer_of_kind[kind] = static_cast<int64_t>(i);
+  }
   ctx.gpu = c.node.gpu;
   ctx.links = link_rates(c);
   ctx.eff = eff;
@@ -258,14 +269,12 @@ namespace {
 // Every layer of a kind costs the same (MoE or dense FFN, softmax or Gated DeltaNet attention):
 // one pass of each kind per candidate.
 struct LayerKinds {
-  // In pricing order: MoE, dense, then their linear-attention twins.
-  static constexpr size_t kCount = 4;
+  // In pricing order: MoE, dense, then their linear-attention twins (layer_kind).
+  static constexpr size_t kCount = kLayerKinds;
   std::array<StageTimes, kCount> times;
-  static size_t kind(const ModelSpec& m, size_t layer) {
-    const bool linear = !m.linear_layer.empty() && m.linear_layer[layer];
-    return (m.moe_layer[layer] ? 0 : 1) + (linear ? 2 : 0);
+  const StageTimes& of(const TimeContext& ctx, size_t layer) const {
+    return times[ctx.layer_kinds[layer]];
   }
-  const StageTimes& of(const ModelSpec& m, size_t layer) const { return times[kind(m, layer)]; }
 };
 
 // How many forwards' worth of TP/EP/CP traffic a micro-batch puts on the links: forward,
@@ -367,9 +376,12 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
 LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
   const ModelSpec& m = *ctx.model;
   LayerKinds k;
-  for (size_t i = 0; i < m.moe_layer.size(); ++i) {
-    StageTimes& kind = k.times[LayerKinds::kind(m, i)];
-    if (kind.forward.value() == 0) kind = one_layer(ctx, c, ctx.params.layers[i], m.moe_layer[i]);
+  for (size_t kind = 0; kind < LayerKinds::kCount; ++kind) {
+    const int64_t i = ctx.first_layer_of_kind[kind];
+    if (i >= 0) {
+      const auto layer = static_cast<size_t>(i);
+      k.times[kind] = one_layer(ctx, c, ctx.params.layers[layer], m.moe_layer[layer]);
+    }
   }
   return k;
 }
@@ -400,7 +412,7 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   StageTimes st;
   if (m.mtp_layers <= 0) return st;
   const double modules = static_cast<double>(m.mtp_layers);
-  add(st, kinds.of(m, static_cast<size_t>(m.num_layers - 1)), modules);
+  add(st, kinds.of(ctx, static_cast<size_t>(m.num_layers - 1)), modules);
   add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
   return st;
 }
@@ -423,7 +435,7 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   // Layers counted by kind, then priced (the search's hot path: an add a kind, not a layer).
   std::array<int64_t, LayerKinds::kCount> layers{};
   for_each_stage_layer(m, p, stage,
-                       [&](int64_t i) { ++layers[LayerKinds::kind(m, static_cast<size_t>(i))]; });
+                       [&](int64_t i) { ++layers[ctx.layer_kinds[static_cast<size_t>(i)]]; });
   StageTimes st;
   for (size_t k = 0; k < LayerKinds::kCount; ++k) {
     if (layers[k] > 0) add(st, kinds.times[k], static_cast<double>(layers[k]));
@@ -442,7 +454,7 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   Seconds forward, backward;
   const LayerRange layers = chunk_layers(m, p, s, k);
   for (int64_t l = layers.begin; l < layers.end; ++l) {
-    const StageTimes& layer = kinds.of(m, static_cast<size_t>(l));
+    const StageTimes& layer = kinds.of(ctx, static_cast<size_t>(l));
     forward += layer.forward;
     backward += layer.backward;
   }
