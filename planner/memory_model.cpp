@@ -189,6 +189,7 @@ LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
   const double tp = static_cast<double>(*p.tp);
   const double expert_shards = static_cast<double>(*p.ep * *p.etp);
   LayerWeights out;
+  const double latent_duplicated = sp_attention ? 0.0 : latent_duplicated_params(m);
   auto add = [&](const LayerParams& l, double times) {
     // Norms and the router are replicated across TP; projections and FFNs are split. Ulysses SP
     // keeps attention, shared experts and dense FFNs whole on every SP rank (layer_ops runs
@@ -197,7 +198,7 @@ LayerWeights stage_layer_weights(const ModelSpec& m, const ModelParams& all,
     // more parameter memory, not the t-fold a replica per rank would) and their gradients
     // sync hierarchically (App. A.1, time_model's dp_sync_times).
     // MLA's down projections stay whole on every TP rank.
-    const double duplicated = l.linear || sp_attention ? 0.0 : latent_duplicated_params(m);
+    const double duplicated = l.linear ? 0.0 : latent_duplicated;
     const double split_weights = l.attention - duplicated + l.shared_experts + l.dense_ffn;
     out.dense +=
         (l.norms + l.router + duplicated + (sp_attention ? 0.0 : split_weights / tp)) * times;
