@@ -318,6 +318,18 @@ void require(bool ok, const std::string& message) {
 }
 }  // namespace
 
+void check_sequence(const ParallelConfig& p, int64_t seq_len) {
+  const int64_t tp = p.tp.value_or(1), cp = p.cp.value_or(1);
+  require(cp == 1 || seq_len % (2 * cp) == 0,
+          fmt::format("cp={}: sequence length {} is not divisible by 2 x cp = {} (Megatron cuts "
+                      "it into 2 x cp chunks to balance causal attention)",
+                      cp, seq_len, 2 * cp));
+  require(tp == 1 || (seq_len / cp) % tp == 0,
+          fmt::format("tp={}: the {} tokens of a sequence on each CP rank are not divisible by tp "
+                      "(sequence parallelism splits them over TP)",
+                      tp, seq_len / cp));
+}
+
 void check(const ParallelConfig& p, const ModelSpec& m) {
   require(p.complete(), "parallel layout is incomplete: " + p.to_string());
   for (const Field& f : kFields) {

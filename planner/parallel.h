@@ -65,6 +65,10 @@ ParallelConfig resolve(ParallelConfig p);
 
 // Checks a resolved layout against the model. Throws ConfigError naming the size that fails.
 void check(const ParallelConfig& p, const ModelSpec& m);
+// Checks that a layout splits `seq_len` tokens as Megatron does: context parallelism into
+// 2 x cp load-balanced chunks, and sequence parallelism (on whenever tp > 1) each CP rank's
+// tokens over TP. Throws ConfigError naming the size that fails.
+void check_sequence(const ParallelConfig& p, int64_t seq_len);
 
 // Megatron's layout string parsed: "(..)*N" and "x*N" unrolled, virtual stages split at '|',
 // each a run of E (embedding), t (decoder layer), m (MTP module) and L (loss). The embedding

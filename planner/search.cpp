@@ -226,13 +226,20 @@ std::vector<Layout> valid_layouts(const TimeContext& ctx, const SearchRequest& r
   // TP stays inside a node and divides the heads; powers of two as Megatron users run them.
   std::vector<int64_t> tps, cps, mbss = {1, 2, 4, 8}, vpps = {1, 2, 4};
   for (int64_t t = 1; t <= gpn; t *= 2) tps.push_back(t);
-  for (int64_t c = 1; c <= 16 && ctx.seq_len % (2 * c) == 0; c *= 2) cps.push_back(c);
+  for (int64_t c = 1; c <= 16; c *= 2) cps.push_back(c);
   std::vector<int64_t> eps = m.is_moe() ? divisors(m.num_routed_experts) : std::vector<int64_t>{1};
 
   std::vector<Layout> layouts;
   for (int64_t tp : options(f.tp, tps)) {
     for (int64_t cp : options(f.cp, cps)) {
       if (world % (tp * cp) != 0) continue;
+      ParallelConfig split;
+      split.tp = tp, split.cp = cp;
+      try {
+        check_sequence(split, ctx.seq_len);
+      } catch (const ConfigError&) {
+        continue;
+      }
       for (int64_t pp : options(f.pp, divisors(world / (tp * cp)))) {
         // A fixed pp need not divide what is left of the GPUs.
         if (pp > m.num_layers || (world / (tp * cp)) % pp != 0) continue;
@@ -302,6 +309,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
     q.gbs = req.global_batch;
     try {
       check(resolve(q), m);
+      check_sequence(q, ctx.seq_len);
     } catch (const ConfigError& e) {
       throw ConfigError(
           fmt::format("the fixed layout {} does not run {}: {}", q.to_string(), m.name, e.what()));
@@ -318,10 +326,10 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       if (!valid_layouts(ctx, req, n).empty()) fewer = n;
     const std::string fixed = f.to_string();
     throw ConfigError(fmt::format(
-        "no valid layout of {} GPUs for {}{} (heads, experts, layers or global batch {} do not "
-        "divide){}",
-        world, m.name, fixed.empty() ? "" : " with the fixed sizes " + fixed, req.global_batch,
-        fewer > 0 ? fmt::format("; {} GPUs divide", fewer) : ""));
+        "no valid layout of {} GPUs for {}{} (heads, experts, layers, sequence length {} or "
+        "global batch {} do not divide){}",
+        world, m.name, fixed.empty() ? "" : " with the fixed sizes " + fixed, ctx.seq_len,
+        req.global_batch, fewer > 0 ? fmt::format("; {} GPUs divide", fewer) : ""));
   }
 
   const std::vector<Recompute> recomputes =

@@ -115,9 +115,25 @@ TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
   expect_one_line_error(run("a2a --cluster topologies/h100-sxm-8.json --bytes '0 MiB'"),
                         "--bytes: '0 MiB' must be positive");
   // Nothing fixed: the error says what does not divide without an empty list of fixed sizes.
-  const Result none = run(plan + "--global-batch 1 --seq-len 1");
-  expect_one_line_error(none, "no valid layout of 8 GPUs for Mixtral-8x7B (heads, experts");
+  // (One sequence of one token on 16,384 GPUs: TP, CP and DP must be 1, and pp cannot exceed
+  // the 32 layers.)
+  const Result none =
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h800-16384.json "
+          "--global-batch 1 --seq-len 1");
+  expect_one_line_error(none,
+                        "no valid layout of 16384 GPUs for Mixtral-8x7B (heads, experts, layers, "
+                        "sequence length 1 or global batch 1 do not divide)");
   EXPECT_EQ(none.err.find("fixed sizes"), std::string::npos) << none.err;
+  // An odd sequence still plans (TP and CP 1), but a fixed CP that cannot split it is named.
+  EXPECT_EQ(run(plan + "--global-batch 64 --seq-len 4095 --top 1").code, 0);
+  expect_one_line_error(
+      run(plan + "--global-batch 64 --seq-len 4095 --parallel tp=1,cp=2,pp=1,ep=8,mbs=1"),
+      "cp=2: sequence length 4095 is not divisible by 2 x cp = 4");
+  expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
+                            "topologies/h100-sxm-8.json --parallel tp=8,pp=1,ep=8,dp=1 "
+                            "--seq-len 4092"),
+                        "--parallel: tp=8: the 4092 tokens of a sequence on each CP rank are not "
+                        "divisible by tp");
 }
 
 TEST(Cli, DevicesListsGpusOrSaysThereAreNone) {

@@ -61,6 +61,31 @@ TEST(Search, PartialLayoutKeepsTheFixedSizes) {
   for (const Plan& p : r.ranked) EXPECT_EQ(*p.choice.parallel.tp, 2);
 }
 
+TEST(Search, LayoutsSplitTheSequenceAsMegatronDoes) {
+  // Context parallelism cuts a sequence into 2 x cp chunks and sequence parallelism a CP
+  // rank's tokens over TP: 4,094 tokens take tp 2 but no cp > 1, 4,095 neither, and an odd
+  // sequence still plans at tp = cp = 1 (it once found no layout at all).
+  for (int64_t seq : {4094, 4095, 4096}) {
+    const Inputs s("deepseekmoe-16b.json", "h100-sxm-8.json", seq);
+    const SearchResult free = search_plans(s.ctx, request(8, 64, "pp=1,mbs=1"));
+    ASSERT_FALSE(free.ranked.empty()) << seq;
+    for (const Plan& p : free.ranked) EXPECT_NO_THROW(check_sequence(p.choice.parallel, seq));
+    auto plans = [&](const char* fixed) {
+      try {
+        return !search_plans(s.ctx, request(8, 64, fixed)).ranked.empty();
+      } catch (const ConfigError&) {
+        return false;
+      }
+    };
+    EXPECT_EQ(plans("cp=2,pp=1,mbs=1"), seq == 4096) << seq;
+    EXPECT_EQ(plans("tp=2,cp=1,pp=1,mbs=1"), seq != 4095) << seq;
+  }
+  const ParallelConfig p = parse_parallel("tp=4,cp=2");
+  EXPECT_NO_THROW(check_sequence(p, 4096));
+  EXPECT_THROW(check_sequence(p, 4092), ConfigError);  // 2,046 tokens a CP rank
+  EXPECT_THROW(check_sequence(p, 4090), ConfigError);  // not a multiple of 2 x cp
+}
+
 TEST(Search, RankedBestFirstAndAllFit) {
   const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
   SearchRequest req = request(32, 64);

@@ -22,7 +22,7 @@ struct CommOptions {
 void run_comm(const CommOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
-  const ParallelConfig p = layout_for(o.parallel, m);
+  const ParallelConfig p = layout_for(o.parallel, m, o.seq_len);
   warn_world_size(p, c);
   const Dtype dtype = parse_dtype(o.dtype, "--dtype");
   const double bpe = dtype_bytes(dtype);

@@ -77,7 +77,7 @@ void run_memory(const MemoryOptions& o) {
   const Dtype grads = parse_dtype(o.grads, "--grads");
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
-  const ParallelConfig p = layout_for(o.parallel, m);
+  const ParallelConfig p = layout_for(o.parallel, m, o.seq_len);
   warn_world_size(p, c);
 
   MemoryRequest req;

@@ -96,10 +96,11 @@ AttentionKernel parse_attention_kernel(const std::string& value, const std::stri
   return *named(option, value, attention_kernel_names(), false, where);
 }
 
-ParallelConfig layout_for(const std::string& text, const ModelSpec& m) {
+ParallelConfig layout_for(const std::string& text, const ModelSpec& m, int64_t seq_len) {
   try {
     ParallelConfig p = resolve(parse_parallel(text));
     check(p, m);
+    check_sequence(p, seq_len);
     return p;
   } catch (const ConfigError& e) {
     throw InputError("--parallel", "", e.what());
@@ -118,6 +119,7 @@ void check_plan_layout(const PlanChoice& choice, const ModelSpec& m, const Clust
                        const std::string& plan_file) {
   try {
     check(choice.parallel, m);
+    check_sequence(choice.parallel, choice.seq_len);
   } catch (const ConfigError& e) {
     throw InputError(plan_file, "/parallel", e.what());
   }

@@ -27,8 +27,9 @@
 
 namespace moe::cli {
 
-// Parses, resolves and checks a layout against the model; errors name the --parallel option.
-ParallelConfig layout_for(const std::string& text, const ModelSpec& m);
+// Parses, resolves and checks a layout against the model and the sequence it splits; errors
+// name the --parallel option.
+ParallelConfig layout_for(const std::string& text, const ModelSpec& m, int64_t seq_len);
 // A saved plan's layout against the model and cluster: one InputError naming `plan_file` and
 // /parallel when it does not divide the model or needs more GPUs than the cluster has.
 void check_plan_layout(const PlanChoice& choice, const ModelSpec& m, const ClusterSpec& c,
