@@ -299,6 +299,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
       plan.seq_len = seq;
       if (gbs > 0) plan.parallel.gbs = gbs;
       check(plan.parallel, m);
+      check_sequence(plan.parallel, seq);
       const sim::TrainingReport t = sim::simulate_training(ctx, c, plan, {});
       r.iteration_s = t.mean_iteration.value();
       r.tokens_per_s = t.tokens_per_second;
