@@ -283,6 +283,15 @@ PlanChoice load_plan_choice(const std::string& path) {
   return plan_choice_from_json(read_json_file(path), path);
 }
 
+PlannedFor load_planned_for(const std::string& path) {
+  const nlohmann::json j = read_json_file(path);
+  auto name = [&](const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
+                                                                  : std::string();
+  };
+  return {name("model"), name("cluster")};
+}
+
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {

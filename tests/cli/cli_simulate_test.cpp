@@ -60,6 +60,15 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
                         "--load-window: applies to offload plans");
   expect_one_line_error(run("simulate " + pair + " --plan " + plan + " --static-override -5"),
                         "--static-override: must be positive, got -5", 2);
+  // Given for the plan's own model, nothing is said; for another, one warning, then the run.
+  EXPECT_EQ(run("simulate " + pair + " --plan " + plan).err, "");
+  const Result other =
+      run("simulate --model models/phi-3.5-moe.json --cluster topologies/megascale-h800-240.json "
+          "--plan " +
+          plan);
+  EXPECT_EQ(other.code, 0) << other.err;
+  EXPECT_EQ(other.err,
+            "warning: " + plan + " was planned for Mixtral-8x7B; pricing it for Phi-3.5-MoE\n");
   std::remove(plan.c_str());
   std::remove(trace.c_str());
   expect_one_line_error(run("simulate " + pair + " --plan /nonexistent/plan.json"),

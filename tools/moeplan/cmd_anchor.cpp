@@ -43,6 +43,7 @@ void run_anchor(const AnchorOptions& o) {
                      "anchor fits GPU-resident plans; an offload plan's CPU and PCIe rates come "
                      "from calibrate --only cpu,pcie");
   check_plan_layout(choice, m, c, o.plan);
+  warn_if_planned_for_another(o.plan, m);
   const io::Calibration base =
       o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
   const TimeContext ctx = make_time_context(m, c, efficiencies(base.curves, base.constants),

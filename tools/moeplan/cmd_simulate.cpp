@@ -135,6 +135,7 @@ void run_simulate(const SimulateOptions& o) {
                          "applies to GPU-resident plans; this is an APTMoE offload plan (simulated "
                          "as one steady-state iteration)");
     }
+    warn_if_planned_for_another(o.plan, m);
     run_offload(o, m, c, choice, ctx);
     return;
   }
@@ -143,6 +144,7 @@ void run_simulate(const SimulateOptions& o) {
       throw InputError(flag, "", "applies to offload plans; this plan is GPU-resident");
   }
   check_plan_layout(choice, m, c, o.plan);
+  warn_if_planned_for_another(o.plan, m);
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
   const TimeBreakdown predicted = estimate_time(ctx, choice);

@@ -10,6 +10,7 @@
 #include "calibrate/nccl_bench.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
+#include "planner/io/plan_io.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -112,6 +113,14 @@ void warn_world_size(const ParallelConfig& p, const ClusterSpec& c) {
     fmt::print(stderr,
                "warning: layout {} spans {} GPUs; cluster {} has {} (per-GPU numbers still hold)\n",
                p.to_string(), p.world(), c.name, c.num_gpus());
+  }
+}
+
+void warn_if_planned_for_another(const std::string& plan_file, const ModelSpec& m) {
+  const io::PlannedFor f = io::load_planned_for(plan_file);
+  if (!f.model.empty() && f.model != m.name) {
+    fmt::print(stderr, "warning: {} was planned for {}; pricing it for {}\n", plan_file, f.model,
+               m.name);
   }
 }
 
