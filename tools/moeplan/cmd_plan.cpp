@@ -309,7 +309,7 @@ void run_plan(const PlanOptions& o) {
     return;
   }
   fmt::print(
-      "{} on {} ({} GPUs), global batch {}, seq {}, skew {}, objective {}\n", m.name, c.name,
+      "{} on {}: {} GPUs, global batch {}, seq {}, skew {}, objective {}\n", m.name, c.name,
       counts.size() == 1 ? fmt::format("{}", req.num_gpus) : fmt::format("up to {}", req.num_gpus),
       o.global_batch, o.seq_len, skew.describe(), objective_name(req.objective));
   fmt::print(
