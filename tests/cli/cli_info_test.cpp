@@ -32,6 +32,14 @@ TEST(Cli, InfoOnHuggingFaceMixtral) {
       << v3.out;
 }
 
+TEST(Cli, InfoDescribesADenseModelWithoutExperts) {
+  const Result llama = run("info --model models/hf/llama-2-7b.config.json");
+  ASSERT_EQ(llama.code, 0) << llama.err;
+  EXPECT_EQ(llama.out.rfind("llama: 32 dense layers, hidden 4096, FFN 11008\n", 0), 0u)
+      << llama.out;
+  EXPECT_EQ(llama.out.find("routed experts"), std::string::npos) << llama.out;
+}
+
 TEST(Cli, InfoNamesHybridAndSparseAttention) {
   // Qwen3-Next: its Gated DeltaNet layers and Qwen's one shared FFN; DeepSeek-V3.2: the sparse
   // attention's top-k and indexer, with the indexer's share of the FLOPs.

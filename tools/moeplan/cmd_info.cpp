@@ -74,9 +74,14 @@ void run_info(const InfoOptions& o) {
   const std::string shared_part = m.shared_expert_ffn_size > 0
                                       ? fmt::format("a shared FFN of {}", m.shared_expert_ffn_size)
                                       : fmt::format("{} shared", m.num_shared_experts);
-  fmt::print("{}: {} layers ({} MoE, {} dense), hidden {}, {} routed experts top-{}, {}\n", m.name,
-             m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
-             m.num_routed_experts, m.top_k, shared_part);
+  if (m.is_moe()) {
+    fmt::print("{}: {} layers ({} MoE, {} dense), hidden {}, {} routed experts top-{}, {}\n",
+               m.name, m.num_layers, m.num_moe_layers(), m.num_dense_layers(), m.hidden_size,
+               m.num_routed_experts, m.top_k, shared_part);
+  } else {
+    fmt::print("{}: {} dense layers, hidden {}, FFN {}\n", m.name, m.num_layers, m.hidden_size,
+               m.dense_ffn_size);
+  }
   if (m.router_groups > 1) {
     fmt::print("routing groups     {} of {} experts, each token's top-{} from its best {}\n",
                m.router_groups, m.num_routed_experts / m.router_groups, m.top_k,
