@@ -167,11 +167,15 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   } else if (c.recompute == Recompute::kSelective || c.recompute == Recompute::kRematerialize) {
     // Megatron does not rematerialize communication; the closest runnable form of MegaScale's
     // SAR recomputes the default element-wise modules.
-    const uint32_t mods =
+    uint32_t mods =
         c.recompute == Recompute::kSelective ? c.recompute_modules : kDefaultRecomputeModules;
-    a.push_back("--recompute-granularity selective");
-    a.push_back(
-        fmt::format("--recompute-modules {}", fmt::join(recompute_module_names(mods), " ")));
+    // A dense model has no MoE block to replay; Megatron is told only what it runs.
+    if (!m.is_moe()) mods &= ~(kRecomputeMoe | kRecomputeMoeAct);
+    if (mods != 0) {
+      a.push_back("--recompute-granularity selective");
+      a.push_back(
+          fmt::format("--recompute-modules {}", fmt::join(recompute_module_names(mods), " ")));
+    }
   }
   if (m.is_moe()) {
     a.push_back(fmt::format("--num-experts {}", m.num_routed_experts));

@@ -403,6 +403,20 @@ TEST(Cli, PlanForAMegatronWithoutFusedPermutation) {
                         "--permute-fusion: 'search' is not one of");
 }
 
+TEST(Cli, PlanForADenseModelSaysNothingOfExperts) {
+  // Llama-2-7B: no received-token limit or MACT column, no MoE recompute module in the
+  // arguments (the default pair keeps layernorm alone), no EP size beside the DeepSpeed config.
+  const Result r =
+      run("plan --model models/hf/llama-2-7b.config.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 256 --recompute selective --top 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Memory per GPU by stage (headroom "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--recompute-modules layernorm \\\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DeepSpeed config:\n"), std::string::npos) << r.out;
+  for (const char* absent : {"s''", "MACT", "moe_act", "ep_size", "--num-experts"})
+    EXPECT_EQ(r.out.find(absent), std::string::npos) << absent << "\n" << r.out;
+}
+
 TEST(Cli, PlanForMegatronsUnfusedAttention) {
   // --attention-kernel unfused: the plan, its file and its arguments say so, it costs more,
   // and a kernel with another name is a one-line error from the flag and from the plan file.

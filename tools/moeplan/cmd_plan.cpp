@@ -434,22 +434,32 @@ void run_plan(const PlanOptions& o) {
         "{} of host memory per node for weights and optimizer states\n\n",
         as_gb(best.score.peak_bytes.value()), as_gb(best.score.host_bytes.value()));
   }
-  Table mt({"stage", "static", "checkpoints", "activation", "total", "MACT c"});
+  // Received tokens and MemFine's chunks belong to MoE layers; a dense model has neither.
+  std::vector<std::string> memory_columns = {"stage", "static", "checkpoints", "activation",
+                                             "total"};
+  if (m.is_moe()) memory_columns.push_back("MACT c");
+  Table mt(memory_columns);
   for (const StageMemory& s : best.score.memory.stages) {
-    mt.add({std::to_string(s.stage), as_gb(s.static_bytes.value()),
-            as_gb(s.checkpoint_bytes.value()), as_gb(s.activation_bytes.value()),
-            as_gb(s.total_bytes.value()), std::to_string(s.mact_chunks)});
+    std::vector<std::string> row = {
+        std::to_string(s.stage), as_gb(s.static_bytes.value()), as_gb(s.checkpoint_bytes.value()),
+        as_gb(s.activation_bytes.value()), as_gb(s.total_bytes.value())};
+    if (m.is_moe()) row.push_back(std::to_string(s.mact_chunks));
+    mt.add(row);
   }
-  if (!best.choice.offload)
+  if (!best.choice.offload && m.is_moe()) {
     fmt::print(
         "Memory per GPU by stage (headroom {}; runs out at s'' = {:.0f} received tokens, {:.1f}x "
         "balanced{}):\n{}\n",
         as_gb(best.score.headroom.value()), best.score.oom_received_tokens,
-        m.is_moe() ? best.score.oom_received_tokens / balanced_received_tokens(m, o.seq_len) : 0.0,
+        best.score.oom_received_tokens / balanced_received_tokens(m, o.seq_len),
         best.choice.mact
             ? fmt::format(", MACT chunking up to {}", best.score.memory.largest_chunk_bin)
             : "",
         mt.render());
+  } else if (!best.choice.offload) {
+    fmt::print("Memory per GPU by stage (headroom {}):\n{}\n", as_gb(best.score.headroom.value()),
+               mt.render());
+  }
   const std::vector<std::string> args = megatron_arguments(best, m, c.node.num_gpus);
   // Before the arguments, so that they stay one paste-able command.
   for (const std::string& gap : megatron_gaps(best, m)) fmt::print("Megatron-LM gap: {}\n", gap);
@@ -461,8 +471,10 @@ void run_plan(const PlanOptions& o) {
     fmt::print("Megatron-LM arguments:\n");
   }
   for (const std::string& a : args) fmt::print("  {} \\\n", a);
-  fmt::print("\nDeepSpeed config (MoE layers take ep_size={}):\n{}\n", *best.choice.parallel.ep,
-             io::deepspeed_config(best).dump(2));
+  fmt::print(
+      "\nDeepSpeed config{}:\n{}\n",
+      m.is_moe() ? fmt::format(" (MoE layers take ep_size={})", *best.choice.parallel.ep) : "",
+      io::deepspeed_config(best).dump(2));
   if (!o.save.empty()) fmt::print("\nsaved the best plan to {}\n", o.save);
   if (o.explain && r.ranked.size() > 1)
     explain_difference(r.ranked[0], r.ranked[1], verified.size() > 1);
