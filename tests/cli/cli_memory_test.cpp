@@ -59,6 +59,12 @@ TEST(Cli, MemoryCountsAnUnfusedKernelsScores) {
       std::string::npos);
   expect_one_line_error(run(base + " --attention-kernel naive"),
                         "--attention-kernel: 'naive' is not one of fused, unfused");
+  // A dense model: no received tokens, MACT or chunk sweep, which are the MoE layers'.
+  const Result dense = run(base);
+  ASSERT_EQ(dense.code, 0) << dense.err;
+  for (const char* absent : {"s''", "s'_max", "MACT", "FCDA chunk sweep"})
+    EXPECT_EQ(dense.out.find(absent), std::string::npos) << absent << "\n" << dense.out;
+  EXPECT_NE(dense.out.find("fits"), std::string::npos) << dense.out;
 }
 
 TEST(Cli, MemoryPutsTheMtpModuleOnTheLastStage) {

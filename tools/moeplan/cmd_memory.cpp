@@ -136,26 +136,42 @@ void run_memory(const MemoryOptions& o) {
                 {"chunk_sweep", chunk_sweep}});
     return;
   }
-  fmt::print(
-      "{} on {} ({} per GPU, alpha {}), layout {}, recompute {}, seq {}, received tokens s'' = "
-      "{:.0f}\n\n",
-      m.name, c.name, as_gb(req.gpu_capacity.value()), req.alpha, p.to_string(),
-      recompute_name(req.recompute), o.seq_len, r.received_tokens);
-  Table t({"stage", "layers", "MoE", "params/GPU", "static", "checkpoints", "activation", "total",
-           "fits", "s'_max", "MACT c", "chunks"});
+  // Received tokens, MemFine's chunks and MACT belong to MoE layers: a dense model's report
+  // leaves them out.
+  const bool moe = m.is_moe();
+  fmt::print("{} on {} ({} per GPU, alpha {}), layout {}, recompute {}, seq {}{}\n\n", m.name,
+             c.name, as_gb(req.gpu_capacity.value()), req.alpha, p.to_string(),
+             recompute_name(req.recompute), o.seq_len,
+             moe ? fmt::format(", received tokens s'' = {:.0f}", r.received_tokens) : "");
+  std::vector<std::string> columns = {"stage",       "layers",     "MoE",   "params/GPU", "static",
+                                      "checkpoints", "activation", "total", "fits"};
+  if (moe) columns.insert(columns.end(), {"s'_max", "MACT c", "chunks"});
+  Table t(columns);
   for (const StageMemory& s : r.stages) {
-    t.add({std::to_string(s.stage),
-           fmt::format("{}{}", stage_layer_label(m, p, s.stage),
-                       s.stage == mtp_stage(p) && m.mtp_layers > 0
-                           ? fmt::format(" +{} MTP", m.mtp_layers)
-                           : std::string()),
-           std::to_string(s.num_moe_layers), as_billions(s.params_per_gpu),
-           as_gb(s.static_bytes.value()), as_gb(s.checkpoint_bytes.value()),
-           as_gb(s.activation_bytes.value()), as_gb(s.total_bytes.value()), s.fits ? "yes" : "NO",
-           fmt::format("{:.0f}", s.max_received_tokens),
-           s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none", std::to_string(s.chunks)});
+    std::vector<std::string> row = {std::to_string(s.stage),
+                                    fmt::format("{}{}", stage_layer_label(m, p, s.stage),
+                                                s.stage == mtp_stage(p) && m.mtp_layers > 0
+                                                    ? fmt::format(" +{} MTP", m.mtp_layers)
+                                                    : std::string()),
+                                    std::to_string(s.num_moe_layers),
+                                    as_billions(s.params_per_gpu),
+                                    as_gb(s.static_bytes.value()),
+                                    as_gb(s.checkpoint_bytes.value()),
+                                    as_gb(s.activation_bytes.value()),
+                                    as_gb(s.total_bytes.value()),
+                                    s.fits ? "yes" : "NO"};
+    if (moe) {
+      row.insert(row.end(), {fmt::format("{:.0f}", s.max_received_tokens),
+                             s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none",
+                             std::to_string(s.chunks)});
+    }
+    t.add(row);
   }
   fmt::print("{}\n", t.render());
+  if (!moe) {
+    if (o.explain) explain(r, req, m);
+    return;
+  }
   Table sw({"chunks", "activation (stage 0)", "total (stage 0)", "all stages fit"});
   for (const auto& [bin, rep] : sweep) {
     const StageMemory& s0 = rep.stages.front();
