@@ -139,9 +139,12 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   }
   if (c.zero_stage >= 2) {
     // Megatron-FSDP's sharding strategies: optim (ZeRO-1), optim_grads (2), optim_grads_params (3).
+    // Its user guide's required flags: the distributed optimizer (above), no gradient-
+    // accumulation fusion (FSDP owns the main gradients), the DTensor checkpoint format.
     a.push_back("--use-megatron-fsdp");
     a.push_back(c.zero_stage == 2 ? "--data-parallel-sharding-strategy optim_grads"
                                   : "--data-parallel-sharding-strategy optim_grads_params");
+    a.push_back("--no-gradient-accumulation-fusion");
     a.push_back("--ckpt-format fsdp_dtensor");
   }
   if (*p.tp > 1 && c.attention == AttentionMode::kTensor) a.push_back("--sequence-parallel");

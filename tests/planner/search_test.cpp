@@ -836,6 +836,22 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   EXPECT_TRUE(has("--moe-token-dispatcher-type alltoall"));
   EXPECT_FALSE(has("--window-size 128,0"));
   EXPECT_FALSE(has("--experimental-attention-variant dsa"));
+  EXPECT_TRUE(has("--use-distributed-optimizer"));
+  EXPECT_FALSE(has("--use-megatron-fsdp"));
+  // ZeRO-2 and -3 run on Megatron-FSDP with the flags its user guide requires.
+  for (int zero : {2, 3}) {
+    Plan z = p;
+    z.choice.zero_stage = zero;
+    const auto fsdp = megatron_arguments(z, s.model);
+    for (const std::string& a :
+         {std::string("--use-megatron-fsdp"), std::string("--use-distributed-optimizer"),
+          std::string("--no-gradient-accumulation-fusion"),
+          std::string("--ckpt-format fsdp_dtensor"),
+          std::string("--data-parallel-sharding-strategy ") +
+              (zero == 2 ? "optim_grads" : "optim_grads_params")}) {
+      EXPECT_NE(std::find(fsdp.begin(), fsdp.end(), a), fsdp.end()) << zero << ": " << a;
+    }
+  }
   // DeepSeek-V3.2's sparse attention, as Megatron-Core's experimental DSA names it.
   const auto v32 =
       megatron_arguments(p, io::load_model(root("models/hf/deepseek-v3.2.config.json")));
