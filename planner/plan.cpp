@@ -89,16 +89,42 @@ std::string PlanChoice::describe() const {
 }
 
 namespace {
+// The list form of a per-layer pattern (1 for a marked layer) as Megatron's moe_freq_type takes
+// it: a Python expression it evaluates, runs as [v]*k and the shortest repeating unit raised to
+// its count ("([0]*3+[1]*58)" for DeepSeek-V3's MoE layers, "([1]*3+[0])*12"), single-quoted
+// so that the shell does not glob its brackets.
+std::string list_pattern(const std::vector<bool>& marked) {
+  const size_t n = marked.size();
+  size_t period = n;
+  for (size_t p = 1; p < n; ++p) {
+    if (n % p != 0) continue;
+    bool repeats = true;
+    for (size_t i = p; i < n && repeats; ++i) repeats = marked[i] == marked[i % p];
+    if (repeats) {
+      period = p;
+      break;
+    }
+  }
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < period;) {
+    size_t j = i;
+    while (j < period && marked[j] == marked[i]) ++j;
+    const int v = marked[i] ? 1 : 0;
+    runs.push_back(j - i == 1 ? fmt::format("[{}]", v) : fmt::format("[{}]*{}", v, j - i));
+    i = j;
+  }
+  const std::string unit = fmt::format("({})", fmt::join(runs, "+"));
+  return fmt::format("'{}{}'", unit, n / period > 1 ? fmt::format("*{}", n / period) : "");
+}
+
 // Megatron's per-layer pattern flags (--window-attn-skip-freq, --linear-attention-freq): N when
-// every N-th layer (1-based) is the odd one out, else the list form, 1 for a marked layer.
+// every N-th layer (1-based) is the odd one out, else the list form.
 std::string layer_pattern(const std::vector<bool>& marked) {
   const int64_t layers = static_cast<int64_t>(marked.size());
   for (int64_t n = 2; n <= layers; ++n) {
     if (ModelSpec::window_map(layers, n) == marked) return std::to_string(n);
   }
-  std::vector<int> pattern;
-  for (bool w : marked) pattern.push_back(w ? 1 : 0);
-  return fmt::format("[{}]", fmt::join(pattern, ","));
+  return list_pattern(marked);
 }
 }  // namespace
 
@@ -190,9 +216,7 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       a.push_back(fmt::format("--moe-shared-expert-intermediate-size {}", m.shared_ffn_total()));
     }
     if (m.num_dense_layers() > 0) {
-      std::vector<int> freq;
-      for (bool moe : m.moe_layer) freq.push_back(moe ? 1 : 0);
-      a.push_back(fmt::format("--moe-layer-freq [{}]", fmt::join(freq, ",")));
+      a.push_back(fmt::format("--moe-layer-freq {}", list_pattern(m.moe_layer)));
     }
     if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
       a.push_back("--moe-token-dispatcher-type flex");

@@ -838,6 +838,13 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   EXPECT_FALSE(has("--experimental-attention-variant dsa"));
   EXPECT_TRUE(has("--use-distributed-optimizer"));
   EXPECT_FALSE(has("--use-megatron-fsdp"));
+  // Dense and MoE layers as the Python pattern Megatron evaluates, quoted for the shell:
+  // DeepSeek-V3's three dense layers, and Llama 4 Maverick's alternation as a repeated unit.
+  EXPECT_TRUE(has("--moe-layer-freq '([0]*3+[1]*58)'"));
+  const auto maverick = megatron_arguments(
+      p, io::load_model(root("models/hf/llama-4-maverick-17b-128e.config.json")));
+  EXPECT_NE(std::find(maverick.begin(), maverick.end(), "--moe-layer-freq '([0]+[1])*24'"),
+            maverick.end());
   // ZeRO-2 and -3 run on Megatron-FSDP with the flags its user guide requires.
   for (int zero : {2, 3}) {
     Plan z = p;
@@ -895,7 +902,7 @@ TEST(PlanFile, MegatronArgumentsUseRealNames) {
   oss.moe_layer.resize(4);
   oss.windowed_layer = {true, false, false, true};
   oss_args = megatron_arguments(q, oss);
-  EXPECT_TRUE(has_oss("--window-attn-skip-freq [1,0,0,1]"));
+  EXPECT_TRUE(has_oss("--window-attn-skip-freq '([1]+[0]*2+[1])'"));
   // Chunked attention (Llama 4) has no Megatron-LM argument; none is made up, and the gap says
   // which layers it leaves out.
   EXPECT_TRUE(megatron_gaps(q, oss).empty());
