@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -449,6 +450,26 @@ ModelSpec from_hf(ObjectReader& r, const std::string& type, const std::string& n
   return m;
 }
 
+// A config without _name_or_path is named after its file (qwen3-235b-a22b.config.json gives
+// qwen3-235b-a22b) or, where it is HF's own config.json, its folder (Qwen3-235B-A22B/config.json
+// gives Qwen3-235B-A22B): its model_type would name Qwen3-30B-A3B and Qwen3-235B-A22B alike.
+std::string hf_name(const std::string& source) {
+  const std::filesystem::path path(source);
+  std::string file = path.filename().string();
+  if (file == "config.json") {
+    const std::string folder = std::filesystem::absolute(path).parent_path().filename().string();
+    if (!folder.empty()) return folder;
+  }
+  for (const char* suffix : {".config.json", ".json"}) {
+    const std::string s(suffix);
+    if (file.size() > s.size() && file.compare(file.size() - s.size(), s.size(), s) == 0) {
+      file.resize(file.size() - s.size());
+      break;
+    }
+  }
+  return file.empty() ? source : file;
+}
+
 }  // namespace
 
 const std::vector<std::string>& supported_hf_model_types() {
@@ -465,7 +486,7 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
       for (const auto& t : kHfTypes) list += (list.empty() ? "" : ", ") + t;
       r.fail("model_type", fmt::format("'{}' is not supported (supported: {})", type, list));
     }
-    const std::string name = r.has("_name_or_path") ? r.string("_name_or_path") : type;
+    const std::string name = r.has("_name_or_path") ? r.string("_name_or_path") : hf_name(source);
     // Multimodal configs hold the language model in text_config beside a vision tower we do not
     // model: Llama 4, Qwen3.5 and Kimi K2.5 (whose text model is K2).
     static const std::map<std::string, std::string> kTextOf = {{"llama4", "llama4_text"},

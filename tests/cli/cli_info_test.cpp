@@ -35,7 +35,7 @@ TEST(Cli, InfoOnHuggingFaceMixtral) {
 TEST(Cli, InfoDescribesADenseModelWithoutExperts) {
   const Result llama = run("info --model models/hf/llama-2-7b.config.json");
   ASSERT_EQ(llama.code, 0) << llama.err;
-  EXPECT_EQ(llama.out.rfind("llama: 32 dense layers, hidden 4096, FFN 11008\n", 0), 0u)
+  EXPECT_EQ(llama.out.rfind("llama-2-7b: 32 dense layers, hidden 4096, FFN 11008\n", 0), 0u)
       << llama.out;
   EXPECT_EQ(llama.out.find("routed experts"), std::string::npos) << llama.out;
 }

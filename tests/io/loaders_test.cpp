@@ -1,10 +1,12 @@
 #include "planner/io/loaders.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "planner/efficiencies.h"
 #include "planner/errors.h"
@@ -55,6 +57,24 @@ TEST(Loaders, EveryShippedModelAndTopologyLoads) {
   }
   EXPECT_GE(models, 25);
   EXPECT_GE(clusters, 11);
+}
+
+TEST(Loaders, AnUnnamedHuggingFaceConfigTakesItsFileOrFolderName) {
+  // Qwen3-30B-A3B and Qwen3-235B-A22B share model_type qwen3_moe and carry no _name_or_path:
+  // named after their files, or after the folder of HF's own config.json, they stay apart.
+  namespace fs = std::filesystem;
+  const std::string hf = std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/";
+  EXPECT_EQ(load_model(hf + "qwen3-30b-a3b.config.json").name, "qwen3-30b-a3b");
+  EXPECT_EQ(load_model(hf + "qwen3-235b-a22b.config.json").name, "qwen3-235b-a22b");
+  const fs::path folder = fs::temp_directory_path() /
+                          ("moeplan_hf_name_" + std::to_string(::getpid())) / "Qwen3-30B-A3B";
+  fs::create_directories(folder);
+  fs::copy_file(hf + "qwen3-30b-a3b.config.json", folder / "config.json",
+                fs::copy_options::overwrite_existing);
+  EXPECT_EQ(load_model((folder / "config.json").string()).name, "Qwen3-30B-A3B");
+  fs::remove_all(folder.parent_path());
+  // A config that names itself keeps its name.
+  EXPECT_EQ(load_model(hf + "glm-4.5.config.json").name, "zai-org/GLM-4.5");
 }
 
 TEST(Loaders, MalformedJsonNamesTheLine) {
