@@ -72,11 +72,6 @@ double parameter_bytes(Precision p) {
   return 2.0;
 }
 
-size_t layer_kind(const ModelSpec& m, size_t layer) {
-  const bool linear = !m.linear_layer.empty() && m.linear_layer[layer];
-  return (m.moe_layer[layer] ? 0 : 1) + (linear ? 2 : 0);
-}
-
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
                               const RoutingSkew& skew, int64_t seq_len) {
   TimeContext ctx;
@@ -84,7 +79,8 @@ TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Ef
   ctx.params = count_params(m);
   ctx.layer_kinds.resize(m.moe_layer.size());
   for (size_t i = 0; i < m.moe_layer.size(); ++i) {
-    const size_t kind = layer_kind(m, i);
+    const bool linear = !m.linear_layer.empty() && m.linear_layer[i];
+    const size_t kind = (m.moe_layer[i] ? 0 : 1) + (linear ? 2 : 0);
     ctx.layer_kinds[i] = static_cast<uint8_t>(kind);
     if (ctx.first_layer_of_kind[kind] < 0) ctx.first_layer_of_kind[kind] = static_cast<int64_t>(i);
   }
@@ -269,7 +265,7 @@ namespace {
 // Every layer of a kind costs the same (MoE or dense FFN, softmax or Gated DeltaNet attention):
 // one pass of each kind per candidate.
 struct LayerKinds {
-  // In pricing order: MoE, dense, then their linear-attention twins (layer_kind).
+  // In pricing order: MoE, dense, then their linear-attention twins (kLayerKinds).
   static constexpr size_t kCount = kLayerKinds;
   std::array<StageTimes, kCount> times;
   const StageTimes& of(const TimeContext& ctx, size_t layer) const {

@@ -48,16 +48,15 @@ constexpr double kActivationBytes = 2.0;
 // each overlapped pair cannot hide. We keep 10 % of the overlapped communication exposed.
 constexpr double kOverlapResidual = 0.10;
 
-// What stays fixed across candidates of one search: computed once.
-// Layers that cost the same: MoE or dense FFN, softmax or linear attention. The kind of layer
-// i: 0 MoE, 1 dense, plus 2 for linear attention.
+// Layers that cost the same: MoE or dense FFN, softmax or linear attention. A layer's kind:
+// 0 MoE, 1 dense, plus 2 for linear attention.
 inline constexpr size_t kLayerKinds = 4;
-size_t layer_kind(const ModelSpec& m, size_t layer);
 
+// What stays fixed across candidates of one search: computed once.
 struct TimeContext {
   const ModelSpec* model = nullptr;
   ModelParams params;
-  // layer_kind of every layer, and the first layer of each kind (-1: none): the search prices
+  // The kind of every layer, and the first layer of each kind (-1: none): the search prices
   // each kind once a candidate without walking the model's layers.
   std::vector<uint8_t> layer_kinds;
   std::array<int64_t, kLayerKinds> first_layer_of_kind{-1, -1, -1, -1};

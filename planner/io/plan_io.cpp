@@ -283,13 +283,10 @@ PlanChoice load_plan_choice(const std::string& path) {
   return plan_choice_from_json(read_json_file(path), path);
 }
 
-PlannedFor load_planned_for(const std::string& path) {
-  const nlohmann::json j = read_json_file(path);
-  auto name = [&](const char* key) {
-    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
-                                                                  : std::string();
-  };
-  return {name("model"), name("cluster")};
+std::string planned_model(const nlohmann::json& plan) {
+  return plan.is_object() && plan.contains("model") && plan["model"].is_string()
+             ? plan["model"].get<std::string>()
+             : std::string();
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {

@@ -23,12 +23,9 @@ nlohmann::json stage_memory_json(const StageMemory& s, const std::string& layer_
 // Reads the choices back (the predictions are recomputed by whoever needs them).
 PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& source);
 PlanChoice load_plan_choice(const std::string& path);
-// The model and cluster a plan file names (its "model" and "cluster", empty where absent): what
-// it was planned for, which a reader pricing it for another says.
-struct PlannedFor {
-  std::string model, cluster;
-};
-PlannedFor load_planned_for(const std::string& path);
+// The model a plan file names (its "model", empty where absent): what it was planned for, which
+// a reader pricing it for another model says.
+std::string planned_model(const nlohmann::json& plan);
 
 // Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a
 // file and an interrupted run leaves the previous one intact. Throws InputError on failure.

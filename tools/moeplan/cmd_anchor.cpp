@@ -5,6 +5,7 @@
 
 #include "planner/anchor.h"
 #include "planner/errors.h"
+#include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
 #include "planner/megatron_flops.h"
@@ -37,13 +38,14 @@ void run_anchor(const AnchorOptions& o) {
       *named<bool>("--scope", o.scope, {{"all", true}, {"compute", false}}, false);
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
-  const PlanChoice choice = io::load_plan_choice(o.plan);
+  const nlohmann::json saved = io::read_json_file(o.plan);  // read once: choice and model
+  const PlanChoice choice = io::plan_choice_from_json(saved, o.plan);
   if (choice.offload)
     throw InputError(o.plan, "/switches/offload",
                      "anchor fits GPU-resident plans; an offload plan's CPU and PCIe rates come "
                      "from calibrate --only cpu,pcie");
   check_plan_layout(choice, m, c, o.plan);
-  warn_if_planned_for_another(o.plan, m);
+  warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
   const io::Calibration base =
       o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
   const TimeContext ctx = make_time_context(m, c, efficiencies(base.curves, base.constants),

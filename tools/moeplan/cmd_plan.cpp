@@ -446,19 +446,18 @@ void run_plan(const PlanOptions& o) {
     if (m.is_moe()) row.push_back(std::to_string(s.mact_chunks));
     mt.add(row);
   }
-  if (!best.choice.offload && m.is_moe()) {
-    fmt::print(
-        "Memory per GPU by stage (headroom {}; runs out at s'' = {:.0f} received tokens, {:.1f}x "
-        "balanced{}):\n{}\n",
-        as_gb(best.score.headroom.value()), best.score.oom_received_tokens,
-        best.score.oom_received_tokens / balanced_received_tokens(m, o.seq_len),
-        best.choice.mact
-            ? fmt::format(", MACT chunking up to {}", best.score.memory.largest_chunk_bin)
-            : "",
-        mt.render());
-  } else if (!best.choice.offload) {
-    fmt::print("Memory per GPU by stage (headroom {}):\n{}\n", as_gb(best.score.headroom.value()),
-               mt.render());
+  if (!best.choice.offload) {
+    const std::string received =
+        m.is_moe()
+            ? fmt::format("; runs out at s'' = {:.0f} received tokens, {:.1f}x balanced{}",
+                          best.score.oom_received_tokens,
+                          best.score.oom_received_tokens / balanced_received_tokens(m, o.seq_len),
+                          best.choice.mact ? fmt::format(", MACT chunking up to {}",
+                                                         best.score.memory.largest_chunk_bin)
+                                           : "")
+            : "";
+    fmt::print("Memory per GPU by stage (headroom {}{}):\n{}\n", as_gb(best.score.headroom.value()),
+               received, mt.render());
   }
   const std::vector<std::string> args = megatron_arguments(best, m, c.node.num_gpus);
   // Before the arguments, so that they stay one paste-able command.

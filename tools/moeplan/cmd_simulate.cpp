@@ -8,6 +8,7 @@
 #include <set>
 
 #include "planner/errors.h"
+#include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
 #include "planner/megatron_flops.h"
@@ -122,7 +123,8 @@ void run_simulate(const SimulateOptions& o) {
     throw InputError("--pxn", "", "routes the every-GPU simulation's traffic: add --every-gpu");
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
-  const PlanChoice choice = io::load_plan_choice(o.plan);
+  const nlohmann::json saved = io::read_json_file(o.plan);  // read once: choice and model
+  const PlanChoice choice = io::plan_choice_from_json(saved, o.plan);
   const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
   const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),
                                             skew_for(routing.skew, m), choice.seq_len);
@@ -135,7 +137,7 @@ void run_simulate(const SimulateOptions& o) {
                          "applies to GPU-resident plans; this is an APTMoE offload plan (simulated "
                          "as one steady-state iteration)");
     }
-    warn_if_planned_for_another(o.plan, m);
+    warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
     run_offload(o, m, c, choice, ctx);
     return;
   }
@@ -144,7 +146,7 @@ void run_simulate(const SimulateOptions& o) {
       throw InputError(flag, "", "applies to offload plans; this plan is GPU-resident");
   }
   check_plan_layout(choice, m, c, o.plan);
-  warn_if_planned_for_another(o.plan, m);
+  warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
   const TimeBreakdown predicted = estimate_time(ctx, choice);

@@ -116,11 +116,11 @@ void warn_world_size(const ParallelConfig& p, const ClusterSpec& c) {
   }
 }
 
-void warn_if_planned_for_another(const std::string& plan_file, const ModelSpec& m) {
-  const io::PlannedFor f = io::load_planned_for(plan_file);
-  if (!f.model.empty() && f.model != m.name) {
-    fmt::print(stderr, "warning: {} was planned for {}; pricing it for {}\n", plan_file, f.model,
-               m.name);
+void warn_if_planned_for_another(const std::string& plan_file, const std::string& planned_model,
+                                 const ModelSpec& m) {
+  if (!planned_model.empty() && planned_model != m.name) {
+    fmt::print(stderr, "warning: {} was planned for {}; pricing it for {}\n", plan_file,
+               planned_model, m.name);
   }
 }
 

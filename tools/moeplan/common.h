@@ -27,11 +27,12 @@
 
 namespace moe::cli {
 
-// One warning line when the plan file names another model than the one given (a plan is
-// priced for what it is given; another model is usually the wrong file, where another cluster
-// is a question worth asking). Call it once the plan has passed its checks, so that an error
-// stays the only line.
-void warn_if_planned_for_another(const std::string& plan_file, const ModelSpec& m);
+// One warning line when the plan file names (io::planned_model) another model than the one
+// given (a plan is priced for what it is given; another model is usually the wrong file, where
+// another cluster is a question worth asking). Call it once the plan has passed its checks, so
+// that an error stays the only line.
+void warn_if_planned_for_another(const std::string& plan_file, const std::string& planned_model,
+                                 const ModelSpec& m);
 
 // Parses, resolves and checks a layout against the model and the sequence it splits; errors
 // name the --parallel option.
