@@ -330,6 +330,53 @@ void check_sequence(const ParallelConfig& p, int64_t seq_len) {
                       tp, seq_len / cp));
 }
 
+std::optional<std::string> fixed_sizes_problem(const ParallelConfig& fixed, const ModelSpec& m,
+                                               int64_t world, int64_t seq_len, int64_t gbs) {
+  // Each side of Megatron-Core's folding spans the stage's GPUs times pp.
+  using Sizes = std::initializer_list<std::pair<const char*, std::optional<int64_t>>>;
+  for (const Sizes sizes :
+       {Sizes{{"tp", fixed.tp}, {"cp", fixed.cp}, {"dp", fixed.dp}, {"pp", fixed.pp}},
+        Sizes{{"etp", fixed.etp}, {"ep", fixed.ep}, {"edp", fixed.edp}, {"pp", fixed.pp}}}) {
+    int64_t product = 1, count = 0;
+    std::string names;
+    for (const auto& [key, size] : sizes) {
+      if (!size) continue;
+      product *= *size;
+      names += fmt::format("{}{}={}", count++ ? " x " : "", key, *size);
+    }
+    if (count > 0 && world % product != 0) {
+      return count > 1 ? fmt::format("{} = {} GPUs does not divide {}", names, product, world)
+                       : fmt::format("{} does not divide {} GPUs", names, world);
+    }
+  }
+  // One at a time against the model and the sequence, the searched sizes at 1 (dp as large as
+  // the fixed experts need, so the folding holds); vpp and the end stages only with pp fixed.
+  ParallelConfig q = fixed;
+  q.gbs.reset();
+  q.edp.reset();
+  if (!q.pp) {
+    q.vpp.reset();
+    q.pp_first.reset();
+    q.pp_last.reset();
+  }
+  q.dp = q.ep.value_or(1) * q.etp.value_or(1);
+  try {
+    check(resolve(q), m);
+    check_sequence(q, seq_len);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  const int64_t mbs = fixed.mbs.value_or(1), dp = fixed.dp.value_or(1);
+  if (gbs % (mbs * dp) != 0) {
+    return fmt::format("{}global batch {} is not divisible by {}",
+                       fixed.mbs && fixed.dp ? fmt::format("mbs={} x dp={}: ", mbs, dp)
+                       : fixed.mbs           ? fmt::format("mbs={}: ", mbs)
+                                             : fmt::format("dp={}: ", dp),
+                       gbs, mbs * dp);
+  }
+  return std::nullopt;
+}
+
 void check(const ParallelConfig& p, const ModelSpec& m) {
   require(p.complete(), "parallel layout is incomplete: " + p.to_string());
   for (const Field& f : kFields) {

@@ -69,6 +69,12 @@ void check(const ParallelConfig& p, const ModelSpec& m);
 // 2 x cp load-balanced chunks, and sequence parallelism (on whenever tp > 1) each CP rank's
 // tokens over TP. Throws ConfigError naming the size that fails.
 void check_sequence(const ParallelConfig& p, int64_t seq_len);
+// Why no layout of `world` GPUs can keep the sizes `fixed` holds, when they rule it out on their
+// own: a product of them that does not divide the GPUs, one that check() or check_sequence()
+// rejects with the unset sizes at 1, or a micro-batch or dp the global batch does not split
+// into. Empty when only their combination with the searched sizes fails.
+std::optional<std::string> fixed_sizes_problem(const ParallelConfig& fixed, const ModelSpec& m,
+                                               int64_t world, int64_t seq_len, int64_t gbs);
 
 // Megatron's layout string parsed: "(..)*N" and "x*N" unrolled, virtual stages split at '|',
 // each a run of E (embedding), t (decoder layer), m (MTP module) and L (loss). The embedding

@@ -315,6 +315,11 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
           fmt::format("the fixed layout {} does not run {}: {}", q.to_string(), m.name, e.what()));
     }
   }
+  if (layouts.empty() && !f.to_string().empty()) {
+    if (const auto why = fixed_sizes_problem(f, m, world, ctx.seq_len, req.global_batch))
+      throw ConfigError(fmt::format("no valid layout of {} GPUs for {} with the fixed sizes {}: {}",
+                                    world, m.name, f.to_string(), *why));
+  }
   if (layouts.empty()) {
     // The largest GPU count below that does divide, in whole nodes where the cluster has them
     // (240 H800 and a batch of 64 leave 15 as a factor no layout takes; 224 do). The next 16

@@ -132,6 +132,10 @@ TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
                         "no valid layout of 16384 GPUs for Mixtral-8x7B (heads, experts, layers, "
                         "sequence length 1 or global batch 1 do not divide)");
   EXPECT_EQ(none.err.find("fixed sizes"), std::string::npos) << none.err;
+  // A fixed size that rules out every layout on its own is named with what it fails.
+  expect_one_line_error(run(plan + "--global-batch 64 --seq-len 4096 --parallel tp=8,pp=2"),
+                        "no valid layout of 8 GPUs for Mixtral-8x7B with the fixed sizes "
+                        "tp=8,pp=2: tp=8 x pp=2 = 16 GPUs does not divide 8");
   // An odd sequence still plans (TP and CP 1), but a fixed CP that cannot split it is named.
   EXPECT_EQ(run(plan + "--global-batch 64 --seq-len 4095 --top 1").code, 0);
   expect_one_line_error(

@@ -60,6 +60,26 @@ TEST(Parallel, ChecksDivisibilityAgainstTheModel) {
   EXPECT_THROW(check(resolve(parse_parallel("dp=4,mbs=1,gbs=10")), m), ConfigError);
 }
 
+TEST(Parallel, FixedSizesNameTheOneThatRulesEveryLayoutOut) {
+  const ModelSpec m = testing_models::mixtral_8x7b();  // 32 heads, 8 KV heads, 8 experts, 32 layers
+  auto why = [&](const char* fixed, int64_t world, int64_t seq = 4096, int64_t gbs = 64) {
+    return fixed_sizes_problem(parse_parallel(fixed), m, world, seq, gbs).value_or("");
+  };
+  EXPECT_EQ(why("tp=8,pp=2", 8), "tp=8 x pp=2 = 16 GPUs does not divide 8");
+  EXPECT_EQ(why("ep=16", 8), "ep=16 does not divide 8 GPUs");
+  EXPECT_EQ(why("etp=2,ep=8,pp=4", 32), "etp=2 x ep=8 x pp=4 = 64 GPUs does not divide 32");
+  EXPECT_EQ(why("tp=3", 24), "tp=3: 32 attention heads are not divisible by tp");
+  EXPECT_EQ(why("ep=3", 24), "ep=3: 8 experts are not divisible by ep");
+  EXPECT_EQ(why("pp=64", 64).substr(0, 6), "pp=64,");  // 32 layers
+  EXPECT_EQ(why("cp=4", 8, 4100).substr(0, 5), "cp=4:");
+  EXPECT_EQ(why("mbs=3", 8), "mbs=3: global batch 64 is not divisible by 3");
+  EXPECT_EQ(why("dp=2,mbs=3", 8, 4096, 12), "");  // 12 = 2 x 3 x 2 micro-batches
+  EXPECT_EQ(why("dp=4,mbs=2", 8, 4096, 12), "mbs=2 x dp=4: global batch 12 is not divisible by 8");
+  // vpp alone leaves pp to the search; only their combination could fail.
+  EXPECT_EQ(why("vpp=2", 8), "");
+  EXPECT_EQ(why("tp=8,ep=8", 8), "");
+}
+
 TEST(Parallel, StagesTileTheLayersInOrderForEverySplit) {
   // chunk_layers finds a stage's first layer in closed form; it must agree with adding the
   // stages before it, for even splits, uneven ones (the remainder on the first middle stages)
