@@ -38,15 +38,17 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
   EXPECT_NE(html.find("GPU memory"), std::string::npos);
   EXPECT_NE(html.find("Iteration time breakdown"), std::string::npos);
   EXPECT_NE(html.find("<rect"), std::string::npos);
-  // Every point's split: compute, exposed communication and bubble add up to at most the
-  // iteration, and compute is most of it.
-  EXPECT_NE(csv.find("peak_memory_GB,compute_s,exposed_comm_s,bubble_s,plan"), std::string::npos);
+  // Every point's split: compute, exposed communication, bubble and host wait add up to at most
+  // the iteration, and compute is most of it.
+  EXPECT_NE(csv.find("peak_memory_GB,compute_s,exposed_comm_s,bubble_s,host_s,plan"),
+            std::string::npos);
   for (const auto& f : csv_rows(csv)) {
-    ASSERT_GE(f.size(), 11u) << f[0];
-    // point, skew, seq-len, status, iteration, tokens, mfu, peak, compute, comm, bubble
+    ASSERT_GE(f.size(), 12u) << f[0];
+    // point, skew, seq-len, status, iteration, tokens, mfu, peak, compute, comm, bubble, host
     const double iteration = std::stod(f[4]), compute = std::stod(f[8]), comm = std::stod(f[9]),
-                 bubble = std::stod(f[10]);
-    EXPECT_LE(compute + comm + bubble, iteration * (1 + 1e-9)) << f[0];
+                 bubble = std::stod(f[10]), host = std::stod(f[11]);
+    EXPECT_GE(host, 0.0) << f[0];
+    EXPECT_LE(compute + comm + bubble + host, iteration * (1 + 1e-9)) << f[0];
     EXPECT_GT(compute, 0.5 * iteration) << f[0];
   }
   EXPECT_EQ(html.find("<script"), std::string::npos);  // no script, no network
@@ -272,6 +274,41 @@ TEST(Cli, WhatifKeepsAPlansLayoutUnlessThePointMovesThePipeline) {
   EXPECT_EQ(moved.find("layout="), std::string::npos) << moved;
   EXPECT_NE(moved.find("vpp=1,1,ok"), std::string::npos) << moved;
   EXPECT_NE(moved.find("92 layers do not split evenly over 8 chunks"), std::string::npos) << moved;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, WhatifRunsAnOffloadPlanInTheOffloadSimulator) {
+  // Mixtral-8x7B does not fit 8 x 80 GB for training, so the plan is APTMoE offload; its points
+  // run as `simulate` runs it (once aborted the sweep: the GPU-resident simulator refused it).
+  const std::string dir = temp_path("moeplan_whatif_offload");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string pair = "--model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json";
+  const Result plan =
+      run("plan " + pair + " --global-batch 64 --seq-len 4096 --top 1 --save " + dir + "/p.json");
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  ASSERT_NE(plan.out.find("offload (APTMoE)"), std::string::npos) << plan.out;
+  const Result swept =
+      run("whatif " + pair + " --plan " + dir + "/p.json --sweep pp=8,32,64 --out " + dir + "/pp");
+  ASSERT_EQ(swept.code, 0) << swept.err;
+  std::map<std::string, std::vector<std::string>> rows;
+  for (const auto& f : csv_rows(read_file(dir + "/pp/points.csv"))) rows[f[0]] = f;
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows["pp=8"][2], "ok");
+  EXPECT_EQ(rows["pp=32"][2], "ok");
+  // Fewer, larger stages hold more weights and prefetch less of the next: slower, more memory.
+  EXPECT_GT(std::stod(rows["pp=8"][3]), std::stod(rows["pp=32"][3]));
+  EXPECT_GT(std::stod(rows["pp=8"][6]), std::stod(rows["pp=32"][6]));
+  EXPECT_NE(rows["pp=64"][2].find("8 to 32 stages"), std::string::npos) << rows["pp=64"][2];
+  // The simulated iteration is the one `simulate` prints for the plan.
+  const Result sim = run("simulate " + pair + " --plan " + dir + "/p.json --json");
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  const auto at = sim.out.find("\"simulated_iteration_s\":");
+  ASSERT_NE(at, std::string::npos) << sim.out;
+  EXPECT_NEAR(std::stod(sim.out.substr(at + 24)), std::stod(rows["pp=32"][3]), 1e-9);
+  expect_one_line_error(
+      run("whatif " + pair + " --plan " + dir + "/p.json --sweep tp=2 --out " + dir + "/tp"),
+      "tp: applies to GPU-resident plans; this is an APTMoE offload plan");
   std::filesystem::remove_all(dir);
 }
 

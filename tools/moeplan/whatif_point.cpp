@@ -10,7 +10,9 @@
 
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
+#include "planner/offload.h"
 #include "planner/search.h"
+#include "simulator/offload_sim.h"
 #include "simulator/training_sim.h"
 #include "tools/moeplan/common.h"
 
@@ -242,6 +244,75 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   return plan;
 }
 
+// An APTMoE offload plan at a point, run by the offload simulator as `simulate` runs it. Its
+// stages (pp), micro-batch size and precision may move with the point; the switches and sizes
+// of GPU-resident plans have nothing to act on.
+PointResult evaluate_offload(PlanChoice plan, const PointInputs& in, const TimeContext& ctx) {
+  std::vector<std::string> resident;
+  for (const ParallelField& f : parallel_fields()) {
+    const std::string key = f.key;
+    if ((in.sizes.*f.member) && key != "pp" && key != "mbs") resident.push_back(key);
+  }
+  const std::pair<const char*, bool> switches[] = {
+      {"recompute", in.recompute || in.recompute_modules},
+      {"chunks", in.chunks.has_value()},
+      {"fp8-recipe", in.fp8_recipe.has_value()},
+      {"overlap", in.overlap.has_value()},
+      {"intra-overlap", in.intra_overlap.has_value()},
+      {"attention", in.attention.has_value()},
+      {"attention-kernel", in.attention_kernel.has_value()},
+      {"dispatcher", in.dispatcher.has_value()},
+      {"permute-fusion", in.permute_fusion.has_value()},
+      {"cuda-graph", in.cuda_graph.has_value()},
+      {"zero", in.zero.has_value()},
+      {"grad-reduce", in.dp_bf16_compression.has_value()}};
+  for (const auto& [name, swept] : switches)
+    if (swept) resident.push_back(name);
+  if (!resident.empty())
+    throw ConfigError(
+        fmt::format("{}: applies to GPU-resident plans; this is an APTMoE offload plan",
+                    fmt::join(resident, ", ")));
+  if (in.sizes.pp) plan.parallel.pp = in.sizes.pp;
+  if (in.sizes.mbs) plan.parallel.mbs = in.sizes.mbs;
+  if (in.gbs > 0) plan.parallel.gbs = in.gbs;
+  if (in.precision) plan.precision = *in.precision;
+  plan.seq_len = in.seq;
+  const int64_t stages = *plan.parallel.pp, mbs = *plan.parallel.mbs, gbs = *plan.parallel.gbs;
+  if (stages < plan.offload_gpus || stages > ctx.model->num_layers)
+    throw ConfigError(
+        fmt::format("pp={}: an offload plan needs {} to {} stages (its GPUs to the "
+                    "model's layers)",
+                    stages, plan.offload_gpus, ctx.model->num_layers));
+  if (gbs % mbs != 0)
+    throw ConfigError(fmt::format("mbs={}: global batch {} is not divisible by it", mbs, gbs));
+  const OffloadEstimate e =
+      estimate_offload(ctx, in.cluster, plan.offload_gpus, stages, mbs, gbs, plan.precision, 1.0);
+  const sim::OffloadReport s =
+      sim::simulate_offload(ctx, in.cluster, sim::offload_run(plan, OffloadSystem::kAptMoe));
+  TimeBreakdown t;
+  t.iteration = s.iteration;
+  const PlanScore score = complete_score(ctx, plan, {}, t, ctx.gpu.hbm_capacity, 1.0);
+  PointResult r;
+  r.iteration_s = s.iteration.value();
+  r.tokens_per_s = score.tokens_per_second;
+  r.mfu = score.mfu;
+  r.peak_gb = e.gpu_peak.value() / 1e9;
+  // The busiest GPU's compute; its waits on PCIe loads, CPU experts and the CPU optimizer step
+  // are the rest ("other").
+  r.compute_s = 0;
+  for (Seconds busy : s.gpu_busy) r.compute_s = std::max(r.compute_s, busy.value());
+  r.exposed_comm_s = r.bubble_s = r.host_s = 0;
+  r.plan = plan.describe();
+  if (e.gpu_peak > ctx.gpu.hbm_capacity) {
+    r.status = fmt::format("OOM: a stage needs {:.1f} GB, the GPU has {:.1f}", r.peak_gb,
+                           ctx.gpu.hbm_capacity.value() / 1e9);
+  } else if (e.host_bytes > e.host_capacity) {
+    r.status = fmt::format("host OOM: a node needs {:.1f} GB of host memory, has {:.1f}",
+                           e.host_bytes.value() / 1e9, e.host_capacity.value() / 1e9);
+  }
+  return r;
+}
+
 }  // namespace
 
 const std::string& whatif_axis_list() {
@@ -294,6 +365,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
   PointResult r;
   try {
     const TimeContext ctx = make_time_context(m, c, eff, skew_for(in.skew, m), seq);
+    if (fixed && fixed->offload) return evaluate_offload(*fixed, in, ctx);
     if (fixed) {
       PlanChoice plan = replanned_layout(*fixed, in);
       plan.seq_len = seq;
@@ -318,7 +390,8 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
         const double runs = static_cast<double>(t.iteration_times.size());
         r.compute_s = busiest->compute_busy.value() / runs;
         r.bubble_s = busiest->pipeline_wait.value() / runs;
-        r.exposed_comm_s = std::max(0.0, r.iteration_s - r.compute_s - r.bubble_s);
+        r.host_s = busiest->waited[sim::kHostStream].value() / runs;
+        r.exposed_comm_s = std::max(0.0, r.iteration_s - r.compute_s - r.bubble_s - r.host_s);
       }
       r.plan = plan.describe();
       if (t.oom_count > 0) r.status = fmt::format("OOM x{}", t.oom_count);
@@ -359,11 +432,16 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     r.compute_s = (b.compute + b.recompute).value();
     r.exposed_comm_s = (b.tp_comm + b.ep_comm + b.cp_comm + b.pp_comm + b.dp_comm).value();
     r.bubble_s = b.bubble.value();
+    r.host_s = b.host.value();
     r.plan = best.choice.describe();
   } catch (const ConfigError& e) {
     return PointResult::failed(e.what());
   } catch (const InputError& e) {
     return PointResult::failed(e.what());
+  } catch (const std::exception& e) {
+    // A point the models reject in a way the checks above did not foresee: said in its row
+    // rather than taking the sweep's other points down with it.
+    return PointResult::failed(fmt::format("internal error (please report): {}", e.what()));
   }
   return r;
 }

@@ -50,8 +50,9 @@ struct PointResult {
   std::string status = "ok";  // or why there is no number
   double iteration_s = NAN, tokens_per_s = NAN, mfu = NAN, peak_gb = NAN;
   // The iteration split: compute (recompute included), communication left exposed, pipeline
-  // bubble; the rest (optimizer, offload loading) is iteration minus these.
-  double compute_s = NAN, exposed_comm_s = NAN, bubble_s = NAN;
+  // bubble, GPUs waiting for the host to issue kernels; the rest (the optimizer step where the
+  // planner prices it, offload loading) is iteration minus these.
+  double compute_s = NAN, exposed_comm_s = NAN, bubble_s = NAN, host_s = NAN;
   std::string plan;
 };
 

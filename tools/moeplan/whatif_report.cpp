@@ -42,13 +42,13 @@ std::string points_csv(const std::vector<Axis>& axes,
   for (const Axis& a : axes) out += "," + a.name;
   out +=
       ",status,iteration_s,tokens_per_s,mfu,peak_memory_GB,compute_s,exposed_comm_s,bubble_s,"
-      "plan\n";
+      "host_s,plan\n";
   for (const auto& [p, r] : rows) {
     out += csv_field(p.key());
     for (const Axis& a : axes) out += "," + csv_field(p.at.at(a.name));
-    out += fmt::format(",{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.iteration_s,
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.iteration_s,
                        r.tokens_per_s, r.mfu, r.peak_gb, r.compute_s, r.exposed_comm_s, r.bubble_s,
-                       csv_field(r.plan));
+                       r.host_s, csv_field(r.plan));
   }
   return out;
 }
@@ -60,7 +60,7 @@ std::map<std::string, PointResult> earlier_results(const std::string& path, size
   std::getline(in, line);  // header
   while (std::getline(in, line)) {
     const std::vector<std::string> f = csv_fields(line);
-    if (f.size() != axes + 10) continue;
+    if (f.size() != axes + 11) continue;  // a row of another version is computed again
     PointResult r;
     r.status = f[axes + 1];
     auto number = [](const std::string& v) { return finite_number(v).value_or(NAN); };
@@ -71,7 +71,8 @@ std::map<std::string, PointResult> earlier_results(const std::string& path, size
     r.compute_s = number(f[axes + 6]);
     r.exposed_comm_s = number(f[axes + 7]);
     r.bubble_s = number(f[axes + 8]);
-    r.plan = f[axes + 9];
+    r.host_s = number(f[axes + 9]);
+    r.plan = f[axes + 10];
     rows[f[0]] = r;
   }
   return rows;
@@ -133,20 +134,21 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
     for (const Metric& k : metrics) body += metric_chart(k, x);
   }
   // Where each point's iteration goes, one stacked bar per point (numbered as in the table).
-  StackedBars split{
-      "Iteration time breakdown",
-      "s",
-      {},
-      {"compute", "exposed communication", "pipeline bubble", "other (optimizer, offload)"},
-      {{}, {}, {}, {}}};
+  StackedBars split{"Iteration time breakdown",
+                    "s",
+                    {},
+                    {"compute", "exposed communication", "pipeline bubble", "waiting for the host",
+                     "other (optimizer, offload)"},
+                    {{}, {}, {}, {}, {}}};
   for (const auto& [p, r] : rows) {
     split.categories.push_back(p.key());
-    const double known = r.compute_s + r.exposed_comm_s + r.bubble_s;
+    const double known = r.compute_s + r.exposed_comm_s + r.bubble_s + r.host_s;
     const double rest = r.iteration_s - known;
     split.values[0].push_back(r.compute_s);
     split.values[1].push_back(r.exposed_comm_s);
     split.values[2].push_back(r.bubble_s);
-    split.values[3].push_back(std::max(rest, 0.0));
+    split.values[3].push_back(r.host_s);
+    split.values[4].push_back(std::max(rest, 0.0));
   }
   body += svg_stacked_bars(split);
   std::string table =
