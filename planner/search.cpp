@@ -9,6 +9,7 @@
 
 #include "planner/errors.h"
 #include "planner/offload.h"
+#include "planner/workers.h"
 
 namespace moe {
 
@@ -518,10 +519,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w) pool.emplace_back(worker, w);
-  worker(0);
-  for (auto& t : pool) t.join();
+  run_workers(threads, worker);
 
   SearchResult out;
   std::vector<Ranked> all;

@@ -16,6 +16,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/workers.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/whatif_point.h"
@@ -96,28 +97,23 @@ void run_whatif(const WhatifOptions& o) {
   const int threads = o.threads > 0
                           ? o.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < points.size(); i = next++) {
-        if (was_kept[i]) continue;
-        const PointResult r = evaluate(o, m, c, catalog, eff, fixed, points[i]);
-        std::lock_guard<std::mutex> g(lock);
-        results[i] = r;
-        ++finished;
-        write_csv();
-        if (tty) {
-          const double elapsed =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          const size_t todo = points.size() - kept;
-          fmt::print(
-              stderr, "\rpoints {}/{}, ~{:.0f} s left ", finished, todo,
-              elapsed / static_cast<double>(finished) * static_cast<double>(todo - finished));
-        }
+  run_workers(threads, [&](int) {
+    for (size_t i = next++; i < points.size(); i = next++) {
+      if (was_kept[i]) continue;
+      const PointResult r = evaluate(o, m, c, catalog, eff, fixed, points[i]);
+      std::lock_guard<std::mutex> g(lock);
+      results[i] = r;
+      ++finished;
+      write_csv();
+      if (tty) {
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const size_t todo = points.size() - kept;
+        fmt::print(stderr, "\rpoints {}/{}, ~{:.0f} s left ", finished, todo,
+                   elapsed / static_cast<double>(finished) * static_cast<double>(todo - finished));
       }
-    });
-  }
-  for (std::thread& th : pool) th.join();
+    }
+  });
   if (tty) fmt::print(stderr, "\r{:40}\r", "");
   write_csv();
   for (size_t i = 0; i < points.size(); ++i)
