@@ -161,7 +161,10 @@ void run_memory(const MemoryOptions& o) {
                                     as_gb(s.total_bytes.value()),
                                     s.fits ? "yes" : "NO"};
     if (moe) {
-      row.insert(row.end(), {fmt::format("{:.0f}", s.max_received_tokens),
+      // Eq. (8) goes negative once the static memory and the sequence term alone overflow.
+      row.insert(row.end(), {s.max_received_tokens > 0
+                                 ? fmt::format("{:.0f}", s.max_received_tokens)
+                                 : std::string("none"),
                              s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none",
                              std::to_string(s.chunks)});
     }
