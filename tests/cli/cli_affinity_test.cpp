@@ -32,6 +32,20 @@ TEST(Cli, AffinityTablePrintsTheProfilersLookupTable) {
   EXPECT_NE(text.out.find("  CPU\n"), std::string::npos) << text.out;  // few tokens: CPU
 }
 
+TEST(Cli, AffinityTakesTheSkewAsPlanDoes) {
+  // --skew G=x is --G x; balanced is G = 1/E; the skews without each expert's share say so.
+  const std::string base =
+      "affinity --model models/aptmoe-moe-s-16.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g2.json --tokens 512 --json ";
+  const nlohmann::json g = run_json(base + "--G 0.3");
+  EXPECT_EQ(run_json(base + "--skew G=0.3"), g);
+  EXPECT_NEAR(run_json(base + "--skew balanced")["G"].get<double>(), 1.0 / 16, 1e-9);
+  expect_one_line_error(run(base + "--skew worst"),
+                        "--skew: 'worst': affinity needs each expert's share");
+  expect_one_line_error(run(base + "--skew G=0.3 --G 0.3"), "give --skew or --G");
+  expect_one_line_error(run(base + "--skew G=2"), "--skew: G = 2 is outside");
+}
+
 TEST(Cli, AffinityReadsTheGemmCurveCalibrateWrites) {
   // `calibrate` writes BF16 GEMMs as "gemm" and FP16 as "gemm_fp16"; a GPU at half efficiency
   // takes twice as long per expert in the matching dtype only.

@@ -34,9 +34,9 @@ TEST(Cli, MemFineAcceptance) {
 TEST(Cli, MemorySaysNoTokenFitsWhereStaticMemoryOverflows) {
   // DeepSeek-V3 whole on one H800: 12 TB of static memory leaves no room for a received token;
   // eq. (8)'s negative s'_max reads "none" (it printed -5638908).
-  const Result r = run(
-      "memory --model models/deepseek-v3.json --cluster topologies/h800-2048.json --parallel "
-      "tp=1,pp=1,ep=1,cp=1,mbs=1 --seq-len 4096");
+  const Result r =
+      run("memory --model models/deepseek-v3.json --cluster topologies/h800-2048.json --parallel "
+          "tp=1,pp=1,ep=1,cp=1,mbs=1 --seq-len 4096");
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string row = r.out.substr(r.out.find("\n0 "), 160);
   EXPECT_NE(row.find("NO    none"), std::string::npos) << row;

@@ -18,7 +18,7 @@ namespace moe::cli {
 namespace {
 
 struct AffinityOptions {
-  std::string model, cluster, popularity, calibration, pass = "forward", dtype = "fp32";
+  std::string model, cluster, popularity, calibration, pass = "forward", dtype = "fp32", skew;
   std::optional<double> g;
   int64_t layer = 0;
   double tokens = 65536;
@@ -73,10 +73,33 @@ void print_profile_table(const ModelSpec& m, const LayerParams& lp, double bytes
   fmt::print("{}", t.render());
 }
 
-void run_affinity(const AffinityOptions& o) {
-  const ModelSpec m = io::load_model(o.model);
-  const ClusterSpec c = io::load_cluster(o.cluster);
-  if (!m.is_moe()) throw InputError(o.model, "", "affinity needs a model with routed experts");
+// --skew in plan's and simulate's words, as the --G or --popularity it means: eq. (1) needs each
+// expert's share, which capacity=F and worst (only the busiest rank's load) do not give.
+AffinityOptions with_skew(AffinityOptions o, const ModelSpec& m) {
+  if (o.skew.empty()) return o;
+  if (o.g || !o.popularity.empty())
+    throw InputError("--skew", "", "give --skew or --G / --popularity, not both");
+  if (o.skew == "balanced") {
+    o.g = 1.0 / static_cast<double>(m.num_routed_experts);
+  } else if (o.skew.rfind("G=", 0) == 0) {
+    o.g = finite_number(o.skew.substr(2));
+    if (!o.g) throw InputError("--skew", "", fmt::format("'{}': G is not a number", o.skew));
+  } else if (o.skew.size() > 5 && o.skew.substr(o.skew.size() - 5) == ".json") {
+    o.popularity = o.skew;
+  } else {
+    throw InputError("--skew", "",
+                     fmt::format("'{}': affinity needs each expert's share: balanced, G=x or a "
+                                 "popularity file",
+                                 o.skew));
+  }
+  return o;
+}
+
+void run_affinity(const AffinityOptions& given) {
+  const ModelSpec m = io::load_model(given.model);
+  const ClusterSpec c = io::load_cluster(given.cluster);
+  if (!m.is_moe()) throw InputError(given.model, "", "affinity needs a model with routed experts");
+  const AffinityOptions o = with_skew(given, m);
   if (o.gpu < 0 || o.gpu >= c.num_gpus()) {
     throw InputError("--gpu", "",
                      fmt::format("GPU {} does not exist (cluster has {})", o.gpu, c.num_gpus()));
@@ -101,11 +124,12 @@ void run_affinity(const AffinityOptions& o) {
     try {
       proportions = aptmoe::proportions_for_g(m.num_routed_experts, *o.g);
     } catch (const ConfigError& e) {
-      throw InputError("--G", "", e.what());
+      throw InputError(o.skew.empty() ? "--G" : "--skew", "", e.what());
     }
     g_metric = aptmoe::popularity_metric({proportions});
   } else if (!o.table) {  // the profiler's table needs no popularity
-    throw InputError("--popularity", "", "give --popularity FILE or --G x");
+    throw InputError("--popularity", "",
+                     "give --skew G=x (or balanced, or FILE), --G x or --popularity FILE");
   }
   const aptmoe::Pass pass = o.pass == "backward" ? aptmoe::Pass::kBackward : aptmoe::Pass::kForward;
   if (o.pass != "forward" && o.pass != "backward") {
@@ -228,6 +252,8 @@ void add_affinity(CLI::App& app) {
                   "per-layer, per-expert token counts (moeplan-popularity/1)");
   cmd->add_option("--G", o->g,
                   "target popularity metric G (eq. 2); builds a Zipf-shaped popularity");
+  cmd->add_option("--skew", o->skew,
+                  "routing skew as plan takes it: balanced | G=x | a popularity file (.json)");
   cmd->add_option("--layer", o->layer, "layer of the popularity file");
   cmd->add_option("--tokens", o->tokens,
                   "tokens entering the layer over the micro-batches considered")

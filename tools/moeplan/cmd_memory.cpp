@@ -162,11 +162,11 @@ void run_memory(const MemoryOptions& o) {
                                     s.fits ? "yes" : "NO"};
     if (moe) {
       // Eq. (8) goes negative once the static memory and the sequence term alone overflow.
-      row.insert(row.end(), {s.max_received_tokens > 0
-                                 ? fmt::format("{:.0f}", s.max_received_tokens)
-                                 : std::string("none"),
-                             s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none",
-                             std::to_string(s.chunks)});
+      row.insert(
+          row.end(),
+          {s.max_received_tokens > 0 ? fmt::format("{:.0f}", s.max_received_tokens)
+                                     : std::string("none"),
+           s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none", std::to_string(s.chunks)});
     }
     t.add(row);
   }
