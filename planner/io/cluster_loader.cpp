@@ -9,6 +9,11 @@ namespace moe::io {
 namespace {
 
 constexpr const char* kClusterFormat = "moeplan-cluster/1";
+// Beyond any machine built: a rack-scale NVLink domain holds 576 GPUs, a socket a few hundred
+// cores; 65,536 nodes of 72 GPUs are 4.7 M GPUs.
+constexpr int kMostGpusPerNode = 1024;
+constexpr int kMostCoresPerSocket = 4096;
+constexpr int kMostNodes = 65536;
 
 std::vector<int> gpu_list(ObjectReader& r, const std::string& key) {
   std::vector<int> out;
@@ -40,7 +45,7 @@ GpuSpec read_gpu(ObjectReader g) {
 
 NodeSpec read_node(ObjectReader n) {
   NodeSpec node;
-  node.num_gpus = static_cast<int>(positive(n, "gpus"));
+  node.num_gpus = positive_count(n, "gpus", kMostGpusPerNode);
   node.gpu = read_gpu(n.object("gpu"));
 
   ObjectReader fabric = n.object("intra_node");
@@ -74,7 +79,7 @@ NodeSpec read_node(ObjectReader n) {
 
   for (ObjectReader c : n.object_array("cpus")) {
     CpuSocket cpu;
-    cpu.cores = static_cast<int>(positive(c, "cores"));
+    cpu.cores = positive_count(c, "cores", kMostCoresPerSocket);
     cpu.achievable_flops = FlopsPerSec(positive_number(c, "achievable_GFLOPS") * kGiga);
     cpu.memory = gigabytes(positive_number(c, "memory_GB"));
     cpu.memory_bandwidth = gigabytes_per_sec(positive_number(c, "memory_bandwidth_GBps"));
@@ -111,7 +116,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
   ClusterSpec c;
   c.name = r.string("name");
   c.description = r.string_or("description", "");
-  c.num_nodes = static_cast<int>(positive(r, "nodes"));
+  c.num_nodes = positive_count(r, "nodes", kMostNodes);
   c.intra_node_latency = Seconds(r.number_or("intra_node_latency_us", 2.0) * 1e-6);
   c.inter_node_latency = Seconds(r.number_or("inter_node_latency_us", 5.0) * 1e-6);
   c.switch_radix = static_cast<int>(r.integer_or("switch_radix", 0));

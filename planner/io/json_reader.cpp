@@ -236,6 +236,12 @@ int64_t positive(ObjectReader& r, const std::string& key) {
   return v;
 }
 
+int positive_count(ObjectReader& r, const std::string& key, int most) {
+  const int64_t v = r.integer(key);
+  if (v <= 0 || v > most) r.fail(key, fmt::format("must be between 1 and {}, got {}", most, v));
+  return static_cast<int>(v);
+}
+
 double positive_number(ObjectReader& r, const std::string& key) {
   const double v = r.number(key);
   if (!(v > 0)) r.fail(key, fmt::format("must be positive, got {}", v));

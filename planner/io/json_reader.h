@@ -70,6 +70,9 @@ class ObjectReader {
 
 // Requires a positive value, naming the key otherwise.
 int64_t positive(ObjectReader& r, const std::string& key);
+// A positive count of at most `most` (what an int holds and a cluster can have), naming the key
+// otherwise: 1e12 nodes used to wrap to a negative int.
+int positive_count(ObjectReader& r, const std::string& key, int most);
 double positive_number(ObjectReader& r, const std::string& key);
 
 // "400 GB/s" -> bytes/s; throws std::invalid_argument with the reason.

@@ -661,3 +661,21 @@ TEST(Loaders, AnImpossibleLayerCountIsRefusedBeforeItsTablesAreSized) {
 }
 
 }  // namespace moe::io
+
+namespace moe::io {
+
+TEST(Loaders, ClusterCountsAreBoundedBeforeTheyReachAnInt) {
+  // 1e12 nodes wrapped to a negative int and read "must be positive"; now the bound is named.
+  nlohmann::json j = read_json_file(std::string(MOEPLAN_SOURCE_DIR) + "/topologies/h800-2048.json");
+  j["nodes"] = 1000000000000;
+  std::string e = error_of([&] { cluster_from_json(j, "big.json"); });
+  EXPECT_NE(e.find("big.json: /nodes: must be between 1 and 65536, got 1000000000000"),
+            std::string::npos)
+      << e;
+  j["nodes"] = 256;
+  j["node"]["gpus"] = 5000;
+  e = error_of([&] { cluster_from_json(j, "big.json"); });
+  EXPECT_NE(e.find("/node/gpus: must be between 1 and 1024, got 5000"), std::string::npos) << e;
+}
+
+}  // namespace moe::io
