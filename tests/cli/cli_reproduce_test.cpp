@@ -242,3 +242,20 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Cli, ReproduceChecksItsInputsAndOutputFirst) {
+  // Run outside the tree, reproduce named a calibration file it could not open; now the root.
+  const std::string dir = temp_path("moeplan_reproduce_checks");
+  std::filesystem::create_directories(dir);
+  expect_one_line_error(run("reproduce monta --out " + dir + " --root " + dir),
+                        "--root: '" + dir + "' has no models/");
+  expect_one_line_error(run("reproduce monta --out /proc/moeplan-nope"),
+                        "--out: cannot create directory '/proc/moeplan-nope'");
+  expect_one_line_error(run("reproduce everything --out " + dir),
+                        "PAPER: 'everything' is not one of monta");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace moe

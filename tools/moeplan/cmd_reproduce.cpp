@@ -5,6 +5,7 @@
 // The end-to-end experiments (planner searches and simulations) are in reproduce_<paper>.cpp.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <tuple>
@@ -234,6 +235,26 @@ void run_reproduce(const std::string& which, const std::string& out, const std::
       {"memfine", memfine_rows, memfine_end_to_end},
       {"megascale", megascale_rows, megascale_end_to_end},
       {"aptmoe", aptmoe_rows, aptmoe_end_to_end}};
+  if (which != "all" && std::none_of(std::begin(all), std::end(all),
+                                     [&](const auto& p) { return which == std::get<0>(p); })) {
+    throw InputError(
+        "PAPER", "",
+        fmt::format("'{}' is not one of monta, memfine, megascale, aptmoe, all", which));
+  }
+  // The shipped inputs and the output directory are checked before the seconds of runs.
+  for (const char* dir : {"models", "topologies", "calibrate/data"}) {
+    if (!std::filesystem::is_directory(root + "/" + dir))
+      throw InputError("--root", "",
+                       fmt::format("'{}' has no {}/: run from the moeplan repository or give "
+                                   "--root with its path",
+                                   root, dir));
+  }
+  std::error_code made;
+  std::filesystem::create_directories(out, made);
+  if (made || !std::filesystem::is_directory(out))
+    throw InputError("--out", "",
+                     fmt::format("cannot create directory '{}'{}", out,
+                                 made ? ": " + made.message() : std::string()));
   std::vector<std::pair<std::string, std::vector<Row>>> papers;
   for (auto [name, closed_form, end_to_end] : all) {
     if (which != name && which != "all") continue;
@@ -242,11 +263,6 @@ void run_reproduce(const std::string& which, const std::string& out, const std::
     const std::vector<Row> runs = end_to_end(root);
     rows.insert(rows.end(), runs.begin(), runs.end());
     papers.push_back({name, std::move(rows)});
-  }
-  if (papers.empty()) {
-    throw InputError(
-        "PAPER", "",
-        fmt::format("'{}' is not one of monta, memfine, megascale, aptmoe, all", which));
   }
   for (const auto& [paper, rows] : papers) {
     write_report(out, paper, rows);
