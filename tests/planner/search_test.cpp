@@ -183,6 +183,17 @@ TEST(Search, ImpossibleFixedSizesAreAConfigError) {
         << e.what();
   }
   EXPECT_FALSE(search_plans(node30.ctx, request(224, 64)).ranked.empty());  // pp = 7
+  // Far below: GPT-1.7B at a batch of 8 cannot use 16,384 GPUs nor the 16 node counts under
+  // it; halving finds 8,192.
+  const Inputs small("gpt-1.7b.json", "h800-16384.json", 2048);
+  try {
+    search_plans(small.ctx, request(16384, 8));
+    ADD_FAILURE() << "16,384 GPUs at batch 8 searched";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("do not divide); 8192 GPUs divide"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(search_plans(small.ctx, request(8192, 8)).ranked.empty());
 }
 
 TEST(TimeModel, OneFOneBIterationIsMicrobatchesPlusStagesMinusOne) {
