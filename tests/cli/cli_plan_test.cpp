@@ -35,6 +35,7 @@ TEST(Cli, PlanNamesTheStageWhoseDpSyncShows) {
       "tp=1,pp=10,ep=8,etp=1,dp=12,cp=2,vpp=1,mbs=1,pp_first=5,pp_last=3 --zero 1";
   const Result r = run(cmd);
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("searched 1 layout ("), std::string::npos) << r.out;  // the one fixed
   EXPECT_NE(r.out.find("DP comm: stage 0's gradient reduce-scatter ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("stage 0's parameter all-gather ("), std::string::npos);
   const nlohmann::json j = run_json(cmd + " --json");

@@ -312,9 +312,12 @@ void run_plan(const PlanOptions& o) {
       "{} on {}: {} GPUs, global batch {}, seq {}, skew {}, objective {}\n", m.name, c.name,
       counts.size() == 1 ? fmt::format("{}", req.num_gpus) : fmt::format("up to {}", req.num_gpus),
       o.global_batch, o.seq_len, skew.describe(), objective_name(req.objective));
-  fmt::print(
-      "searched {} layouts ({} cut by the memory bound), timed {} candidates in {:.2f} s\n\n",
-      r.stats.layouts, r.stats.pruned_by_memory, r.stats.evaluated, r.stats.seconds);
+  auto counted = [](int64_t n, const char* noun) {
+    return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+  };
+  fmt::print("searched {} ({} cut by the memory bound), timed {} in {:.2f} s\n\n",
+             counted(r.stats.layouts, "layout"), r.stats.pruned_by_memory,
+             counted(r.stats.evaluated, "candidate"), r.stats.seconds);
   if (offloaded) {
     fmt::print(
         "No layout fits in GPU memory. APTMoE offload plans: weights in host memory, hot experts "
