@@ -69,6 +69,7 @@ TrainingReport Training::run() {
     const SimTime took = run_iteration(it, offset);
     report_.iteration_times.push_back(to_seconds(took));
     offset = offset + took;
+    if (o_.on_iteration) o_.on_iteration(it + 1, o_.iterations);
   }
   Seconds sum;
   for (Seconds t : report_.iteration_times) sum += t;

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,6 +71,9 @@ struct TrainingOptions {
   // Operator spans kept for the trace; past this only passes, DP and sends are (a trace of
   // millions of events is more than Perfetto opens comfortably).
   size_t max_trace_spans = 200000;
+  // Called after each simulated iteration with how many are done and the total (a run of every
+  // GPU takes seconds an iteration: the CLI shows progress with it).
+  std::function<void(int64_t done, int64_t total)> on_iteration;
 };
 
 struct OomEvent {

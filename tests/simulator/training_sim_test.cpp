@@ -71,6 +71,21 @@ TEST(TrainingSim, AgreesWithThePlannerWithoutContention) {
   }
 }
 
+TEST(TrainingSim, ReportsEachFinishedIteration) {
+  // The CLI's progress line: one call per iteration, after it, counting up to the total.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  TrainingOptions o;
+  o.iterations = 3;
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  o.on_iteration = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  const TrainingReport r =
+      simulate_training(ctx, cl, choice(m, "tp=1,pp=2,ep=8,dp=8,mbs=1,gbs=32"), o);
+  ASSERT_EQ(r.iteration_times.size(), 3u);
+  EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {2, 3}, {3, 3}}));
+}
+
 TEST(TrainingSim, SharedLinksSlowBothAlike) {
   // ZeRO-3's per-pass weight gathers and gradient reduce-scatters cross the NIC beside the
   // expert all-to-all: the simulator shares it flow by flow, the planner takes a roofline per

@@ -1,8 +1,10 @@
 // moeplan simulate: run a saved plan's training iterations operator by operator through the
 // discrete-event simulator and put the result beside the planner's prediction.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -161,9 +163,20 @@ void run_simulate(const SimulateOptions& o) {
   opt.every_gpu = o.every_gpu;
   opt.pxn = pxn;
   const auto wall_start = std::chrono::steady_clock::now();
+  auto seconds_since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  };
+  const bool tty = isatty(fileno(stderr)) != 0;
+  if (tty && !o.json && o.iterations > 1) {
+    opt.on_iteration = [&](int64_t done, int64_t total) {
+      const double left =
+          seconds_since_start() / static_cast<double>(done) * static_cast<double>(total - done);
+      fmt::print(stderr, "\rsimulating: iteration {}/{}, ~{:.0f} s left ", done, total, left);
+    };
+  }
   const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (opt.on_iteration) fmt::print(stderr, "\r{:50}\r", "");
+  const double wall = seconds_since_start();
   const Seconds iteration = r.mean_iteration;
   const Seconds total = iteration * static_cast<double>(o.iterations);
   const double error = iteration / predicted.iteration - 1.0;
