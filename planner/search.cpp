@@ -51,9 +51,18 @@ std::vector<int64_t> options(const std::optional<int64_t>& fixed, std::vector<in
 
 struct Ranked {
   double key = 0;
+  // Between equal keys, the faster plan: a layout's dispatchers and overlap switches all need
+  // the same memory, and `--objective memory` should keep the fastest of them, not the first.
+  double tiebreak = 0;
   int64_t order = 0;
   Plan plan;
 };
+
+bool ranks_before(const Ranked& a, const Ranked& b) {
+  if (a.key != b.key) return a.key < b.key;
+  if (a.tiebreak != b.tiebreak) return a.tiebreak < b.tiebreak;
+  return a.order < b.order;
+}
 
 double objective_key(const Plan& p, Objective o, int64_t gpus, int64_t tokens) {
   switch (o) {
@@ -360,11 +369,8 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
     std::vector<Ranked>& top = best[w];
     TimeContext scratch = ctx;  // estimate_time's link-shared passes, one copy a thread
     auto keep = [&](Ranked r) {
-      auto worse = [](const Ranked& a, const Ranked& b) {
-        return a.key < b.key || (a.key == b.key && a.order < b.order);
-      };
-      if (static_cast<int>(top.size()) == req.top_k && !worse(r, top.back())) return;
-      top.insert(std::upper_bound(top.begin(), top.end(), r, worse), std::move(r));
+      if (static_cast<int>(top.size()) == req.top_k && !ranks_before(r, top.back())) return;
+      top.insert(std::upper_bound(top.begin(), top.end(), r, ranks_before), std::move(r));
       if (static_cast<int>(top.size()) > req.top_k) top.pop_back();
     };
     for (size_t li = w; li < layouts.size(); li += threads) {
@@ -505,8 +511,9 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       plan.score =
                           complete_score(ctx, c, mem, plan.score.time, capacity, req.alpha);
                       Ranked r{objective_key(plan, req.objective, world, tokens_per_iter),
-                               L.order * 100000 + inner, std::move(plan)};
-                      if (!layout_best || r.key < layout_best->key) layout_best = std::move(r);
+                               plan.score.time.iteration.value(), L.order * 100000 + inner,
+                               std::move(plan)};
+                      if (!layout_best || ranks_before(r, *layout_best)) layout_best = std::move(r);
                     }
                   }
                 }
@@ -535,9 +542,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
     if (closest[w] && (!out.closest || closest[w]->second.needed < out.closest->needed))
       out.closest = closest[w]->second;
   }
-  std::sort(all.begin(), all.end(), [](const Ranked& a, const Ranked& b) {
-    return a.key < b.key || (a.key == b.key && a.order < b.order);
-  });
+  std::sort(all.begin(), all.end(), ranks_before);
   for (size_t i = 0; i < all.size() && static_cast<int>(i) < req.top_k; ++i)
     out.ranked.push_back(std::move(all[i].plan));
   if (!out.ranked.empty()) out.closest.reset();
