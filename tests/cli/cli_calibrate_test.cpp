@@ -2,6 +2,7 @@
 // GPU) as a user would run them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -150,6 +151,28 @@ TEST(Cli, ExecuteChecksItsInputsAndNeedsAGpu) {
   } else {
     EXPECT_NE(one.out.find("fastest measured"), std::string::npos) << one.out;
   }
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(Cli, ACalibrationFromAnotherGpuIsWarnedAbout) {
+  // calibrate/data/h100.json was measured on an H100 (its provenance names the GPU): on an H800
+  // cluster plan says so in one line; on an H100 cluster, and without a calibration, nothing.
+  const std::string plan =
+      "plan --model models/mixtral-8x7b.json --global-batch 256 --seq-len 4096 --top 1 "
+      "--calibration calibrate/data/h100.json ";
+  const Result other = run(plan + "--cluster topologies/h800-2048.json --gpus 64");
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_NE(other.err.find("warning: calibrate/data/h100.json was measured on NVIDIA H100 80GB "
+                           "HBM3; cluster H800 x2048 has H800-SXM5-80GB GPUs"),
+            std::string::npos)
+      << other.err;
+  EXPECT_EQ(std::count(other.err.begin(), other.err.end(), '\n'), 1) << other.err;
+  const Result same = run(plan + "--cluster topologies/h100-256.json");
+  ASSERT_EQ(same.code, 0) << same.err;
+  EXPECT_EQ(same.err.find("warning"), std::string::npos) << same.err;
 }
 
 }  // namespace moe

@@ -160,6 +160,7 @@ void run_execute(const ExecuteCliOptions& o) {
   }
   const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
                                             skew_for(o.skew, m), choice.seq_len);
+  warn_if_calibrated_on_another_gpu(o.calibration, cl);
   if (choice.offload) {
     execute_offload(o, m, cl, choice, ctx, layer);
     return;

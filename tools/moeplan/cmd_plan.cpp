@@ -270,6 +270,7 @@ void run_plan(const PlanOptions& o) {
         n.needed.value() / 1e9, n.stage, n.layout, n.binding, n.capacity.value() / 1e9,
         m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : ""));
   }
+  warn_if_calibrated_on_another_gpu(o.calibration, c);
   // --verify: the shortlist through the simulator, ranked by what it measures.
   const size_t verified_count =
       offloaded ? 0 : std::min(r.ranked.size(), static_cast<size_t>(std::max(o.verify, 0)));

@@ -140,6 +140,7 @@ void run_simulate(const SimulateOptions& o) {
                          "as one steady-state iteration)");
     }
     warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
+    warn_if_calibrated_on_another_gpu(o.calibration, c);
     run_offload(o, m, c, choice, ctx);
     return;
   }
@@ -151,6 +152,7 @@ void run_simulate(const SimulateOptions& o) {
   warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
+  warn_if_calibrated_on_another_gpu(o.calibration, c);
   const TimeBreakdown predicted = estimate_time(ctx, choice);
 
   sim::TrainingOptions opt;

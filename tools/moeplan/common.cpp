@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <thread>
 
 #include "calibrate/nccl_bench.h"
@@ -158,6 +159,27 @@ Efficiencies efficiencies_from(const std::string& calibration_file) {
   if (calibration_file.empty()) return efficiencies();
   const io::Calibration cal = io::load_calibration(calibration_file);
   return efficiencies(cal.curves, cal.constants);
+}
+
+std::string gpu_chip(const std::string& name) {
+  static const std::regex chip("[A-Z]{1,3}[0-9]{2,4}");
+  std::smatch match;
+  return std::regex_search(name, match, chip) ? match.str() : std::string();
+}
+
+void warn_if_calibrated_on_another_gpu(const std::string& calibration_file, const ClusterSpec& c) {
+  if (calibration_file.empty()) return;
+  const nlohmann::json& p = io::load_calibration(calibration_file).provenance;
+  if (!p.is_object() || !p.contains("gpu") || !p["gpu"].is_object() || !p["gpu"].contains("name") ||
+      !p["gpu"]["name"].is_string())
+    return;
+  const std::string measured = p["gpu"]["name"].get<std::string>();
+  const std::string chip = gpu_chip(measured), cluster_chip = gpu_chip(c.node.gpu.model);
+  if (chip.empty() || cluster_chip.empty() || chip == cluster_chip) return;
+  fmt::print(stderr,
+             "warning: {} was measured on {}; cluster {} has {} GPUs (efficiencies carry over "
+             "between like GPUs only)\n",
+             calibration_file, measured, c.name, c.node.gpu.model);
 }
 
 Dtype parse_dtype(const std::string& text, const std::string& option) {
