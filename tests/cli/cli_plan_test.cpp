@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,15 @@ TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
         "Megatron-LM would log: elapsed time per iteration (ms): "}) {
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle;
   }
+  // Every argument line but the last continues the shell command; the last ends it.
+  const size_t first = r.out.find("Megatron-LM arguments:\n");
+  const size_t end = r.out.find("\n\nDeepSpeed config");
+  ASSERT_LT(first, end);
+  const std::string block = r.out.substr(first, end - first);
+  EXPECT_NE(block.back(), '\\') << block;
+  EXPECT_EQ(std::count(block.begin(), block.end(), '\\') + 1,
+            std::count(block.begin(), block.end(), '\n'))
+      << block;
 }
 
 TEST(Cli, PlanNamesTheStageWhoseDpSyncShows) {

@@ -473,7 +473,9 @@ void run_plan(const PlanOptions& o) {
   } else {
     fmt::print("Megatron-LM arguments:\n");
   }
-  for (const std::string& a : args) fmt::print("  {} \\\n", a);
+  // Shell continuation lines, pasted after the launcher: the last one ends the command.
+  for (size_t i = 0; i < args.size(); ++i)
+    fmt::print("  {}{}\n", args[i], i + 1 < args.size() ? " \\" : "");
   fmt::print(
       "\nDeepSpeed config{}:\n{}\n",
       m.is_moe() ? fmt::format(" (MoE layers take ep_size={})", *best.choice.parallel.ep) : "",
