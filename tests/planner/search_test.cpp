@@ -1,5 +1,6 @@
 #include "planner/search.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -192,27 +193,23 @@ TEST(Search, ImpossibleFixedSizesAreAConfigError) {
         << e.what();
   }
   EXPECT_FALSE(search_plans(dense.ctx, request(8, 64, "ep=1,etp=1")).ranked.empty());
-  // 240 GPUs and a batch of 64: a factor 15 no layout takes; the error names 224, which does.
-  const Inputs node30("mixtral-8x7b.json", "megascale-h800-240.json");
-  try {
-    search_plans(node30.ctx, request(240, 64));
-    ADD_FAILURE() << "240 GPUs at batch 64 searched";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("do not divide); 224 GPUs divide"), std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(search_plans(node30.ctx, request(224, 64)).ranked.empty());  // pp = 7
+  // A count no layout takes names the largest below that does, and that one plans.
+  auto suggests = [](const Inputs& in, int64_t gpus, int64_t gbs, int64_t fewer) {
+    try {
+      search_plans(in.ctx, request(gpus, gbs));
+      ADD_FAILURE() << gpus << " GPUs at batch " << gbs << " searched";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("do not divide); {} GPUs divide", fewer)),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(search_plans(in.ctx, request(fewer, gbs)).ranked.empty());
+  };
+  // 240 GPUs and a batch of 64: a factor 15 no layout takes; 224 does (pp = 7).
+  suggests(Inputs("mixtral-8x7b.json", "megascale-h800-240.json"), 240, 64, 224);
   // Far below: GPT-1.7B at a batch of 8 cannot use 16,384 GPUs nor the 16 node counts under
   // it; halving finds 8,192.
-  const Inputs small("gpt-1.7b.json", "h800-16384.json", 2048);
-  try {
-    search_plans(small.ctx, request(16384, 8));
-    ADD_FAILURE() << "16,384 GPUs at batch 8 searched";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("do not divide); 8192 GPUs divide"), std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(search_plans(small.ctx, request(8192, 8)).ranked.empty());
+  suggests(Inputs("gpt-1.7b.json", "h800-16384.json", 2048), 16384, 8, 8192);
 }
 
 TEST(TimeModel, OneFOneBIterationIsMicrobatchesPlusStagesMinusOne) {
