@@ -422,7 +422,7 @@ TEST(Cli, PlanForADenseModelSaysNothingOfExperts) {
           "--global-batch 256 --recompute selective --top 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("Memory per GPU by stage (headroom "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("--recompute-modules layernorm \\\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--recompute-modules layernorm\n"), std::string::npos) << r.out;  // the last
   EXPECT_NE(r.out.find("DeepSpeed config:\n"), std::string::npos) << r.out;
   for (const char* absent : {"s''", "MACT", "moe_act", "ep_size", "--num-experts"})
     EXPECT_EQ(r.out.find(absent), std::string::npos) << absent << "\n" << r.out;
