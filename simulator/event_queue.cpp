@@ -63,6 +63,10 @@ uint64_t EventQueue::run() {
       now_ = time;
       action();
       ++executed;
+      if (until_tick_ != 0 && --until_tick_ == 0) {  // a countdown: no division per event
+        until_tick_ = tick_every_;
+        tick_();
+      }
     }
     heap_.pop();
     bucket_of_.erase(time.ps);

@@ -27,6 +27,12 @@ class EventQueue {
   void cancel(EventId id);
   // Runs events until none is left. Returns the number executed.
   uint64_t run();
+  // Calls `tick` after every `events` executed events (progress of a long run; 0 turns it off).
+  void tick_every(uint64_t events, Action tick) {
+    tick_every_ = tick ? events : 0;
+    until_tick_ = tick_every_;
+    tick_ = std::move(tick);
+  }
   SimTime now() const { return now_; }
   bool empty() const { return heap_.empty(); }
 
@@ -60,6 +66,8 @@ class EventQueue {
   std::vector<uint32_t> free_slots_;
   SimTime now_;
   uint64_t next_seq_ = 0;
+  uint64_t tick_every_ = 0, until_tick_ = 0;
+  Action tick_;
 };
 
 }  // namespace moe::sim

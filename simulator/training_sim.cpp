@@ -100,6 +100,12 @@ TrainingReport Training::run() {
 
 SimTime Training::run_iteration(int64_t it, SimTime offset) {
   EventQueue queue;
+  if (o_.on_progress) {
+    const Seconds expected = estimate_time(ctx_, plan_).iteration;
+    queue.tick_every(o_.progress_events, [this, &queue, expected] {
+      o_.on_progress(std::min(0.99, to_seconds(queue.now()) / expected));
+    });
+  }
   FlowNetwork net(queue);
   queue_ = &queue;
   net_ = &net;

@@ -74,6 +74,11 @@ struct TrainingOptions {
   // Called after each simulated iteration with how many are done and the total (a run of every
   // GPU takes seconds an iteration: the CLI shows progress with it).
   std::function<void(int64_t done, int64_t total)> on_iteration;
+  // Called every `progress_events` events inside an iteration with the share of it simulated so
+  // far, as simulated time over the planner's estimate (at most 0.99): an iteration of every GPU
+  // of a large cluster takes seconds.
+  std::function<void(double share)> on_progress;
+  uint64_t progress_events = uint64_t{1} << 20;
 };
 
 struct OomEvent {

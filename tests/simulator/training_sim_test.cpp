@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "planner/io/loaders.h"
@@ -71,7 +72,7 @@ TEST(TrainingSim, AgreesWithThePlannerWithoutContention) {
   }
 }
 
-TEST(TrainingSim, ReportsEachFinishedIteration) {
+TEST(TrainingSim, ReportsProgressInsideAndAfterEachIteration) {
   // The CLI's progress line: one call per iteration, after it, counting up to the total.
   const ModelSpec m = testing_models::mixtral_8x7b();
   const ClusterSpec cl = cluster("megascale-h800-240");
@@ -84,6 +85,18 @@ TEST(TrainingSim, ReportsEachFinishedIteration) {
       simulate_training(ctx, cl, choice(m, "tp=1,pp=2,ep=8,dp=8,mbs=1,gbs=32"), o);
   ASSERT_EQ(r.iteration_times.size(), 3u);
   EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {2, 3}, {3, 3}}));
+  // Inside an iteration, every `progress_events` events: the simulated share, rising.
+  TrainingOptions one;
+  one.progress_events = 500;
+  std::vector<double> shares;
+  one.on_progress = [&](double share) { shares.push_back(share); };
+  const TrainingReport p =
+      simulate_training(ctx, cl, choice(m, "tp=1,pp=2,ep=8,dp=8,mbs=1,gbs=32"), one);
+  EXPECT_EQ(static_cast<uint64_t>(shares.size()), p.events / 500);
+  ASSERT_GE(shares.size(), 2u);
+  EXPECT_TRUE(std::is_sorted(shares.begin(), shares.end()));
+  EXPECT_GT(shares.front(), 0.0);
+  EXPECT_LE(shares.back(), 0.99);
 }
 
 TEST(TrainingSim, SharedLinksSlowBothAlike) {

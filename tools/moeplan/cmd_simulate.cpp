@@ -169,11 +169,19 @@ void run_simulate(const SimulateOptions& o) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   };
   const bool tty = isatty(fileno(stderr)) != 0;
-  if (tty && !o.json && o.iterations > 1) {
+  int64_t iterations_done = 0;
+  if (tty && !o.json) {
+    opt.on_progress = [&](double share) {
+      fmt::print(stderr, "\rsimulating: iteration {}/{}, {:3.0f} %          ", iterations_done + 1,
+                 o.iterations, 100.0 * share);
+    };
     opt.on_iteration = [&](int64_t done, int64_t total) {
+      iterations_done = done;
       const double left =
           seconds_since_start() / static_cast<double>(done) * static_cast<double>(total - done);
-      fmt::print(stderr, "\rsimulating: iteration {}/{}, ~{:.0f} s left ", done, total, left);
+      if (done < total)
+        fmt::print(stderr, "\rsimulating: iteration {}/{} done, ~{:.0f} s left ", done, total,
+                   left);
     };
   }
   const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
