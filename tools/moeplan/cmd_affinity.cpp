@@ -73,64 +73,63 @@ void print_profile_table(const ModelSpec& m, const LayerParams& lp, double bytes
   fmt::print("{}", t.render());
 }
 
-// --skew in plan's and simulate's words, as the --G or --popularity it means: eq. (1) needs each
-// expert's share, which capacity=F and worst (only the busiest rank's load) do not give.
-AffinityOptions with_skew(AffinityOptions o, const ModelSpec& m) {
-  if (o.skew.empty()) return o;
-  if (o.g || !o.popularity.empty())
+// The per-layer expert shares eq. (1) splits by: a popularity file (--popularity, or --skew FILE)
+// or one row for every layer (--G x, or --skew balanced | G=x, which parse_skew reads as plan
+// does). capacity=F and worst give only the busiest rank's load, not each expert's share.
+// Empty when none is given.
+std::vector<std::vector<double>> popularity_rows(const AffinityOptions& o, const ModelSpec& m) {
+  if (!o.skew.empty() && (o.g || !o.popularity.empty()))
     throw InputError("--skew", "", "give --skew or --G / --popularity, not both");
-  if (o.skew == "balanced") {
-    o.g = 1.0 / static_cast<double>(m.num_routed_experts);
-  } else if (o.skew.rfind("G=", 0) == 0) {
-    o.g = finite_number(o.skew.substr(2));
-    if (!o.g) throw InputError("--skew", "", fmt::format("'{}': G is not a number", o.skew));
-  } else if (o.skew.size() > 5 && o.skew.substr(o.skew.size() - 5) == ".json") {
-    o.popularity = o.skew;
-  } else {
+  const bool skew_file = o.skew.find(".json") != std::string::npos;  // as skew_for tells
+  const std::string file = skew_file ? o.skew : o.popularity;
+  if (!file.empty()) {
+    std::vector<std::vector<double>> pop = io::load_popularity(file);
+    if (o.layer < 0 || o.layer >= static_cast<int64_t>(pop.size())) {
+      throw InputError("--layer", "",
+                       fmt::format("layer {} is not in {} ({} layers)", o.layer, file, pop.size()));
+    }
+    if (static_cast<int64_t>(pop[o.layer].size()) != m.num_routed_experts) {
+      throw InputError(
+          file, fmt::format("/layers/{}", o.layer),
+          fmt::format("has {} experts, model has {}", pop[o.layer].size(), m.num_routed_experts));
+    }
+    return pop;
+  }
+  if (!o.skew.empty()) {
+    const RoutingSkew skew = parse_skew(o.skew, m);
+    if (skew.kind == RoutingSkew::Kind::kBalanced)
+      return {std::vector<double>(static_cast<size_t>(m.num_routed_experts),
+                                  1.0 / static_cast<double>(m.num_routed_experts))};
+    if (skew.kind == RoutingSkew::Kind::kPopularity) return skew.proportions;
     throw InputError("--skew", "",
                      fmt::format("'{}': affinity needs each expert's share: balanced, G=x or a "
                                  "popularity file",
                                  o.skew));
   }
-  return o;
+  if (!o.g) return {};
+  try {
+    return {aptmoe::proportions_for_g(m.num_routed_experts, *o.g)};
+  } catch (const ConfigError& e) {
+    throw InputError("--G", "", e.what());
+  }
 }
 
-void run_affinity(const AffinityOptions& given) {
-  const ModelSpec m = io::load_model(given.model);
-  const ClusterSpec c = io::load_cluster(given.cluster);
-  if (!m.is_moe()) throw InputError(given.model, "", "affinity needs a model with routed experts");
-  const AffinityOptions o = with_skew(given, m);
+void run_affinity(const AffinityOptions& o) {
+  const ModelSpec m = io::load_model(o.model);
+  const ClusterSpec c = io::load_cluster(o.cluster);
+  if (!m.is_moe()) throw InputError(o.model, "", "affinity needs a model with routed experts");
   if (o.gpu < 0 || o.gpu >= c.num_gpus()) {
     throw InputError("--gpu", "",
                      fmt::format("GPU {} does not exist (cluster has {})", o.gpu, c.num_gpus()));
   }
-  std::vector<double> proportions;
-  double g_metric = 0;
-  if (!o.popularity.empty()) {
-    const auto pop = io::load_popularity(o.popularity);
-    if (o.layer < 0 || o.layer >= static_cast<int64_t>(pop.size())) {
-      throw InputError(
-          "--layer", "",
-          fmt::format("layer {} is not in {} ({} layers)", o.layer, o.popularity, pop.size()));
-    }
-    if (static_cast<int64_t>(pop[o.layer].size()) != m.num_routed_experts) {
-      throw InputError(
-          o.popularity, fmt::format("/layers/{}", o.layer),
-          fmt::format("has {} experts, model has {}", pop[o.layer].size(), m.num_routed_experts));
-    }
-    proportions = pop[o.layer];
-    g_metric = aptmoe::popularity_metric(pop);
-  } else if (o.g) {
-    try {
-      proportions = aptmoe::proportions_for_g(m.num_routed_experts, *o.g);
-    } catch (const ConfigError& e) {
-      throw InputError(o.skew.empty() ? "--G" : "--skew", "", e.what());
-    }
-    g_metric = aptmoe::popularity_metric({proportions});
-  } else if (!o.table) {  // the profiler's table needs no popularity
+  const std::vector<std::vector<double>> rows = popularity_rows(o, m);
+  if (rows.empty() && !o.table)  // the profiler's table needs no popularity
     throw InputError("--popularity", "",
                      "give --skew G=x (or balanced, or FILE), --G x or --popularity FILE");
-  }
+  const std::vector<double> proportions =
+      rows.empty() ? std::vector<double>{}
+                   : rows[rows.size() == 1 ? 0 : static_cast<size_t>(o.layer)];
+  const double g_metric = rows.empty() ? 0.0 : aptmoe::popularity_metric(rows);
   const aptmoe::Pass pass = o.pass == "backward" ? aptmoe::Pass::kBackward : aptmoe::Pass::kForward;
   if (o.pass != "forward" && o.pass != "backward") {
     throw InputError("--pass", "", fmt::format("'{}' is not one of forward, backward", o.pass));
