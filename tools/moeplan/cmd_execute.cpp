@@ -158,9 +158,10 @@ void run_execute(const ExecuteCliOptions& o) {
   if (layer < 0) {
     for (layer = 0; layer < m.num_layers && !m.moe_layer[static_cast<size_t>(layer)];) ++layer;
   }
-  const TimeContext ctx = make_time_context(m, cl, efficiencies_from(o.calibration),
-                                            skew_for(o.skew, m), choice.seq_len);
-  warn_if_calibrated_on_another_gpu(o.calibration, cl);
+  const CalibrationIn cal = calibration_from(o.calibration);
+  const TimeContext ctx =
+      make_time_context(m, cl, cal.efficiencies, skew_for(o.skew, m), choice.seq_len);
+  warn_if_calibrated_on_another_gpu(cal, cl);
   if (choice.offload) {
     execute_offload(o, m, cl, choice, ctx, layer);
     return;

@@ -162,8 +162,8 @@ void run_plan(const PlanOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const RoutingSkew skew = skew_for(o.skew, m);
-  const TimeContext ctx =
-      make_time_context(m, c, efficiencies_from(o.calibration), skew, o.seq_len);
+  const CalibrationIn cal = calibration_from(o.calibration);
+  const TimeContext ctx = make_time_context(m, c, cal.efficiencies, skew, o.seq_len);
 
   SearchRequest req;
   req.num_gpus = o.gpus.value_or(c.num_gpus());
@@ -270,7 +270,7 @@ void run_plan(const PlanOptions& o) {
         n.needed.value() / 1e9, n.stage, n.layout, n.binding, n.capacity.value() / 1e9,
         m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : ""));
   }
-  warn_if_calibrated_on_another_gpu(o.calibration, c);
+  warn_if_calibrated_on_another_gpu(cal, c);
   // --verify: the shortlist through the simulator, ranked by what it measures.
   const size_t verified_count =
       offloaded ? 0 : std::min(r.ranked.size(), static_cast<size_t>(std::max(o.verify, 0)));

@@ -128,8 +128,9 @@ void run_simulate(const SimulateOptions& o) {
   const nlohmann::json saved = io::read_json_file(o.plan);  // read once: choice and model
   const PlanChoice choice = io::plan_choice_from_json(saved, o.plan);
   const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
-  const TimeContext ctx = make_time_context(m, c, efficiencies_from(o.calibration),
-                                            skew_for(routing.skew, m), choice.seq_len);
+  const CalibrationIn cal = calibration_from(o.calibration);
+  const TimeContext ctx =
+      make_time_context(m, c, cal.efficiencies, skew_for(routing.skew, m), choice.seq_len);
   if (choice.offload) {
     if (routing.dynamics.drift_iterations > 0 || routing.dynamics.jitter > 0)
       throw InputError("--skew", "", "drift and jitter apply to GPU-resident plans only");
@@ -140,7 +141,7 @@ void run_simulate(const SimulateOptions& o) {
                          "as one steady-state iteration)");
     }
     warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
-    warn_if_calibrated_on_another_gpu(o.calibration, c);
+    warn_if_calibrated_on_another_gpu(cal, c);
     run_offload(o, m, c, choice, ctx);
     return;
   }
@@ -152,7 +153,7 @@ void run_simulate(const SimulateOptions& o) {
   warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
-  warn_if_calibrated_on_another_gpu(o.calibration, c);
+  warn_if_calibrated_on_another_gpu(cal, c);
   const TimeBreakdown predicted = estimate_time(ctx, choice);
 
   sim::TrainingOptions opt;

@@ -63,8 +63,9 @@ void run_whatif(const WhatifOptions& o) {
     }
     points = next;
   }
-  const Efficiencies eff = efficiencies_from(o.calibration);
-  warn_if_calibrated_on_another_gpu(o.calibration, c);
+  const CalibrationIn cal = calibration_from(o.calibration);
+  const Efficiencies& eff = cal.efficiencies;
+  warn_if_calibrated_on_another_gpu(cal, c);
   std::filesystem::create_directories(o.out);
   const std::string csv_path = o.out + "/points.csv";
   const std::map<std::string, PointResult> earlier =

@@ -155,10 +155,14 @@ RoutingSkew skew_for(const std::string& text, const ModelSpec& m) {
   return skew;
 }
 
-Efficiencies efficiencies_from(const std::string& calibration_file) {
-  if (calibration_file.empty()) return efficiencies();
+CalibrationIn calibration_from(const std::string& calibration_file) {
+  if (calibration_file.empty()) return {"", efficiencies(), ""};
   const io::Calibration cal = io::load_calibration(calibration_file);
-  return efficiencies(cal.curves, cal.constants);
+  const nlohmann::json& p = cal.provenance;
+  const bool named = p.is_object() && p.contains("gpu") && p["gpu"].is_object() &&
+                     p["gpu"].contains("name") && p["gpu"]["name"].is_string();
+  return {calibration_file, efficiencies(cal.curves, cal.constants),
+          named ? p["gpu"]["name"].get<std::string>() : std::string()};
 }
 
 std::string gpu_chip(const std::string& name) {
@@ -167,19 +171,13 @@ std::string gpu_chip(const std::string& name) {
   return std::regex_search(name, match, chip) ? match.str() : std::string();
 }
 
-void warn_if_calibrated_on_another_gpu(const std::string& calibration_file, const ClusterSpec& c) {
-  if (calibration_file.empty()) return;
-  const nlohmann::json& p = io::load_calibration(calibration_file).provenance;
-  if (!p.is_object() || !p.contains("gpu") || !p["gpu"].is_object() || !p["gpu"].contains("name") ||
-      !p["gpu"]["name"].is_string())
-    return;
-  const std::string measured = p["gpu"]["name"].get<std::string>();
-  const std::string chip = gpu_chip(measured), cluster_chip = gpu_chip(c.node.gpu.model);
+void warn_if_calibrated_on_another_gpu(const CalibrationIn& cal, const ClusterSpec& c) {
+  const std::string chip = gpu_chip(cal.measured_on), cluster_chip = gpu_chip(c.node.gpu.model);
   if (chip.empty() || cluster_chip.empty() || chip == cluster_chip) return;
   fmt::print(stderr,
              "warning: {} was measured on {}; cluster {} has {} GPUs (efficiencies carry over "
              "between like GPUs only)\n",
-             calibration_file, measured, c.name, c.node.gpu.model);
+             cal.file, cal.measured_on, c.name, c.node.gpu.model);
 }
 
 Dtype parse_dtype(const std::string& text, const std::string& option) {

@@ -46,13 +46,19 @@ void warn_world_size(const ParallelConfig& p, const ClusterSpec& c);
 // A --skew spec (balanced | capacity=F | G=x | worst) or a popularity file (.json) of observed
 // per-expert counts, checked against the model's expert count.
 RoutingSkew skew_for(const std::string& text, const ModelSpec& m);
-// The efficiency curves of a calibration file over the defaults; the defaults alone for "".
-Efficiencies efficiencies_from(const std::string& calibration_file);
-// One warning line when the calibration file says (provenance.gpu.name, as `calibrate` writes
-// it) it was measured on another GPU than the cluster's: "H100" against "H800". Efficiencies
-// carry over between like GPUs only. Silent where the file names no GPU. Call it after the
-// checks, as warn_if_planned_for_another.
-void warn_if_calibrated_on_another_gpu(const std::string& calibration_file, const ClusterSpec& c);
+// A calibration file read once: its efficiency curves over the defaults (the defaults alone for
+// ""), and the GPU its provenance says it was measured on (gpu.name, as `calibrate` writes it;
+// empty where it names none).
+struct CalibrationIn {
+  std::string file;
+  Efficiencies efficiencies;
+  std::string measured_on;
+};
+CalibrationIn calibration_from(const std::string& calibration_file);
+// One warning line when the calibration was measured on another GPU than the cluster's: "H100"
+// against "H800". Efficiencies carry over between like GPUs only. Call it after the checks, as
+// warn_if_planned_for_another.
+void warn_if_calibrated_on_another_gpu(const CalibrationIn& cal, const ClusterSpec& c);
 // The chip in a GPU's name: "H100" in "NVIDIA H100 80GB HBM3", "A800" in "A800-PCIe-40GB",
 // "B200" in "B200 (GB200 NVL72)"; empty when none.
 std::string gpu_chip(const std::string& name);
