@@ -159,7 +159,7 @@ namespace moe {
 
 TEST(Cli, ACalibrationFromAnotherGpuIsWarnedAbout) {
   // calibrate/data/h100.json was measured on an H100 (its provenance names the GPU): on an H800
-  // cluster plan says so in one line; on an H100 cluster, and without a calibration, nothing.
+  // cluster plan says so in one line; on an H100 cluster, nothing.
   const std::string plan =
       "plan --model models/mixtral-8x7b.json --global-batch 256 --seq-len 4096 --top 1 "
       "--calibration calibrate/data/h100.json ";
