@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "planner/errors.h"
@@ -496,18 +498,26 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       c.alltoall_chunks = n;
                       c.dp_bf16_compression = bf16;
                       c.overlap = overlap;
+                      ++stats[w].evaluated;
+                      ++inner;
+                      // Throughput ranks by iteration time: a candidate no faster than the
+                      // layout's best so far, or than the last of a full top K, is out.
+                      double bound = std::numeric_limits<double>::infinity();
+                      if (req.objective == Objective::kThroughput) {
+                        if (static_cast<int>(top.size()) == req.top_k) bound = top.back().key;
+                        if (layout_best) bound = std::min(bound, layout_best->key);
+                      }
+                      std::optional<TimeBreakdown> time =
+                          estimate_time_below(ctx, c, scratch, Seconds(bound));
+                      if (!time) {
+                        ++stats[w].bounded;
+                        continue;
+                      }
+                      if (time->iteration.value() >= bound) continue;
                       Plan plan;
                       plan.choice = c;
                       plan.score.memory = mem;
-                      plan.score.time = estimate_time(ctx, c, scratch);
-                      ++stats[w].evaluated;
-                      ++inner;
-                      const double key = plan.score.time.iteration.value();
-                      if (req.objective == Objective::kThroughput &&
-                          ((static_cast<int>(top.size()) == req.top_k && key >= top.back().key) ||
-                           (layout_best && key >= layout_best->key))) {
-                        continue;
-                      }
+                      plan.score.time = *time;
                       plan.score =
                           complete_score(ctx, c, mem, plan.score.time, capacity, req.alpha);
                       Ranked r{objective_key(plan, req.objective, world, tokens_per_iter),
@@ -539,6 +549,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
     out.stats.layouts += stats[w].layouts;
     out.stats.pruned_by_memory += stats[w].pruned_by_memory;
     out.stats.evaluated += stats[w].evaluated;
+    out.stats.bounded += stats[w].bounded;
     if (closest[w] && (!out.closest || closest[w]->second.needed < out.closest->needed))
       out.closest = closest[w]->second;
   }
@@ -634,6 +645,7 @@ SearchResult search_gpu_counts(const TimeContext& ctx, const SearchRequest& req,
     out.stats.layouts += r.stats.layouts;
     out.stats.pruned_by_memory += r.stats.pruned_by_memory;
     out.stats.evaluated += r.stats.evaluated;
+    out.stats.bounded += r.stats.bounded;
     out.stats.seconds += r.stats.seconds;
     if (r.closest && (!out.closest || r.closest->needed < out.closest->needed))
       out.closest = r.closest;

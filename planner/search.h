@@ -73,6 +73,7 @@ struct SearchStats {
   int64_t layouts = 0;           // valid layouts considered
   int64_t pruned_by_memory = 0;  // layouts cut by the memory lower bound
   int64_t evaluated = 0;         // candidates timed
+  int64_t bounded = 0;  // of those, ruled out before their DP syncs were priced (time bound)
   double seconds = 0;
 };
 

@@ -571,8 +571,10 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
 namespace {
 
 // estimate_time, with `scratch()` giving a copy of ctx whose links it may overwrite.
+// Nothing when the iteration reaches `bound` before the DP syncs' windows are priced.
 template <class Scratch>
-TimeBreakdown estimate_time_with(const TimeContext& ctx, const PlanChoice& c, Scratch scratch) {
+std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const PlanChoice& c,
+                                                Scratch scratch, Seconds bound) {
   const ParallelConfig& p = c.parallel;
   const int64_t pp = *p.pp, dp = *p.dp;
   TimeBreakdown out;
@@ -679,6 +681,11 @@ TimeBreakdown estimate_time_with(const TimeContext& ctx, const PlanChoice& c, Sc
   std::vector<DpSync> syncs(static_cast<size_t>(pp));
   for (int64_t s = 0; s < pp; ++s)
     syncs[static_cast<size_t>(s)] = s == slowest_stage ? sync : dp_sync_times(ctx, c, s);
+  // The optimizer step waits for every stage's.
+  for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
+  // What follows prices the DP syncs' exposure, which only adds (a sync stretches the passes it
+  // shares links with, never shortens them): the terms so far bound the iteration from below.
+  if (per_mb * mb + out.bubble + out.optimizer + out.pp_comm >= bound) return std::nullopt;
   struct Exposed {
     int64_t stage = 0;
     Seconds slack;          // how long the stage runs passes before its sync's window opens
@@ -796,8 +803,6 @@ TimeBreakdown estimate_time_with(const TimeContext& ctx, const PlanChoice& c, Sc
     const Seconds stretch = forward - unshared;
     out.dp_comm += std::max(Seconds(0), e.exposure + (ag_shared - left) - stretch) + stretch;
   }
-  // The optimizer step waits for every stage's.
-  for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
   // ZeRO-2 and -3 sync every micro-batch on the links the pass's own traffic takes: the stage
   // that paces the pipeline is the slowest with its syncs, which need not be the slowest
   // without (a last stage lighter in weights but heavier in compute, DeepSeek-V3's with its MTP
@@ -910,14 +915,23 @@ TimeBreakdown estimate_time_with(const TimeContext& ctx, const PlanChoice& c, Sc
 
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
   std::optional<TimeContext> scratch;
-  return estimate_time_with(ctx, c, [&]() -> TimeContext& {
-    if (!scratch) scratch = ctx;
-    return *scratch;
-  });
+  return *estimate_time_with(
+      ctx, c,
+      [&]() -> TimeContext& {
+        if (!scratch) scratch = ctx;
+        return *scratch;
+      },
+      Seconds(std::numeric_limits<double>::infinity()));
 }
 
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeContext& scratch) {
-  return estimate_time_with(ctx, c, [&]() -> TimeContext& { return scratch; });
+  return *estimate_time_below(ctx, c, scratch, Seconds(std::numeric_limits<double>::infinity()));
+}
+
+std::optional<TimeBreakdown> estimate_time_below(const TimeContext& ctx, const PlanChoice& c,
+                                                 TimeContext& scratch, Seconds bound) {
+  return estimate_time_with(
+      ctx, c, [&]() -> TimeContext& { return scratch; }, bound);
 }
 
 }  // namespace moe

@@ -30,6 +30,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "planner/cluster_spec.h"
@@ -121,6 +122,13 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);
 // link rates it overwrites: a search keeps one per thread instead of copying ctx (its curves
 // and layer list) once or twice a candidate.
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeContext& scratch);
+// The same, or nothing when the iteration cannot come in under `bound`: the steady state,
+// bubble, pipeline hops and optimizer step already reach it before the DP syncs' exposure, which
+// only adds, is priced. The search's branch and bound: most candidates lose to the best found
+// so far there, and the sync windows (each re-pricing a stage on slowed links) are most of a
+// candidate's cost.
+std::optional<TimeBreakdown> estimate_time_below(const TimeContext& ctx, const PlanChoice& c,
+                                                 TimeContext& scratch, Seconds bound);
 
 // MoNTA's AllToAll problem for a plan whose experts are tensor-parallel (etp > 1).
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);

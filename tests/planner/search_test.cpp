@@ -169,6 +169,45 @@ TEST(Search, DeterministicAcrossThreadCounts) {
   EXPECT_EQ(a.stats.evaluated, b.stats.evaluated);
 }
 
+TEST(Search, TheTimeBoundCutsOnlyCandidatesThatCannotBeatIt) {
+  // DeepSeekMoE-16B on 240 H800: DP crosses nodes, so the sync windows the bound skips are
+  // priced. Each layout's best plan, under every ZeRO stage, overlap and gradient precision:
+  // the DP syncs' exposure never subtracts, a bound just above the iteration keeps the
+  // candidate exactly as estimate_time prices it, and one at the terms before the syncs cuts it.
+  const Inputs s("deepseekmoe-16b.json", "megascale-h800-240.json");
+  SearchRequest req = request(240, 240, "mbs=1");
+  req.top_k = 40;
+  const SearchResult r = search_plans(s.ctx, req);
+  ASSERT_EQ(r.ranked.size(), 40u);
+  EXPECT_GT(r.stats.bounded, r.stats.evaluated / 2);
+  TimeContext scratch = s.ctx;
+  int cut = 0, dp_priced = 0;
+  for (const Plan& best : r.ranked) {
+    for (int zero = 1; zero <= 3; ++zero) {
+      for (bool overlap : {false, true}) {
+        for (bool bf16 : {false, true}) {
+          PlanChoice c = best.choice;
+          c.zero_stage = zero;
+          c.overlap = overlap;
+          c.dp_bf16_compression = bf16;
+          const TimeBreakdown full = estimate_time(s.ctx, c);
+          SCOPED_TRACE(c.describe());
+          EXPECT_GE(full.dp_comm.value(), 0.0);
+          const auto kept = estimate_time_below(s.ctx, c, scratch, full.iteration * (1 + 1e-12));
+          ASSERT_TRUE(kept.has_value());
+          EXPECT_EQ(kept->iteration.value(), full.iteration.value());
+          EXPECT_EQ(kept->dp_comm.value(), full.dp_comm.value());
+          const Seconds before_syncs = full.iteration - full.dp_comm;
+          if (full.dp_comm.value() > 0) ++dp_priced;
+          if (!estimate_time_below(s.ctx, c, scratch, before_syncs * (1 - 1e-9))) ++cut;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cut, 40 * 12);
+  EXPECT_GT(dp_priced, 40 * 6);
+}
+
 TEST(Search, NothingFitsNamesTheClosestCandidate) {
   // Mixtral-8x7B needs 46.7 B x 18 bytes of weights and optimizer state: more than 8 x 80 GB.
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");

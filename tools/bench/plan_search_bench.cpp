@@ -27,11 +27,12 @@ void search_benchmark(benchmark::State& state, const char* model, const char* cl
   req.num_gpus = c.num_gpus();
   req.global_batch = gbs;
   req.threads = static_cast<int>(state.range(0));
-  int64_t evaluated = 0, layouts = 0;
+  int64_t evaluated = 0, bounded = 0, layouts = 0;
   for (auto _ : state) {
     const moe::SearchResult r = moe::search_plans(ctx, req);
     benchmark::DoNotOptimize(r.ranked.data());
     evaluated += r.stats.evaluated;
+    bounded += r.stats.bounded;
     layouts += r.stats.layouts;
   }
   state.counters["candidates_per_s"] =
@@ -40,6 +41,8 @@ void search_benchmark(benchmark::State& state, const char* model, const char* cl
       benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kAvgIterations);
   state.counters["candidates"] =
       benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kAvgIterations);
+  state.counters["cut_by_time_bound"] =
+      benchmark::Counter(static_cast<double>(bounded), benchmark::Counter::kAvgIterations);
 }
 
 void BM_SearchDeepSeekV3On2048H800(benchmark::State& state) {

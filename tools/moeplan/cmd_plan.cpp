@@ -304,6 +304,7 @@ void run_plan(const PlanOptions& o) {
                  {{"layouts", r.stats.layouts},
                   {"pruned_by_memory", r.stats.pruned_by_memory},
                   {"evaluated", r.stats.evaluated},
+                  {"cut_by_time_bound", r.stats.bounded},
                   {"seconds", r.stats.seconds}}},
                 {"verified", verified.size()},
                 {"plans", plans}});
@@ -316,9 +317,11 @@ void run_plan(const PlanOptions& o) {
   auto counted = [](int64_t n, const char* noun) {
     return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
   };
-  fmt::print("searched {} ({} cut by the memory bound), timed {} in {:.2f} s\n\n",
-             counted(r.stats.layouts, "layout"), r.stats.pruned_by_memory,
-             counted(r.stats.evaluated, "candidate"), r.stats.seconds);
+  fmt::print(
+      "searched {} ({} cut by the memory bound), timed {} ({} cut by the time bound) in {:.2f} "
+      "s\n\n",
+      counted(r.stats.layouts, "layout"), r.stats.pruned_by_memory,
+      counted(r.stats.evaluated, "candidate"), r.stats.bounded, r.stats.seconds);
   if (offloaded) {
     fmt::print(
         "No layout fits in GPU memory. APTMoE offload plans: weights in host memory, hot experts "
