@@ -657,6 +657,10 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     out.bubble = uneven_layout ? beyond : std::max(out.bubble, beyond);
   }
 
+  // What follows prices the DP syncs: the optimizer step, and their exposure, which only adds (a
+  // sync stretches the passes it shares links with, never shortens them). The terms so far bound
+  // the iteration from below.
+  if (per_mb * mb + out.bubble + out.pp_comm >= bound) return std::nullopt;
   const DpSync sync = dp_sync_times(ctx, c, slowest_stage);
   const Seconds rs = sync.reduce_scatter, ag = sync.all_gather;
   // ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
@@ -683,8 +687,6 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     syncs[static_cast<size_t>(s)] = s == slowest_stage ? sync : dp_sync_times(ctx, c, s);
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
-  // What follows prices the DP syncs' exposure, which only adds (a sync stretches the passes it
-  // shares links with, never shortens them): the terms so far bound the iteration from below.
   if (per_mb * mb + out.bubble + out.optimizer + out.pp_comm >= bound) return std::nullopt;
   struct Exposed {
     int64_t stage = 0;
