@@ -35,13 +35,20 @@ void GpuStreams::run(std::vector<Task> graph, std::function<void()> done) {
 
 void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done) {
   if (left_ != 0) throw std::logic_error("a GPU runs one task graph at a time");
+  own_pending_.resize(graph->size());
+  run(std::move(graph), std::move(done), PendingSlots{own_pending_.data(), 1});
+}
+
+void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done,
+                     PendingSlots slots) {
+  if (left_ != 0) throw std::logic_error("a GPU runs one task graph at a time");
   if (graph->min_stream() < 0 || static_cast<size_t>(graph->max_stream()) >= streams_.size())
     throw std::invalid_argument("task on an unknown stream");
   graph_ = std::move(graph);
   done_ = std::move(done);
   left_ = graph_->size();
-  pending_.resize(graph_->size());
-  for (size_t i = 0; i < pending_.size(); ++i) pending_[i] = {graph_->waiting_[i], 0};
+  slots_ = slots;
+  for (uint32_t i = 0; i < graph_->size(); ++i) pending(i) = {graph_->waiting_[i], 0};
   idle_ = true;
   idle_since_ = queue_.now();
   if (left_ == 0) {
@@ -50,7 +57,7 @@ void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void(
     return;
   }
   for (uint32_t i = 0; i < graph_->size(); ++i) {
-    if (pending_[i].waiting == 0) ready(i);
+    if (pending(i).waiting == 0) ready(i);
   }
 }
 
@@ -77,7 +84,7 @@ void GpuStreams::dispatch(int stream) {
 }
 
 void GpuStreams::start(uint32_t id) {
-  if (!graph_ || id >= graph_->size() || pending_[id].waiting != 0 ||
+  if (!graph_ || id >= graph_->size() || pending(id).waiting != 0 ||
       !stream_free(graph_->tasks_[id].stream))
     throw std::logic_error("started a task that is not ready or whose stream is busy");
   launch(id);
@@ -92,7 +99,7 @@ void GpuStreams::launch(uint32_t id) {
   if (stream == 0 && idle_) {
     // The main stream waited: charge it to whatever released this task (itself at a graph's
     // start, which the caller accounts as pipeline wait).
-    SimTime& waited = streams_[static_cast<size_t>(pending_[id].released_by)].waited;
+    SimTime& waited = streams_[static_cast<size_t>(pending(id).released_by)].waited;
     waited = waited + (start - idle_since_);
     idle_ = false;
   }
@@ -118,7 +125,7 @@ void GpuStreams::finished(uint32_t id) {
   s.running = false;
   if (hooks_.on_end) hooks_.on_end(t, start, now);
   for (uint32_t k = graph_->first_dependent_[id]; k < graph_->first_dependent_[id + 1]; ++k) {
-    Pending& d = pending_[graph_->dependents_[k]];
+    TaskPending& d = pending(graph_->dependents_[k]);
     d.released_by = t.stream;
     if (--d.waiting == 0) ready(graph_->dependents_[k]);
   }

@@ -56,6 +56,20 @@ struct StreamHooks {
   std::function<void(int stream)> on_free;
 };
 
+// What a GPU tracks of each task of its running graph until it starts.
+struct TaskPending {
+  uint32_t waiting = 0;  // dependencies not yet finished
+  int released_by = 0;   // stream of the dependency that finished last
+};
+
+// Where a GPU keeps its TaskPending entries: task i's at base[i * stride]. GPUs that run one
+// graph side by side (a pipeline stage's, in lockstep) interleave theirs, so the stage's GPUs
+// finishing one operator together touch one cache line rather than one each.
+struct PendingSlots {
+  TaskPending* base = nullptr;
+  size_t stride = 1;
+};
+
 // A task graph checked and indexed once, for any number of GPUs to run.
 class TaskGraph {
  public:
@@ -84,6 +98,9 @@ class GpuStreams {
   // task has finished. One graph at a time.
   void run(std::vector<Task> graph, std::function<void()> done);
   void run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done);
+  // The same, keeping each task's pending state in `slots` (graph->size() entries at its
+  // stride), which must outlive the run.
+  void run(std::shared_ptr<const TaskGraph> graph, std::function<void()> done, PendingSlots slots);
 
   // Starts ready task `id` of a caller-started stream, which must be free.
   void start(uint32_t id);
@@ -107,13 +124,11 @@ class GpuStreams {
   FlowNetwork& net_;
   StreamHooks hooks_;
   std::shared_ptr<const TaskGraph> graph_;
+  TaskPending& pending(uint32_t task) { return slots_.base[task * slots_.stride]; }
   // What a finishing task touches sits together: a run of every GPU keeps thousands of these
   // objects, and each event's cache misses were most of its cost.
-  struct Pending {
-    uint32_t waiting = 0;  // dependencies not yet finished
-    int released_by = 0;   // stream of the dependency that finished last
-  };
-  std::vector<Pending> pending_;           // by task of the running graph
+  std::vector<TaskPending> own_pending_;  // by task of the running graph, unless the caller's
+  PendingSlots slots_;
   using Ready = std::pair<int, uint32_t>;  // (rank, task)
   struct Stream {
     bool running = false;

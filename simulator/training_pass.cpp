@@ -371,6 +371,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   report_.tasks += graph->size() * static_cast<uint64_t>(st.num_gpus - 1);
   st.gpus_left = st.num_gpus;
   st.pass_done = std::move(done);
+  st.pending.resize(graph->size() * static_cast<size_t>(st.num_gpus));
   for (int64_t k = st.first_gpu; k < st.first_gpu + st.num_gpus; ++k) {
     std::function<void()> finish = [this, s = id.stage] {
       StageState& y = stages_[static_cast<size_t>(s)];
@@ -388,7 +389,9 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     }
     GpuState& x = gpus_[static_cast<size_t>(k)];
     x.refs = refs;
-    x.gpu->run(graph, std::move(finish));
+    x.gpu->run(
+        graph, std::move(finish),
+        PendingSlots{st.pending.data() + (k - st.first_gpu), static_cast<size_t>(st.num_gpus)});
   }
 }
 

@@ -107,10 +107,11 @@ struct StageState {
   Bytes static_bytes;
   double max_received = 0;  // MACT's s'_max for the stage
   DpSync sync;
-  std::vector<MemAction> actions;  // of the running pass graph; tags index it (1-based)
-  std::vector<OpRef> refs;         // of the pass graph being built, by task (every-GPU mode)
-  int64_t pass_serial = 0;         // passes started
-  int64_t gpus_left = 0;           // GPUs still running the current pass
+  std::vector<MemAction> actions;    // of the running pass graph; tags index it (1-based)
+  std::vector<OpRef> refs;           // of the pass graph being built, by task (every-GPU mode)
+  int64_t pass_serial = 0;           // passes started
+  int64_t gpus_left = 0;             // GPUs still running the current pass
+  std::vector<TaskPending> pending;  // its GPUs' state of the pass graph's tasks, interleaved
   std::function<void()> pass_done;
 };
 
