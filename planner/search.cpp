@@ -367,6 +367,17 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
   std::mutex progress_mutex;
   const int64_t tokens_per_iter = req.global_batch * ctx.seq_len;
 
+  // The iteration time a candidate must come in under to rank before `r`. Within one search
+  // (one GPU count and batch) the throughput and cost keys grow with the iteration time, and
+  // where the memory objective's keys tie the faster plan goes first (ranks_before); a later
+  // candidate never wins a full tie, which enumeration order breaks. Nothing (0) when the
+  // candidate needs more memory than `r` does under --objective memory.
+  auto time_to_beat = [&](const Ranked& r, double peak) {
+    if (req.objective != Objective::kMemory) return r.tiebreak;
+    return peak < r.key    ? std::numeric_limits<double>::infinity()
+           : peak == r.key ? r.tiebreak
+                           : 0.0;
+  };
   auto worker = [&](int w) {
     std::vector<Ranked>& top = best[w];
     TimeContext scratch = ctx;  // estimate_time's link-shared passes, one copy a thread
@@ -488,6 +499,9 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               }
               c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
+              double peak = 0;                           // complete_score's peak_bytes
+              for (const StageMemory& st : mem.stages)
+                peak = std::max(peak, st.total_bytes.value());
               for (megascale::Dispatcher d : dispatchers) {
                 for (const auto& [a2a, n] : a2as) {
                   for (bool bf16 : compress) {
@@ -500,15 +514,14 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       c.overlap = overlap;
                       ++stats[w].evaluated;
                       ++inner;
-                      // Throughput ranks by iteration time: a candidate no faster than the
-                      // layout's best so far, or than the last of a full top K, is out.
+                      // A candidate no faster than it must be to rank before the layout's
+                      // best so far, or than the last of a full top K, is out.
                       double bound = std::numeric_limits<double>::infinity();
-                      if (req.objective == Objective::kThroughput) {
-                        if (static_cast<int>(top.size()) == req.top_k) bound = top.back().key;
-                        if (layout_best) bound = std::min(bound, layout_best->key);
-                      }
-                      std::optional<TimeBreakdown> time =
-                          estimate_time_below(ctx, c, scratch, Seconds(bound));
+                      if (static_cast<int>(top.size()) == req.top_k)
+                        bound = time_to_beat(top.back(), peak);
+                      if (layout_best) bound = std::min(bound, time_to_beat(*layout_best, peak));
+                      std::optional<TimeBreakdown> time;
+                      if (bound > 0) time = estimate_time_below(ctx, c, scratch, Seconds(bound));
                       if (!time) {
                         ++stats[w].bounded;
                         continue;

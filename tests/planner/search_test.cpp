@@ -206,6 +206,19 @@ TEST(Search, TheTimeBoundCutsOnlyCandidatesThatCannotBeatIt) {
   }
   EXPECT_EQ(cut, 40 * 12);
   EXPECT_GT(dp_priced, 40 * 6);
+  // At one GPU count the cost objective ranks as throughput does, and its bound (in seconds,
+  // not its GPU-seconds per token) cuts as much; memory bounds only its ties.
+  req.objective = Objective::kCost;
+  const SearchResult cost = search_plans(s.ctx, req);
+  ASSERT_EQ(cost.ranked.size(), r.ranked.size());
+  for (size_t i = 0; i < r.ranked.size(); ++i)
+    EXPECT_EQ(cost.ranked[i].choice.describe(), r.ranked[i].choice.describe());
+  EXPECT_EQ(cost.stats.bounded, r.stats.bounded);
+  req.objective = Objective::kMemory;
+  const SearchResult memory = search_plans(s.ctx, req);
+  EXPECT_GT(memory.stats.bounded, 0);
+  for (size_t i = 1; i < memory.ranked.size(); ++i)
+    EXPECT_LE(memory.ranked[i - 1].score.peak_bytes, memory.ranked[i].score.peak_bytes);
 }
 
 TEST(Search, NothingFitsNamesTheClosestCandidate) {
