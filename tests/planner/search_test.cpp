@@ -35,11 +35,12 @@ std::map<std::string, Seconds> forward_ops(const Inputs& s, const char* layout,
   return by_name;
 }
 
-SearchRequest request(int64_t gpus, int64_t gbs, const std::string& fixed = "") {
+SearchRequest request(int64_t gpus, int64_t gbs, const std::string& fixed = "", int top_k = 5) {
   SearchRequest r;
   r.num_gpus = gpus;
   r.global_batch = gbs;
   r.fixed = parse_parallel(fixed);
+  r.top_k = top_k;
   return r;
 }
 }  // namespace
@@ -135,8 +136,7 @@ TEST(Search, TwoStagesListEachLayerSplitOnce) {
   // spelled pp_first=16,pp_last=16; each uneven split appears once, and up to two layers move
   // either way (a lighter last stage makes room for the output head).
   const Inputs s("mixtral-8x7b.json", "megascale-h800-240.json");
-  SearchRequest req = request(32, 64, "tp=2,pp=2,ep=8,etp=1,cp=1,vpp=1,mbs=1");
-  req.top_k = 100;
+  const SearchRequest req = request(32, 64, "tp=2,pp=2,ep=8,etp=1,cp=1,vpp=1,mbs=1", 100);
   const SearchResult r = search_plans(s.ctx, req);
   ASSERT_GE(r.ranked.size(), 2u);
   std::vector<std::string> seen;
@@ -175,8 +175,7 @@ TEST(Search, TheTimeBoundCutsOnlyCandidatesThatCannotBeatIt) {
   // the DP syncs' exposure never subtracts, a bound just above the iteration keeps the
   // candidate exactly as estimate_time prices it, and one at the terms before the syncs cuts it.
   const Inputs s("deepseekmoe-16b.json", "megascale-h800-240.json");
-  SearchRequest req = request(240, 240, "mbs=1");
-  req.top_k = 40;
+  SearchRequest req = request(240, 240, "mbs=1", 40);
   const SearchResult r = search_plans(s.ctx, req);
   ASSERT_EQ(r.ranked.size(), 40u);
   EXPECT_GT(r.stats.bounded, r.stats.evaluated / 2);
