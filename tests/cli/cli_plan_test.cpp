@@ -21,7 +21,8 @@ TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
   for (const char* needle :
        {"Megatron-LM arguments:", "--expert-model-parallel-size", "DeepSpeed config",
         "train_micro_batch_size_per_gpu", "Why #1 beats #2", "Best plan, per iteration",
-        "Megatron-LM would log: elapsed time per iteration (ms): "}) {
+        "Megatron-LM would log: elapsed time per iteration (ms): ",
+        "cut by the time bound before their DP syncs were priced"}) {
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle;
   }
   // Every argument line but the last continues the shell command; the last ends it.
@@ -49,6 +50,12 @@ TEST(Cli, PlanNamesTheStageWhoseDpSyncShows) {
   EXPECT_NE(r.out.find("DP comm: stage 0's gradient reduce-scatter ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("stage 0's parameter all-gather ("), std::string::npos);
   const nlohmann::json j = run_json(cmd + " --json");
+  // One layout: its candidates are weighed against each other's best, and the bound says how
+  // many of them it cut.
+  EXPECT_EQ(j["search"]["layouts"], 1);
+  EXPECT_GT(j["search"]["cut_by_time_bound"].get<int64_t>(), 0);
+  EXPECT_LT(j["search"]["cut_by_time_bound"].get<int64_t>(),
+            j["search"]["evaluated"].get<int64_t>());
   const nlohmann::json& sync = j["plans"][0]["predicted"]["dp_sync"];
   EXPECT_EQ(sync["reduce_scatter"]["stage"], 0);
   EXPECT_EQ(sync["all_gather"]["stage"], 0);

@@ -318,8 +318,8 @@ void run_plan(const PlanOptions& o) {
     return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
   };
   fmt::print(
-      "searched {} ({} cut by the memory bound), timed {} ({} cut by the time bound) in {:.2f} "
-      "s\n\n",
+      "searched {} ({} cut by the memory bound), weighed {} ({} cut by the time bound before "
+      "their DP syncs were priced) in {:.2f} s\n\n",
       counted(r.stats.layouts, "layout"), r.stats.pruned_by_memory,
       counted(r.stats.evaluated, "candidate"), r.stats.bounded, r.stats.seconds);
   if (offloaded) {
