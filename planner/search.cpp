@@ -304,6 +304,8 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
   const int64_t world = req.num_gpus;
   const int64_t gpn = ctx.links.gpus_per_node;
   const Bytes capacity = ctx.gpu.hbm_capacity;
+  // The ranking and its bounds compare against the K-th plan kept.
+  if (req.top_k < 1) throw ConfigError(fmt::format("top K must be at least 1, got {}", req.top_k));
   if (!m.is_moe()) {
     for (const auto& [name, size] : {std::pair{"ep", f.ep}, std::pair{"etp", f.etp}}) {
       if (size && *size > 1)

@@ -233,6 +233,7 @@ TEST(Search, NothingFitsNamesTheClosestCandidate) {
 TEST(Search, ImpossibleFixedSizesAreAConfigError) {
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
   EXPECT_THROW(search_plans(s.ctx, request(8, 64, "tp=3")), ConfigError);
+  EXPECT_THROW(search_plans(s.ctx, request(8, 64, "", 0)), ConfigError);  // no K-th plan to beat
   // Expert sizes on a dense model name the model rather than a generic "does not divide".
   const Inputs dense("llama-2-7b.json", "h100-sxm-8.json");
   try {
