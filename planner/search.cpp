@@ -506,8 +506,15 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                 peak = std::max(peak, st.total_bytes.value());
               for (megascale::Dispatcher d : dispatchers) {
                 for (const auto& [a2a, n] : a2as) {
+                  // The terms before the DP syncs under the first gradient precision tried, by
+                  // overlap switches: the second precision's are the same (only the syncs read
+                  // it), so it is held to its bound without being priced.
+                  std::vector<Seconds> before_syncs(
+                      overlap_switches.size(), Seconds(-std::numeric_limits<double>::infinity()));
                   for (bool bf16 : compress) {
-                    for (const auto& [overlap, intra] : overlap_switches) {
+                    const bool first_precision = bf16 == compress.front();
+                    for (size_t j = 0; j < overlap_switches.size(); ++j) {
+                      const auto [overlap, intra] = overlap_switches[j];
                       c.intra_overlap = intra;
                       c.dispatcher = d;
                       c.alltoall = a2a;
@@ -523,7 +530,9 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                         bound = time_to_beat(top.back(), peak);
                       if (layout_best) bound = std::min(bound, time_to_beat(*layout_best, peak));
                       std::optional<TimeBreakdown> time;
-                      if (bound > 0) time = estimate_time_below(ctx, c, scratch, Seconds(bound));
+                      if (bound > 0 && (first_precision || before_syncs[j] < Seconds(bound)))
+                        time = estimate_time_below(ctx, c, scratch, Seconds(bound),
+                                                   first_precision ? &before_syncs[j] : nullptr);
                       if (!time) {
                         ++stats[w].bounded;
                         continue;

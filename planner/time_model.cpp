@@ -574,7 +574,8 @@ namespace {
 // Nothing when the iteration reaches `bound` before the DP syncs' windows are priced.
 template <class Scratch>
 std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const PlanChoice& c,
-                                                Scratch scratch, Seconds bound) {
+                                                Scratch scratch, Seconds bound,
+                                                Seconds* before_syncs) {
   const ParallelConfig& p = c.parallel;
   const int64_t pp = *p.pp, dp = *p.dp;
   TimeBreakdown out;
@@ -660,7 +661,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // What follows prices the DP syncs: the optimizer step, and their exposure, which only adds (a
   // sync stretches the passes it shares links with, never shortens them). The terms so far bound
   // the iteration from below.
-  if (per_mb * mb + out.bubble + out.pp_comm >= bound) return std::nullopt;
+  const Seconds unsynced = per_mb * mb + out.bubble + out.pp_comm;
+  if (before_syncs) *before_syncs = unsynced;
+  if (unsynced >= bound) return std::nullopt;
   const DpSync sync = dp_sync_times(ctx, c, slowest_stage);
   const Seconds rs = sync.reduce_scatter, ag = sync.all_gather;
   // ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
@@ -923,7 +926,7 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
         if (!scratch) scratch = ctx;
         return *scratch;
       },
-      Seconds(std::numeric_limits<double>::infinity()));
+      Seconds(std::numeric_limits<double>::infinity()), nullptr);
 }
 
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeContext& scratch) {
@@ -931,9 +934,10 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeCon
 }
 
 std::optional<TimeBreakdown> estimate_time_below(const TimeContext& ctx, const PlanChoice& c,
-                                                 TimeContext& scratch, Seconds bound) {
+                                                 TimeContext& scratch, Seconds bound,
+                                                 Seconds* before_syncs) {
   return estimate_time_with(
-      ctx, c, [&]() -> TimeContext& { return scratch; }, bound);
+      ctx, c, [&]() -> TimeContext& { return scratch; }, bound, before_syncs);
 }
 
 }  // namespace moe

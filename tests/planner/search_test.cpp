@@ -199,6 +199,16 @@ TEST(Search, TheTimeBoundCutsOnlyCandidatesThatCannotBeatIt) {
           const Seconds before_syncs = full.iteration - full.dp_comm;
           if (full.dp_comm.value() > 0) ++dp_priced;
           if (!estimate_time_below(s.ctx, c, scratch, before_syncs * (1 - 1e-9))) ++cut;
+          // The terms before the syncs, which the search reuses across gradient precisions: the
+          // iteration less the syncs and the optimizer step, the same under either precision.
+          Seconds unsynced, other;
+          estimate_time_below(s.ctx, c, scratch, full.iteration * 2, &unsynced);
+          EXPECT_NEAR(unsynced.value(), (before_syncs - full.optimizer).value(),
+                      1e-9 * full.iteration.value());
+          PlanChoice flipped = c;
+          flipped.dp_bf16_compression = !bf16;
+          estimate_time_below(s.ctx, flipped, scratch, full.iteration * 2, &other);
+          EXPECT_EQ(other.value(), unsynced.value());
         }
       }
     }
