@@ -14,6 +14,7 @@
 // activations at a time) plus the layer inputs it checkpoints.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -110,6 +111,12 @@ struct MemoryReport {
   int64_t mact_chunks = 0;        // the largest over stages: what the job needs; 0 if none fits
   int64_t largest_chunk_bin = 1;  // the request's largest MACT bin: how far MACT can chunk
   bool fits = false;
+  // The largest stage's total: what the busiest GPU needs.
+  Bytes peak_bytes() const {
+    Bytes peak;
+    for (const StageMemory& s : stages) peak = std::max(peak, s.total_bytes);
+    return peak;
+  }
 };
 
 // The weights one GPU of a pipeline stage holds for the stage's layers, by how data parallelism

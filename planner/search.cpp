@@ -213,9 +213,9 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
           (s.time.iteration.value() * world * reference_peak_of(ctx, c.precision).value());
   s.tgs =
       memfine::tokens_per_gpu_per_second(*c.parallel.gbs, ctx.seq_len, s.time.iteration, c.gpus());
+  s.peak_bytes = memory.peak_bytes();
   s.oom_received_tokens = 1e300;
   for (const StageMemory& st : s.memory.stages) {
-    s.peak_bytes = std::max(s.peak_bytes, st.total_bytes);
     if (st.num_moe_layers > 0)
       s.oom_received_tokens = std::min(s.oom_received_tokens, st.max_received_tokens);
   }
@@ -501,9 +501,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               }
               c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
-              double peak = 0;                           // complete_score's peak_bytes
-              for (const StageMemory& st : mem.stages)
-                peak = std::max(peak, st.total_bytes.value());
+              const double peak = mem.peak_bytes().value();
               for (megascale::Dispatcher d : dispatchers) {
                 for (const auto& [a2a, n] : a2as) {
                   // The terms before the DP syncs under the first gradient precision tried, by

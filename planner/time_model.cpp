@@ -690,7 +690,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     syncs[static_cast<size_t>(s)] = s == slowest_stage ? sync : dp_sync_times(ctx, c, s);
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
-  if (per_mb * mb + out.bubble + out.optimizer + out.pp_comm >= bound) return std::nullopt;
+  if (unsynced + out.optimizer >= bound) return std::nullopt;
   struct Exposed {
     int64_t stage = 0;
     Seconds slack;          // how long the stage runs passes before its sync's window opens
