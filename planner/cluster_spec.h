@@ -1,13 +1,11 @@
-// ClusterSpec: the hardware a plan runs on, and the graph of devices and links routed over.
+// ClusterSpec: the hardware a plan runs on.
 //
 // A cluster is `num_nodes` identical nodes. A node has GPUs of one model, an intra-node fabric
 // (NVLink through NVSwitch, or PCIe only), PCIe switches that hang off CPU sockets (root
 // complexes), CPU sockets with cores and host memory, and NICs that serve a subset of GPUs.
-// ClusterGraph turns this into a Boost.Graph graph so that later stages can ask which links a
-// transfer between two GPUs (or a GPU and host memory) crosses.
+// ClusterGraph (cluster_graph.h) turns this into a graph of devices and links.
 #pragma once
 
-#include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -103,52 +101,5 @@ void validate(const ClusterSpec& c);
 // PCIe theoretical bandwidth per direction, per lane (PCI-SIG: 8/16/32/64 GT/s, 128b/130b
 // encoding for Gen3-5; Gen6 FLIT mode taken at the same 98.5 % payload).
 BytesPerSec pcie_lane_bandwidth(int generation);
-
-enum class DeviceKind { kGpu, kNvSwitch, kPcieSwitch, kCpu, kNic, kNetwork };
-enum class LinkKind { kNvLink, kPcie, kC2c, kCpuInterconnect, kNetwork };
-const char* device_kind_name(DeviceKind k);
-const char* link_kind_name(LinkKind k);
-
-struct Device {
-  DeviceKind kind = DeviceKind::kGpu;
-  int node = -1;  // -1 for the network
-  int index = 0;  // within the node and kind
-};
-
-struct Link {
-  LinkKind kind = LinkKind::kPcie;
-  BytesPerSec bandwidth;  // per direction
-  int id = 0;
-};
-
-class ClusterGraph {
- public:
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, Device, Link>;
-  using Vertex = Graph::vertex_descriptor;
-
-  explicit ClusterGraph(const ClusterSpec& spec);
-
-  // Links crossed from one GPU to another (global GPU ranks), fewest hops first and, among
-  // those, the widest path. Empty for a GPU to itself.
-  std::vector<Link> gpu_path(int from_gpu, int to_gpu) const;
-  // Links crossed between a GPU and its own socket's host memory.
-  std::vector<Link> host_path(int gpu) const;
-  // The narrowest link on a path (what bounds a single flow).
-  static BytesPerSec bottleneck(const std::vector<Link>& path);
-
-  size_t num_devices() const { return boost::num_vertices(graph_); }
-  size_t num_links() const { return boost::num_edges(graph_); }
-  const Graph& graph() const { return graph_; }
-  Vertex gpu_vertex(int global_gpu) const { return gpu_vertices_.at(global_gpu); }
-
- private:
-  std::vector<Link> path_between(Vertex from, Vertex to) const;
-  Vertex add_device(DeviceKind kind, int node, int index);
-  void add_link(Vertex a, Vertex b, LinkKind kind, BytesPerSec bw);
-
-  Graph graph_;
-  std::vector<Vertex> gpu_vertices_;
-  std::vector<std::vector<Vertex>> cpu_vertices_;  // [node][socket]
-};
 
 }  // namespace moe

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <utility>
 
+#include "planner/cluster_graph.h"
+
 namespace moe {
 
 namespace {

@@ -16,6 +16,8 @@
 
 namespace moe {
 
+class ClusterGraph;
+
 // On a PCIe-only node the GPUs under one switch share its uplink to the CPU, and the sockets
 // share their interconnect: when every group of a kind runs its collective at once (as every
 // data-parallel replica does), groups that cross switches split those links. Each entry holds

@@ -1,3 +1,5 @@
+#include "planner/cluster_graph.h"
+
 #include <gtest/gtest.h>
 
 #include "planner/cluster_spec.h"

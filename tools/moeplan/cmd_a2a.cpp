@@ -197,36 +197,34 @@ void run_a2a(const A2aOptions& o) {
 
 }  // namespace
 
-void add_a2a(CLI::App& app) {
+void add_a2a(CommandLine& cli) {
   auto o = std::make_shared<A2aOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "a2a", "MoNTA AllToAll strategies: baseline, O1, O2, O3 with the best chunk count");
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--bytes", o->bytes,
-                  "AllToAll volume I = b s h BPE: bytes, or with a unit (\"256 MiB\")")
-      ->required();
-  cmd->add_option("--tp", o->tp, "tensor-parallel size t")->check(kPositive);
-  cmd->add_option("--ep", o->ep, "expert-parallel size e")->check(kPositive);
-  cmd->add_option("--curves", o->curves,
-                  "calibration file with alltoall_inter, allgather_intra, d2d_copy curves");
-  cmd->add_option("--chunks", o->chunks, "also evaluate O2/O3 at this chunk count")
-      ->check(kPositive);
-  cmd->add_option("--min-chunk", o->min_chunk_mib,
-                  "I_minimal in MiB: smallest chunk the search tries")
-      ->check(kPositive);
-  cmd->add_option("--chunk-overhead-us", o->chunk_overhead_us,
-                  "fixed cost per pipelined chunk in us (default: the --curves file's "
-                  "pipeline_chunk_overhead_us, else 0, MoNTA's theoretical model; plan uses 150)")
-      ->check(kNonNegative);
-  cmd->add_flag("--json", o->json, "print one JSON document (seconds, bytes)");
-  cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");
-  cmd->add_flag("--execute", o->execute,
-                "run baseline, O1, O2 and O3 on NCCL over the tp x ep ranks a launcher started "
-                "(mpirun, srun, torchrun or MOEPLAN_RANK/MOEPLAN_WORLD_SIZE), one GPU each");
-  cmd->add_option("--nccl-id-file", o->nccl_id_file,
-                  "with --execute over several ranks: where rank 0 leaves NCCL's unique id");
-  cmd->add_option("--repeats", o->repeats, "with --execute: timed runs, median kept (default 20)");
-  cmd->callback([o] { run_a2a(*o); });
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.option("--bytes", o->bytes,
+             "AllToAll volume I = b s h BPE: bytes, or with a unit (\"256 MiB\")")
+      .required();
+  cmd.option("--tp", o->tp, "tensor-parallel size t").positive();
+  cmd.option("--ep", o->ep, "expert-parallel size e").positive();
+  cmd.option("--curves", o->curves,
+             "calibration file with alltoall_inter, allgather_intra, d2d_copy curves");
+  cmd.option("--chunks", o->chunks, "also evaluate O2/O3 at this chunk count").positive();
+  cmd.option("--min-chunk", o->min_chunk_mib, "I_minimal in MiB: smallest chunk the search tries")
+      .positive();
+  cmd.option("--chunk-overhead-us", o->chunk_overhead_us,
+             "fixed cost per pipelined chunk in us (default: the --curves file's "
+             "pipeline_chunk_overhead_us, else 0, MoNTA's theoretical model; plan uses 150)")
+      .non_negative();
+  cmd.flag("--json", o->json, "print one JSON document (seconds, bytes)");
+  cmd.flag("--explain", o->explain, "show the equations and inputs behind the numbers");
+  cmd.flag("--execute", o->execute,
+           "run baseline, O1, O2 and O3 on NCCL over the tp x ep ranks a launcher started "
+           "(mpirun, srun, torchrun or MOEPLAN_RANK/MOEPLAN_WORLD_SIZE), one GPU each");
+  cmd.option("--nccl-id-file", o->nccl_id_file,
+             "with --execute over several ranks: where rank 0 leaves NCCL's unique id");
+  cmd.option("--repeats", o->repeats, "with --execute: timed runs, median kept (default 20)");
+  cmd.on_run([o] { run_a2a(*o); });
 }
 
 }  // namespace moe::cli

@@ -6,6 +6,7 @@
 #include "calibrate/affinity_run.h"
 #include "calibrate/gpu_bench.h"
 #include "planner/aptmoe.h"
+#include "planner/cluster_graph.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/model_stats.h"
@@ -241,41 +242,38 @@ void run_affinity(const AffinityOptions& o) {
 
 }  // namespace
 
-void add_affinity(CLI::App& app) {
+void add_affinity(CommandLine& cli) {
   auto o = std::make_shared<AffinityOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "affinity", "APTMoE CPU/GPU allocation of one MoE layer's experts (eq. 1, R = 1)");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--popularity", o->popularity,
-                  "per-layer, per-expert token counts (moeplan-popularity/1)");
-  cmd->add_option("--G", o->g,
-                  "target popularity metric G (eq. 2); builds a Zipf-shaped popularity");
-  cmd->add_option("--skew", o->skew,
-                  "routing skew as plan takes it: balanced | G=x | a popularity file (.json)");
-  cmd->add_option("--layer", o->layer, "layer of the popularity file");
-  cmd->add_option("--tokens", o->tokens,
-                  "tokens entering the layer over the micro-batches considered")
-      ->check(kPositive);
-  cmd->add_option(
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.option("--popularity", o->popularity,
+             "per-layer, per-expert token counts (moeplan-popularity/1)");
+  cmd.option("--G", o->g, "target popularity metric G (eq. 2); builds a Zipf-shaped popularity");
+  cmd.option("--skew", o->skew,
+             "routing skew as plan takes it: balanced | G=x | a popularity file (.json)");
+  cmd.option("--layer", o->layer, "layer of the popularity file");
+  cmd.option("--tokens", o->tokens, "tokens entering the layer over the micro-batches considered")
+      .positive();
+  cmd.option(
       "--calibration", o->calibration,
       "calibration file: cpu_expert_ffn, the dtype's GEMM (gemm for bf16) and pcie_h2d curves");
-  cmd->add_option("--pass", o->pass,
-                  "forward (predicted popularity) or backward (actual, 2x compute)");
-  cmd->add_option("--dtype", o->dtype, "weights and compute precision (APTMoE fine-tunes in fp32)");
-  cmd->add_option("--gpu", o->gpu, "global GPU index whose PCIe path and CPU socket are used");
-  cmd->add_flag("--json", o->json, "print one JSON document (seconds)");
-  cmd->add_flag("--table", o->table,
-                "print the profiler's table instead: one expert's CPU and GPU time per token "
-                "count, and the load times of an MHA block, a gate and an expert");
-  cmd->add_flag("--execute", o->execute,
-                "run the split on this GPU and CPU (forward, --dtype bf16) beside loading every "
-                "expert, predicted vs measured");
-  cmd->add_option("--repeats", o->repeats, "with --execute: timed runs, median kept (default 5)");
-  cmd->add_option("--device", o->device, "with --execute: CUDA device index (default 0)");
-  cmd->add_option("--threads", o->threads,
-                  "with --execute: CPU expert threads (default: hardware threads - 1)");
-  cmd->callback([o] { run_affinity(*o); });
+  cmd.option("--pass", o->pass, "forward (predicted popularity) or backward (actual, 2x compute)");
+  cmd.option("--dtype", o->dtype, "weights and compute precision (APTMoE fine-tunes in fp32)");
+  cmd.option("--gpu", o->gpu, "global GPU index whose PCIe path and CPU socket are used");
+  cmd.flag("--json", o->json, "print one JSON document (seconds)");
+  cmd.flag("--table", o->table,
+           "print the profiler's table instead: one expert's CPU and GPU time per token "
+           "count, and the load times of an MHA block, a gate and an expert");
+  cmd.flag("--execute", o->execute,
+           "run the split on this GPU and CPU (forward, --dtype bf16) beside loading every "
+           "expert, predicted vs measured");
+  cmd.option("--repeats", o->repeats, "with --execute: timed runs, median kept (default 5)");
+  cmd.option("--device", o->device, "with --execute: CUDA device index (default 0)");
+  cmd.option("--threads", o->threads,
+             "with --execute: CPU expert threads (default: hardware threads - 1)");
+  cmd.on_run([o] { run_affinity(*o); });
 }
 
 }  // namespace moe::cli

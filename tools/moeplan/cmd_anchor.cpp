@@ -99,35 +99,34 @@ void run_anchor(const AnchorOptions& o) {
 
 }  // namespace
 
-void add_anchor(CLI::App& app) {
+void add_anchor(CommandLine& cli) {
   auto o = std::make_shared<AnchorOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "anchor",
       "Fit the time model to one measured iteration of a plan and write the calibration file");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--plan", o->plan, "the plan that ran (moeplan-plan/1)")->required();
-  CLI::Option* ms =
-      cmd->add_option("--measured-ms", o->measured_ms,
-                      "its measured iteration time in ms (Megatron-LM: elapsed time per iteration)")
-          ->check(kPositive);
-  CLI::Option* tflops =
-      cmd->add_option("--measured-tflops", o->measured_tflops,
-                      "or the throughput per GPU (TFLOP/s/GPU) Megatron-LM logged for it")
-          ->check(kPositive);
-  ms->excludes(tflops);
-  cmd->callback([o, ms, tflops] {
-    if (ms->count() == 0 && tflops->count() == 0)
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.option("--plan", o->plan, "the plan that ran (moeplan-plan/1)").required();
+  Flag ms =
+      cmd.option("--measured-ms", o->measured_ms,
+                 "its measured iteration time in ms (Megatron-LM: elapsed time per iteration)")
+          .positive();
+  Flag tflops = cmd.option("--measured-tflops", o->measured_tflops,
+                           "or the throughput per GPU (TFLOP/s/GPU) Megatron-LM logged for it")
+                    .positive();
+  ms.excludes(tflops);
+  cmd.on_run([o, ms, tflops] {
+    if (!ms.given() && !tflops.given())
       throw InputError("--measured-ms", "", "give the measured iteration (or --measured-tflops)");
     run_anchor(*o);
   });
-  cmd->add_option("--out", o->out, "calibration file to write")->required();
-  cmd->add_option("--scope", o->scope,
-                  "what the fit scales: all (compute and communication efficiencies, default) | "
-                  "compute (keep measured collective curves)");
-  cmd->add_option("--calibration", o->calibration, "start from this calibration file");
-  cmd->add_option("--skew", o->skew, "routing skew of the run (as plan --skew)");
-  cmd->add_flag("--json", o->json, "print one JSON document");
+  cmd.option("--out", o->out, "calibration file to write").required();
+  cmd.option("--scope", o->scope,
+             "what the fit scales: all (compute and communication efficiencies, default) | "
+             "compute (keep measured collective curves)");
+  cmd.option("--calibration", o->calibration, "start from this calibration file");
+  cmd.option("--skew", o->skew, "routing skew of the run (as plan --skew)");
+  cmd.flag("--json", o->json, "print one JSON document");
 }
 
 }  // namespace moe::cli

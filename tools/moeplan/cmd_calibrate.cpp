@@ -187,28 +187,28 @@ void run_calibrate(const CalibrateOptions& o) {
 
 }  // namespace
 
-void add_calibrate(CLI::App& app) {
+void add_calibrate(CommandLine& cli) {
   auto o = std::make_shared<CalibrateOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "calibrate", "Measure efficiency curves on this machine and write a calibration file");
-  cmd->add_option("--out", o->out, "calibration file to write")->required();
-  cmd->add_option("--only", o->only,
-                  "comma-separated parts: gemm,copy,pcie,nccl,cpu (default all but nccl, which "
-                  "wants one process per GPU: mpirun, srun or torchrun)");
-  cmd->add_option("--skew", o->skew,
-                  "nccl: also time one MoE dispatch as an all-to-all-v, the world being the EP "
-                  "group routed by this skew (balanced, capacity=F, G=x, worst; needs --model)");
-  cmd->add_option("--nccl-id-file", o->nccl_id_file,
-                  "nccl with several ranks: a path every rank can read, where rank 0 leaves "
-                  "NCCL's unique id");
-  cmd->add_option("--cluster", o->cluster,
-                  "cluster file describing this machine: the GPU parts measure against its GPU "
-                  "peaks, HBM, PCIe, NVLink and NIC bandwidths (required for the GPU parts)");
-  cmd->add_option("--device", o->device, "GPU index to measure")->check(kNonNegative);
-  cmd->add_option("--model", o->model, "take the expert shape (h, g, gated) from this model");
-  cmd->add_flag("--quick", o->quick, "fewer sizes and repeats");
-  cmd->add_flag("--resume", o->resume, "keep the curves an interrupted run already wrote");
-  cmd->callback([o] { run_calibrate(*o); });
+  cmd.option("--out", o->out, "calibration file to write").required();
+  cmd.option("--only", o->only,
+             "comma-separated parts: gemm,copy,pcie,nccl,cpu (default all but nccl, which "
+             "wants one process per GPU: mpirun, srun or torchrun)");
+  cmd.option("--skew", o->skew,
+             "nccl: also time one MoE dispatch as an all-to-all-v, the world being the EP "
+             "group routed by this skew (balanced, capacity=F, G=x, worst; needs --model)");
+  cmd.option("--nccl-id-file", o->nccl_id_file,
+             "nccl with several ranks: a path every rank can read, where rank 0 leaves "
+             "NCCL's unique id");
+  cmd.option("--cluster", o->cluster,
+             "cluster file describing this machine: the GPU parts measure against its GPU "
+             "peaks, HBM, PCIe, NVLink and NIC bandwidths (required for the GPU parts)");
+  cmd.option("--device", o->device, "GPU index to measure").non_negative();
+  cmd.option("--model", o->model, "take the expert shape (h, g, gated) from this model");
+  cmd.flag("--quick", o->quick, "fewer sizes and repeats");
+  cmd.flag("--resume", o->resume, "keep the curves an interrupted run already wrote");
+  cmd.on_run([o] { run_calibrate(*o); });
 }
 
 }  // namespace moe::cli

@@ -163,20 +163,20 @@ void run_comm(const CommOptions& o) {
 
 }  // namespace
 
-void add_comm(CLI::App& app) {
+void add_comm(CommandLine& cli) {
   auto o = std::make_shared<CommOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "comm", "MegaScale-MoE volumes (TP/SP attention, TP/EP FFN), dispatcher, R, SAR");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--parallel", o->parallel, "layout, e.g. tp=8,ep=8,dp=4");
-  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
-  cmd->add_option("--dtype", o->dtype, "communication precision: bf16, fp16, fp32, fp8");
-  cmd->add_option("--curves", o->curves,
-                  "calibration file with alltoall_intra and allgather_intra curves");
-  cmd->add_flag("--json", o->json, "print one JSON document (bytes)");
-  cmd->add_flag("--explain", o->explain, "show the inputs behind the numbers");
-  cmd->callback([o] { run_comm(*o); });
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.option("--parallel", o->parallel, "layout, e.g. tp=8,ep=8,dp=4");
+  cmd.option("--seq-len", o->seq_len, "sequence length").positive();
+  cmd.option("--dtype", o->dtype, "communication precision: bf16, fp16, fp32, fp8");
+  cmd.option("--curves", o->curves,
+             "calibration file with alltoall_intra and allgather_intra curves");
+  cmd.flag("--json", o->json, "print one JSON document (bytes)");
+  cmd.flag("--explain", o->explain, "show the inputs behind the numbers");
+  cmd.on_run([o] { run_comm(*o); });
 }
 
 }  // namespace moe::cli

@@ -42,12 +42,12 @@ void run_devices(bool json) {
 
 }  // namespace
 
-void add_devices(CLI::App& app) {
+void add_devices(CommandLine& cli) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* cmd =
-      app.add_subcommand("devices", "GPUs on this machine with driver, CUDA and NCCL versions");
-  cmd->add_flag("--json", *json, "print one JSON document");
-  cmd->callback([json] { run_devices(*json); });
+  Subcommand cmd =
+      cli.subcommand("devices", "GPUs on this machine with driver, CUDA and NCCL versions");
+  cmd.flag("--json", *json, "print one JSON document");
+  cmd.on_run([json] { run_devices(*json); });
 }
 
 }  // namespace moe::cli

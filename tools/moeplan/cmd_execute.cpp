@@ -234,30 +234,29 @@ void run_execute(const ExecuteCliOptions& o) {
 
 }  // namespace
 
-void add_execute(CLI::App& app) {
+void add_execute(CommandLine& cli) {
   auto o = std::make_shared<ExecuteCliOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "execute", "Run a saved plan's MoE layer on this GPU: predicted beside measured");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file (the GPU peaks predictions use)")
-      ->required();
-  cmd->add_option("--plan", o->plan, "plan file from `moeplan plan --save`")->required();
-  cmd->add_option("--layer", o->layer, "model layer to run (default: the first MoE layer)");
-  cmd->add_option("--chunks", o->chunks, "MemFine chunk counts to run (default 1,2,4,8)");
-  cmd->add_option("--skew", o->skew,
-                  "routing: balanced | capacity=F | G=x | worst | popularity file (.json)");
-  cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
-  cmd->add_option("--repeats", o->repeats, "timed runs per chunk count, median kept (default 5)");
-  cmd->add_option("--seed", o->seed, "seed of inputs, weights and routing (default 1)");
-  cmd->add_option("--device", o->device, "CUDA device index (default 0)");
-  cmd->add_option("--nccl-id-file", o->nccl_id_file,
-                  "launched as several ranks (MoNTA): where rank 0 leaves NCCL's unique id");
-  cmd->add_option("--threads", o->threads,
-                  "offload plans: CPU expert threads (default: hardware threads - 1)");
-  cmd->add_option("--json", o->json, "also write the results to this file (atomically)");
-  cmd->add_flag("--predict-only", o->predict_only,
-                "print the layer case and the prediction without running it (no GPU needed)");
-  cmd->callback([o] { run_execute(*o); });
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file (the GPU peaks predictions use)").required();
+  cmd.option("--plan", o->plan, "plan file from `moeplan plan --save`").required();
+  cmd.option("--layer", o->layer, "model layer to run (default: the first MoE layer)");
+  cmd.option("--chunks", o->chunks, "MemFine chunk counts to run (default 1,2,4,8)");
+  cmd.option("--skew", o->skew,
+             "routing: balanced | capacity=F | G=x | worst | popularity file (.json)");
+  cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
+  cmd.option("--repeats", o->repeats, "timed runs per chunk count, median kept (default 5)");
+  cmd.option("--seed", o->seed, "seed of inputs, weights and routing (default 1)");
+  cmd.option("--device", o->device, "CUDA device index (default 0)");
+  cmd.option("--nccl-id-file", o->nccl_id_file,
+             "launched as several ranks (MoNTA): where rank 0 leaves NCCL's unique id");
+  cmd.option("--threads", o->threads,
+             "offload plans: CPU expert threads (default: hardware threads - 1)");
+  cmd.option("--json", o->json, "also write the results to this file (atomically)");
+  cmd.flag("--predict-only", o->predict_only,
+           "print the layer case and the prediction without running it (no GPU needed)");
+  cmd.on_run([o] { run_execute(*o); });
 }
 
 }  // namespace moe::cli

@@ -146,15 +146,15 @@ void run_info(const InfoOptions& o) {
 
 }  // namespace
 
-void add_info(CLI::App& app) {
+void add_info(CommandLine& cli) {
   auto o = std::make_shared<InfoOptions>();
-  CLI::App* cmd =
-      app.add_subcommand("info", "Parameter counts (total, active, per part) and FLOPs per token");
-  cmd->add_option("--model", o->model, "model file (moeplan JSON or HuggingFace config.json)")
-      ->required();
-  cmd->add_option("--seq-len", o->seq_len, "sequence length for attention FLOPs")->check(kPositive);
-  cmd->add_flag("--json", o->json, "print one JSON document (SI units, plain counts)");
-  cmd->callback([o] { run_info(*o); });
+  Subcommand cmd =
+      cli.subcommand("info", "Parameter counts (total, active, per part) and FLOPs per token");
+  cmd.option("--model", o->model, "model file (moeplan JSON or HuggingFace config.json)")
+      .required();
+  cmd.option("--seq-len", o->seq_len, "sequence length for attention FLOPs").positive();
+  cmd.flag("--json", o->json, "print one JSON document (SI units, plain counts)");
+  cmd.on_run([o] { run_info(*o); });
 }
 
 void print_json(const nlohmann::json& j) {

@@ -195,38 +195,35 @@ void run_memory(const MemoryOptions& o) {
 
 }  // namespace
 
-void add_memory(CLI::App& app) {
+void add_memory(CommandLine& cli) {
   auto o = std::make_shared<MemoryOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "memory", "Per-stage static/activation memory, fit check and MemFine chunk tuning");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file (GPU memory capacity)")->required();
-  cmd->add_option("--parallel", o->parallel,
-                  "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1 (layout=... for Megatron's "
-                  "--pipeline-model-parallel-layout)");
-  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
-  cmd->add_option("--recompute", o->recompute, "none | selective | full | sar");
-  cmd->add_option("--received-tokens", o->received_tokens,
-                  "tokens one GPU's MoE layer receives (s'')")
-      ->check(kPositive);
-  cmd->add_option("--skew", o->skew, "balanced | worst, when --received-tokens is not given");
-  cmd->add_option("--chunks", o->chunks, "FCDA chunk count, or auto for MACT");
-  cmd->add_option("--static-override", o->static_override_gb,
-                  "measured static memory in GB (MemFine Table 4)")
-      ->check(kPositive);
-  cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory (MemFine eq. 3)")
-      ->check(CLI::Range(0.01, 1.0));
-  cmd->add_option("--zero", o->zero, "ZeRO stage 0-3 (1 = Megatron distributed optimizer)")
-      ->check(CLI::Range(0, 3));
-  cmd->add_option("--dtype", o->dtype, "activation precision: bf16, fp16, fp32, fp8");
-  cmd->add_option("--weights", o->weights,
-                  "weight precision for static memory (eq. 1): bf16, fp32, fp8");
-  cmd->add_option("--grads", o->grads, "gradient precision for static memory (eq. 1): fp32, bf16");
-  cmd->add_option("--attention-kernel", o->attention_kernel,
-                  "core attention: fused (default) | unfused (keeps 5 bytes per s x s score)");
-  cmd->add_flag("--json", o->json, "print one JSON document (bytes)");
-  cmd->add_flag("--explain", o->explain, "show the equations and inputs behind the numbers");
-  cmd->callback([o] { run_memory(*o); });
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file (GPU memory capacity)").required();
+  cmd.option("--parallel", o->parallel,
+             "layout, e.g. tp=1,pp=4,ep=32,cp=1,vpp=1,mbs=1 (layout=... for Megatron's "
+             "--pipeline-model-parallel-layout)");
+  cmd.option("--seq-len", o->seq_len, "sequence length").positive();
+  cmd.option("--recompute", o->recompute, "none | selective | full | sar");
+  cmd.option("--received-tokens", o->received_tokens, "tokens one GPU's MoE layer receives (s'')")
+      .positive();
+  cmd.option("--skew", o->skew, "balanced | worst, when --received-tokens is not given");
+  cmd.option("--chunks", o->chunks, "FCDA chunk count, or auto for MACT");
+  cmd.option("--static-override", o->static_override_gb,
+             "measured static memory in GB (MemFine Table 4)")
+      .positive();
+  cmd.option("--alpha", o->alpha, "usable fraction of GPU memory (MemFine eq. 3)").range(0.01, 1.0);
+  cmd.option("--zero", o->zero, "ZeRO stage 0-3 (1 = Megatron distributed optimizer)").range(0, 3);
+  cmd.option("--dtype", o->dtype, "activation precision: bf16, fp16, fp32, fp8");
+  cmd.option("--weights", o->weights,
+             "weight precision for static memory (eq. 1): bf16, fp32, fp8");
+  cmd.option("--grads", o->grads, "gradient precision for static memory (eq. 1): fp32, bf16");
+  cmd.option("--attention-kernel", o->attention_kernel,
+             "core attention: fused (default) | unfused (keeps 5 bytes per s x s score)");
+  cmd.flag("--json", o->json, "print one JSON document (bytes)");
+  cmd.flag("--explain", o->explain, "show the equations and inputs behind the numbers");
+  cmd.on_run([o] { run_memory(*o); });
 }
 
 }  // namespace moe::cli

@@ -508,84 +508,83 @@ void run_plan(const PlanOptions& o) {
 
 }  // namespace
 
-void add_plan(CLI::App& app) {
+void add_plan(CommandLine& cli) {
   auto o = std::make_shared<PlanOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "plan", "Search the parallelism space; print ranked plans and launch arguments");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--global-batch", o->global_batch, "global batch size in sequences")
-      ->required()
-      ->check(kPositive);
-  cmd->add_option("--seq-len", o->seq_len, "sequence length")->check(kPositive);
-  cmd->add_option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)")->check(kPositive);
-  cmd->add_option("--parallel", o->parallel,
-                  "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it); "
-                  "layout=Et|(tt|)*30mL gives Megatron's --pipeline-model-parallel-layout");
-  cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
-  cmd->add_option("--skew", o->skew,
-                  "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
-  cmd->add_option("--objective", o->objective, "throughput | memory | cost");
-  cmd->add_option("--recompute", o->recompute,
-                  "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
-  cmd->add_option("--recompute-modules", o->recompute_modules,
-                  "Megatron's --recompute-modules for selective recompute (implies it): any of "
-                  "core_attn moe_act layernorm mla_up_proj mlp moe (default moe_act layernorm)")
-      ->expected(1, 6);
-  cmd->add_option("--precision", o->precision,
-                  "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");
-  cmd->add_option("--fp8-recipe", o->fp8_recipe,
-                  "Megatron --fp8-recipe of an fp8 plan: delayed (default) | tensorwise | "
-                  "blockwise (DeepSeek-V3's 128-blocks, Hopper) | mxfp8 (Blackwell)");
-  cmd->add_option("--zero", o->zero,
-                  "fix the ZeRO stage: 0 (plain DDP), 1 (distributed optimizer), 2, 3 (default: "
-                  "the lowest of 1-3 that fits)")
-      ->check(CLI::Range(0, 3));
-  cmd->add_option("--grad-reduce", o->grad_reduce,
-                  "DP gradient reduction on the wire: bf16 (Megatron --grad-reduce-in-bf16, "
-                  "MegaScale-MoE's compression) | fp32 (Megatron's default) | search (default)");
-  cmd->add_option("--schedule", o->schedule,
-                  "pipeline schedule: 1f1b (interleaved when vpp > 1) | gpipe");
-  cmd->add_option("--overlap", o->overlap, "communication overlap: on | off | search");
-  cmd->add_option("--intra-overlap", o->intra_overlap,
-                  "MegaScale-MoE intra-operator overlap (communication fused into GEMMs; not in "
-                  "Megatron-LM): off (default) | on | search");
-  cmd->add_option("--permute-fusion", o->permute_fusion,
-                  "Megatron-Core --moe-permute-fusion: on (default) | off (a Megatron that "
-                  "predates it: the permutation moves twice the bytes)");
-  cmd->add_option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
-  cmd->add_option("--cuda-graph", o->cuda_graph,
-                  "CUDA graphs (Megatron --cuda-graph-impl/--cuda-graph-scope): none (default: "
-                  "every op issued by the host) | attn (attention and router captured) | full "
-                  "(the whole iteration)");
-  cmd->add_option("--dispatcher", o->dispatcher,
-                  "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): alltoall | "
-                  "allgather (MegaScale-MoE's, with etp = 1 or ep = 1) | deepep (flex on DeepEP "
-                  "or HybridEP: one copy per destination rank and node, etp = 1) | search "
-                  "(alltoall or allgather)");
-  cmd->add_option("--attention-kernel", o->attention_kernel,
-                  "core attention: fused (FlashAttention or cuDNN, default) | unfused (Megatron "
-                  "--attention-backend unfused, and Megatron-LM before FlashAttention: the s x s "
-                  "scores in HBM)");
-  cmd->add_option("--alpha", o->alpha, "usable fraction of GPU memory")
-      ->check(CLI::Range(0.01, 1.0));
-  cmd->add_option("--static-override", o->static_override_gb,
-                  "measured static memory per GPU in GB (MemFine Table 4)")
-      ->check(kPositive);
-  cmd->add_option("--top", o->top, "plans to show")->check(CLI::Range(1, 100));
-  cmd->add_option("--threads", o->threads, "search threads")->check(CLI::Range(1, 256));
-  cmd->add_option("--verify", o->verify,
-                  "simulate the first K plans shown (one iteration each) and rank them by "
-                  "simulated time; the best of those is the one saved and launched")
-      ->check(CLI::Range(1, 100));
-  cmd->add_option("--save", o->save, "write the best plan (moeplan-plan/1) to this file");
-  cmd->add_flag("--json", o->json, "print the ranked plans as one JSON document");
-  cmd->add_flag("--explain", o->explain, "say why the best plan beats the runner-up");
-  cmd->add_flag("--megatron-only", o->megatron_only,
-                "search only what Megatron-Core runs (no MegaScale-MoE rematerialization or "
-                "intra-operator overlap, no MemFine chunking), so the printed arguments run the "
-                "plan as priced");
-  cmd->callback([o] { run_plan(*o); });
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.option("--global-batch", o->global_batch, "global batch size in sequences")
+      .required()
+      .positive();
+  cmd.option("--seq-len", o->seq_len, "sequence length").positive();
+  cmd.option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)").positive();
+  cmd.option("--parallel", o->parallel,
+             "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it); "
+             "layout=Et|(tt|)*30mL gives Megatron's --pipeline-model-parallel-layout");
+  cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
+  cmd.option("--skew", o->skew,
+             "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
+  cmd.option("--objective", o->objective, "throughput | memory | cost");
+  cmd.option("--recompute", o->recompute,
+             "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
+  cmd.option("--recompute-modules", o->recompute_modules,
+             "Megatron's --recompute-modules for selective recompute (implies it): any of "
+             "core_attn moe_act layernorm mla_up_proj mlp moe (default moe_act layernorm)")
+      .expected(1, 6);
+  cmd.option("--precision", o->precision,
+             "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");
+  cmd.option("--fp8-recipe", o->fp8_recipe,
+             "Megatron --fp8-recipe of an fp8 plan: delayed (default) | tensorwise | "
+             "blockwise (DeepSeek-V3's 128-blocks, Hopper) | mxfp8 (Blackwell)");
+  cmd.option("--zero", o->zero,
+             "fix the ZeRO stage: 0 (plain DDP), 1 (distributed optimizer), 2, 3 (default: "
+             "the lowest of 1-3 that fits)")
+      .range(0, 3);
+  cmd.option("--grad-reduce", o->grad_reduce,
+             "DP gradient reduction on the wire: bf16 (Megatron --grad-reduce-in-bf16, "
+             "MegaScale-MoE's compression) | fp32 (Megatron's default) | search (default)");
+  cmd.option("--schedule", o->schedule,
+             "pipeline schedule: 1f1b (interleaved when vpp > 1) | gpipe");
+  cmd.option("--overlap", o->overlap, "communication overlap: on | off | search");
+  cmd.option("--intra-overlap", o->intra_overlap,
+             "MegaScale-MoE intra-operator overlap (communication fused into GEMMs; not in "
+             "Megatron-LM): off (default) | on | search");
+  cmd.option("--permute-fusion", o->permute_fusion,
+             "Megatron-Core --moe-permute-fusion: on (default) | off (a Megatron that "
+             "predates it: the permutation moves twice the bytes)");
+  cmd.option("--attention", o->attention, "attention parallelism: tp | ulysses | search");
+  cmd.option("--cuda-graph", o->cuda_graph,
+             "CUDA graphs (Megatron --cuda-graph-impl/--cuda-graph-scope): none (default: "
+             "every op issued by the host) | attn (attention and router captured) | full "
+             "(the whole iteration)");
+  cmd.option("--dispatcher", o->dispatcher,
+             "MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type): alltoall | "
+             "allgather (MegaScale-MoE's, with etp = 1 or ep = 1) | deepep (flex on DeepEP "
+             "or HybridEP: one copy per destination rank and node, etp = 1) | search "
+             "(alltoall or allgather)");
+  cmd.option("--attention-kernel", o->attention_kernel,
+             "core attention: fused (FlashAttention or cuDNN, default) | unfused (Megatron "
+             "--attention-backend unfused, and Megatron-LM before FlashAttention: the s x s "
+             "scores in HBM)");
+  cmd.option("--alpha", o->alpha, "usable fraction of GPU memory").range(0.01, 1.0);
+  cmd.option("--static-override", o->static_override_gb,
+             "measured static memory per GPU in GB (MemFine Table 4)")
+      .positive();
+  cmd.option("--top", o->top, "plans to show").range(1, 100);
+  cmd.option("--threads", o->threads, "search threads").range(1, 256);
+  cmd.option("--verify", o->verify,
+             "simulate the first K plans shown (one iteration each) and rank them by "
+             "simulated time; the best of those is the one saved and launched")
+      .range(1, 100);
+  cmd.option("--save", o->save, "write the best plan (moeplan-plan/1) to this file");
+  cmd.flag("--json", o->json, "print the ranked plans as one JSON document");
+  cmd.flag("--explain", o->explain, "say why the best plan beats the runner-up");
+  cmd.flag("--megatron-only", o->megatron_only,
+           "search only what Megatron-Core runs (no MegaScale-MoE rematerialization or "
+           "intra-operator overlap, no MemFine chunking), so the printed arguments run the "
+           "plan as priced");
+  cmd.on_run([o] { run_plan(*o); });
 }
 
 }  // namespace moe::cli

@@ -280,17 +280,17 @@ void run_reproduce(const std::string& which, const std::string& out, const std::
 
 }  // namespace
 
-void add_reproduce(CLI::App& app) {
+void add_reproduce(CommandLine& cli) {
   auto paper = std::make_shared<std::string>("all");
   auto out = std::make_shared<std::string>();
   auto root = std::make_shared<std::string>(".");
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "reproduce",
       "Recompute a seed paper's numbers beside the paper's (monta, memfine, megascale, aptmoe)");
-  cmd->add_option("paper", *paper, "monta | memfine | megascale | aptmoe | all (default all)");
-  cmd->add_option("--out", *out, "directory for PAPER.csv and PAPER.html")->required();
-  cmd->add_option("--root", *root, "the moeplan tree holding models/ and calibrate/data/");
-  cmd->callback([paper, out, root] { run_reproduce(*paper, *out, *root); });
+  cmd.option("paper", *paper, "monta | memfine | megascale | aptmoe | all (default all)");
+  cmd.option("--out", *out, "directory for PAPER.csv and PAPER.html").required();
+  cmd.option("--root", *root, "the moeplan tree holding models/ and calibrate/data/");
+  cmd.on_run([paper, out, root] { run_reproduce(*paper, *out, *root); });
 }
 
 }  // namespace moe::cli

@@ -346,58 +346,55 @@ void run_simulate(const SimulateOptions& o) {
 
 }  // namespace
 
-void add_simulate(CLI::App& app) {
+void add_simulate(CommandLine& cli) {
   auto o = std::make_shared<SimulateOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "simulate", "Simulate a saved plan's iterations operator by operator beside the prediction");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--plan", o->plan, "plan file from `moeplan plan --save`")->required();
-  cmd->add_option("--calibration", o->calibration, "calibration file with efficiency curves");
-  cmd->add_option("--iterations", o->iterations, "training iterations to simulate (default 1)");
-  cmd->add_option("--seed", o->seed, "seed of the routing noise (default 1)")->check(kNonNegative);
-  cmd->add_option("--skew", o->skew,
-                  "routing: balanced | capacity=F | G=x | worst | popularity file (.json), "
-                  "optionally with ,drift=T (skew grows with depth, settles over T iterations) "
-                  "and ,jitter=x (per-iteration noise)");
-  cmd->add_option("--static-override", o->static_override_gb,
-                  "measured static memory per GPU in GB (MemFine Table 4)")
-      ->check(kPositive);
-  cmd->add_flag("--comm-priorities", o->comm_priorities,
-                "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
-                "sharing them fairly");
-  cmd->add_flag("--every-gpu", o->every_gpu,
-                "simulate every GPU (its own links, memory and EP rank's tokens; collectives wait "
-                "for their group) instead of one representative per pipeline stage; the trace "
-                "shows each stage's first GPU");
-  cmd->add_option("--pxn", o->pxn,
-                  "with --every-gpu: all-to-all across nodes goes through the NIC on the "
-                  "receiver's rail, reached over NVLink, as NCCL's PXN does: on (default, as "
-                  "NCCL) | off (NCCL_PXN_DISABLE=1: each GPU's own NIC)");
-  cmd->add_option("--trace", o->trace, "write a Chrome trace-event JSON here");
-  cmd->add_option(
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.option("--plan", o->plan, "plan file from `moeplan plan --save`").required();
+  cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
+  cmd.option("--iterations", o->iterations, "training iterations to simulate (default 1)");
+  cmd.option("--seed", o->seed, "seed of the routing noise (default 1)").non_negative();
+  cmd.option("--skew", o->skew,
+             "routing: balanced | capacity=F | G=x | worst | popularity file (.json), "
+             "optionally with ,drift=T (skew grows with depth, settles over T iterations) "
+             "and ,jitter=x (per-iteration noise)");
+  cmd.option("--static-override", o->static_override_gb,
+             "measured static memory per GPU in GB (MemFine Table 4)")
+      .positive();
+  cmd.flag("--comm-priorities", o->comm_priorities,
+           "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
+           "sharing them fairly");
+  cmd.flag("--every-gpu", o->every_gpu,
+           "simulate every GPU (its own links, memory and EP rank's tokens; collectives wait "
+           "for their group) instead of one representative per pipeline stage; the trace "
+           "shows each stage's first GPU");
+  cmd.option("--pxn", o->pxn,
+             "with --every-gpu: all-to-all across nodes goes through the NIC on the "
+             "receiver's rail, reached over NVLink, as NCCL's PXN does: on (default, as "
+             "NCCL) | off (NCCL_PXN_DISABLE=1: each GPU's own NIC)");
+  cmd.option("--trace", o->trace, "write a Chrome trace-event JSON here");
+  cmd.option(
          "--predictor-accuracy", o->predictor_accuracy,
          "offload plans: share of the GPU experts APTMoE's predictor picks ahead of the "
          "gate; the rest load on demand (default: the plan file's, else 1, an oracle; the paper: "
          "0.85 or 0.64)")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option(
-         "--load-window", o->load_window,
-         "offload plans: block loads APTMoE launches onto the copy stream at a time, "
-         "most urgent first (a launched load is never overtaken); 0: an ideal scheduler that "
-         "picks the most urgent ready load whenever the copy engine frees (default: the "
-         "plan file's, else 0)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  cmd->add_option(
-         "--historical-accuracy", o->historical_accuracy,
-         "offload plans: share of the experts APTMoE's inter-stage phase picks right by "
-         "last iteration's popularity (default: the plan file's, else 1; the paper: 73.3 % "
-         "on NLLB-MoE); a wrong pick loads an unused expert before the right one")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_flag("--json", o->json, "print one JSON document");
-  cmd->callback([o, cmd] {
-    for (const CLI::Option* opt : cmd->get_options())
-      if (opt->count() > 0) o->given.insert(opt->get_name());
+      .range(0.0, 1.0);
+  cmd.option("--load-window", o->load_window,
+             "offload plans: block loads APTMoE launches onto the copy stream at a time, "
+             "most urgent first (a launched load is never overtaken); 0: an ideal scheduler that "
+             "picks the most urgent ready load whenever the copy engine frees (default: the "
+             "plan file's, else 0)")
+      .range(int64_t{0}, int64_t{1} << 20);
+  cmd.option("--historical-accuracy", o->historical_accuracy,
+             "offload plans: share of the experts APTMoE's inter-stage phase picks right by "
+             "last iteration's popularity (default: the plan file's, else 1; the paper: 73.3 % "
+             "on NLLB-MoE); a wrong pick loads an unused expert before the right one")
+      .range(0.0, 1.0);
+  cmd.flag("--json", o->json, "print one JSON document");
+  cmd.on_run([o, cmd] {
+    o->given = cmd.given();
     run_simulate(*o);
   });
 }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "planner/cluster_graph.h"
 #include "planner/cluster_spec.h"
 #include "planner/io/loaders.h"
 #include "tools/moeplan/commands.h"
@@ -145,13 +146,13 @@ void run_topo(const TopoOptions& o) {
 
 }  // namespace
 
-void add_topo(CLI::App& app) {
+void add_topo(CommandLine& cli) {
   auto o = std::make_shared<TopoOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "topo", "Summary of a cluster file: GPUs, links, NICs, CPUs and sample paths");
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_flag("--json", o->json, "print one JSON document (SI units)");
-  cmd->callback([o] { run_topo(*o); });
+  Subcommand cmd =
+      cli.subcommand("topo", "Summary of a cluster file: GPUs, links, NICs, CPUs and sample paths");
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.flag("--json", o->json, "print one JSON document (SI units)");
+  cmd.on_run([o] { run_topo(*o); });
 }
 
 }  // namespace moe::cli

@@ -144,26 +144,26 @@ void run_whatif(const WhatifOptions& o) {
 
 }  // namespace
 
-void add_whatif(CLI::App& app) {
+void add_whatif(CommandLine& cli) {
   auto o = std::make_shared<WhatifOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Subcommand cmd = cli.subcommand(
       "whatif", "Sweep model, cluster and plan fields; write points.csv and report.html");
-  cmd->add_option("--model", o->model, "model file")->required();
-  cmd->add_option("--cluster", o->cluster, "cluster file")->required();
-  cmd->add_option("--plan", o->plan, "simulate this plan at every point");
-  cmd->add_flag("--search", o->search, "re-plan at every point (the best plan)");
-  cmd->add_option("--sweep", o->sweeps,
-                  fmt::format("AXIS=V1,V2,... (axes: {}); repeatable", whatif_axis_list()));
-  cmd->add_option("--global-batch", o->global_batch, "global batch when not swept");
-  cmd->add_option("--seq-len", o->seq_len, "sequence length when not swept");
-  cmd->add_option("--skew", o->skew, "routing skew when not swept");
-  cmd->add_option("--calibration", o->calibration,
-                  "calibration file (curves and constants) for every point");
-  cmd->add_option("--threads", o->threads, "points evaluated at once (default: all cores)")
-      ->check(kNonNegative);
-  cmd->add_option("--out", o->out, "directory for points.csv and report.html")->required();
-  cmd->add_flag("--resume", o->resume, "keep the points an earlier run finished");
-  cmd->callback([o] { run_whatif(*o); });
+  cmd.option("--model", o->model, "model file").required();
+  cmd.option("--cluster", o->cluster, "cluster file").required();
+  cmd.option("--plan", o->plan, "simulate this plan at every point");
+  cmd.flag("--search", o->search, "re-plan at every point (the best plan)");
+  cmd.option("--sweep", o->sweeps,
+             fmt::format("AXIS=V1,V2,... (axes: {}); repeatable", whatif_axis_list()));
+  cmd.option("--global-batch", o->global_batch, "global batch when not swept");
+  cmd.option("--seq-len", o->seq_len, "sequence length when not swept");
+  cmd.option("--skew", o->skew, "routing skew when not swept");
+  cmd.option("--calibration", o->calibration,
+             "calibration file (curves and constants) for every point");
+  cmd.option("--threads", o->threads, "points evaluated at once (default: all cores)")
+      .non_negative();
+  cmd.option("--out", o->out, "directory for points.csv and report.html").required();
+  cmd.flag("--resume", o->resume, "keep the points an earlier run finished");
+  cmd.on_run([o] { run_whatif(*o); });
 }
 
 }  // namespace moe::cli

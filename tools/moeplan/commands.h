@@ -2,31 +2,26 @@
 // shared error handling in main.cpp; libraries throw, only main() turns errors into exit codes.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <string>
+
+#include "tools/moeplan/command_line.h"
 
 namespace moe::cli {
 
-void add_info(CLI::App& app);
-void add_topo(CLI::App& app);
-void add_memory(CLI::App& app);
-void add_a2a(CLI::App& app);
-void add_comm(CLI::App& app);
-void add_affinity(CLI::App& app);
-void add_devices(CLI::App& app);
-void add_plan(CLI::App& app);
-void add_simulate(CLI::App& app);
-void add_calibrate(CLI::App& app);
-void add_execute(CLI::App& app);
-void add_whatif(CLI::App& app);
-void add_reproduce(CLI::App& app);
-void add_anchor(CLI::App& app);
-
-// Checks for numeric flags: "--gpus: must be positive, got 0" where CLI11's PositiveNumber
-// would print its range bounds (0 to 1.8e308).
-extern const CLI::Validator kPositive;
-extern const CLI::Validator kNonNegative;
+void add_info(CommandLine& cli);
+void add_topo(CommandLine& cli);
+void add_memory(CommandLine& cli);
+void add_a2a(CommandLine& cli);
+void add_comm(CommandLine& cli);
+void add_affinity(CommandLine& cli);
+void add_devices(CommandLine& cli);
+void add_plan(CommandLine& cli);
+void add_simulate(CommandLine& cli);
+void add_calibrate(CommandLine& cli);
+void add_execute(CommandLine& cli);
+void add_whatif(CommandLine& cli);
+void add_reproduce(CommandLine& cli);
+void add_anchor(CommandLine& cli);
 
 // Writes a JSON document to standard output (for --json).
 void print_json(const nlohmann::json& j);
