@@ -25,11 +25,6 @@ CLI::Validator sign_check(bool zero_allowed) {
       zero_allowed ? "NONNEGATIVE" : "POSITIVE");
 }
 
-template <typename T>
-Flag bind(CLI::App* app, const std::string& name, T& into, const std::string& help) {
-  return Flag(app->add_option(name, into, help));
-}
-
 }  // namespace
 
 Flag& Flag::required() {
@@ -77,48 +72,26 @@ bool Flag::given() const {
   return option_->count() > 0;
 }
 
-Flag Subcommand::option(const std::string& name, std::string& into, const std::string& help) {
-  return bind(app_, name, into, help);
+template <typename T>
+Flag Subcommand::option(const std::string& name, T& into, const std::string& help) {
+  return Flag(app_->add_option(name, into, help));
 }
-Flag Subcommand::option(const std::string& name, int& into, const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, int64_t& into, const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, uint32_t& into, const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, uint64_t& into, const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, double& into, const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, std::optional<std::string>& into,
-                        const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, std::optional<int>& into,
-                        const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, std::optional<int64_t>& into,
-                        const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, std::optional<double>& into,
-                        const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, std::vector<std::string>& into,
-                        const std::string& help) {
-  return bind(app_, name, into, help);
-}
-Flag Subcommand::option(const std::string& name, std::vector<int64_t>& into,
-                        const std::string& help) {
-  return bind(app_, name, into, help);
-}
+
+#define MOEPLAN_OPTION_TYPE(T) \
+  template Flag Subcommand::option(const std::string&, T&, const std::string&);
+MOEPLAN_OPTION_TYPE(std::string)
+MOEPLAN_OPTION_TYPE(int)
+MOEPLAN_OPTION_TYPE(int64_t)
+MOEPLAN_OPTION_TYPE(uint32_t)
+MOEPLAN_OPTION_TYPE(uint64_t)
+MOEPLAN_OPTION_TYPE(double)
+MOEPLAN_OPTION_TYPE(std::optional<std::string>)
+MOEPLAN_OPTION_TYPE(std::optional<int>)
+MOEPLAN_OPTION_TYPE(std::optional<int64_t>)
+MOEPLAN_OPTION_TYPE(std::optional<double>)
+MOEPLAN_OPTION_TYPE(std::vector<std::string>)
+MOEPLAN_OPTION_TYPE(std::vector<int64_t>)
+#undef MOEPLAN_OPTION_TYPE
 
 Flag Subcommand::flag(const std::string& name, bool& into, const std::string& help) {
   return Flag(app_->add_flag(name, into, help));
