@@ -116,6 +116,21 @@ TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
                         2);
   expect_one_line_error(run(plan + "--global-batch 64 --seq-len abc"),
                         "--seq-len: 'abc' is not a number", 2);
+  // Every kind of check the subcommands bind through command_line.h: range, zero or more,
+  // mutually exclusive flags, and a callback that asks which of two flags was given.
+  expect_one_line_error(run(plan + "--global-batch 64 --top 0"),
+                        "--top: Value 0 not in range 1 to 100", 2);
+  expect_one_line_error(run(plan + "--global-batch 64 --alpha 1.5"), "--alpha: Value 1.5 not in",
+                        2);
+  expect_one_line_error(run("a2a --cluster topologies/h100-sxm-8.json --bytes 1 "
+                            "--chunk-overhead-us -1"),
+                        "--chunk-overhead-us: must be zero or more, got -1", 2);
+  const std::string anchor =
+      "anchor --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --plan p.json "
+      "--out o.json ";
+  expect_one_line_error(run(anchor + "--measured-ms 900 --measured-tflops 400"),
+                        "--measured-ms excludes --measured-tflops", 2);
+  expect_one_line_error(run(anchor), "--measured-ms: give the measured iteration", 1);
   // A bad flag is the only line, even where the layout would also draw a warning.
   expect_one_line_error(run("memory --model models/mixtral-8x7b.json --cluster "
                             "topologies/h100-sxm-8.json --chunks 0"),
