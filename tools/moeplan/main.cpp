@@ -1,7 +1,6 @@
 // moeplan: plans, simulates and calibrates Mixture-of-Experts training layouts.
 #include <iostream>
 
-#include "calibrate/device_info.h"
 #include "planner/errors.h"
 #include "tools/moeplan/commands.h"
 
@@ -24,19 +23,11 @@ int main(int argc, char** argv) {
   moe::cli::add_reproduce(cli);
   try {
     return cli.run(argc, argv);
-  } catch (const moe::InputError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return moe::cli::kExitInput;
   } catch (const moe::NoFitError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return moe::cli::kExitNoFit;
-  } catch (const moe::calibrate::NoGpuError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return moe::cli::kExitInput;
-  } catch (const moe::ConfigError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return moe::cli::kExitInput;
   } catch (const std::exception& e) {
+    // Bad input files, impossible layouts (ConfigError), no GPU where one is needed: exit 1.
     std::cerr << "error: " << e.what() << "\n";
     return moe::cli::kExitInput;
   }
