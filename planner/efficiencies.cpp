@@ -22,6 +22,7 @@ constexpr NamedDuration kDurations[] = {
      [](Efficiencies& e) -> Seconds& { return e.pipeline_chunk_overhead; }},
     {"dispatch_round_overhead_us",
      [](Efficiencies& e) -> Seconds& { return e.dispatch_round_overhead; }},
+    {"allocator_retry_us", [](Efficiencies& e) -> Seconds& { return e.allocator_retry; }},
     {"host_attention_us", [](Efficiencies& e) -> Seconds& { return e.host.attention; }},
     {"host_router_us", [](Efficiencies& e) -> Seconds& { return e.host.router; }},
     {"host_dense_ffn_us", [](Efficiencies& e) -> Seconds& { return e.host.dense_ffn; }},

@@ -52,6 +52,11 @@ struct Efficiencies {
   // host sync in them; 300 us is our estimate with the count exchange and the sync. A
   // calibration file's constants can set it (calibrate/data/memfine-fcda-round.json).
   Seconds dispatch_round_overhead = Seconds(300e-6);
+  // One retry of PyTorch's caching allocator: an allocation that finds no cached block and no
+  // free HBM frees the cache (cudaFree synchronizes the device) and calls cudaMalloc again. The
+  // simulator charges it to each allocation past alpha x capacity (MemFine eq. 3's budget)
+  // that still fits the GPU. Calibration constant allocator_retry_us.
+  Seconds allocator_retry = Seconds(10e-3);
   // Intra-operator overlap (MegaScale-MoE Sec. 4.2) gives "a few SMs" to communication: 8 of
   // the GPU's (GpuSpec::sms; an H800's 132 where the cluster file gives none), so a fused GEMM
   // on an H800 runs 6 % slower while its communication is in flight; a fused pair pays one tile
@@ -94,7 +99,8 @@ struct Efficiencies {
 // share at every size, in place of the curve), attention_latent and memory_bound (fractions in
 // (0, 1]),
 // ep_comm_sms_deepep and ep_comm_sms_nccl (SM counts, >= 0),
-// pipeline_chunk_overhead_us, dispatch_round_overhead_us and the host costs host_attention_us,
+// pipeline_chunk_overhead_us, dispatch_round_overhead_us, allocator_retry_us and the host costs
+// host_attention_us,
 // host_router_us, host_dense_ffn_us, host_experts_alltoall_us, host_experts_flex_us,
 // host_experts_allgather_us (microseconds,
 // >= 0). Throws ConfigError for an unknown name or a value out of range.

@@ -104,7 +104,16 @@ void GpuStreams::launch(uint32_t id) {
     idle_ = false;
   }
   const Task& t = graph_->tasks_[id];
-  if (hooks_.on_start) hooks_.on_start(t);
+  const SimTime stall = hooks_.on_start ? hooks_.on_start(t) : SimTime{};
+  if (stall.ps > 0) {
+    queue_.after(stall, [this, id] { execute(id); });
+    return;
+  }
+  execute(id);
+}
+
+void GpuStreams::execute(uint32_t id) {
+  const Task& t = graph_->tasks_[id];
   if (t.links.empty()) {
     const SimTime duration = hooks_.duration ? hooks_.duration(id, t) : t.duration;
     queue_.after(duration, [this, id] { finished(id); });

@@ -39,7 +39,9 @@ struct Task {
 };
 
 struct StreamHooks {
-  std::function<void(const Task&)> on_start;  // before it runs (memory allocation)
+  // Before it runs (memory allocation); returns how long the task's stream stalls first (a
+  // caching allocator that had to free its cache and retry), zero mostly.
+  std::function<SimTime(const Task&)> on_start;
   std::function<void(const Task&, SimTime start, SimTime end)> on_end;
   // For GPUs that run one shared graph (every GPU of a pipeline stage runs the same operators;
   // their durations, sizes and links are their own): `duration` gives this GPU's time for a
@@ -114,6 +116,7 @@ class GpuStreams {
   void ready(uint32_t task);
   void dispatch(int stream);
   void launch(uint32_t task);
+  void execute(uint32_t task);  // after launch's stall, if any
   bool caller_started(int stream) const {
     return static_cast<size_t>(stream) < hooks_.caller_started.size() &&
            hooks_.caller_started[static_cast<size_t>(stream)];

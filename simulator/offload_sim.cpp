@@ -61,6 +61,7 @@ class OffloadSim {
           int64_t& current = copy_[static_cast<size_t>(t.stream / kLanes)].current_visit;
           current = std::max(current, t.tag);
         }
+        return SimTime{};
       };
     }
     if (apt && run_.historical_accuracy < 1.0) {

@@ -175,21 +175,26 @@ StreamHooks Training::stream_hooks(int64_t g) {
   h.on_start = [this, g](const Task& t) {
     GpuState& x = gpus_[static_cast<size_t>(g)];
     link_activity(x, t, +1);
-    if (t.tag == 0) return;
+    if (t.tag == 0) return SimTime{};
     const StageState& st = stages_[static_cast<size_t>(x.stage)];
     const MemAction& a = st.actions[static_cast<size_t>(t.tag - 1)];
     const Bytes alloc = own_bytes(x, a, a.alloc);
-    if (alloc.value() <= 0) return;
+    if (alloc.value() <= 0) return SimTime{};
     x.current += alloc;
     x.peak = std::max(x.peak, x.current);
     sample_memory(x);
-    if (x.current > capacity_ * o_.alpha) {
+    if (x.current > capacity_) {
       ++report_.oom_count;
       if (report_.ooms.size() < o_.max_oom_events) {
         report_.ooms.push_back({iteration_, x.stage, a.layer, a.micro, x.local, 1, a.chunks, t.name,
-                                x.current, capacity_ * o_.alpha});
+                                x.current, capacity_});
       }
+      return SimTime{};
     }
+    if (x.current <= capacity_ * o_.alpha) return SimTime{};
+    // Past the budget but inside the GPU: the caching allocator frees its cache and retries.
+    ++report_.allocator_retries;
+    return allocator_retry_;
   };
   h.on_end = [this, g](const Task& t, SimTime start, SimTime end) {
     GpuState& x = gpus_[static_cast<size_t>(g)];

@@ -206,6 +206,7 @@ class Training {
   const TrainingOptions& o_;
   RoutingGenerator routing_;
   Bytes capacity_;
+  SimTime allocator_retry_;  // the stall of one allocation past alpha x capacity
   MemoryReport memory_;
   memfine::LayerShape shape_;
   StageTimes mtp_;  // the MTP modules' passes on the last stage (planner's mtp_stage_times)

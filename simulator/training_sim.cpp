@@ -39,6 +39,7 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
       o_(o),
       routing_(m_, ctx.skew, o.dynamics, o.seed) {
   capacity_ = cluster.node.gpu.hbm_capacity;
+  allocator_retry_ = to_sim_time(ctx.eff.allocator_retry);
   const MemoryRequest request = memory_request(ctx, plan, capacity_, o.alpha, o.static_override);
   memory_ = estimate_memory(m_, ctx.params, p_, request);
   shape_ = memory_.moe_shape;  // with the request's FP8 input and score bytes

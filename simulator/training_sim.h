@@ -22,8 +22,11 @@
 // (one FCDA chunk of s'') at dispatch, freed when the layer's backward ends; under full recompute
 // forward keeps only the layer input and backward re-allocates the layer. s'' comes from the
 // routing generator per layer and iteration, and MACT (eq. 8-9) picks that layer's chunk count
-// from it when the plan uses MACT. An allocation past alpha x capacity is an OOM event with its
-// iteration, stage, layer, micro-batch, operator and chunk.
+// from it when the plan uses MACT. An allocation past the GPU's capacity is an OOM event with its
+// iteration, stage, layer, micro-batch, operator and chunk; one past alpha x capacity (eq. 3's
+// budget, which the planner and MACT plan to) but inside the GPU runs, after a stall: PyTorch's
+// caching allocator, finding no cached block, frees its cache (a device synchronization and
+// cudaFree) and calls cudaMalloc again (torch.cuda.memory_stats' num_alloc_retries).
 //
 // Interleaved stages hold their layers as v contiguous chunks (Megatron assigns them round
 // robin; the stage's layer mix is the same).
@@ -52,7 +55,7 @@ struct TrainingOptions {
   uint64_t seed = 1;
   RoutingDynamics dynamics;  // on top of the context's skew
   std::optional<Bytes> static_override;
-  double alpha = 1.0;
+  double alpha = 1.0;  // MemFine eq. (3): the share of HBM training plans to use
   std::vector<int64_t> chunk_bins = {1, 2, 4, 8};
   bool record_trace = false;
   // MoNTA's communication priorities, EP (and TP) << PP << CP << DP: on a shared link a class
@@ -142,6 +145,9 @@ struct TrainingReport {
   std::vector<StageReport> stages;
   std::vector<OomEvent> ooms;  // the first max_oom_events
   int64_t oom_count = 0;
+  // Allocations that left a GPU past alpha x capacity but inside it; each stalled its stream
+  // for Efficiencies::allocator_retry.
+  int64_t allocator_retries = 0;
   std::vector<int64_t> chunk_histogram;  // MoE layer passes per FCDA chunk count, index = c
   uint64_t events = 0;
   uint64_t tasks = 0;

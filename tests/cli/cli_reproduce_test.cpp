@@ -75,10 +75,13 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   }
   EXPECT_GE(checked, 34);
   within("memfine", "Table 4 Model I activation, method 3 (c = 2)", 1e-3);
-  // Table 4's Model II MACT row (11.9 GB, two chunks) against eq. (8)-(9), which keep one chunk
-  // (22.9 GB) unless alpha is below 62.4 / 64, where eq. (3) would also fail method 1.
-  EXPECT_NEAR(ours("memfine", "Table 4 Model II activation, method 3 (MACT)"), 22.9, 0.01);
+  // Table 4's MACT rows (11.9 GB, two chunks, on both models) bound alpha to [0.858, 0.975):
+  // at the 0.9 we take, eq. (8)-(9) give c = 2 on both (at alpha = 1, Model II keeps one).
+  within("memfine", "Table 4 Model II activation, method 3 (MACT)", 1e-3);
+  within("memfine", "Table 4 Model I MACT chunk count", 1e-12);
   EXPECT_NEAR(ours("memfine", "eq. (3) largest alpha at which MACT chunks Model II (c = 2)"), 0.975,
+              1e-3);
+  EXPECT_NEAR(ours("memfine", "eq. (3) smallest alpha at which Model I fits at c = 2"), 0.858,
               1e-3);
   // Eq. (8) on Table 4's A100 and H20: R scales with bandwidth over peak (x1.5 x 989/312 and
   // x2.25 x 989/148 of H800's 9.94).
@@ -122,10 +125,12 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
             2.0);
   // Model II's c = 8 sets the FCDA round overhead (calibrate/data/memfine-fcda-round.json):
   // within 0.5 % of the paper's -5.40 % when the file is applied. Model I's MACT over c = 8 is
-  // then a prediction: 1.067 against the paper's 1.1826, the gain at least 5 %.
+  // then a prediction: 1.066 against the paper's 1.1826, the gain at least 5 %.
   within("memfine", "Fig. 4 Model II TGS, method 2 over method 1", 0.005);
   EXPECT_GT(ours("memfine", "Fig. 4 Model I TGS, method 3 (MACT) over method 2 (c = 8)"), 1.05);
-  EXPECT_GE(ours("memfine", "Fig. 4 Model II TGS, method 3 over method 1"), 1.0);
+  // Method 1 runs past the budget on Model II's skewed layers, and each such allocation stalls
+  // for an allocator retry: MACT, inside it, comes out ahead (the paper: +4.42 %).
+  EXPECT_GT(ours("memfine", "Fig. 4 Model II TGS, method 3 over method 1"), 1.0);
   // Fig. 4 over iterations: every method speeds up as routing settles, and c = 8 stays behind
   // MACT at the end of the run.
   for (const char* model : {"Model I", "Model II"}) {

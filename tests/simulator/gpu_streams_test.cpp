@@ -57,13 +57,40 @@ TEST(GpuStreams, TheEarliestReadyTaskGoesFirst) {
   FlowNetwork net(q);
   std::vector<std::string> order;
   StreamHooks hooks;
-  hooks.on_start = [&](const Task& t) { order.push_back(std::to_string(t.tag)); };
+  hooks.on_start = [&](const Task& t) {
+    order.push_back(std::to_string(t.tag));
+    return SimTime{};
+  };
   GpuStreams gpu(q, net, 1, hooks);
   std::vector<Task> g = {compute(1), compute(1), compute(1, {0})};
   for (size_t i = 0; i < g.size(); ++i) g[i].tag = static_cast<int64_t>(i);
   gpu.run(std::move(g), [] {});
   q.run();
   EXPECT_EQ(order, (std::vector<std::string>{"0", "1", "2"}));
+}
+
+// A stall on_start returns (an allocator retry) delays the task on its own stream: the 1 ms
+// task behind a 0.5 ms stall ends at 1.5 ms, its dependent at 2.5 ms, and the other stream's
+// communication is not held back.
+TEST(GpuStreams, AStallAtStartDelaysTheTaskOnItsStream) {
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(BytesPerSec(1e9));
+  StreamHooks hooks;
+  hooks.on_start = [](const Task& t) { return t.tag == 1 ? ms(0.5) : SimTime{}; };
+  std::vector<SimTime> ends(3);
+  hooks.on_end = [&](const Task& t, SimTime, SimTime end) {
+    ends[static_cast<size_t>(t.tag) - 1] = end;
+  };
+  GpuStreams gpu(q, net, 2, hooks);
+  std::vector<Task> g = {compute(1), compute(1, {0}), comm(link, 1e6)};
+  for (size_t i = 0; i < g.size(); ++i) g[i].tag = static_cast<int64_t>(i) + 1;
+  gpu.run(std::move(g), [] {});
+  q.run();
+  EXPECT_EQ(ends[0], ms(1.5));
+  EXPECT_EQ(ends[1], ms(1.5) + ms(1));
+  EXPECT_EQ(ends[2], ms(1));
+  EXPECT_EQ(gpu.busy(0), ms(2.5));  // the stall counts as the stream's time
 }
 
 TEST(GpuStreams, FlowsOfTwoStreamsShareALink) {

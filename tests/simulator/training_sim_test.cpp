@@ -286,6 +286,37 @@ TEST(TrainingSim, MemFineModelIOutOfMemoryUnlessMact) {
   EXPECT_GT(mact.tokens_per_second, eight.tokens_per_second);
 }
 
+// MemFine eq. (3)'s alpha is a budget, the GPU the limit: Model II without chunks peaks at
+// 62.4 GB (Table 4), past 0.9 x 64 GB but inside 64 GB. It trains, and each allocation past
+// the budget stalls for one allocator retry; at alpha = 1 it runs without them.
+TEST(TrainingSim, PastTheBudgetButInsideTheGpuStallsForAllocatorRetries) {
+  const ModelSpec m = testing_models::memfine_model(8);
+  const ClusterSpec cl = cluster("memfine-128x64gb");
+  Efficiencies e = efficiencies();
+  e.allocator_retry = Seconds(0.05);
+  const TimeContext ctx = make_time_context(m, cl, e, parse_skew("capacity=18.21", m), 4096);
+  PlanChoice c = choice(m, "tp=1,pp=4,ep=32,dp=32,mbs=1,gbs=128");
+  c.recompute = Recompute::kFull;
+  TrainingOptions o;
+  o.dynamics.drift_iterations = 5;
+  o.static_override = gigabytes(39.5);
+  const TrainingReport budget = simulate_training(ctx, cl, c, o);
+  EXPECT_EQ(budget.allocator_retries, 0);
+  EXPECT_EQ(budget.oom_count, 0);
+  EXPECT_NEAR(budget.stages[3].peak_bytes.value() / 1e9, 62.4, 0.05);
+
+  o.alpha = 0.9;
+  const TrainingReport past = simulate_training(ctx, cl, c, o);
+  EXPECT_EQ(past.oom_count, 0);
+  ASSERT_GT(past.allocator_retries, 0);
+  // The retries stall the critical path: the iteration grows, by at most all of them.
+  EXPECT_GT(past.mean_iteration, budget.mean_iteration + Seconds(0.05));
+  EXPECT_LE(
+      past.mean_iteration.value(),
+      budget.mean_iteration.value() + 0.05 * static_cast<double>(past.allocator_retries) + 1e-9);
+  EXPECT_EQ(past.stages[3].peak_bytes, budget.stages[3].peak_bytes);
+}
+
 }  // namespace moe::sim
 
 namespace moe::sim {

@@ -32,6 +32,7 @@ struct SimulateOptions {
   int64_t iterations = 1;
   uint64_t seed = 1;
   std::optional<double> static_override_gb;
+  double alpha = 1.0;
   bool json = false;
   bool comm_priorities = false;
   bool every_gpu = false;
@@ -44,8 +45,9 @@ struct SimulateOptions {
 
 // Flags that only one of the two simulators reads: given to the other, they are an error
 // rather than silently ignored.
-const char* const kResidentOnly[] = {"--iterations",      "--seed",      "--static-override",
-                                     "--comm-priorities", "--every-gpu", "--pxn"};
+const char* const kResidentOnly[] = {
+    "--iterations", "--seed", "--static-override", "--comm-priorities", "--every-gpu",
+    "--pxn",        "--alpha"};
 const char* const kOffloadOnly[] = {"--predictor-accuracy", "--load-window",
                                     "--historical-accuracy"};
 
@@ -161,6 +163,7 @@ void run_simulate(const SimulateOptions& o) {
   opt.seed = o.seed;
   opt.dynamics = routing.dynamics;
   if (o.static_override_gb) opt.static_override = gigabytes(*o.static_override_gb);
+  opt.alpha = o.alpha;
   opt.record_trace = !o.trace.empty();
   opt.comm_priorities = o.comm_priorities;
   opt.every_gpu = o.every_gpu;
@@ -250,6 +253,7 @@ void run_simulate(const SimulateOptions& o) {
                 {"stages", stages},
                 {"oom_count", r.oom_count},
                 {"oom_events", ooms},
+                {"allocator_retries", r.allocator_retries},
                 {"fcda_chunk_histogram", r.chunk_histogram},
                 {"gpus_simulated", r.gpus_simulated},
                 {"collectives", r.collectives},
@@ -338,6 +342,12 @@ void run_simulate(const SimulateOptions& o) {
   } else {
     fmt::print("no out-of-memory event\n");
   }
+  if (r.allocator_retries > 0) {
+    fmt::print(
+        "{} allocation(s) past alpha = {} of the GPU's memory, each stalled {} for the caching "
+        "allocator to free its cache and retry (allocator_retry_us)\n",
+        r.allocator_retries, o.alpha, as_ms(ctx.eff.allocator_retry.value()));
+  }
   fmt::print("\n{} events, {} tasks in {:.2f} s ({:.0f} events/s)\n", r.events, r.tasks, wall,
              static_cast<double>(r.events) / std::max(wall, 1e-9));
   if (!o.trace.empty())
@@ -363,6 +373,11 @@ void add_simulate(CommandLine& cli) {
   cmd.option("--static-override", o->static_override_gb,
              "measured static memory per GPU in GB (MemFine Table 4)")
       .positive();
+  cmd.option("--alpha", o->alpha,
+             "share of GPU memory training plans to use (MemFine eq. 3; default 1): an "
+             "allocation past it that still fits the GPU stalls for a caching-allocator retry "
+             "(calibration constant allocator_retry_us); past the GPU it is out of memory")
+      .range(0.01, 1.0);
   cmd.flag("--comm-priorities", o->comm_priorities,
            "serve shared links by MoNTA's priorities (EP and TP, then PP, CP, DP) instead of "
            "sharing them fairly");

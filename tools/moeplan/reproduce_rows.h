@@ -26,6 +26,12 @@ std::vector<Row> megascale_end_to_end(const std::string& root);
 // MoNTA Fig. 14 (the AllToAll strategy the planner picks from 8K to 256K tokens) and Fig. 11
 // (the EP all-to-all's wait under communication priorities).
 std::vector<Row> monta_end_to_end(const std::string& root);
+// MemFine's alpha (eq. 3), which the paper does not state. Table 4 bounds it: MACT's c = 2 fits
+// Model I (43.0 + 11.9 GB) only from 54.9 / 64 = 0.858, and MACT picks c = 2 for Model II too
+// (11.9 GB) only below 62.4 / 64 = 0.975, where method 1's 62.4 GB is past the budget yet
+// "trains": the budget is what training plans to, the GPU what it cannot pass. We take 0.9.
+constexpr double kMemFineTable4Alpha = 0.9;
+
 // MemFine Fig. 4-5: methods 1-3 over simulated iterations (OOM, TGS, MACT's chunks).
 std::vector<Row> memfine_end_to_end(const std::string& root);
 // APTMoE Fig. 11, 13 and 14 (simulated throughput against Mobius, per topology, over GPUs),
