@@ -147,6 +147,7 @@ struct PlanScore {
   double tgs = 0;    // MemFine eq. (10)
   Bytes peak_bytes;  // largest stage total
   Bytes headroom;    // alpha x capacity - peak
+  double alpha = 1;  // MemFine eq. (3): the share of GPU memory the plan was sized to
   // s'' at which the tightest stage runs out: eq. (8)'s per-chunk s'_max times the plan's FCDA
   // chunks, or MACT's largest bin.
   double oom_received_tokens = 0;

@@ -225,6 +225,7 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
   s.oom_received_tokens *=
       static_cast<double>(c.mact ? memory.largest_chunk_bin : std::max<int64_t>(c.fcda_chunks, 1));
   s.headroom = capacity * alpha - s.peak_bytes;
+  s.alpha = alpha;
   return s;
 }
 

@@ -94,6 +94,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                         {"gpus", ch.gpus()},
                         {"parallel", parallel_json(ch.parallel)},
                         {"seq_len", ch.seq_len},
+                        {"alpha", s.alpha},
                         {"schedule", schedule_name(ch.schedule())},
                         {"switches",
                          {{"recompute", recompute_name(ch.recompute)},
@@ -272,8 +273,8 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;
-  for (const char* key : {"model", "cluster", "gpus", "schedule", "predicted", "cp_expansion",
-                          "megatron_args", "megatron_gaps", "deepspeed"})
+  for (const char* key : {"model", "cluster", "gpus", "alpha", "schedule", "predicted",
+                          "cp_expansion", "megatron_args", "megatron_gaps", "deepspeed"})
     r.ignore(key);
   r.finish();
   return c;
@@ -281,6 +282,15 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
 
 PlanChoice load_plan_choice(const std::string& path) {
   return plan_choice_from_json(read_json_file(path), path);
+}
+
+double planned_alpha(const nlohmann::json& plan, const std::string& source) {
+  ObjectReader r(plan, source, "");
+  const double alpha = r.number_or("alpha", 1.0);
+  if (!(alpha > 0 && alpha <= 1))
+    r.fail("alpha", fmt::format("{} is not a share in (0, 1]", alpha));
+  r.ignore_rest();
+  return alpha;
 }
 
 std::string planned_model(const nlohmann::json& plan) {

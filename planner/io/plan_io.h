@@ -23,6 +23,9 @@ nlohmann::json stage_memory_json(const StageMemory& s, const std::string& layer_
 // Reads the choices back (the predictions are recomputed by whoever needs them).
 PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& source);
 PlanChoice load_plan_choice(const std::string& path);
+// The share of GPU memory a plan file was sized to (`plan --alpha`; 1 where absent). Throws
+// InputError naming the file and field when it is not in (0, 1].
+double planned_alpha(const nlohmann::json& plan, const std::string& source);
 // The model a plan file names (its "model", empty where absent): what it was planned for, which
 // a reader pricing it for another model says.
 std::string planned_model(const nlohmann::json& plan);

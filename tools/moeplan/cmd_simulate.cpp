@@ -163,7 +163,8 @@ void run_simulate(const SimulateOptions& o) {
   opt.seed = o.seed;
   opt.dynamics = routing.dynamics;
   if (o.static_override_gb) opt.static_override = gigabytes(*o.static_override_gb);
-  opt.alpha = o.alpha;
+  // The budget the plan was sized to, unless the command line sets another.
+  opt.alpha = o.given.count("--alpha") > 0 ? o.alpha : io::planned_alpha(saved, o.plan);
   opt.record_trace = !o.trace.empty();
   opt.comm_priorities = o.comm_priorities;
   opt.every_gpu = o.every_gpu;
@@ -253,6 +254,7 @@ void run_simulate(const SimulateOptions& o) {
                 {"stages", stages},
                 {"oom_count", r.oom_count},
                 {"oom_events", ooms},
+                {"alpha", opt.alpha},
                 {"allocator_retries", r.allocator_retries},
                 {"fcda_chunk_histogram", r.chunk_histogram},
                 {"gpus_simulated", r.gpus_simulated},
@@ -346,7 +348,7 @@ void run_simulate(const SimulateOptions& o) {
     fmt::print(
         "{} allocation(s) past alpha = {} of the GPU's memory, each stalled {} for the caching "
         "allocator to free its cache and retry (allocator_retry_us)\n",
-        r.allocator_retries, o.alpha, as_ms(ctx.eff.allocator_retry.value()));
+        r.allocator_retries, opt.alpha, as_ms(ctx.eff.allocator_retry.value()));
   }
   fmt::print("\n{} events, {} tasks in {:.2f} s ({:.0f} events/s)\n", r.events, r.tasks, wall,
              static_cast<double>(r.events) / std::max(wall, 1e-9));
@@ -374,7 +376,8 @@ void add_simulate(CommandLine& cli) {
              "measured static memory per GPU in GB (MemFine Table 4)")
       .positive();
   cmd.option("--alpha", o->alpha,
-             "share of GPU memory training plans to use (MemFine eq. 3; default 1): an "
+             "share of GPU memory training plans to use (MemFine eq. 3; default: the plan "
+             "file's, from plan --alpha, else 1): an "
              "allocation past it that still fits the GPU stalls for a caching-allocator retry "
              "(calibration constant allocator_retry_us); past the GPU it is out of memory")
       .range(0.01, 1.0);
