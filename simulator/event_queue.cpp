@@ -24,7 +24,7 @@ uint32_t EventQueue::bucket_at(SimTime t) {
 
 // An EventId is the slot (low 32 bits) and the sequence number's low 32 bits: a slot is reused
 // once its event has run, and a stale id then names another sequence number.
-EventQueue::EventId EventQueue::at(SimTime t, Action action) {
+EventQueue::Reserved EventQueue::reserve(SimTime t) {
   if (t < now_) throw std::logic_error("event scheduled in the past");
   uint32_t slot = 0;
   if (free_slots_.empty()) {
@@ -35,9 +35,11 @@ EventQueue::EventId EventQueue::at(SimTime t, Action action) {
     free_slots_.pop_back();
   }
   const uint64_t seq = next_seq_++;
-  slots_[slot] = Slot{std::move(action), seq, false};
+  Slot& s = slots_[slot];
+  s.seq = seq;
+  s.cancelled = false;
   buckets_[bucket_at(t)].push_back(slot);
-  return ((seq & 0xffffffffu) << 32) | slot;
+  return {slot, ((seq & 0xffffffffu) << 32) | slot};
 }
 
 void EventQueue::cancel(EventId id) {
@@ -59,7 +61,7 @@ uint64_t EventQueue::run() {
       s.action = nullptr;
       const bool cancelled = s.cancelled;
       free_slots_.push_back(slot);
-      if (cancelled) continue;
+      if (cancelled || !action) continue;  // empty: its callable threw while being stored
       now_ = time;
       action();
       ++executed;

@@ -19,9 +19,18 @@ class EventQueue {
   using Action = std::function<void()>;
   using EventId = uint64_t;
 
-  // Schedules `action` at absolute time `t` (not before now()).
-  EventId at(SimTime t, Action action);
-  EventId after(SimTime delay, Action action) { return at(now_ + delay, std::move(action)); }
+  // Schedules `action` (anything an Action holds) at absolute time `t` (not before now()). The
+  // callable is stored straight into its slot: no Action in between to move and destroy.
+  template <typename F>
+  EventId at(SimTime t, F&& action) {
+    const Reserved r = reserve(t);
+    slots_[r.slot].action = std::forward<F>(action);
+    return r.id;
+  }
+  template <typename F>
+  EventId after(SimTime delay, F&& action) {
+    return at(now_ + delay, std::forward<F>(action));
+  }
   // A cancelled event neither runs nor moves the clock (a flow whose rate changed drops its old
   // completion, which would otherwise stretch the run's end).
   void cancel(EventId id);
@@ -53,6 +62,12 @@ class EventQueue {
     bool cancelled = false;
   };
   uint32_t bucket_at(SimTime t);
+  struct Reserved {
+    uint32_t slot;
+    EventId id;
+  };
+  // A slot for an event at `t`, queued in its time's bucket; the caller fills its action.
+  Reserved reserve(SimTime t);
 
   std::priority_queue<std::pair<SimTime, uint32_t>, std::vector<std::pair<SimTime, uint32_t>>,
                       Later>

@@ -6,7 +6,12 @@
 namespace moe::sim {
 
 GpuStreams::GpuStreams(EventQueue& queue, FlowNetwork& net, int streams, StreamHooks hooks)
-    : queue_(queue), net_(net), hooks_(std::move(hooks)), streams_(static_cast<size_t>(streams)) {}
+    : queue_(queue), net_(net), hooks_(std::move(hooks)), streams_(static_cast<size_t>(streams)) {
+  if (hooks_.caller_started.size() > 32)
+    throw std::invalid_argument("caller-started streams beyond the 32nd");
+  for (size_t s = 0; s < hooks_.caller_started.size(); ++s)
+    if (hooks_.caller_started[s]) caller_started_ |= 1u << s;
+}
 
 TaskGraph::TaskGraph(std::vector<Task> tasks) : tasks_(std::move(tasks)) {
   const size_t n = tasks_.size();
@@ -67,7 +72,12 @@ void GpuStreams::ready(uint32_t task) {
     hooks_.on_ready(task, t);
     return;
   }
-  streams_[static_cast<size_t>(t.stream)].ready.push({t.rank, task});
+  Stream& s = streams_[static_cast<size_t>(t.stream)];
+  if (!s.running && s.ready.empty()) {
+    launch(task);  // what dispatch would pick, without the heap
+    return;
+  }
+  s.ready.push({t.rank, task});
   dispatch(t.stream);
 }
 

@@ -118,14 +118,14 @@ class GpuStreams {
   void launch(uint32_t task);
   void execute(uint32_t task);  // after launch's stall, if any
   bool caller_started(int stream) const {
-    return static_cast<size_t>(stream) < hooks_.caller_started.size() &&
-           hooks_.caller_started[static_cast<size_t>(stream)];
+    return stream < 32 && (caller_started_ >> stream & 1u) != 0;
   }
   void finished(uint32_t task);
 
   EventQueue& queue_;
   FlowNetwork& net_;
   StreamHooks hooks_;
+  uint32_t caller_started_ = 0;  // hooks_.caller_started as bits: asked once per task
   std::shared_ptr<const TaskGraph> graph_;
   TaskPending& pending(uint32_t task) { return slots_.base[task * slots_.stride]; }
   // What a finishing task touches sits together: a run of every GPU keeps thousands of these
