@@ -73,7 +73,21 @@ void Training::join(int64_t g, CollectiveKey key, const Task& t, double ratio,
   // A group's members arrive one after another (start_collectives starts them in a row), so
   // the collective the last call joined is most often this one: no map lookup.
   if (!last_joined_ || last_key_ != key) {
-    last_joined_ = &joining_[key];
+    auto it = joining_.find(key);
+    if (it == joining_.end()) {
+      // A map node (and its members' buffer) from a collective that has gone: tens of
+      // thousands of collectives an iteration then cost no allocation each.
+      if (spare_nodes_.empty()) {
+        it = joining_.try_emplace(key).first;
+      } else {
+        auto node = std::move(spare_nodes_.back());
+        spare_nodes_.pop_back();
+        node.key() = key;
+        node.mapped().members.clear();
+        it = joining_.insert(std::move(node)).position;
+      }
+    }
+    last_joined_ = &it->second;
     last_key_ = key;
   }
   Joining& j = *last_joined_;
@@ -92,8 +106,9 @@ void Training::join(int64_t g, CollectiveKey key, const Task& t, double ratio,
     shared = landing_free_.back();
     landing_free_.pop_back();
   }
-  *shared = std::move(j);
-  joining_.erase(key);
+  // The landed collective's buffer goes back with the node.
+  std::swap(*shared, j);
+  spare_nodes_.push_back(joining_.extract(key));
   last_joined_ = nullptr;
   std::sort(shared->members.begin(), shared->members.end(),
             [](const Member& a, const Member& b) { return a.gpu < b.gpu; });  // rank order

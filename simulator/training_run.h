@@ -229,6 +229,7 @@ class Training {
   std::vector<GpuState> gpus_;
   std::vector<LayerState> layers_;
   std::map<CollectiveKey, Joining> joining_;
+  std::vector<std::map<CollectiveKey, Joining>::node_type> spare_nodes_;
   CollectiveKey last_key_;          // the collective join() touched last, while being joined
   Joining* last_joined_ = nullptr;  // (a map's nodes stay put)
   std::vector<std::pair<FlowNetwork::Links, Bytes>> flows_scratch_;  // join's, kept between calls
