@@ -117,6 +117,7 @@ void FlowNetwork::complete(size_t id) {
 
 void FlowNetwork::resolve_around(std::span<const int> seeds) {
   ++solves_;
+  if (resolve_alone(seeds)) return;
   // The connected component: links reached from the seeds through the flows crossing them.
   // Reused buffers: nothing a solve calls solves again.
   std::vector<int>& links = component_links_;
@@ -165,6 +166,32 @@ void FlowNetwork::resolve_around(std::span<const int> seeds) {
     begin = end;
   }
   for (size_t id : members) schedule(id);
+}
+
+bool FlowNetwork::resolve_alone(std::span<const int> seeds) {
+  // The seeds' links carry at most one flow between them, and that flow's other links carry it
+  // alone: its rate is its narrowest link's capacity (what fill gives a component of one), with
+  // no search, sort or filling (most solves in a run of every GPU: a member's own ports).
+  size_t only = flows_.size();
+  for (int l : seeds) {
+    const std::vector<size_t>& on = on_link_[static_cast<size_t>(l)];
+    if (on.empty()) continue;
+    if (on.size() > 1 || (only != flows_.size() && on.front() != only)) return false;
+    only = on.front();
+  }
+  if (only == flows_.size()) return true;  // the links are idle now: nothing to re-solve
+  Flow& f = flows_[only];
+  double rate = std::numeric_limits<double>::infinity();
+  for (int l : f.links) {
+    if (on_link_[static_cast<size_t>(l)].size() != 1) return false;
+    rate = std::min(rate, links_[static_cast<size_t>(l)]);
+  }
+  const SimTime now = queue_.now();
+  f.remaining = std::max(0.0, f.remaining - f.rate * to_seconds(now - f.since).value());
+  f.since = now;
+  f.rate = rate;
+  schedule(only);
+  return true;
 }
 
 void FlowNetwork::fill(std::span<const size_t> members, const std::vector<int>& links) {

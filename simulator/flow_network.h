@@ -81,6 +81,9 @@ class FlowNetwork {
   void complete(size_t flow);
   // Re-solves the flows connected to `seeds` (links) and reschedules their completions.
   void resolve_around(std::span<const int> seeds);
+  // resolve_around's answer when the seeds reach one flow alone on its links, or none; false
+  // when the component is larger.
+  bool resolve_alone(std::span<const int> seeds);
   void fill(std::span<const size_t> members, const std::vector<int>& links);
   void schedule(size_t flow);
 

@@ -114,7 +114,7 @@ void GpuStreams::launch(uint32_t id) {
     idle_ = false;
   }
   const Task& t = graph_->tasks_[id];
-  const SimTime stall = hooks_.on_start ? hooks_.on_start(t) : SimTime{};
+  const SimTime stall = hooks_.on_start && hooked(t) ? hooks_.on_start(t) : SimTime{};
   if (stall.ps > 0) {
     queue_.after(stall, [this, id] { execute(id); });
     return;
@@ -142,7 +142,7 @@ void GpuStreams::finished(uint32_t id) {
   const SimTime start = s.started;
   s.busy = s.busy + (now - start);
   s.running = false;
-  if (hooks_.on_end) hooks_.on_end(t, start, now);
+  if (hooks_.on_end && hooked(t)) hooks_.on_end(t, start, now);
   for (uint32_t k = graph_->first_dependent_[id]; k < graph_->first_dependent_[id + 1]; ++k) {
     TaskPending& d = pending(graph_->dependents_[k]);
     d.released_by = t.stream;

@@ -43,6 +43,9 @@ struct StreamHooks {
   // caching allocator that had to free its cache and retry), zero mostly.
   std::function<SimTime(const Task&)> on_start;
   std::function<void(const Task&, SimTime start, SimTime end)> on_end;
+  // False: on_start and on_end only see tasks with links or a nonzero tag (a caller whose hooks
+  // do nothing for plain compute spares two calls a task).
+  bool every_task = true;
   // For GPUs that run one shared graph (every GPU of a pipeline stage runs the same operators;
   // their durations, sizes and links are their own): `duration` gives this GPU's time for a
   // compute task, `communicate` runs a communication task (a collective that waits for its
@@ -121,6 +124,7 @@ class GpuStreams {
     return stream < 32 && (caller_started_ >> stream & 1u) != 0;
   }
   void finished(uint32_t task);
+  bool hooked(const Task& t) const { return hooks_.every_task || t.tag != 0 || !t.links.empty(); }
 
   EventQueue& queue_;
   FlowNetwork& net_;

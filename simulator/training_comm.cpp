@@ -211,6 +211,8 @@ StreamHooks Training::stream_hooks(int64_t g) {
     ++report_.allocator_retries;
     return allocator_retry_;
   };
+  // Both hooks pass over a compute task with no memory action unless its span is traced.
+  h.every_task = o_.record_trace;
   h.on_end = [this, g](const Task& t, SimTime start, SimTime end) {
     GpuState& x = gpus_[static_cast<size_t>(g)];
     link_activity(x, t, -1);

@@ -209,6 +209,22 @@ TEST(FlowNetwork, RatesRiseWhenAFlowLeaves) {
   EXPECT_NEAR(to_seconds(big).value(), 0.4, 1e-9);
 }
 
+TEST(FlowNetwork, AFlowLeftAloneRunsAtItsNarrowestLink) {
+  // A (2 GB) crosses x (10 GB/s) and y (20 GB/s); B (0.5 GB) shares x: 5 GB/s each until B ends
+  // at 0.1 s, then A, alone on both, runs at x's 10 GB/s: 1.5 GB left, done at 0.25 s.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int x = net.add_link(gigabytes_per_sec(10));
+  const int y = net.add_link(gigabytes_per_sec(20));
+  SimTime a, b;
+  net.send({x, y}, Bytes(2 * kGB), SimTime{0}, [&](SimTime t) { a = t; });
+  net.send({x}, Bytes(0.5 * kGB), SimTime{0}, [&](SimTime t) { b = t; });
+  q.run();
+  EXPECT_NEAR(to_seconds(b).value(), 0.1, 1e-9);
+  EXPECT_NEAR(to_seconds(a).value(), 0.25, 1e-9);
+  EXPECT_EQ(net.active_flows(), 0u);
+}
+
 TEST(FlowNetwork, InvariantsUnderManyFlows) {
   // Link loads never exceed capacity, every byte sent arrives, and the same input gives the
   // same completion times.
