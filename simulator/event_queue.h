@@ -61,7 +61,7 @@ class EventQueue {
     uint64_t seq = 0;
     bool cancelled = false;
   };
-  uint32_t bucket_at(SimTime t);
+  uint32_t bucket_at(SimTime t);  // for a time other than last_time_: found or created
   struct Reserved {
     uint32_t slot;
     EventId id;

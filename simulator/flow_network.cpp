@@ -43,8 +43,10 @@ void FlowNetwork::send(std::span<const int> links, Bytes bytes, SimTime latency,
   }
   Flow& f = flows_[id];
   f.links.assign(links.begin(), links.end());
-  std::sort(f.links.begin(), f.links.end());
-  f.links.erase(std::unique(f.links.begin(), f.links.end()), f.links.end());
+  if (f.links.size() > 1) {  // mostly one or two links, in order already
+    if (!std::is_sorted(f.links.begin(), f.links.end())) std::sort(f.links.begin(), f.links.end());
+    f.links.erase(std::unique(f.links.begin(), f.links.end()), f.links.end());
+  }
   f.bytes = f.remaining = bytes.value();
   f.rate = 0;
   f.since = SimTime{};

@@ -127,8 +127,8 @@ void Training::join(int64_t g, CollectiveKey key, const Task& t, double ratio,
     flows.push_back({{across ? y.nic_out : y.nvlink_out}, bytes});
     (across ? report_.nic_bytes : report_.nvlink_bytes) += bytes;
   } else {
-    std::vector<PortMember> ports;
-    ports.reserve(shared->members.size());
+    std::vector<PortMember>& ports = ports_scratch_;
+    ports.clear();
     for (const Member& mb : shared->members) {
       const GpuState& y = gpus_[static_cast<size_t>(mb.gpu)];
       ports.push_back({y.node, y.rail, t.bytes, mb.weight});
@@ -150,7 +150,9 @@ void Training::join(int64_t g, CollectiveKey key, const Task& t, double ratio,
         auto same = std::find_if(flows.begin() + static_cast<std::ptrdiff_t>(first), flows.end(),
                                  [&](const auto& f) { return f.second == bytes; });
         if (same == flows.end()) {
-          flows.push_back({{link}, bytes});
+          flows.emplace_back();  // in place: a pair built aside and moved in cost more
+          flows.back().first.push_back(link);
+          flows.back().second = bytes;
         } else {
           same->first.push_back(link);
         }

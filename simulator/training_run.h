@@ -233,6 +233,7 @@ class Training {
   CollectiveKey last_key_;          // the collective join() touched last, while being joined
   Joining* last_joined_ = nullptr;  // (a map's nodes stay put)
   std::vector<std::pair<FlowNetwork::Links, Bytes>> flows_scratch_;  // join's, kept between calls
+  std::vector<PortMember> ports_scratch_;                            // (no allocation per call)
   std::vector<std::unique_ptr<Joining>> landing_;  // collectives whose flows are in flight
   std::vector<Joining*> landing_free_;             // of those, the ones that have landed
   int64_t building_stage_ = 0;                     // the stage whose pass graph is being built
