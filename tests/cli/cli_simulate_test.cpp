@@ -155,17 +155,23 @@ TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   std::remove(plan.c_str());
 }
 
+namespace {
+// Saves MemFine's layout (Sec. 5: t = 1, p = 4, e = 32, full recompute) for `pair` to `plan`.
+void save_memfine_plan(const std::string& pair, const std::string& extra, const std::string& plan) {
+  const Result r = run("plan " + pair +
+                       " --global-batch 128 --seq-len 4096 --parallel "
+                       "tp=1,pp=4,ep=32,etp=1,cp=1,vpp=1,mbs=1 --recompute full " +
+                       extra + " --save " + plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+}
+}  // namespace
+
 TEST(Cli, SimulateReportsOutOfMemoryAtTheOperator) {
   // MemFine Model I without chunking: the skew of the first iteration's late layers overflows.
   const std::string plan = temp_path("moeplan_memfine_plan.json");
   const std::string pair =
       "--model models/memfine-model-1.json --cluster topologies/memfine-128x64gb.json";
-  ASSERT_EQ(run("plan " + pair +
-                " --global-batch 128 --seq-len 4096 --parallel tp=1,pp=4,ep=32,etp=1,cp=1,vpp=1,"
-                "mbs=1 --recompute full --static-override 43 --save " +
-                plan)
-                .code,
-            0);
+  ASSERT_NO_FATAL_FAILURE(save_memfine_plan(pair, "--static-override 43", plan));
   const Result r = run("simulate " + pair + " --plan " + plan +
                        " --static-override 43 --skew capacity=18.21,drift=5 --iterations 3");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -187,12 +193,7 @@ TEST(Cli, SimulateTakesThePlansMemoryBudget) {
   const std::string plan = temp_path("moeplan_alpha_plan.json");
   const std::string pair =
       "--model models/memfine-model-2.json --cluster topologies/memfine-128x64gb.json";
-  ASSERT_EQ(run("plan " + pair +
-                " --global-batch 128 --parallel tp=1,pp=4,ep=32,etp=1,cp=1,vpp=1,mbs=1 --recompute "
-                "full --alpha 0.99 --save " +
-                plan)
-                .code,
-            0);
+  ASSERT_NO_FATAL_FAILURE(save_memfine_plan(pair, "--alpha 0.99", plan));
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(read_file(plan))["alpha"].get<double>(), 0.99);
   const std::string sim = "simulate " + pair + " --plan " + plan +
                           " --static-override 39.5 --skew capacity=18.21,drift=5 --json";
