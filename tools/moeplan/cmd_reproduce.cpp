@@ -90,19 +90,18 @@ std::vector<Row> memfine_rows(const std::string& root) {
   const double gb = 1e9;
   auto act = [&](int64_t c) { return memfine::activation(s, 1, received, c).value() / gb; };
   const Bytes gpu = gigabytes(64);
-  const Bytes static_two = gigabytes(39.5);  // Table 4, Model II
-  const double max_one = memfine::max_received_tokens(s, 1, gigabytes(43.0), gpu, 1.0);
-  const double max_two =
-      memfine::max_received_tokens(moe_layer_shape(two, p, 4096, 2), 1, static_two, gpu, 1.0);
+  const Bytes static_one = gigabytes(43.0), static_two = gigabytes(39.5);  // Table 4
+  const memfine::LayerShape s_two = moe_layer_shape(two, p, 4096, 2);
+  const double max_one = memfine::max_received_tokens(s, 1, static_one, gpu, 1.0);
+  const double max_two = memfine::max_received_tokens(s_two, 1, static_two, gpu, 1.0);
   auto bin = [&](double max) {
     return static_cast<double>(
         memfine::select_bin(memfine::chunks_needed(received, max), {1, 2, 4, 8}));
   };
   // At the alpha Table 4 implies (reproduce_rows.h).
   const double alpha = kMemFineTable4Alpha;
-  const double max_one_budget = memfine::max_received_tokens(s, 1, gigabytes(43.0), gpu, alpha);
-  const double max_two_budget =
-      memfine::max_received_tokens(moe_layer_shape(two, p, 4096, 2), 1, static_two, gpu, alpha);
+  const double max_one_budget = memfine::max_received_tokens(s, 1, static_one, gpu, alpha);
+  const double max_two_budget = memfine::max_received_tokens(s_two, 1, static_two, gpu, alpha);
   return {
       {"eq. (2)", "sequence term D_t b s (5h + a h_d + 2 k_a h_d + e_n)", 0.8997,
        memfine::sequence_activation(s).value() / gb, "GB", ""},
@@ -112,8 +111,8 @@ std::vector<Row> memfine_rows(const std::string& root) {
       {"Table 4", "Model I activation, method 3 (c = 2)", 11.9, act(2), "GB", ""},
       {"Table 4", "Model I activation, method 2 (c = 8)", 3.7, act(8), "GB",
        "the table rounds 3.65 to 3.7"},
-      {"eq. (3)", "Model I total at c = 1, static 43.0 GB", 65.9, 43.0 + act(1), "GB",
-       "over 64 GB: does not fit"},
+      {"eq. (3)", "Model I total at c = 1, static 43.0 GB", 65.9, static_one.value() / gb + act(1),
+       "GB", "over 64 GB: does not fit"},
       {"eq. (8)", "Model I s'_max", 545256, max_one, "tokens", ""},
       {"eq. (9)", "Model I MACT chunk count", 2, bin(max_one), "", ""},
       {"eq. (8)", "Model II s'_max", 640200, max_two, "tokens", ""},
@@ -134,7 +133,7 @@ std::vector<Row> memfine_rows(const std::string& root) {
        (static_two.value() / gb + act(1)) / (gpu.value() / gb), "",
        "from it on, method 1's 62.4 GB is inside the budget"},
       {"eq. (3)", "smallest alpha at which Model I fits at c = 2", NAN,
-       (43.0 + act(2)) / (gpu.value() / gb), "", "Table 4: 54.9 GB"},
+       (static_one.value() / gb + act(2)) / (gpu.value() / gb), "", "Table 4: 54.9 GB"},
   };
 }
 

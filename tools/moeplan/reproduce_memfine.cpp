@@ -22,6 +22,7 @@ std::vector<Row> memfine_end_to_end(const std::string& root) {
   std::vector<Row> rows;
   const io::Calibration fcda =
       io::load_calibration(root + "/calibrate/data/memfine-fcda-round.json");
+  const Efficiencies eff = paper_era_efficiencies(fcda.curves, fcda.constants);
   struct ModelCase {
     const char* file;
     double static_gb;
@@ -38,9 +39,7 @@ std::vector<Row> memfine_end_to_end(const std::string& root) {
   const ClusterSpec c = io::load_cluster(root + "/topologies/memfine-128x64gb.json");
   for (int model = 0; model < 2; ++model) {
     const ModelSpec m = io::load_model(root + "/models/" + cases[model].file);
-    const TimeContext ctx =
-        make_time_context(m, c, paper_era_efficiencies(fcda.curves, fcda.constants),
-                          parse_skew("capacity=18.21", m), 4096);
+    const TimeContext ctx = make_time_context(m, c, eff, parse_skew("capacity=18.21", m), 4096);
     PlanChoice choice;
     choice.parallel = resolve(parse_parallel("tp=1,pp=4,ep=32,dp=32,mbs=1,gbs=128"));
     check(choice.parallel, m);
@@ -101,10 +100,7 @@ std::vector<Row> memfine_end_to_end(const std::string& root) {
        fmt::format("fitted: sets the stall past the budget. MACT takes c = 2 where routing is "
                    "skewed and stays inside alpha = {}; method 1 passes it {} times, each a {} "
                    "stall",
-                   kAlpha, retries[1][0],
-                   as_ms(fcda.constants.count("allocator_retry_us") > 0
-                             ? fcda.constants.at("allocator_retry_us") * 1e-6
-                             : efficiencies().allocator_retry.value()))});
+                   kAlpha, retries[1][0], as_ms(eff.allocator_retry.value()))});
   const char* kMethods[3] = {"method 1 (no chunks)", "method 2 (c = 8)", "method 3 (MACT)"};
   for (int model = 0; model < 2; ++model) {
     for (int method = 0; method < 3; ++method) {
