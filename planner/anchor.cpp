@@ -30,6 +30,7 @@ Efficiencies scale_efficiencies(const Efficiencies& e, double f, bool communicat
     out.allgather_intra = scaled(e.allgather_intra, f);
     out.allgather_inter = scaled(e.allgather_inter, f);
     out.d2d_copy = scaled(e.d2d_copy, f);
+    out.pcie_h2d = scaled(e.pcie_h2d, f);
   }
   return out;
 }

@@ -66,7 +66,7 @@ ExpertCost expert_cost(int expert, double tokens, double expert_params, double b
   };
   c.cpu = work / (rates.cpu * eff(rates.cpu_efficiency, work.value()));
   c.gpu = work / (rates.gpu * eff(rates.gpu_efficiency, work.value()));
-  c.load = weights / (rates.pcie * eff(rates.pcie_efficiency, weights.value()));
+  c.load = rates.load_time(weights);
   return c;
 }
 

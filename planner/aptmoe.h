@@ -66,6 +66,11 @@ struct Rates {
   const EfficiencyCurve* cpu_efficiency = nullptr;
   const EfficiencyCurve* gpu_efficiency = nullptr;
   const EfficiencyCurve* pcie_efficiency = nullptr;
+  // A copy of `bytes` over PCIe at the efficiency its size reaches.
+  Seconds load_time(Bytes bytes) const {
+    if (!(bytes.value() > 0)) return Seconds(0);
+    return bytes / (pcie * (pcie_efficiency ? pcie_efficiency->at(bytes.value()) : 1.0));
+  }
 };
 ExpertCost expert_cost(int expert, double tokens, double expert_params, double bytes_per_param,
                        const Rates& rates, Pass pass);

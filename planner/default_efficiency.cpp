@@ -27,6 +27,15 @@ EfficiencyCurve d2d_copy() {
       {{64.0 * 1024, 0.05}, {1 * kMiB, 0.25}, {16 * kMiB, 0.42}, {256 * kMiB, 0.45}});
 }
 
+EfficiencyCurve pcie_h2d() {
+  return EfficiencyCurve({{4.0 * 1024, 0.017},
+                          {64.0 * 1024, 0.18},
+                          {256.0 * 1024, 0.42},
+                          {1 * kMiB, 0.73},
+                          {4 * kMiB, 0.835},
+                          {16 * kMiB, 0.87}});
+}
+
 EfficiencyCurve alltoall_intra_node() {
   return EfficiencyCurve({{64.0 * 1024, 0.04},
                           {1 * kMiB, 0.30},

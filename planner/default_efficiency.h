@@ -15,6 +15,11 @@ namespace moe::defaults {
 EfficiencyCurve alltoall_inter_node();   // r1, plateau 0.92
 EfficiencyCurve allgather_intra_node();  // r2, plateau 0.80
 EfficiencyCurve d2d_copy();              // r3, plateau 0.45
+// Pinned host-to-device copies by bytes, against the cluster file's PCIe (or C2C) rate: the
+// lent H100 (Gen5 x16, calibrate/data/h100-aptmoe-moe-s-8.json) reached 0.87 from 16 MiB up in
+// either direction (0.017 at 4 KiB, 0.73 at 1 MiB). A Gen4 A100/A800 host gets 24-26 GB/s of
+// its 31.5, about as much. What APTMoE's and Mobius' weight loads and gradient offloads reach.
+EfficiencyCurve pcie_h2d();
 // NVLink all-to-all: nccl-tests report ~340 GB/s busbw of 450 on 8xH100, plateau 0.75.
 EfficiencyCurve alltoall_intra_node();
 // Ring all-gather/reduce-scatter across nodes: bound by the NIC, plateau 0.90.

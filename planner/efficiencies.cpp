@@ -91,6 +91,7 @@ constexpr NamedCurve kCurves[] = {
     {"allgather_intra", &Efficiencies::allgather_intra, defaults::allgather_intra_node},
     {"allgather_inter", &Efficiencies::allgather_inter, defaults::allgather_inter_node},
     {"d2d_copy", &Efficiencies::d2d_copy, defaults::d2d_copy},
+    {"pcie_h2d", &Efficiencies::pcie_h2d, defaults::pcie_h2d},
 };
 }  // namespace
 

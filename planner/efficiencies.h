@@ -3,8 +3,8 @@
 // Names match the curves a calibration file carries: gemm (BF16, by FLOPs of one GEMM), gemm_fp8
 // and gemm_fp8_block (FP8 with one scale per tensor, and per block), attention_core (fused
 // attention, by a call's forward FLOPs), alltoall_intra, alltoall_inter, allgather_intra,
-// allgather_inter, d2d_copy (by bytes). A scalar completes them: the share of HBM bandwidth
-// memory-bound operators (norms, permutation, activation functions) reach.
+// allgather_inter, d2d_copy, pcie_h2d (by bytes). A scalar completes them: the share of HBM
+// bandwidth memory-bound operators (norms, permutation, activation functions) reach.
 #pragma once
 
 #include <array>
@@ -22,6 +22,7 @@ struct Efficiencies {
   EfficiencyCurve alltoall_intra, alltoall_inter;
   EfficiencyCurve allgather_intra, allgather_inter;
   EfficiencyCurve d2d_copy;
+  EfficiencyCurve pcie_h2d;  // pinned copies between host memory and the GPU, by bytes
   // Fused causal attention, forward and backward, as a share of the BF16 peak by one call's
   // forward FLOPs (causal blocks skipped; the backward counted as twice the forward): cuDNN's
   // kernel, as Transformer Engine runs it, measured on a lent H200 (planner/default_efficiency.h).

@@ -55,6 +55,7 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
   }
   aptmoe::Rates rates;
   rates.pcie = node.host_link_bandwidth() / static_cast<double>(std::max(on_switch, 1));
+  rates.pcie_efficiency = &ctx.eff.pcie_h2d;
   rates.cpu =
       node.cpus[node.cpu_of_gpu(0)].achievable_flops / static_cast<double>(std::max(on_socket, 1));
   rates.gpu = peak_of(ctx, precision) * ctx.eff.gemm.at(1e11);
@@ -77,8 +78,8 @@ aptmoe::Fixed offload_fixed_loads(const TimeContext& ctx, const aptmoe::Rates& r
                                   Precision precision) {
   const double weight_bytes = offload_weight_bytes(precision);
   const LayerParams& lp = ctx.params.layers[static_cast<size_t>(layer)];
-  return {Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes) / rates.pcie,
-          Bytes(lp.router * weight_bytes) / rates.pcie};
+  return {rates.load_time(Bytes((lp.attention + lp.norms + lp.shared_experts) * weight_bytes)),
+          rates.load_time(Bytes(lp.router * weight_bytes))};
 }
 
 aptmoe::Allocation offload_allocation(const TimeContext& ctx, const aptmoe::Rates& rates,
@@ -121,15 +122,14 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
   t.gpu = dense * factor;
   // The embedding (a lookup: no GEMM) and the output head load with the layer beside them; the
   // head's GEMM runs after the last layer.
-  const Seconds edge_load =
-      Bytes(offload_edge_params(ctx.params, layer, m.num_layers, stages) * weight_bytes) /
-      rates.pcie;
+  const Seconds edge_load = rates.load_time(
+      Bytes(offload_edge_params(ctx.params, layer, m.num_layers, stages) * weight_bytes));
   if (layer == m.num_layers - 1)
     t.gpu += gpu_time(2.0 * static_cast<double>(m.hidden_size * m.vocab_size) * tokens) * factor;
   Seconds expert_gpu;  // the routed experts the GPU runs, at eq. (1)'s cost for the pass
   if (!m.moe_layer[layer]) {
     t.load =
-        Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes) / rates.pcie + edge_load;
+        rates.load_time(Bytes((lp.attention + lp.dense_ffn + lp.norms) * weight_bytes)) + edge_load;
   } else {
     const aptmoe::Fixed fixed = offload_fixed_loads(ctx, rates, layer, precision);
     const aptmoe::Allocation a = offload_allocation(ctx, rates, layer, kind, tokens, precision);

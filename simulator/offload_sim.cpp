@@ -37,7 +37,9 @@ class OffloadSim {
   OffloadReport run() {
     EventQueue queue;
     FlowNetwork net(queue);
-    // One uplink per PCIe switch and direction.
+    // One uplink per PCIe switch and direction, at the cluster file's rate. A transfer's bytes
+    // are its copy time times that rate (on_wire): a copy alone on the link takes what the
+    // pcie_h2d curve gives its size, and sharing slows it in proportion.
     const NodeSpec& node = cluster_.node;
     for (int64_t g = 0; g < run_.gpus; ++g) {
       const SwitchKey key{g / node.num_gpus,
@@ -173,6 +175,10 @@ class OffloadSim {
     graph_.push_back(std::move(t));
     ++tasks_;
     return static_cast<uint32_t>(graph_.size() - 1);
+  }
+  // What a copy of `bytes` occupies on a link of the GPU's PCIe rate (planner/aptmoe.h).
+  Bytes on_wire(Bytes bytes) const {
+    return Bytes(rates_.load_time(bytes).value() * rates_.pcie.value());
   }
   Task transfer(int64_t g, Lane lane, const char* name, Bytes bytes, std::vector<uint32_t> after) {
     Task t;
@@ -310,7 +316,7 @@ class OffloadSim {
                 add(work(g, kGpu, fwd ? "layer forward" : "layer backward", c.gpu / m, after))};
             if (c.cpu.value() > 0) {
               // The CPU experts' tokens go to the host and their outputs come back.
-              const Bytes act(c.cpu_tokens / m * h * act_bytes_);
+              const Bytes act = on_wire(Bytes(c.cpu_tokens / m * h * act_bytes_));
               const uint32_t down =
                   add(transfer(g, kTokensD2h, "tokens to CPU experts", act, after));
               const uint32_t cpu = add(

@@ -604,7 +604,9 @@ TEST(Anchor, OneMeasuredIterationSetsOneScaleForEveryEfficiency) {
   EXPECT_DOUBLE_EQ(back.attention_core.at(3e10), e.attention_core.at(3e10));
   EXPECT_DOUBLE_EQ(back.memory_bound, e.memory_bound);
   EXPECT_NEAR(back.dispatch_round_overhead.value(), e.dispatch_round_overhead.value(), 1e-15);
-  EXPECT_EQ(curves_of(e).size(), 9u);
+  EXPECT_DOUBLE_EQ(back.pcie_h2d.at(Bytes(1e8)), e.pcie_h2d.at(Bytes(1e8)));
+  EXPECT_DOUBLE_EQ(e.pcie_h2d.at(Bytes(1e8)), 0.5 * s.ctx.eff.pcie_h2d.at(Bytes(1e8)));
+  EXPECT_EQ(curves_of(e).size(), 10u);
   // A faster measurement than the scale's cap allows is reported, not met.
   EXPECT_FALSE(fit_anchor(s.ctx, c, predicted * 0.01, true).converged);
   EXPECT_THROW(fit_anchor(s.ctx, c, Seconds(0), true), ConfigError);

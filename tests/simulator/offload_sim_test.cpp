@@ -323,6 +323,44 @@ TEST(OffloadPlanner, MultiLatentAttentionKeepsItsShareOffloaded) {
   EXPECT_NEAR((gpu(mla) - gpu(plain)).value(), expected, 1e-9 * gpu(mla).value());
 }
 
+TEST(OffloadPlanner, LoadsRunAtThePinnedCopyEfficiencyOfTheirSize) {
+  // A pinned copy reaches 0.87 of the PCIe rate from 16 MiB up (the lent H100's measurement,
+  // the default) and less below: every load the plans price goes through that curve, and the
+  // simulator's Mobius on C1+G4 at batch 16 slows with it.
+  const sim::Fixture f;
+  const TimeContext ctx =
+      make_time_context(f.model, f.cluster, paper_era_efficiencies(), RoutingSkew{}, 512);
+  const aptmoe::Rates rates = offload_rates(ctx, f.cluster, 4, Precision::kFp32);
+  const Bytes gib(1 << 30);
+  EXPECT_NEAR(rates.load_time(gib).value(), (gib / rates.pcie).value() / 0.87, 1e-12);
+  EXPECT_GT(rates.load_time(Bytes(65536)).value(), 4 * (Bytes(65536) / rates.pcie).value());
+  EXPECT_EQ(rates.load_time(Bytes(0)).value(), 0.0);
+  const aptmoe::Fixed fixed = offload_fixed_loads(ctx, rates, 1, Precision::kFp32);
+  const LayerParams& lp = ctx.params.layers[1];
+  EXPECT_NEAR(fixed.load_mha.value(),
+              rates.load_time(Bytes((lp.attention + lp.norms + lp.shared_experts) * 4.0)).value(),
+              1e-15);
+
+  auto mobius_at = [&](double copy_efficiency) {
+    Efficiencies e = paper_era_efficiencies();
+    e.pcie_h2d = EfficiencyCurve::constant(copy_efficiency);
+    const TimeContext at = make_time_context(f.model, f.cluster, e, RoutingSkew{}, 512);
+    sim::OffloadRun run;
+    run.gpus = 4;
+    run.stages = 16;
+    run.global_batch = 16;
+    run.system = OffloadSystem::kMobius;
+    return sim::simulate_offload(at, f.cluster, run);
+  };
+  const sim::OffloadReport full = mobius_at(1.0), half = mobius_at(0.5);
+  // Every byte crosses at half the rate: the copy lanes stay busy twice as long (2.1x: more of
+  // the four GPUs' loads now overlap on their shared uplink), and the iteration, whose CPU
+  // optimizer step does not move, grows by half (1.48x).
+  EXPECT_NEAR(half.h2d_busy[0] / full.h2d_busy[0], 2.0, 0.15);
+  EXPECT_GT(half.iteration.value(), 1.35 * full.iteration.value());
+  EXPECT_LT(half.iteration.value(), 2.0 * full.iteration.value());
+}
+
 TEST(OffloadPlanner, BackwardReplaysTheForwardAndTheBreakdownAddsUp) {
   // Offload plans keep only each layer's input, so a layer's backward is its forward replayed
   // plus two GEMMs per forward GEMM: three forwards of GPU work, one of them recompute. The
@@ -350,7 +388,7 @@ TEST(OffloadPlanner, BackwardReplaysTheForwardAndTheBreakdownAddsUp) {
                          OffloadSystem::kMobius)
         .load.value();
   };
-  const double embedding = ctx.params.embedding * 4.0 / rates.pcie.value();
+  const double embedding = rates.load_time(Bytes(ctx.params.embedding * 4.0)).value();
   EXPECT_NEAR(load(0) - load(1), embedding, 1e-6 * embedding);
   EXPECT_GT(load(m.num_layers - 1) - load(1), embedding);
   // A one-stage plan already holds the tied embedding when the head needs it.

@@ -7,6 +7,7 @@
 #include "calibrate/gpu_bench.h"
 #include "planner/aptmoe.h"
 #include "planner/cluster_graph.h"
+#include "planner/default_efficiency.h"
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/model_stats.h"
@@ -170,11 +171,13 @@ void run_affinity(const AffinityOptions& o) {
   }
   const std::optional<std::string> gemm = calibrate::gemm_curve_for(dtype);
   rates.gpu_efficiency = gemm ? curve(gemm->c_str()) : nullptr;
-  rates.pcie_efficiency = curve("pcie_h2d");
+  // Without a measured copy curve, the default one the offload plans price loads with.
+  static const EfficiencyCurve kDefaultCopy = defaults::pcie_h2d();
+  rates.pcie_efficiency = curve("pcie_h2d") ? curve("pcie_h2d") : &kDefaultCopy;
 
   const LayerParams lp = layer_params(m, true);
-  aptmoe::Fixed fixed{Bytes(lp.attention * bytes) / rates.pcie,
-                      Bytes(lp.router * bytes) / rates.pcie};
+  aptmoe::Fixed fixed{rates.load_time(Bytes(lp.attention * bytes)),
+                      rates.load_time(Bytes(lp.router * bytes))};
   if (o.table) {
     print_profile_table(m, lp, bytes, rates, pass, o.tokens * static_cast<double>(m.top_k), fixed,
                         o.json);
@@ -215,11 +218,14 @@ void run_affinity(const AffinityOptions& o) {
                 {"execution", execution}});
     return;
   }
+  const Bytes expert_bytes(lp.one_routed_expert * bytes);
   fmt::print(
       "{}: {} pass, G = {:.4f}, {:.0f} tokens x top-{}, GPU {} ({:.1f} TFLOP/s), CPU share {:.0f} "
-      "GFLOP/s ({}), PCIe {}\n\n",
+      "GFLOP/s ({}), PCIe {} ({} for one expert's {:.1f} MB, pinned copies at pcie_h2d)\n\n",
       m.name, o.pass, g_metric, o.tokens, m.top_k, o.gpu, rates.gpu.value() / 1e12,
-      rates.cpu.value() / 1e9, cpu_source, as_gbps(rates.pcie.value()));
+      rates.cpu.value() / 1e9, cpu_source, as_gbps(rates.pcie.value()),
+      as_gbps(expert_bytes.value() / rates.load_time(expert_bytes).value()),
+      expert_bytes.value() / 1e6);
   Table t({"rank", "expert", "tokens", "CPU time", "GPU time", "load time", "runs on", "R after"});
   for (size_t i = 0; i < a.experts.size(); ++i) {
     const auto& e = a.experts[i];

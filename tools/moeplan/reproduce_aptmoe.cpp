@@ -89,7 +89,7 @@ std::vector<Row> aptmoe_end_to_end(const std::string& root) {
   };
   const std::string regime =
       "32-token sequences: loading binds the forward pass, backward (twice the compute) hides "
-      "it, and the CPU optimizer step (0.87 s of Mobius' 2.22 s) is common to both";
+      "it, and the CPU optimizer step (0.87 s of Mobius' 2.35 s) is common to both";
   rows.push_back({"Fig. 11", "APTMoE over Mobius, MoE-S-16, C1+G2, G = 0.4", 1.33,
                   gain("aptmoe-moe-s-16.json", "aptmoe-4x-a800-40gb-c1g2.json", 4, 0.4), "x",
                   regime});
