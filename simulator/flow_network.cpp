@@ -107,7 +107,7 @@ void FlowNetwork::complete(size_t id) {
   --active_count_;
   delivered_ += f.bytes;
   for (int l : f.links) {
-    std::vector<size_t>& on = on_link_[static_cast<size_t>(l)];
+    OnLink& on = on_link_[static_cast<size_t>(l)];
     on.erase(std::find(on.begin(), on.end(), id));
   }
   Done done = std::move(f.done);
@@ -176,7 +176,7 @@ bool FlowNetwork::resolve_alone(std::span<const int> seeds) {
   // no search, sort or filling (most solves in a run of every GPU: a member's own ports).
   size_t only = flows_.size();
   for (int l : seeds) {
-    const std::vector<size_t>& on = on_link_[static_cast<size_t>(l)];
+    const OnLink& on = on_link_[static_cast<size_t>(l)];
     if (on.empty()) continue;
     if (on.size() > 1 || (only != flows_.size() && on.front() != only)) return false;
     only = on.front();

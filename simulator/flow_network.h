@@ -88,8 +88,12 @@ class FlowNetwork {
   void schedule(size_t flow);
 
   EventQueue& queue_;
-  std::vector<double> links_;                 // capacity in bytes/s
-  std::vector<std::vector<size_t>> on_link_;  // active flows crossing each link
+  std::vector<double> links_;  // capacity in bytes/s
+  // Active flows crossing each link, inline up to two (most links carry one or two at a time):
+  // solves walk these for every flow that starts or ends, and a heap block a link cost a cache
+  // miss each.
+  using OnLink = boost::container::small_vector<size_t, 2>;
+  std::vector<OnLink> on_link_;
   std::vector<Flow> flows_;
   std::vector<size_t> free_;  // slots of finished flows
   size_t active_count_ = 0;
