@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "test_paths.h"
@@ -22,8 +24,33 @@ std::string read_file(const std::string& path) {
   return text;
 }
 
+namespace {
+// Every scratch path handed out, removed (files and folders alike) once the suite has run, so
+// that no run leaves its plans and reproductions behind in the temporary folder.
+class ScratchPaths : public ::testing::Environment {
+ public:
+  std::set<std::string> issued;
+  void TearDown() override {
+    std::error_code ignored;
+    for (const std::string& p : issued) std::filesystem::remove_all(p, ignored);
+  }
+};
+ScratchPaths& scratch() {
+  static ScratchPaths* const paths = [] {
+    auto* p = new ScratchPaths;  // gtest owns and deletes it
+    ::testing::AddGlobalTestEnvironment(p);
+    return p;
+  }();
+  return *paths;
+}
+// Registered before main runs the tests: an environment added later is never torn down.
+const bool kScratchRegistered = (scratch(), true);
+}  // namespace
+
 std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + std::to_string(getpid()) + "_" + name;
+  const std::string path = ::testing::TempDir() + std::to_string(getpid()) + "_" + name;
+  scratch().issued.insert(path);
+  return path;
 }
 
 Result run(const std::string& args, const std::string& env) {
