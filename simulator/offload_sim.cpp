@@ -176,10 +176,10 @@ class OffloadSim {
     ++tasks_;
     return static_cast<uint32_t>(graph_.size() - 1);
   }
-  // What a copy of `bytes` occupies on a link of the GPU's PCIe rate (planner/aptmoe.h).
-  Bytes on_wire(Bytes bytes) const {
-    return Bytes(rates_.load_time(bytes).value() * rates_.pcie.value());
-  }
+  // What a copy lasting `time` alone occupies on a link of the GPU's PCIe rate: loads are
+  // priced as times (planner/aptmoe.h), at the pinned-copy efficiency of their size.
+  Bytes on_wire(Seconds time) const { return Bytes(time.value() * rates_.pcie.value()); }
+  Bytes on_wire(Bytes bytes) const { return on_wire(rates_.load_time(bytes)); }
   Task transfer(int64_t g, Lane lane, const char* name, Bytes bytes, std::vector<uint32_t> after) {
     Task t;
     t.name = name;
@@ -248,8 +248,7 @@ class OffloadSim {
             !fwd && offload_resident_in_backward(run_.system, run_.stages, run_.gpus, s);
         int64_t stage_load_task = -1;
         if (!apt && !resident) {
-          stage_load_task = add(transfer(
-              g, kH2d, "load stage", Bytes(stage_load.value() * rates_.pcie.value()), load_after));
+          stage_load_task = add(transfer(g, kH2d, "load stage", on_wire(stage_load), load_after));
         }
         // Loads first (the copy stream serves them in this order), then every micro-batch
         // through the stage's layers in GPipe order, then the gradients back to the host.
@@ -271,9 +270,7 @@ class OffloadSim {
                               const std::vector<uint32_t>& after, int rank,
                               std::vector<uint32_t>& into) {
           for (int64_t k = 0; k < pieces; ++k) {
-            Task t = transfer(
-                g, kH2d, name,
-                Bytes(time.value() / static_cast<double>(pieces) * rates_.pcie.value()), after);
+            Task t = transfer(g, kH2d, name, on_wire(time / static_cast<double>(pieces)), after);
             t.rank = rank;
             into.push_back(add(std::move(t)));
           }
@@ -333,8 +330,7 @@ class OffloadSim {
         for (int64_t j = 0; j < count; ++j) {
           const auto& done = layer_done[static_cast<size_t>(j)];
           if (!fwd) {
-            add(transfer(g, kD2h, "offload gradients",
-                         Bytes(costs[static_cast<size_t>(j)].load.value() * rates_.pcie.value()),
+            add(transfer(g, kD2h, "offload gradients", on_wire(costs[static_cast<size_t>(j)].load),
                          done));
           }
           done_all.insert(done_all.end(), done.begin(), done.end());

@@ -25,18 +25,23 @@ struct Fixture {
   ClusterSpec cluster = io::load_cluster(std::string(MOEPLAN_SOURCE_DIR) +
                                          "/topologies/aptmoe-4x-a800-40gb-c1g4.json");
 
-  // MoE-S-16 at popularity G, 16 stages on 4 GPUs, batch 16; `adjust` sets the rest.
-  double run(double g, const std::function<void(OffloadRun&)>& adjust) const {
-    RoutingSkew skew;
-    skew.kind = RoutingSkew::Kind::kPopularity;
-    skew.proportions = {aptmoe::proportions_for_g(model.num_routed_experts, g)};
-    const TimeContext ctx = make_time_context(model, cluster, paper_era_efficiencies(), skew, 512);
+  // MoE-S-16 under `skew` and `eff`, 16 stages on 4 GPUs, batch 16; `adjust` sets the rest.
+  OffloadReport simulate(const RoutingSkew& skew, const Efficiencies& eff,
+                         const std::function<void(OffloadRun&)>& adjust) const {
+    const TimeContext ctx = make_time_context(model, cluster, eff, skew, 512);
     OffloadRun run;
     run.gpus = 4;
     run.stages = 16;
     run.global_batch = 16;
     adjust(run);
-    return simulate_offload(ctx, cluster, run).tokens_per_second;
+    return simulate_offload(ctx, cluster, run);
+  }
+  // The same at popularity G, priced as the paper's era ran.
+  double run(double g, const std::function<void(OffloadRun&)>& adjust) const {
+    RoutingSkew skew;
+    skew.kind = RoutingSkew::Kind::kPopularity;
+    skew.proportions = {aptmoe::proportions_for_g(model.num_routed_experts, g)};
+    return simulate(skew, paper_era_efficiencies(), adjust).tokens_per_second;
   }
   double tokens_per_second(double g, OffloadSystem system, double accuracy = 1.0) const {
     return run(g, [&](OffloadRun& r) {
@@ -344,13 +349,8 @@ TEST(OffloadPlanner, LoadsRunAtThePinnedCopyEfficiencyOfTheirSize) {
   auto mobius_at = [&](double copy_efficiency) {
     Efficiencies e = paper_era_efficiencies();
     e.pcie_h2d = EfficiencyCurve::constant(copy_efficiency);
-    const TimeContext at = make_time_context(f.model, f.cluster, e, RoutingSkew{}, 512);
-    sim::OffloadRun run;
-    run.gpus = 4;
-    run.stages = 16;
-    run.global_batch = 16;
-    run.system = OffloadSystem::kMobius;
-    return sim::simulate_offload(at, f.cluster, run);
+    return f.simulate(RoutingSkew{}, e,
+                      [](sim::OffloadRun& r) { r.system = OffloadSystem::kMobius; });
   };
   const sim::OffloadReport full = mobius_at(1.0), half = mobius_at(0.5);
   // Every byte crosses at half the rate: the copy lanes stay busy twice as long (2.1x: more of

@@ -173,7 +173,8 @@ void run_affinity(const AffinityOptions& o) {
   rates.gpu_efficiency = gemm ? curve(gemm->c_str()) : nullptr;
   // Without a measured copy curve, the default one the offload plans price loads with.
   static const EfficiencyCurve kDefaultCopy = defaults::pcie_h2d();
-  rates.pcie_efficiency = curve("pcie_h2d") ? curve("pcie_h2d") : &kDefaultCopy;
+  const EfficiencyCurve* measured_copy = curve("pcie_h2d");
+  rates.pcie_efficiency = measured_copy ? measured_copy : &kDefaultCopy;
 
   const LayerParams lp = layer_params(m, true);
   aptmoe::Fixed fixed{rates.load_time(Bytes(lp.attention * bytes)),
