@@ -229,6 +229,8 @@ ParallelConfig parse_parallel(const std::string& text, const std::string& option
     }
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec == std::errc::result_out_of_range)
+      throw InputError(option, key, fmt::format("'{}' is too large", value));
     if (ec != std::errc() || end != value.data() + value.size()) {
       throw InputError(option, key, fmt::format("'{}' is not an integer", value));
     }

@@ -30,6 +30,13 @@ TEST(Parallel, RejectsBadItems) {
   EXPECT_THROW(parse_parallel("tp=2,tp=4"), InputError);
   EXPECT_THROW(parse_parallel("tp"), InputError);
   EXPECT_THROW(parse_parallel("tp=2,,pp=2"), InputError);
+  // A size past int64 is named as too large, not as something other than an integer.
+  try {
+    parse_parallel("tp=99999999999999999999");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("too large"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Parallel, DerivesDpFromTheExpertSide) {
