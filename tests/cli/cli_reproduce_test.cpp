@@ -180,6 +180,12 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   within("megascale", "Fig. 11 smallest speedup over Megatron-LM (480-1,440 GPUs)", 0.08);
   within("megascale", "Fig. 11 largest speedup over Megatron-LM (480-1,440 GPUs)", 0.08);
   EXPECT_GT(ours("megascale", "Fig. 13 smallest MFU gain of SP+EP over TP+TP"), 0.0);
+  // The reading we do not take (README, paper decisions): as MFU points the gains are inside the
+  // issue's 10-35 % band (14.3-20.7 points), at our MFU level.
+  EXPECT_GE(ours("megascale", "Fig. 13 smallest MFU gain of SP+EP over TP+TP, read as MFU points"),
+            0.10);
+  EXPECT_LE(ours("megascale", "Fig. 13 largest MFU gain of SP+EP over TP+TP, read as MFU points"),
+            0.35);
   EXPECT_EQ(
       ours("megascale", "Fig. 13 SP+EP has the highest MFU of the four strategies for all six"),
       1.0);

@@ -296,7 +296,7 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
   // parts (the all-to-all with the attention projections; dispatch, scatter/gather and combine
   // with the grouped GEMM), and the iteration.
   const ClusterSpec node = io::load_cluster(root + "/topologies/megascale-h800-240.json");
-  std::vector<double> gains, pair_cuts, iteration_cuts;
+  std::vector<double> gains, points, pair_cuts, iteration_cuts;
   bool spep_best = true;
   for (const char* file :
        {"megascale-internal-352b.json", "mixtral-8x7b.json", "mixtral-8x22b.json",
@@ -324,6 +324,7 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
     const double sptp = mfu(choice_for(kExpertTp, AttentionMode::kUlysses));
     const double best = mfu(spep);
     gains.push_back(best / tptp - 1.0);
+    points.push_back(best - tptp);
     spep_best = spep_best && best >= std::max({tptp, tpep, sptp});
     rows.push_back(
         {"Fig. 13", fmt::format("{}: SP+EP MFU over TP+TP", model.name), NAN, best / tptp - 1.0, "",
@@ -369,6 +370,13 @@ std::vector<Row> megascale_end_to_end(const std::string& root) {
       "weigh most on the narrow models (h 2048-4096); Table 3 and Fig. 11 compare the same "
       "layouts at scale and match within 11 %";
   push_range(rows, "Fig. 13", "MFU gain of SP+EP over TP+TP", 0.149, 0.329, gains, "", fig13);
+  // "14.9 %-32.9 % higher MFU" could also mean MFU points. We keep the ratio reading (README,
+  // paper decisions): our points land in the band only at our own MFU, about twice the level of
+  // the paper's Table 3 runs.
+  push_range(rows, "Fig. 13", "MFU gain of SP+EP over TP+TP, read as MFU points", 0.149, 0.329,
+             points, "",
+             "the reading we do not take: at the paper's MFU level (every efficiency x 0.431, "
+             "the Table 3 anchor) these would be 0.431 times as large");
   rows.push_back({"Fig. 13", "SP+EP has the highest MFU of the four strategies for all six", 1.0,
                   spep_best ? 1.0 : 0.0, "1 = yes", ""});
   return rows;
