@@ -86,6 +86,10 @@ LinkRates link_rates(const ClusterSpec& c) {
   r.intra = c.node.num_gpus > 1 ? intra : c.node.gpu.hbm_bandwidth;
   r.inter = c.num_nodes > 1 ? c.gpu_network_bandwidth() : r.intra;
   if (c.node.fabric == Fabric::kPcie) r.shared_groups = shared_group_rates(c, g);
+  int sharing = 1;
+  for (const PcieSwitch& s : c.node.pcie_switches)
+    sharing = std::max(sharing, static_cast<int>(s.gpus.size()));
+  r.host = c.node.host_link_bandwidth() / static_cast<double>(c.node.has_c2c() ? 1 : sharing);
   return r;
 }
 

@@ -37,6 +37,9 @@ struct LinkRates {
   Seconds intra_latency;
   Seconds inter_latency;
   BytesPerSec hbm;
+  // Between a GPU and host memory when every GPU of the node copies at once: its PCIe link, or
+  // its share of a switch uplink it shares, or its NVLink-C2C link to a Grace CPU.
+  BytesPerSec host;
   // PCIe-only nodes: groups that share a switch uplink or the socket link (NVSwitch ports are
   // never shared between groups, so NVSwitch nodes list none).
   std::vector<GroupRate> shared_groups;

@@ -39,28 +39,58 @@ constexpr std::pair<const char*, uint32_t> kModuleNames[] = {{"core_attn", kReco
                                                              {"mlp", kRecomputeMlp},
                                                              {"moe", kRecomputeMoe}};
 
-}  // namespace
+constexpr std::pair<const char*, uint32_t> kOffloadNames[] = {
+    {"attn_norm", kOffloadAttnNorm},   {"core_attn", kOffloadCoreAttn},
+    {"attn_proj", kOffloadAttnProj},   {"mlp_norm", kOffloadMlpNorm},
+    {"expert_fc1", kOffloadExpertFc1}, {"moe_act", kOffloadMoeAct}};
 
-std::vector<std::string> recompute_module_names(uint32_t modules) {
+template <size_t N>
+std::vector<std::string> names_of(const std::pair<const char*, uint32_t> (&table)[N],
+                                  uint32_t mask) {
   std::vector<std::string> out;
-  for (const auto& [name, bit] : kModuleNames)
-    if (modules & bit) out.emplace_back(name);
+  for (const auto& [name, bit] : table)
+    if (mask & bit) out.emplace_back(name);
   return out;
 }
 
-std::optional<uint32_t> recompute_modules_from_names(const std::vector<std::string>& names,
-                                                     std::string* unknown) {
+template <size_t N>
+std::optional<uint32_t> mask_of(const std::pair<const char*, uint32_t> (&table)[N],
+                                const std::vector<std::string>& names, std::string* unknown) {
   uint32_t mask = 0;
   for (const std::string& n : names) {
-    const auto* it = std::find_if(std::begin(kModuleNames), std::end(kModuleNames),
+    const auto* it = std::find_if(std::begin(table), std::end(table),
                                   [&](const auto& entry) { return n == entry.first; });
-    if (it == std::end(kModuleNames)) {
+    if (it == std::end(table)) {
       if (unknown) *unknown = n;
       return std::nullopt;
     }
     mask |= it->second;
   }
   return mask;
+}
+
+}  // namespace
+
+std::vector<std::string> offload_module_names(uint32_t modules) {
+  return names_of(kOffloadNames, modules);
+}
+
+std::optional<uint32_t> offload_modules_from_names(const std::vector<std::string>& names,
+                                                   std::string* unknown) {
+  return mask_of(kOffloadNames, names, unknown);
+}
+
+bool offload_allowed(Recompute r) {
+  return r == Recompute::kNone || r == Recompute::kSelective;
+}
+
+std::vector<std::string> recompute_module_names(uint32_t modules) {
+  return names_of(kModuleNames, modules);
+}
+
+std::optional<uint32_t> recompute_modules_from_names(const std::vector<std::string>& names,
+                                                     std::string* unknown) {
+  return mask_of(kModuleNames, names, unknown);
 }
 
 memfine::LayerShape moe_layer_shape(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len,
@@ -166,6 +196,38 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
   const Bytes layer = seq + per_token * memfine::tokens_per_chunk(received_tokens, chunks);
   return (recompute == Recompute::kRematerialize ? layer * remat_ratio : layer) +
          (keep_scores ? scores : Bytes(0));
+}
+
+// One layer and micro-batch (one FCDA chunk of its routed tokens): the part of what
+// layer_activation keeps that offloading `offload` sends to the host. What recompute already
+// drops is not sent: the norms' rows under layernorm recompute, q, k and v under MLA's
+// mla_up_proj, the routed-token rows under moe. Dense layers have no expert rows to send.
+Bytes layer_offloaded(const memfine::LayerShape& s, bool moe_layer, const ModelSpec& m,
+                      double received_tokens, int64_t chunks, Recompute recompute,
+                      uint32_t recompute_modules, uint32_t offload) {
+  if (offload == 0 || !offload_allowed(recompute)) return Bytes(0);
+  const uint32_t mods = recompute == Recompute::kSelective ? recompute_modules : 0;
+  const double tc = static_cast<double>(s.tp * s.cp);
+  const double tokens = static_cast<double>(s.micro_batch * s.seq_len) / tc;
+  const double h = static_cast<double>(s.hidden);
+  double sequence = 0;  // bytes a token
+  if (!(mods & kRecomputeLayernorm)) {
+    if (offload & kOffloadAttnNorm) sequence += s.bytes_per_element * h;
+    if (offload & kOffloadMlpNorm) sequence += s.bytes_per_element * h;
+  }
+  const bool latent_recomputed =
+      (mods & kRecomputeMlaUpProj) && m.attention.kind == AttentionKind::kLatent;
+  if ((offload & kOffloadCoreAttn) && !latent_recomputed)
+    sequence += s.bytes_per_element * s.attention_elements();
+  if (offload & kOffloadAttnProj) sequence += s.gemm_input() * h;
+  double routed = 0;  // bytes a received token
+  if (moe_layer && !(mods & kRecomputeMoe)) {
+    if (offload & kOffloadExpertFc1) routed += s.gemm_input() * h;
+    if (offload & kOffloadMoeAct) routed += s.bytes_per_element * static_cast<double>(s.expert_ffn);
+  }
+  return Bytes(sequence * tokens +
+               routed * static_cast<double>(s.micro_batch) / tc *
+                   (moe_layer ? memfine::tokens_per_chunk(received_tokens, chunks) : 0.0));
 }
 
 // MegaScale App. A.2: what rematerialization keeps of a layer, (2kf + 4 + 2/m) over
@@ -274,6 +336,13 @@ Bytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& p,
                           remat_ratio(m, p, moe_layer), modules);
 }
 
+Bytes layer_offloaded_bytes(const ModelSpec& m, const memfine::LayerShape& shape, bool moe_layer,
+                            double received_tokens, Recompute recompute, uint32_t recompute_modules,
+                            uint32_t offload) {
+  return layer_offloaded(shape, moe_layer, m, received_tokens, 1, recompute, recompute_modules,
+                         offload);
+}
+
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r) {
   return estimate_memory(m, count_params(m), p, r);
 }
@@ -327,20 +396,31 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     // is a MoE layer: one of each kind, counted (the MTP modules as the model's last layer).
     const double moe_layers = static_cast<double>(s.num_moe_layers);
     const double dense_layers = static_cast<double>(s.num_layers + mtp) - moe_layers;
+    // Offloading sends part of each layer's activations to the host; Megatron keeps two
+    // layers' worth on the GPU: the layer whose forward has not finished its copy (or whose
+    // backward has reloaded it), and the first micro-batch's last layer, which it never sends.
+    auto offloaded_at = [&](bool moe, double tokens, int64_t chunks) {
+      return layer_offloaded(report.moe_shape, moe, m, tokens, chunks, r.recompute,
+                             r.recompute_modules, r.offload_modules);
+    };
     auto activation_at = [&](int64_t chunks) {
-      Bytes largest, sum;
+      Bytes largest, sum, most_offloaded;
       for (const bool moe : {true, false}) {
         const double count = moe ? moe_layers : dense_layers;
         if (count <= 0) continue;
         const Bytes a =
             layer_activation(report.moe_shape, moe, m, report.received_tokens, chunks, r.recompute,
                              moe ? remat_moe : remat_dense, r.recompute_modules);
+        const Bytes off = offloaded_at(moe, report.received_tokens, chunks);
         largest = std::max(largest, a);
-        sum += a * count;
+        most_offloaded = std::max(most_offloaded, off);
+        sum += (a - off) * count;
       }
       if (full) return largest;
-      return sum * (s.m_g / static_cast<double>(*p.vpp));
+      return sum * (s.m_g / static_cast<double>(*p.vpp)) + most_offloaded * 2.0;
     };
+    s.offloaded_per_layer = std::max(offloaded_at(true, report.received_tokens, 1),
+                                     offloaded_at(false, report.received_tokens, 1));
 
     // MACT, eq. (8)-(9), on the stage's MoE layer shape with its m_g and layer count folded in.
     const Bytes fixed = s.static_bytes + s.checkpoint_bytes;
@@ -351,15 +431,19 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
       // the recompute mode keeps it (selective recompute of moe keeps none).
       auto moe_layer_at = [&](double tokens) {
         return layer_activation(report.moe_shape, true, m, tokens, 1, r.recompute, remat_moe,
-                                r.recompute_modules);
+                                r.recompute_modules) -
+               offloaded_at(true, tokens, 1);
       };
-      const Bytes unit = moe_layer_at(1.0) - moe_layer_at(0.0);
+      // A token costs its kept bytes in every stored chunk-micro-batch, and its offloaded bytes
+      // in the two layers Megatron keeps on the GPU.
+      const Bytes in_flight =
+          full ? Bytes(0) : (offloaded_at(true, 1.0, 1) - offloaded_at(true, 0.0, 1)) * 2.0;
+      const Bytes unit = (moe_layer_at(1.0) - moe_layer_at(0.0)) * per_token_weight + in_flight;
       const Bytes base =
-          activation_at(1) -
-          unit * memfine::tokens_per_chunk(report.received_tokens, 1) * per_token_weight;
+          activation_at(1) - unit * memfine::tokens_per_chunk(report.received_tokens, 1);
       const Bytes room = r.gpu_capacity * r.alpha - fixed - base;
       s.max_received_tokens =
-          unit.value() > 0 ? room / (unit * per_token_weight)
+          unit.value() > 0 ? room / unit
                            : (room.value() >= 0 ? std::numeric_limits<double>::infinity() : 0.0);
       s.mact_chunks = memfine::select_bin(
           memfine::chunks_needed(report.received_tokens, s.max_received_tokens), r.chunk_bins);

@@ -60,13 +60,39 @@ std::vector<std::string> recompute_module_names(uint32_t modules);
 std::optional<uint32_t> recompute_modules_from_names(const std::vector<std::string>& names,
                                                      std::string* unknown = nullptr);
 
+// Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading
+// --offload-modules): each named module's saved input goes to host memory over the GPU's host
+// link during forward and comes back before the module's backward (megatron/core/pipeline_
+// parallel/fine_grained_activation_offload.py). attn_norm and mlp_norm: the two norms' inputs
+// (h a token); core_attn: q, k and v; attn_proj: the output projection's input; expert_fc1: the
+// routed tokens into FC1 (h a received token); moe_act: FC1's output (g_e a received token).
+// Only under recompute none or selective (full recompute saves layer inputs alone, and
+// MegaScale's rematerialization is not Megatron's).
+enum OffloadModule : uint32_t {
+  kOffloadAttnNorm = 1u << 0,
+  kOffloadCoreAttn = 1u << 1,
+  kOffloadAttnProj = 1u << 2,
+  kOffloadMlpNorm = 1u << 3,
+  kOffloadExpertFc1 = 1u << 4,
+  kOffloadMoeAct = 1u << 5,
+};
+constexpr uint32_t kAllOffloadModules = (kOffloadMoeAct << 1) - 1;
+// Megatron's names in its order; one mask from names, nullopt with the first unknown name in
+// `unknown`.
+std::vector<std::string> offload_module_names(uint32_t modules);
+std::optional<uint32_t> offload_modules_from_names(const std::vector<std::string>& names,
+                                                   std::string* unknown = nullptr);
+// Whether a recompute mode lets Megatron offload activations.
+bool offload_allowed(Recompute r);
+
 struct MemoryRequest {
   int64_t seq_len = 4096;
   Recompute recompute = Recompute::kNone;
   uint32_t recompute_modules = kDefaultRecomputeModules;  // with kSelective
-  double bytes_per_element = 2;                           // D_t of activations
-  double gemm_input_bytes = 0;  // of activations kept for FP8 GEMMs' backward; 0: D_t
-  double score_bytes = 0;       // per attention score, unfused attention (LayerShape)
+  uint32_t offload_modules = 0;  // OffloadModule bits, where offload_allowed(recompute)
+  double bytes_per_element = 2;  // D_t of activations
+  double gemm_input_bytes = 0;   // of activations kept for FP8 GEMMs' backward; 0: D_t
+  double score_bytes = 0;        // per attention score, unfused attention (LayerShape)
   memfine::StaticBytesPerParam static_bytes;
   int zero_stage = 1;  // 0: replicated; 1: optimizer sharded (distributed optimizer); 2; 3
   // s'': tokens one GPU's MoE layer receives; unset means balanced routing (s x top-k).
@@ -95,6 +121,9 @@ struct StageMemory {
   double expert_params_per_gpu = 0;
   Bytes static_bytes;
   Bytes activation_bytes;  // eq. (2) at the chosen chunk count, times layers held
+  // Of one micro-batch and layer, what activation offloading sends to the host (the largest
+  // layer's; activation_bytes holds it back for the two layers Megatron keeps on the GPU).
+  Bytes offloaded_per_layer;
   Bytes checkpoint_bytes;  // full recompute's stored layer inputs
   Bytes total_bytes;
   bool fits = false;
@@ -156,6 +185,12 @@ Bytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& p,
                              uint32_t modules = kDefaultRecomputeModules);
 
 // The layout must be resolved and checked.
+// One layer and micro-batch: the bytes activation offloading sends to the host and brings
+// back (OffloadModule bits `offload`), of what the recompute mode keeps.
+Bytes layer_offloaded_bytes(const ModelSpec& m, const memfine::LayerShape& shape, bool moe_layer,
+                            double received_tokens, Recompute recompute, uint32_t recompute_modules,
+                            uint32_t offload);
+
 MemoryReport estimate_memory(const ModelSpec& m, const ParallelConfig& p, const MemoryRequest& r);
 // The same with the parameter counts computed once by the caller (the planner's hot path).
 MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& params, const ParallelConfig& p,

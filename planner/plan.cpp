@@ -57,6 +57,15 @@ const char* cuda_graph_name(CudaGraph g) {
   return name_in(cuda_graph_names(), g);
 }
 
+memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, int64_t seq_len) {
+  memfine::LayerShape s =
+      moe_layer_shape(m, c.parallel, seq_len, c.precision == Precision::kFp32 ? 4.0 : 2.0,
+                      c.attention == AttentionMode::kUlysses);
+  if (c.precision == Precision::kFp8) s.gemm_input_bytes = 1;
+  if (c.attention_kernel == AttentionKernel::kUnfused) s.score_bytes = kUnfusedAttentionScoreBytes;
+  return s;
+}
+
 std::string PlanChoice::describe() const {
   if (offload) {
     return fmt::format("offload (APTMoE): {} stages on {} GPUs, mbs={}, gbs={}, {}",
@@ -68,6 +77,8 @@ std::string PlanChoice::describe() const {
   if (recompute == Recompute::kSelective && recompute_modules != kDefaultRecomputeModules)
     out.insert(out.find(" attn="),
                fmt::format("({})", fmt::join(recompute_module_names(recompute_modules), ",")));
+  if (offload_modules != 0)
+    out += fmt::format(" act-offload={}", fmt::join(offload_module_names(offload_modules), ","));
   if (parallel.ep.value_or(1) > 1)
     out += fmt::format(" dispatch={}", megascale::dispatcher_name(dispatcher));
   if (parallel.etp.value_or(1) > 1 && parallel.ep.value_or(1) > 1) {
@@ -205,6 +216,11 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       a.push_back(
           fmt::format("--recompute-modules {}", fmt::join(recompute_module_names(mods), " ")));
     }
+  }
+  if (c.offload_modules != 0) {
+    a.push_back("--fine-grained-activation-offloading");
+    a.push_back(fmt::format("--offload-modules {}",
+                            fmt::join(offload_module_names(c.offload_modules), " ")));
   }
   if (m.is_moe()) {
     a.push_back(fmt::format("--num-experts {}", m.num_routed_experts));

@@ -71,6 +71,10 @@ struct PlanChoice {
   Recompute recompute = Recompute::kNone;
   // Megatron's --recompute-modules (RecomputeModule bits) under kSelective.
   uint32_t recompute_modules = kDefaultRecomputeModules;
+  // Megatron's --fine-grained-activation-offloading --offload-modules (OffloadModule bits; 0:
+  // off): these modules' saved inputs go to host memory over the GPU's host link in forward and
+  // come back before backward, on copy streams beside compute.
+  uint32_t offload_modules = 0;
   AttentionMode attention = AttentionMode::kTensor;
   AttentionKernel attention_kernel = AttentionKernel::kFused;
   megascale::Dispatcher dispatcher = megascale::Dispatcher::kAllToAll;
@@ -116,6 +120,10 @@ struct PlanChoice {
   std::string describe() const;  // one line: "tp=8,pp=1,... recompute=selective attn=ulysses ..."
 };
 
+// The MemFine layer shape of a plan's layers as its precision, attention and kernel keep
+// activations (memory_request's settings, for what prices activations outside it).
+memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, int64_t seq_len);
+
 // Iteration time by kind; exposed communication only (what overlap did not hide).
 struct TimeBreakdown {
   Seconds compute;    // forward + backward GEMMs, attention and memory-bound ops, all micro-batches
@@ -130,11 +138,12 @@ struct TimeBreakdown {
   // parameter all-gather (ZeRO 0-2) show most, and how long each takes; -1 when none runs.
   int64_t dp_reduce_stage = -1, dp_gather_stage = -1;
   Seconds dp_reduce_scatter, dp_all_gather;
-  Seconds bubble;       // pipeline bubble
-  Seconds optimizer;    // Adam step (on the CPU when offloading)
-  Seconds pcie_load;    // offload: PCIe loading not hidden behind compute
-  Seconds cpu_experts;  // offload: CPU expert time not hidden behind GPU work
-  Seconds host;         // GPUs waiting for the host to issue kernels (planner/host_time.h)
+  Seconds bubble;              // pipeline bubble
+  Seconds optimizer;           // Adam step (on the CPU when offloading)
+  Seconds pcie_load;           // offload: PCIe loading not hidden behind compute
+  Seconds cpu_experts;         // offload: CPU expert time not hidden behind GPU work
+  Seconds host;                // GPUs waiting for the host to issue kernels (planner/host_time.h)
+  Seconds activation_offload;  // waiting for activation offloading's copies (not hidden)
   Seconds iteration;
   int64_t microbatches = 0;
 };

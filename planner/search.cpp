@@ -164,6 +164,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.seq_len = ctx.seq_len;
   r.recompute = c.recompute;
   r.recompute_modules = c.recompute_modules;
+  r.offload_modules = c.offload_modules;
   r.zero_stage = c.zero_stage;
   r.gpu_capacity = capacity;
   r.alpha = alpha;
@@ -357,7 +358,8 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
   }
 
   const std::vector<Recompute> recomputes =
-      req.recompute ? std::vector<Recompute>{*req.recompute}
+      req.recompute              ? std::vector<Recompute>{*req.recompute}
+      : req.offload_modules != 0 ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective}
       : m.is_moe() && !req.megatron_only
           ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective,
                                    Recompute::kRematerialize, Recompute::kFull}
@@ -466,12 +468,15 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
         int64_t inner = 0;  // enumeration order inside the layout, for deterministic ties
         for (Recompute rc : recomputes) {
           for (AttentionMode at : attns) {
-            for (bool mact : m.is_moe() && !req.megatron_only ? std::vector<bool>{false, true}
-                                                              : std::vector<bool>{false}) {
+            // MemFine's chunks are not Megatron's, and Megatron offloads whole layers' inputs.
+            const bool chunkable = m.is_moe() && !req.megatron_only && req.offload_modules == 0;
+            for (bool mact :
+                 chunkable ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
               PlanChoice c;
               c.parallel = p;
               c.recompute = rc;
               c.recompute_modules = req.recompute_modules;
+              c.offload_modules = req.offload_modules;
               c.attention = at;
               c.mact = mact;
               c.precision = req.precision;

@@ -34,6 +34,9 @@ struct SearchRequest {
   bool megatron_only = false;
   // Megatron's --recompute-modules that selective recompute stands for (memory_model.h).
   uint32_t recompute_modules = kDefaultRecomputeModules;
+  // Megatron's --offload-modules every candidate runs with (PlanChoice::offload_modules); with
+  // any, the search keeps to the recompute modes that offload (none, selective).
+  uint32_t offload_modules = 0;
   std::optional<bool> overlap;  // fixed, or searched
   // MegaScale's intra-operator overlap: off unless asked (Megatron-LM has no such kernels);
   // nullopt searches it.

@@ -360,6 +360,25 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   st.host_backward = issued_backward - st.backward;
   st.forward = issued_forward;
   st.backward = issued_backward;
+  // Activation offloading: a layer's saved inputs go to the host while the next layer runs
+  // (Megatron's forward waits for the copy stream before it moves on) and come back while the
+  // layer above runs backward, on copy streams at the host link's pinned-copy rate.
+  if (c.offload_modules != 0) {
+    const ModelSpec& m = *ctx.model;
+    const Bytes bytes = layer_offloaded_bytes(
+        m, activation_shape(m, c, ctx.seq_len), moe_layer,
+        ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len)), c.recompute,
+        c.recompute_modules, c.offload_modules);
+    if (bytes.value() > 0) {
+      const Seconds copy = bytes / (ctx.links.host * ctx.eff.pcie_h2d.at(bytes.value()));
+      st.offload_forward = std::max(Seconds(0), copy - st.forward);
+      st.offload_backward = std::max(Seconds(0), copy - st.backward);
+      st.offload_edge_forward = std::min(copy, st.forward);
+      st.offload_edge_backward = std::min(copy, st.backward);
+      st.forward += st.offload_forward;
+      st.backward += st.offload_backward;
+    }
+  }
   st.compute = f.compute * 3.0;
   st.recompute = redo;
   st.tp = f.tp * passes + f.redo_tp;
@@ -393,6 +412,10 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.ep_held_sms += from.ep_held_sms * times;
   to.host_forward += from.host_forward * times;
   to.host_backward += from.host_backward * times;
+  to.offload_forward += from.offload_forward * times;
+  to.offload_backward += from.offload_backward * times;
+  to.offload_edge_forward = std::max(to.offload_edge_forward, from.offload_edge_forward);
+  to.offload_edge_backward = std::max(to.offload_edge_backward, from.offload_edge_backward);
 }
 
 // A GEMM-bound block outside the layers, forward time t: its backward takes 2t.
@@ -424,6 +447,14 @@ StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const L
   return st;
 }
 
+// Activation offloading's copy at each edge of `passes` passes (StageTimes).
+void add_offload_edges(StageTimes& st, double passes) {
+  st.offload_forward += st.offload_edge_forward * passes;
+  st.offload_backward += st.offload_edge_backward * passes;
+  st.forward += st.offload_edge_forward * passes;
+  st.backward += st.offload_edge_backward * passes;
+}
+
 StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                       int64_t stage) {
   const ModelSpec& m = *ctx.model;
@@ -437,6 +468,7 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
     if (layers[k] > 0) add(st, kinds.times[k], static_cast<double>(layers[k]));
   }
   add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
+  add_offload_edges(st, static_cast<double>(*p.vpp));
   return st;
 }
 
@@ -447,13 +479,17 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   const int64_t v = *p.vpp;
-  Seconds forward, backward;
+  Seconds forward, backward, edge_forward, edge_backward;
   const LayerRange layers = chunk_layers(m, p, s, k);
   for (int64_t l = layers.begin; l < layers.end; ++l) {
     const StageTimes& layer = kinds.of(ctx, static_cast<size_t>(l));
     forward += layer.forward;
     backward += layer.backward;
+    edge_forward = std::max(edge_forward, layer.offload_edge_forward);
+    edge_backward = std::max(edge_backward, layer.offload_edge_backward);
   }
+  forward += edge_forward;
+  backward += edge_backward;
   if (k == v - 1) {
     const StageTimes tail = after_last_layer(ctx, c, kinds, s);
     forward += tail.forward;
@@ -601,7 +637,8 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   const Seconds per_mb = slowest.forward + slowest.backward;
   // Split the steady state by what the slowest stage spends it on.
   // The compute that overlapped EP communication's SMs slowed is EP's cost, as far as it shows.
-  const Seconds exposed_all = per_mb - slowest.compute - slowest.recompute - slowest.host();
+  const Seconds exposed_all =
+      per_mb - slowest.compute - slowest.recompute - slowest.host() - slowest.offload();
   const Seconds held =
       std::clamp(slowest.ep_held_sms, Seconds(0), std::max(exposed_all, Seconds(0)));
   const Seconds exposed_comm = exposed_all - held;
@@ -616,6 +653,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   out.ep_held_sms = held * mb;
   out.cp_comm = share(slowest.cp) * mb;
   out.host = slowest.host() * mb;
+  out.activation_offload = slowest.offload() * mb;
   // Fill and drain: each stage's pass once, less the slowest's that the steady state counts
   // ((p - 1) t with equal stages; a light stage, or a single micro-batch, shortens it).
   // Interleaved: (p - 1) / v of the slowest's. (The lighter stages' share, (sum - t_max) / v,

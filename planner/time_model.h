@@ -92,6 +92,13 @@ struct StageTimes {
   // What each pass waits for the host to issue (planner/host_time.h).
   Seconds host_forward, host_backward;
   Seconds host() const { return host_forward + host_backward; }
+  // What each pass waits for activation offloading's copies beyond its own work.
+  Seconds offload_forward, offload_backward;
+  Seconds offload() const { return offload_forward + offload_backward; }
+  // Once a pass (a model chunk's), not a layer: the copy nothing overlaps, the last layer's out
+  // in forward and the first layer's back in backward, or the layer work it waits beside (the
+  // shorter; the largest over the chunk's layers).
+  Seconds offload_edge_forward, offload_edge_backward;
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
 // The model's multi-token-prediction modules, one micro-batch, on the last stage after the

@@ -44,6 +44,13 @@ void Training::plan_layers(int64_t it) {
       L.sequence_part = layer_activation_bytes(m_, p_, shape_, L.moe, 0.0, L.chunks, rc, mods);
       if (!L.moe) L.sequence_part = whole;
       L.token_part = whole - L.sequence_part;
+      if (plan_.offload_modules != 0) {
+        L.offloaded =
+            layer_offloaded_bytes(m_, shape_, L.moe, received, rc, mods, plan_.offload_modules);
+        if (L.offloaded.value() > 0)
+          L.offload_copy =
+              L.offloaded / (ctx_.links.host * ctx_.eff.pcie_h2d.at(L.offloaded.value()));
+      }
       // A measured static figure (MemFine Table 4) already holds the checkpoints.
       L.checkpoint =
           full && !o_.static_override ? memfine::recompute_checkpoints(shape_, 1.0, 1) : Bytes(0);

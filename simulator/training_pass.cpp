@@ -283,9 +283,30 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
           before < 0 ? after_tail(j) : std::vector<uint32_t>{static_cast<uint32_t>(before)}));
     }
   };
+  // Activation offloading (Megatron's fine-grained offloading): a layer's offloaded inputs go
+  // to the host on the copy stream once its forward is through, and the next layer does not end
+  // before they are out; in backward each layer's come back while the layer above runs, and its
+  // backward starts once they are in. Megatron keeps the first micro-batch's last layer of the
+  // last model chunk on the GPU.
+  auto offloads = [&](int64_t layer) {
+    if (layer < begin || layer >= end) return false;  // a chunk may hold no layer
+    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    return L.offloaded.value() > 0 && !(id.micro == 0 && layer == end - 1 && last_chunk);
+  };
+  auto copy_task = [&](int64_t layer, bool to_host, std::vector<uint32_t> after) {
+    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    Task t =
+        compute_task(to_host ? "activation offload (to host)" : "activation offload (back to GPU)",
+                     kCopyStream, L.offload_copy);
+    t.after = std::move(after);
+    t.tag = add_action(st, to_host ? MemAction{layer, id.micro, L.chunks, Bytes(0), L.offloaded}
+                                   : MemAction{layer, id.micro, L.chunks, L.offloaded, Bytes(0)});
+    return static_cast<int64_t>(append(g, std::move(t)));
+  };
   ++st.pass_serial;
 
   if (id.forward) {
+    int64_t copying = -1;  // the previous layer's copy to the host
     for (int64_t l = begin; l < end; ++l) {
       const LayerState& L = layers_[static_cast<size_t>(l)];
       const int64_t a_first =
@@ -295,6 +316,14 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       gate_on(l);
       const int64_t host = host_issue(l, true);
       chain(l, false, 1.0, L.token_op, a_first, a_token, 0, host);
+      int64_t& last = tail[static_cast<size_t>(slices - 1)];
+      if (copying >= 0) {
+        Task out = compute_task("layer offloaded", kCopyStream, Seconds(0));
+        out.after = {static_cast<uint32_t>(copying), static_cast<uint32_t>(last)};
+        last = append(g, std::move(out));
+        copying = -1;
+      }
+      if (offloads(l)) copying = copy_task(l, true, {static_cast<uint32_t>(last)});
     }
     if (head_here) head_task("output head + loss", output_head_time(ctx_, plan_));
     if (mtp_here) mtp_task(true);
@@ -302,11 +331,15 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     if (mtp_here) mtp_task(false);
     if (head_here) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
     rematerialize(end - 1);
+    // The top layer's inputs come back from the pass's start.
+    int64_t reloaded = offloads(end - 1) ? copy_task(end - 1, false, all_tails()) : -1;
     for (int64_t l = end - 1; l >= begin; --l) {
       const LayerState& L = layers_[static_cast<size_t>(l)];
       const Bytes held =
           full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
       gate_on(l);
+      if (reloaded >= 0) gate.push_back(static_cast<uint32_t>(reloaded));
+      reloaded = l > begin && offloads(l - 1) ? copy_task(l - 1, false, all_tails()) : -1;
       const int64_t host = host_issue(l, false);
       if (full) {
         const int64_t a_first = add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});

@@ -19,8 +19,9 @@
 #   Qwen3-235B-A22B on Blackwell racks, the model zoo's best_practice/qwen3 GB200 and GB300
 #     tables: 256 GPUs as 4 racks of 64 (topologies/gb200-nvl72-4x64.json, gb300-...; the 128K
 #     run on 128 of them), HybridEP priced as DeepEP, forced balance, CUDA graphs for attention
-#     and the router, MXFP8 (--fp8-recipe mxfp8) priced on the per-tensor FP8 curve; the GB200 MXFP8 run also offloaded expert_fc1 and
-#     moe_act activations to the host, which we do not model (it fits without, at 164 GB);
+#     and the router, MXFP8 (--fp8-recipe mxfp8) priced on the per-tensor FP8 curve; the GB200
+#     MXFP8 run also offloaded expert_fc1 and moe_act activations to the host
+#     (--offload-modules expert_fc1 moe_act, priced over NVLink-C2C);
 #   DeepSeek-V3 on 256 GB200 (the same racks), MXFP8, TP 1, PP 4 (VPP 4 by the recipe's layout
 #     Et*4|(t*4|)*14tmL), EP 64, HybridEP, EP
 #     overlap, --recompute-modules mla_up_proj, full-iteration CUDA graph, global batch 4,096:
@@ -45,9 +46,9 @@
 # balanced (the runs are dropless; Megatron's long-context table measures dropless at 0.80-0.92
 # of forced balance). The DeepSeek-V3 runs give their flexible pipeline layouts as Megatron
 # takes them (layout= in --parallel). Every other run is priced at the VPP it published (the
-# model zoo's tables and command lines: 4, 3 for the PP 32 runs, 1 and 12 on Blackwell; the
-# GB200 MXFP8 run's VPP 6 does not fit 186 GB without the activation offload it used, so the
-# search picks its vpp); Qwen3's 94 layers divide
+# model zoo's tables and command lines: 4, 3 for the PP 32 runs, 1, 6 and 12 on Blackwell; the
+# GB200 MXFP8 run's VPP 6 fits 186 GB only with the activation offload it used: 162.5 GB with
+# it, 225.6 GB without, even at ZeRO-3); Qwen3's 94 layers divide
 # over no pp x vpp there, so the search builds the layout Megatron's recipes use (equal middle
 # chunks, the ends lighter), as its own layouts are not published. (Before session 28 these
 # rows were priced at vpp = 1, whose bubble, 16 points larger for the long-context runs, hid
@@ -79,7 +80,7 @@ long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 32768 tp
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 65536 tp=4,pp=8,ep=8,cp=4,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 368
 long models/hf/qwen3-235b-a22b.config.json topologies/h100-256.json 256 131072 tp=4,pp=8,ep=8,cp=8,mbs=1,vpp=4 --recompute-modules,layernorm,moe,--overlap,off,--dispatcher,deepep - 389
 gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 8192 4096 tp=1,pp=8,ep=8,cp=1,mbs=1,vpp=1 --cuda-graph,attn,--recompute,none,--overlap,off,--dispatcher,deepep - 750
-gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3 --cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,on,--dispatcher,deepep - 919
+gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 3072 4096 tp=1,pp=4,ep=64,cp=1,mbs=3,vpp=6 --cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--offload-modules,expert_fc1,moe_act,--overlap,on,--dispatcher,deepep - 919
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2,vpp=1 --cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1,vpp=12 --gpus,128,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
 gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1,layout=Et*4|(t*4|)*14tmL --cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316

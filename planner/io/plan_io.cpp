@@ -135,6 +135,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                             {"bubble", t.bubble.value()},
                             {"optimizer", t.optimizer.value()},
                             {"pcie_load", t.pcie_load.value()},
+                            {"activation_offload", t.activation_offload.value()},
                             {"cpu_experts", t.cpu_experts.value()},
                             {"host", t.host.value()}}},
                           {"ep_comm_held_sms_s", t.ep_held_sms.value()},
@@ -152,6 +153,9 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   // Megatron's --recompute-modules, where selective recompute replays them.
   if (ch.recompute == Recompute::kSelective)
     out["switches"]["recompute_modules"] = recompute_module_names(ch.recompute_modules);
+  // Megatron's --offload-modules, where activations are offloaded.
+  if (ch.offload_modules != 0)
+    out["switches"]["offload_modules"] = offload_module_names(ch.offload_modules);
   // Whose once-per-iteration DP sync shows most (absent when none runs).
   if (t.dp_reduce_stage >= 0) {
     out["predicted"]["dp_sync"]["reduce_scatter"] = {{"stage", t.dp_reduce_stage},
@@ -229,6 +233,19 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
              fmt::format("'{}' is not one of {}", unknown,
                          fmt::join(recompute_module_names(kAllRecomputeModules), ", ")));
     c.recompute_modules = *mods;
+  }
+  if (s.has("offload_modules")) {
+    std::string unknown;
+    const std::optional<uint32_t> mods =
+        offload_modules_from_names(s.string_array("offload_modules"), &unknown);
+    if (!mods)
+      s.fail("offload_modules",
+             fmt::format("'{}' is not one of {}", unknown,
+                         fmt::join(offload_module_names(kAllOffloadModules), ", ")));
+    if (!offload_allowed(c.recompute))
+      s.fail("offload_modules", fmt::format("activations are not offloaded under recompute {}",
+                                            recompute_name(c.recompute)));
+    c.offload_modules = *mods;
   }
   c.attention = enum_of<AttentionMode>(
       s, "attention", {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}});

@@ -403,6 +403,38 @@ TEST(Cli, PlanTakesMegatronRecomputeModules) {
   std::remove(path.c_str());
 }
 
+TEST(Cli, PlanOffloadsTheActivationsOfTheModulesNamed) {
+  // --offload-modules is Megatron's fine-grained activation offloading: the plan, its file and
+  // its arguments carry it, the breakdown shows the copies that did not hide, simulate reads it
+  // back and agrees, and what Megatron would refuse is a one-line error.
+  const std::string path = temp_path("moeplan_offload_modules.json");
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-256.json --gpus 16 "
+      "--global-batch 64 --parallel tp=1,ep=16,pp=1,cp=1,mbs=2 --overlap off";
+  const Result r = run(base + " --offload-modules expert_fc1 moe_act --save " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("--fine-grained-activation-offloading"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--offload-modules expert_fc1 moe_act"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("act-offload=expert_fc1,moe_act"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("activation offload (exposed)"), std::string::npos) << r.out;
+  std::ifstream in(path);
+  const nlohmann::json saved = nlohmann::json::parse(in);
+  EXPECT_EQ(saved["switches"]["offload_modules"], nlohmann::json({"expert_fc1", "moe_act"}));
+  const nlohmann::json sim = run_json(
+      "simulate --model models/deepseekmoe-16b.json --cluster topologies/h100-256.json --json "
+      "--plan " +
+      path);
+  EXPECT_LT(std::abs(sim["relative_difference"].get<double>()), 0.05);
+  expect_one_line_error(run(base + " --offload-modules expert_fc2"),
+                        "--offload-modules: 'expert_fc2' is not one of attn_norm");
+  expect_one_line_error(run(base + " --recompute full --offload-modules moe_act"),
+                        "--offload-modules: Megatron offloads activations under recompute none");
+  expect_one_line_error(
+      run("plan --model models/hf/llama-2-7b.config.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 --offload-modules expert_fc1"),
+      "--offload-modules: expert_fc1 and moe_act match no layer");
+}
+
 TEST(Cli, PlanForAMegatronWithoutFusedPermutation) {
   // --permute-fusion off: every plan is costed unfused and its arguments drop the flag.
   const std::string base =

@@ -27,6 +27,7 @@ struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
                                                      save;
   std::vector<std::string> recompute_modules;
+  std::vector<std::string> offload_modules;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
                          attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",
@@ -115,6 +116,7 @@ void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
   row("bubble", x.bubble, y.bubble);
   row("optimizer", x.optimizer, y.optimizer);
   row("host launch-bound", x.host, y.host);
+  row("activation offload", x.activation_offload, y.activation_offload);
   fmt::print("{}", t.render());
   fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
              as_gb(b.score.peak_bytes.value()));
@@ -200,6 +202,25 @@ void run_plan(const PlanOptions& o) {
                                    recompute_name(*req.recompute)));
     req.recompute = Recompute::kSelective;
     req.recompute_modules = parse_recompute_modules(o.recompute_modules, m);
+  }
+  if (!o.offload_modules.empty()) {
+    std::string unknown;
+    const std::optional<uint32_t> mods = offload_modules_from_names(o.offload_modules, &unknown);
+    if (!mods)
+      throw InputError("--offload-modules", "",
+                       fmt::format("'{}' is not one of {}", unknown,
+                                   fmt::join(offload_module_names(kAllOffloadModules), ", ")));
+    if (req.recompute && !offload_allowed(*req.recompute))
+      throw InputError("--offload-modules", "",
+                       fmt::format("Megatron offloads activations under recompute none or "
+                                   "selective; --recompute is {}",
+                                   recompute_name(*req.recompute)));
+    if (!m.is_moe() && (*mods & (kOffloadExpertFc1 | kOffloadMoeAct)))
+      throw InputError("--offload-modules", "",
+                       fmt::format("expert_fc1 and moe_act match no layer of {}: it has no MoE "
+                                   "layers",
+                                   m.name));
+    req.offload_modules = *mods;
   }
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
@@ -392,6 +413,7 @@ void run_plan(const PlanOptions& o) {
   row("pipeline bubble", b.bubble);
   row("optimizer step", b.optimizer);
   if (b.host.value() > 0) row("host launch-bound", b.host);
+  if (best.choice.offload_modules != 0) row("activation offload (exposed)", b.activation_offload);
   if (best.choice.offload) {
     row("PCIe loading (exposed)", b.pcie_load);
     row("CPU experts (exposed)", b.cpu_experts);
@@ -531,6 +553,12 @@ void add_plan(CommandLine& cli) {
   cmd.option("--recompute-modules", o->recompute_modules,
              "Megatron's --recompute-modules for selective recompute (implies it): any of "
              "core_attn moe_act layernorm mla_up_proj mlp moe (default moe_act layernorm)")
+      .expected(1, 6);
+  cmd.option("--offload-modules", o->offload_modules,
+             "Megatron's fine-grained activation offloading (--fine-grained-activation-"
+             "offloading --offload-modules): any of attn_norm core_attn attn_proj mlp_norm "
+             "expert_fc1 moe_act, whose saved inputs go to host memory in forward and come back "
+             "for backward (recompute none or selective)")
       .expected(1, 6);
   cmd.option("--precision", o->precision,
              "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");

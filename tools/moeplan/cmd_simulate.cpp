@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -295,17 +296,31 @@ void run_simulate(const SimulateOptions& o) {
     fmt::print("iterations:{}\n", list);
   }
   fmt::print("\nper stage, share of the simulated time (waited: compute idle inside a pass)\n");
-  Table st({"stage", "compute", "waited TP", "waited EP", "waited CP", "waited DP", "waited host",
-            "outside passes", "NVLink", "NIC", "peak memory"});
+  // The copy stream's column only where something waited on it (MoNTA O3's D2D copies,
+  // activation offloading).
+  const bool copies = std::any_of(r.stages.begin(), r.stages.end(), [](const sim::StageReport& x) {
+    return x.waited[sim::kCopyStream].value() > 0;
+  });
+  std::vector<std::string> head = {"stage",     "compute",   "waited TP",  "waited EP",
+                                   "waited CP", "waited DP", "waited host"};
+  if (copies) head.push_back("waited copy");
+  head.insert(head.end(), {"outside passes", "NVLink", "NIC", "peak memory"});
+  Table st(head);
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const sim::StageReport& x = r.stages[s];
-    st.add({std::to_string(s), percent(x.compute_busy, total),
-            percent(x.waited[sim::kTpStream], total), percent(x.waited[sim::kEpStream], total),
-            percent(x.waited[sim::kCpStream], total), percent(x.waited[sim::kDpStream], total),
-            percent(x.waited[sim::kHostStream], total), percent(x.pipeline_wait, total),
-            percent(x.nvlink_busy, total), percent(x.nic_busy, total),
-            fmt::format("{} / {}", as_gb(x.peak_bytes.value()),
-                        as_gb(c.node.gpu.hbm_capacity.value()))});
+    std::vector<std::string> row = {std::to_string(s),
+                                    percent(x.compute_busy, total),
+                                    percent(x.waited[sim::kTpStream], total),
+                                    percent(x.waited[sim::kEpStream], total),
+                                    percent(x.waited[sim::kCpStream], total),
+                                    percent(x.waited[sim::kDpStream], total),
+                                    percent(x.waited[sim::kHostStream], total)};
+    if (copies) row.push_back(percent(x.waited[sim::kCopyStream], total));
+    row.insert(row.end(), {percent(x.pipeline_wait, total), percent(x.nvlink_busy, total),
+                           percent(x.nic_busy, total),
+                           fmt::format("{} / {}", as_gb(x.peak_bytes.value()),
+                                       as_gb(c.node.gpu.hbm_capacity.value()))});
+    st.add(row);
   }
   fmt::print("{}", st.render());
   if (o.every_gpu) {
