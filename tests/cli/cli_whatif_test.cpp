@@ -181,6 +181,27 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
   }
   EXPECT_GT(time_and_peak["moe"].first, time_and_peak["moe_act+layernorm"].first);
   EXPECT_LT(time_and_peak["moe"].second, time_and_peak["moe_act+layernorm"].second);
+  // Megatron's activation offloading, the same way: the routed tokens' rows go to the host, so
+  // the peak falls; under full recompute the point says why it cannot run.
+  const Result off = run("whatif " + pair + " --plan " + plan +
+                         " --sweep recompute-modules=moe_act+layernorm"
+                         " --sweep offload-modules=none,expert_fc1+moe_act --out " +
+                         dir + "/offload");
+  ASSERT_EQ(off.code, 0) << off.err;
+  std::map<std::string, double> peak_of;
+  for (const auto& f : csv_rows(read_file(dir + "/offload/points.csv"))) {
+    ASSERT_GE(f.size(), 8u) << f[0];
+    EXPECT_EQ(f[3], "ok") << f[0];
+    peak_of[f[2]] = std::stod(f[7]);
+  }
+  ASSERT_EQ(peak_of.size(), 2u);
+  EXPECT_LT(peak_of["expert_fc1+moe_act"], peak_of["none"]);
+  const Result refused =
+      run("whatif " + pair + " --plan " + plan +
+          " --sweep recompute=full --sweep offload-modules=moe_act --out " + dir + "/offload_full");
+  EXPECT_NE(read_file(dir + "/offload_full/points.csv").find("Megatron offloads activations"),
+            std::string::npos)
+      << refused.err;
   // Kernels too: Megatron's unfused attention and permutation each cost the fixed plan time
   // (the plan recomputes, so the unfused scores of one layer fit). A kernel with no such name
   // is a failed point that says so.

@@ -204,23 +204,12 @@ void run_plan(const PlanOptions& o) {
     req.recompute_modules = parse_recompute_modules(o.recompute_modules, m);
   }
   if (!o.offload_modules.empty()) {
-    std::string unknown;
-    const std::optional<uint32_t> mods = offload_modules_from_names(o.offload_modules, &unknown);
-    if (!mods)
-      throw InputError("--offload-modules", "",
-                       fmt::format("'{}' is not one of {}", unknown,
-                                   fmt::join(offload_module_names(kAllOffloadModules), ", ")));
+    req.offload_modules = parse_offload_modules(o.offload_modules, m);
     if (req.recompute && !offload_allowed(*req.recompute))
       throw InputError("--offload-modules", "",
                        fmt::format("Megatron offloads activations under recompute none or "
                                    "selective; --recompute is {}",
                                    recompute_name(*req.recompute)));
-    if (!m.is_moe() && (*mods & (kOffloadExpertFc1 | kOffloadMoeAct)))
-      throw InputError("--offload-modules", "",
-                       fmt::format("expert_fc1 and moe_act match no layer of {}: it has no MoE "
-                                   "layers",
-                                   m.name));
-    req.offload_modules = *mods;
   }
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);

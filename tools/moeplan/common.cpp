@@ -26,6 +26,21 @@ Recompute parse_recompute(const std::string& value, const std::string& option,
   return *r;
 }
 
+uint32_t parse_offload_modules(const std::vector<std::string>& names, const ModelSpec& m,
+                               const std::string& option) {
+  std::string unknown;
+  const std::optional<uint32_t> mods = offload_modules_from_names(names, &unknown);
+  if (!mods)
+    throw InputError(option, "",
+                     fmt::format("'{}' is not one of {}", unknown,
+                                 fmt::join(offload_module_names(kAllOffloadModules), ", ")));
+  if (!m.is_moe() && (*mods & (kOffloadExpertFc1 | kOffloadMoeAct)))
+    throw InputError(
+        option, "",
+        fmt::format("expert_fc1 and moe_act match no layer of {}: it has no MoE layers", m.name));
+  return *mods;
+}
+
 uint32_t parse_recompute_modules(const std::vector<std::string>& names, const ModelSpec& m,
                                  const std::string& option) {
   std::string unknown;

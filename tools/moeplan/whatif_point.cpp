@@ -37,6 +37,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "chunks",
                                         "recompute",
                                         "recompute-modules",
+                                        "offload-modules",
                                         "precision",
                                         "fp8-recipe",
                                         "overlap",
@@ -98,6 +99,7 @@ struct PointInputs {
   ParallelConfig sizes;  // the parallel sizes the point fixes
   std::optional<Recompute> recompute;
   std::optional<uint32_t> recompute_modules;  // Megatron's, joined by '+': moe+layernorm
+  std::optional<uint32_t> offload_modules;    // the same for --offload-modules; none: off
   std::optional<int64_t> chunks;
   std::optional<Precision> precision;
   std::optional<Fp8Recipe> fp8_recipe;  // implies FP8
@@ -152,15 +154,20 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     }
     if (axis == "chunks") in.chunks = positive(axis, v);
     if (axis == "recompute") in.recompute = parse_recompute(v, "--sweep", axis);
-    if (axis == "recompute-modules") {
-      std::vector<std::string> names;
+    // Megatron's module names joined by '+'.
+    auto names = [&] {
+      std::vector<std::string> out;
       for (size_t start = 0; start <= v.size();) {
         const size_t plus = std::min(v.find('+', start), v.size());
-        names.push_back(v.substr(start, plus - start));
+        out.push_back(v.substr(start, plus - start));
         start = plus + 1;
       }
-      in.recompute_modules = parse_recompute_modules(names, in.model, "--sweep");
-    }
+      return out;
+    };
+    if (axis == "recompute-modules")
+      in.recompute_modules = parse_recompute_modules(names(), in.model, "--sweep");
+    if (axis == "offload-modules")
+      in.offload_modules = v == "none" ? 0u : parse_offload_modules(names(), in.model, "--sweep");
     if (axis == "precision") in.precision = parse_precision(v, "--sweep", axis);
     if (axis == "fp8-recipe") in.fp8_recipe = parse_fp8_recipe(v, "--sweep", axis);
     if (axis == "overlap") in.overlap = parse_on_off(v, "--sweep", false, axis);
@@ -217,6 +224,12 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
     plan.recompute = Recompute::kSelective;
     plan.recompute_modules = *in.recompute_modules;
   }
+  if (in.offload_modules) plan.offload_modules = *in.offload_modules;
+  if (plan.offload_modules != 0 && !offload_allowed(plan.recompute))
+    throw InputError("--sweep", "offload-modules",
+                     fmt::format("Megatron offloads activations under recompute none or "
+                                 "selective; this point's is {}",
+                                 recompute_name(plan.recompute)));
   if (in.precision) plan.precision = *in.precision;
   if (in.fp8_recipe) {
     plan.precision = Precision::kFp8;
@@ -255,6 +268,7 @@ PointResult evaluate_offload(PlanChoice plan, const PointInputs& in, const TimeC
   }
   const std::pair<const char*, bool> switches[] = {
       {"recompute", in.recompute || in.recompute_modules},
+      {"offload-modules", in.offload_modules.has_value()},
       {"chunks", in.chunks.has_value()},
       {"fp8-recipe", in.fp8_recipe.has_value()},
       {"overlap", in.overlap.has_value()},
@@ -406,6 +420,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
       req.recompute = Recompute::kSelective;
       req.recompute_modules = *in.recompute_modules;
     }
+    if (in.offload_modules) req.offload_modules = *in.offload_modules;
     if (in.precision) req.precision = *in.precision;
     if (in.fp8_recipe) {
       req.precision = Precision::kFp8;
