@@ -157,6 +157,19 @@ std::vector<LayerSplit> layer_splits(int64_t layers, int64_t pp, int64_t vpp, in
 
 }  // namespace
 
+namespace {
+
+// The activation offloading a candidate may take, in the order tried (search_offload: none,
+// then the experts' rows, then every module, while it does not fit).
+std::vector<uint32_t> offload_options(const SearchRequest& req, const ModelSpec& m, Recompute rc,
+                                      bool mact) {
+  if (!req.search_offload || !offload_allowed(rc) || mact) return {req.offload_modules};
+  if (!m.is_moe()) return {0, kAllOffloadModules & ~(kOffloadExpertFc1 | kOffloadMoeAct)};
+  return {0, kOffloadExpertFc1 | kOffloadMoeAct, kAllOffloadModules};
+}
+
+}  // namespace
+
 MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
                              double alpha, std::optional<Bytes> static_override) {
   const ModelSpec& m = *ctx.model;
@@ -489,17 +502,21 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
               // stage. Higher stages only trade time for memory: try them only when needed.
               MemoryReport mem;
-              for (c.zero_stage = 1; c.zero_stage <= 3; ++c.zero_stage) {
-                mem = estimate_memory(
-                    m, ctx.params, p,
-                    memory_request(ctx, c, capacity, req.alpha, req.static_override));
-                if (mem.fits || (req.zero && *req.zero == c.zero_stage)) break;
-              }
-              if (req.zero) {
-                c.zero_stage = *req.zero;
-                mem = estimate_memory(
-                    m, ctx.params, p,
-                    memory_request(ctx, c, capacity, req.alpha, req.static_override));
+              for (uint32_t offload : offload_options(req, m, rc, mact)) {
+                c.offload_modules = offload;
+                for (c.zero_stage = 1; c.zero_stage <= 3; ++c.zero_stage) {
+                  mem = estimate_memory(
+                      m, ctx.params, p,
+                      memory_request(ctx, c, capacity, req.alpha, req.static_override));
+                  if (mem.fits || (req.zero && *req.zero == c.zero_stage)) break;
+                }
+                if (req.zero) {
+                  c.zero_stage = *req.zero;
+                  mem = estimate_memory(
+                      m, ctx.params, p,
+                      memory_request(ctx, c, capacity, req.alpha, req.static_override));
+                }
+                if (mem.fits) break;
               }
               if (!mem.fits) {
                 note_miss(mem);

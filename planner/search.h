@@ -37,6 +37,10 @@ struct SearchRequest {
   // Megatron's --offload-modules every candidate runs with (PlanChoice::offload_modules); with
   // any, the search keeps to the recompute modes that offload (none, selective).
   uint32_t offload_modules = 0;
+  // Offload only where needed: a candidate that fits at no ZeRO stage under recompute none or
+  // selective tries the experts' rows (expert_fc1, moe_act), then every module, and keeps the
+  // first that fits.
+  bool search_offload = false;
   std::optional<bool> overlap;  // fixed, or searched
   // MegaScale's intra-operator overlap: off unless asked (Megatron-LM has no such kernels);
   // nullopt searches it.

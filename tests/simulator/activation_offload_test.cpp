@@ -175,5 +175,29 @@ TEST(ActivationOffload, SearchKeepsToTheRecomputeModesThatOffload) {
   }
 }
 
+TEST(ActivationOffload, TheSearchOffloadsOnlyWhereNothingElseFits) {
+  // Mixtral-8x7B at micro-batch 4 without recompute on 4 stages of 80 GB: no ZeRO stage fits
+  // it as Megatron runs it, the experts' rows alone do not either, every module does.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("h100-256");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  SearchRequest req;
+  req.num_gpus = 32;
+  req.global_batch = 64;
+  req.fixed = parse_parallel("tp=1,pp=4,ep=8,dp=8,mbs=4,vpp=1");
+  req.recompute = Recompute::kNone;
+  req.megatron_only = true;
+  EXPECT_TRUE(search_plans(ctx, req).ranked.empty());
+  req.search_offload = true;
+  const SearchResult r = search_plans(ctx, req);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_EQ(r.ranked.front().choice.offload_modules, kAllOffloadModules);
+  // At micro-batch 1 it fits without: nothing is offloaded.
+  req.fixed = parse_parallel("tp=1,pp=4,ep=8,dp=8,mbs=1,vpp=1");
+  const SearchResult small = search_plans(ctx, req);
+  ASSERT_FALSE(small.ranked.empty());
+  EXPECT_EQ(small.ranked.front().choice.offload_modules, 0u);
+}
+
 }  // namespace
 }  // namespace moe::sim

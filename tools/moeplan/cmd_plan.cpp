@@ -203,7 +203,9 @@ void run_plan(const PlanOptions& o) {
     req.recompute = Recompute::kSelective;
     req.recompute_modules = parse_recompute_modules(o.recompute_modules, m);
   }
-  if (!o.offload_modules.empty()) {
+  if (o.offload_modules == std::vector<std::string>{"search"}) {
+    req.search_offload = true;
+  } else if (!o.offload_modules.empty()) {
     req.offload_modules = parse_offload_modules(o.offload_modules, m);
     if (req.recompute && !offload_allowed(*req.recompute))
       throw InputError("--offload-modules", "",
@@ -547,7 +549,8 @@ void add_plan(CommandLine& cli) {
              "Megatron's fine-grained activation offloading (--fine-grained-activation-"
              "offloading --offload-modules): any of attn_norm core_attn attn_proj mlp_norm "
              "expert_fc1 moe_act, whose saved inputs go to host memory in forward and come back "
-             "for backward (recompute none or selective)")
+             "for backward (recompute none or selective); search: offload only where a "
+             "candidate fits no other way")
       .expected(1, 6);
   cmd.option("--precision", o->precision,
              "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");
