@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <limits>
 #include <mutex>
@@ -161,11 +162,18 @@ namespace {
 
 // The activation offloading a candidate may take, in the order tried (search_offload: none,
 // then the experts' rows, then every module, while it does not fit).
-std::vector<uint32_t> offload_options(const SearchRequest& req, const ModelSpec& m, Recompute rc,
-                                      bool mact) {
-  if (!req.search_offload || !offload_allowed(rc) || mact) return {req.offload_modules};
-  if (!m.is_moe()) return {0, kAllOffloadModules & ~(kOffloadExpertFc1 | kOffloadMoeAct)};
-  return {0, kOffloadExpertFc1 | kOffloadMoeAct, kAllOffloadModules};
+// (A fixed array: the search asks once per layout, recompute, attention and chunking.)
+struct OffloadOptions {
+  std::array<uint32_t, 3> masks{};
+  size_t count = 0;
+  const uint32_t* begin() const { return masks.data(); }
+  const uint32_t* end() const { return masks.data() + count; }
+};
+OffloadOptions offload_options(const SearchRequest& req, const ModelSpec& m, Recompute rc,
+                               bool mact) {
+  if (!req.search_offload || !offload_allowed(rc) || mact) return {{req.offload_modules}, 1};
+  if (!m.is_moe()) return {{0, kAllOffloadModules & ~(kOffloadExpertFc1 | kOffloadMoeAct)}, 2};
+  return {{0, kOffloadExpertFc1 | kOffloadMoeAct, kAllOffloadModules}, 3};
 }
 
 }  // namespace
