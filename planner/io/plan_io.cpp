@@ -37,6 +37,7 @@ nlohmann::json stage_memory_json(const StageMemory& s, const std::string& layer_
           {"static_bytes", s.static_bytes.value()},
           {"checkpoint_bytes", s.checkpoint_bytes.value()},
           {"activation_bytes", s.activation_bytes.value()},
+          {"offloaded_per_layer_bytes", s.offloaded_per_layer.value()},
           {"total_bytes", s.total_bytes.value()},
           {"fits", s.fits},
           {"m_g", s.m_g},

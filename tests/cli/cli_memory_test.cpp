@@ -124,3 +124,20 @@ TEST(Cli, MegatronLayoutsEvaluateAsGiven) {
       << bad.err;
   EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
+
+TEST(Cli, MemoryOffloadsTheActivationsOfTheModulesNamed) {
+  // Mixtral-8x7B on 4 stages: each layer sends 8,192 x (4,096 + 14,336) x 2 bytes, and stage 0
+  // holds 4 micro-batches of 8 layers, two layers' worth of which stay on the GPU.
+  const std::string base =
+      "memory --model models/mixtral-8x7b.json --cluster topologies/h100-256.json "
+      "--parallel tp=1,pp=4,ep=8,dp=8,mbs=1,vpp=1 --json";
+  const auto kept = nlohmann::json::parse(run(base).out);
+  const auto sent = nlohmann::json::parse(run(base + " --offload-modules expert_fc1 moe_act").out);
+  const double per_layer = 8192.0 * (4096 + 14336) * 2;
+  EXPECT_DOUBLE_EQ(sent["stages"][0]["offloaded_per_layer_bytes"].get<double>(), per_layer);
+  EXPECT_NEAR(kept["stages"][0]["activation_bytes"].get<double>() -
+                  sent["stages"][0]["activation_bytes"].get<double>(),
+              per_layer * 30, 1.0);
+  expect_one_line_error(run(base + " --recompute full --offload-modules moe_act"),
+                        "--offload-modules: Megatron offloads activations under recompute none");
+}

@@ -22,6 +22,7 @@ struct MemoryOptions {
   int64_t seq_len = 4096;
   std::optional<double> received_tokens;
   std::optional<double> static_override_gb;
+  std::vector<std::string> offload_modules;
   double alpha = 1.0;
   int zero = 1;
   bool json = false, explain = false;
@@ -77,12 +78,20 @@ void run_memory(const MemoryOptions& o) {
   const Dtype grads = parse_dtype(o.grads, "--grads");
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
+  const uint32_t offload =
+      o.offload_modules.empty() ? 0 : parse_offload_modules(o.offload_modules, m);
+  if (offload != 0 && !offload_allowed(recompute))
+    throw InputError("--offload-modules", "",
+                     fmt::format("Megatron offloads activations under recompute none or "
+                                 "selective; --recompute is {}",
+                                 recompute_name(recompute)));
   const ParallelConfig p = layout_for(o.parallel, m, o.seq_len);
   warn_world_size(p, c);
 
   MemoryRequest req;
   req.seq_len = o.seq_len;
   req.recompute = recompute;
+  req.offload_modules = offload;
   req.bytes_per_element = dtype_bytes(activations);
   req.zero_stage = o.zero;
   // Eq. (1) for any precision: weight and gradient bytes per parameter; Adam states stay FP32.
@@ -171,6 +180,13 @@ void run_memory(const MemoryOptions& o) {
     t.add(row);
   }
   fmt::print("{}\n", t.render());
+  if (offload != 0) {
+    fmt::print(
+        "activation offloading ({}) sends {} a layer and micro-batch to the host (stage 0); "
+        "two layers' worth stay\n\n",
+        fmt::join(offload_module_names(offload), " "),
+        as_gb(r.stages.front().offloaded_per_layer.value()));
+  }
   if (!moe) {
     if (o.explain) explain(r, req, m);
     return;
@@ -206,6 +222,10 @@ void add_memory(CommandLine& cli) {
              "--pipeline-model-parallel-layout)");
   cmd.option("--seq-len", o->seq_len, "sequence length").positive();
   cmd.option("--recompute", o->recompute, "none | selective | full | sar");
+  cmd.option("--offload-modules", o->offload_modules,
+             "Megatron's --offload-modules: any of attn_norm core_attn attn_proj mlp_norm "
+             "expert_fc1 moe_act (recompute none or selective)")
+      .expected(1, 6);
   cmd.option("--received-tokens", o->received_tokens, "tokens one GPU's MoE layer receives (s'')")
       .positive();
   cmd.option("--skew", o->skew, "balanced | worst, when --received-tokens is not given");
