@@ -577,16 +577,24 @@ TEST(Cli, PlanNoFitExitsThreeWithTheClosestCandidate) {
   expect_one_line_error(r, "nothing fits: needs", 3);
   EXPECT_NE(r.err.find("GPU has 80.0 GB"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("no APTMoE offload plan fits"), std::string::npos) << r.err;
-  // A layout that fits only with more recompute than the user fixed still names its need: the
-  // model zoo's GB200 MXFP8 run at VPP 6 (it offloaded activations, which we do not model).
-  const Result fixed =
-      run("plan --model models/hf/qwen3-235b-a22b.config.json --cluster "
-          "topologies/gb200-nvl72-4x64.json --global-batch 3072 --parallel "
-          "tp=1,pp=4,ep=64,cp=1,mbs=3,vpp=6 --megatron-only --precision fp8 --fp8-recipe mxfp8 "
-          "--recompute-modules moe_act layernorm --dispatcher deepep");
+  // The model zoo's GB200 MXFP8 run at VPP 6 fits only as it ran, offloading activations: the
+  // planner offloads them where nothing fits as it is, and says so.
+  const std::string gb200 =
+      "plan --model models/hf/qwen3-235b-a22b.config.json --cluster "
+      "topologies/gb200-nvl72-4x64.json --global-batch 3072 --megatron-only --precision fp8 "
+      "--fp8-recipe mxfp8 --recompute-modules moe_act layernorm --dispatcher deepep --parallel "
+      "tp=1,pp=4,ep=64,cp=1,vpp=6,mbs=";
+  const Result offloaded = run(gb200 + "3");
+  ASSERT_EQ(offloaded.code, 0) << offloaded.err;
+  EXPECT_NE(offloaded.out.find("These plans offload activations"), std::string::npos);
+  EXPECT_NE(offloaded.out.find("--offload-modules"), std::string::npos);
+  // Twice the micro-batch fits even so: the need named is with activations offloaded.
+  const Result fixed = run(gb200 + "6");
   expect_one_line_error(fixed, "nothing fits: needs", 3);
-  EXPECT_NE(fixed.err.find("vpp=6,mbs=3"), std::string::npos) << fixed.err;
-  EXPECT_NE(fixed.err.find("(binding: activations); GPU has 186.0 GB"), std::string::npos)
+  EXPECT_NE(fixed.err.find("vpp=6,mbs=6"), std::string::npos) << fixed.err;
+  EXPECT_NE(fixed.err.find("(binding: activations, activations offloaded where Megatron can); "
+                           "GPU has 186.0 GB"),
+            std::string::npos)
       << fixed.err;
   expect_one_line_error(run("plan --model models/mixtral-8x7b.json --cluster "
                             "topologies/h100-sxm-8.json --global-batch 64 --gpus 9"),

@@ -268,7 +268,22 @@ void run_plan(const PlanOptions& o) {
   SearchResult r =
       counts.size() == 1 ? search_plans(ctx, req) : search_gpu_counts(ctx, req, counts);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
-  bool offloaded = false;
+  bool offloaded = false, activations_offloaded = false, tried_activations = false;
+  if (r.ranked.empty() && !req.search_offload && req.offload_modules == 0) {
+    // Nothing fits in GPU memory: Megatron's activation offloading first, which runs as is.
+    SearchRequest again = req;
+    again.search_offload = true;
+    SearchResult a =
+        counts.size() == 1 ? search_plans(ctx, again) : search_gpu_counts(ctx, again, counts);
+    tried_activations = true;
+    if (!a.ranked.empty()) {
+      a.stats.seconds += r.stats.seconds;
+      r = std::move(a);
+      activations_offloaded = true;
+    } else if (a.closest && (!r.closest || a.closest->needed < r.closest->needed)) {
+      r.closest = a.closest;  // what offloading activations too leaves short
+    }
+  }
   if (r.ranked.empty()) {
     // Nothing fits in GPU memory: APTMoE keeps the weights in host memory instead.
     r.ranked = offload_plans(ctx, c, req);
@@ -278,8 +293,10 @@ void run_plan(const PlanOptions& o) {
     if (!r.closest) throw NoFitError("nothing fits and no candidate was scored");
     const NoFit& n = *r.closest;
     throw NoFitError(fmt::format(
-        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}); GPU has {:.1f} GB{}",
-        n.needed.value() / 1e9, n.stage, n.layout, n.binding, n.capacity.value() / 1e9,
+        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}{}); GPU has {:.1f} GB{}",
+        n.needed.value() / 1e9, n.stage, n.layout, n.binding,
+        tried_activations ? ", activations offloaded where Megatron can" : "",
+        n.capacity.value() / 1e9,
         m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : ""));
   }
   warn_if_calibrated_on_another_gpu(cal, c);
@@ -334,6 +351,11 @@ void run_plan(const PlanOptions& o) {
       "their DP syncs were priced) in {:.2f} s\n\n",
       counted(r.stats.layouts, "layout"), r.stats.pruned_by_memory,
       counted(r.stats.evaluated, "candidate"), r.stats.bounded, r.stats.seconds);
+  if (activations_offloaded) {
+    fmt::print(
+        "No layout fits in GPU memory as it is. These plans offload activations to host memory "
+        "(Megatron's\n--fine-grained-activation-offloading --offload-modules):\n\n");
+  }
   if (offloaded) {
     fmt::print(
         "No layout fits in GPU memory. APTMoE offload plans: weights in host memory, hot experts "
