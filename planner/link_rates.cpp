@@ -90,6 +90,16 @@ LinkRates link_rates(const ClusterSpec& c) {
   for (const PcieSwitch& s : c.node.pcie_switches)
     sharing = std::max(sharing, static_cast<int>(s.gpus.size()));
   r.host = c.node.host_link_bandwidth() / static_cast<double>(c.node.has_c2c() ? 1 : sharing);
+  std::vector<int> on_socket(c.node.cpus.size(), 0);
+  for (int gpu = 0; gpu < c.node.num_gpus; ++gpu) {
+    const int cpu = c.node.cpu_of_gpu(gpu);
+    if (cpu >= 0 && static_cast<size_t>(cpu) < on_socket.size()) ++on_socket[cpu];
+  }
+  for (size_t s = 0; s < on_socket.size(); ++s) {
+    if (on_socket[s] == 0) continue;
+    const BytesPerSec share = c.node.cpus[s].memory_bandwidth / static_cast<double>(on_socket[s]);
+    r.host_memory = r.host_memory.value() > 0 ? std::min(r.host_memory, share) : share;
+  }
   return r;
 }
 

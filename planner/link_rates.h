@@ -40,6 +40,9 @@ struct LinkRates {
   // Between a GPU and host memory when every GPU of the node copies at once: its PCIe link, or
   // its share of a switch uplink it shares, or its NVLink-C2C link to a Grace CPU.
   BytesPerSec host;
+  // A GPU's share of its CPU socket's memory bandwidth, the socket's GPUs working at once
+  // (zero where the cluster file lists no CPUs).
+  BytesPerSec host_memory;
   // PCIe-only nodes: groups that share a switch uplink or the socket link (NVSwitch ports are
   // never shared between groups, so NVSwitch nodes list none).
   std::vector<GroupRate> shared_groups;

@@ -382,10 +382,12 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     if (r.static_override) {
       s.static_bytes = *r.static_override;
     } else {
-      s.static_bytes =
-          sharded_static(params.dense, *p.dp, r.zero_stage, r.static_bytes) +
-          sharded_static(params.replicated, *p.dp * *p.tp, r.zero_stage, r.static_bytes) +
-          sharded_static(params.expert, p.expert_dp(), r.zero_stage, r.static_bytes);
+      // Optimizer CPU offload keeps its share of the states in host memory.
+      memfine::StaticBytesPerParam b = r.static_bytes;
+      b.optimizer_states *= 1.0 - r.optimizer_offload;
+      s.static_bytes = sharded_static(params.dense, *p.dp, r.zero_stage, b) +
+                       sharded_static(params.replicated, *p.dp * *p.tp, r.zero_stage, b) +
+                       sharded_static(params.expert, p.expert_dp(), r.zero_stage, b);
       if (full)
         s.checkpoint_bytes =
             memfine::recompute_checkpoints(report.moe_shape, schedule_mg, layers_per_chunk);

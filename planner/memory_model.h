@@ -90,6 +90,7 @@ struct MemoryRequest {
   Recompute recompute = Recompute::kNone;
   uint32_t recompute_modules = kDefaultRecomputeModules;  // with kSelective
   uint32_t offload_modules = 0;  // OffloadModule bits, where offload_allowed(recompute)
+  double optimizer_offload = 0;  // share of the optimizer states in host memory (0-1)
   double bytes_per_element = 2;  // D_t of activations
   double gemm_input_bytes = 0;   // of activations kept for FP8 GEMMs' backward; 0: D_t
   double score_bytes = 0;        // per attention score, unfused attention (LayerShape)

@@ -79,6 +79,7 @@ std::string PlanChoice::describe() const {
                fmt::format("({})", fmt::join(recompute_module_names(recompute_modules), ",")));
   if (offload_modules != 0)
     out += fmt::format(" act-offload={}", fmt::join(offload_module_names(offload_modules), ","));
+  if (optimizer_offload > 0) out += fmt::format(" opt-offload={}", optimizer_offload);
   if (parallel.ep.value_or(1) > 1)
     out += fmt::format(" dispatch={}", megascale::dispatcher_name(dispatcher));
   if (parallel.etp.value_or(1) > 1 && parallel.ep.value_or(1) > 1) {
@@ -216,6 +217,11 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
       a.push_back(
           fmt::format("--recompute-modules {}", fmt::join(recompute_module_names(mods), " ")));
     }
+  }
+  if (c.optimizer_offload > 0) {
+    a.insert(a.end(), {"--optimizer-cpu-offload",
+                       fmt::format("--optimizer-offload-fraction {}", c.optimizer_offload),
+                       "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"});
   }
   if (c.offload_modules != 0) {
     a.push_back("--fine-grained-activation-offloading");

@@ -75,6 +75,10 @@ struct PlanChoice {
   // off): these modules' saved inputs go to host memory over the GPU's host link in forward and
   // come back before backward, on copy streams beside compute.
   uint32_t offload_modules = 0;
+  // Megatron's --optimizer-cpu-offload --optimizer-offload-fraction: this share of each GPU's
+  // optimizer shard (FP32 master weights and Adam states) lives in host memory and steps on the
+  // CPU while the GPU steps the rest (HybridDeviceOptimizer); 0: off.
+  double optimizer_offload = 0;
   AttentionMode attention = AttentionMode::kTensor;
   AttentionKernel attention_kernel = AttentionKernel::kFused;
   megascale::Dispatcher dispatcher = megascale::Dispatcher::kAllToAll;

@@ -186,6 +186,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.recompute = c.recompute;
   r.recompute_modules = c.recompute_modules;
   r.offload_modules = c.offload_modules;
+  r.optimizer_offload = c.optimizer_offload;
   r.zero_stage = c.zero_stage;
   r.gpu_capacity = capacity;
   r.alpha = alpha;
@@ -426,6 +427,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       lower.seq_len = ctx.seq_len;
       lower.zero_stage = req.zero.value_or(3);
       lower.gpipe = req.gpipe;
+      lower.optimizer_offload = req.optimizer_offload;
       const MemoryReport floor = estimate_memory(
           m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
       // The closest miss, for the no-fit message: the layout whose tightest stage is least over
@@ -498,6 +500,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               c.recompute = rc;
               c.recompute_modules = req.recompute_modules;
               c.offload_modules = req.offload_modules;
+              c.optimizer_offload = req.optimizer_offload;
               c.attention = at;
               c.mact = mact;
               c.precision = req.precision;

@@ -41,6 +41,8 @@ struct SearchRequest {
   // selective tries the experts' rows (expert_fc1, moe_act), then every module, and keeps the
   // first that fits.
   bool search_offload = false;
+  // Megatron's optimizer CPU offload every candidate runs with (PlanChoice::optimizer_offload).
+  double optimizer_offload = 0;
   std::optional<bool> overlap;  // fixed, or searched
   // MegaScale's intra-operator overlap: off unless asked (Megatron-LM has no such kernels);
   // nullopt searches it.

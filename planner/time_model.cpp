@@ -600,7 +600,21 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   const double local = dense / (sharded ? static_cast<double>(dp) : 1.0) +
                        replicated / (sharded ? static_cast<double>(dp * t) : 1.0) +
                        expert / (sharded ? static_cast<double>(edp) : 1.0);
-  out.optimizer = Bytes(local * 28.0) / (ctx.links.hbm * ctx.eff.memory_bound);
+  // Optimizer CPU offload (HybridDeviceOptimizer): the GPU steps its share while the CPU steps
+  // the rest, which first copies its FP32 gradients out and afterwards the new weights back,
+  // the three overlapped group by group (--overlap-cpu-optimizer-d2h-h2d). The CPU's Adam is
+  // bound by the socket's memory bandwidth as the GPU's by HBM's.
+  const double f = c.optimizer_offload;
+  out.optimizer = Bytes(local * (1.0 - f) * 28.0) / (ctx.links.hbm * ctx.eff.memory_bound);
+  if (f > 0) {
+    const double on_cpu = local * f;
+    const Seconds out_copy = Bytes(on_cpu * 4.0) / (ctx.links.host * ctx.eff.pcie_h2d.at(1e9));
+    const Seconds back = Bytes(on_cpu * param_bytes) / (ctx.links.host * ctx.eff.pcie_h2d.at(1e9));
+    const Seconds step = ctx.links.host_memory.value() > 0
+                             ? Bytes(on_cpu * 28.0) / (ctx.links.host_memory * ctx.eff.memory_bound)
+                             : Seconds(std::numeric_limits<double>::infinity());
+    out.optimizer = std::max(out.optimizer, std::max({out_copy, step, back}));
+  }
   return out;
 }
 

@@ -157,6 +157,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   // Megatron's --offload-modules, where activations are offloaded.
   if (ch.offload_modules != 0)
     out["switches"]["offload_modules"] = offload_module_names(ch.offload_modules);
+  if (ch.optimizer_offload > 0) out["switches"]["optimizer_offload"] = ch.optimizer_offload;
   // Whose once-per-iteration DP sync shows most (absent when none runs).
   if (t.dp_reduce_stage >= 0) {
     out["predicted"]["dp_sync"]["reduce_scatter"] = {{"stage", t.dp_reduce_stage},
@@ -247,6 +248,11 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
       s.fail("offload_modules", fmt::format("activations are not offloaded under recompute {}",
                                             recompute_name(c.recompute)));
     c.offload_modules = *mods;
+  }
+  if (s.has("optimizer_offload")) {
+    c.optimizer_offload = s.number("optimizer_offload");
+    if (!(c.optimizer_offload >= 0 && c.optimizer_offload <= 1))
+      s.fail("optimizer_offload", "must be a share between 0 and 1");
   }
   c.attention = enum_of<AttentionMode>(
       s, "attention", {{"tp", AttentionMode::kTensor}, {"ulysses", AttentionMode::kUlysses}});

@@ -403,6 +403,30 @@ TEST(Cli, PlanTakesMegatronRecomputeModules) {
   std::remove(path.c_str());
 }
 
+TEST(Cli, PlanPutsTheOptimizerOnTheCpuWhereAsked) {
+  // Mixtral-8x7B fits 8 x 80 GB as Megatron runs it only with its optimizer on the CPU
+  // (--optimizer-offload 1): the plan says so in its switches and arguments, its optimizer step
+  // is the CPU's, and simulate agrees.
+  const std::string path = temp_path("moeplan_optimizer_offload.json");
+  const std::string base =
+      "plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 64 --parallel tp=1,pp=1,ep=8,mbs=1 --recompute full --megatron-only";
+  const Result r = run(base + " --optimizer-offload 1 --save " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("opt-offload=1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--optimizer-cpu-offload"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--optimizer-offload-fraction 1"), std::string::npos) << r.out;
+  const nlohmann::json sim = run_json(
+      "simulate --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --json "
+      "--plan " +
+      path);
+  EXPECT_LT(std::abs(sim["relative_difference"].get<double>()), 0.05);
+  expect_one_line_error(run(base + " --optimizer-offload 0"),
+                        "--optimizer-offload: 0 is not a share in (0, 1]");
+  expect_one_line_error(run(base + " --optimizer-offload 1.5"),
+                        "--optimizer-offload: 1.5 is not a share in (0, 1]");
+}
+
 TEST(Cli, PlanOffloadsTheActivationsOfTheModulesNamed) {
   // --offload-modules is Megatron's fine-grained activation offloading: the plan, its file and
   // its arguments carry it, the breakdown shows the copies that did not hide, simulate reads it

@@ -23,6 +23,7 @@ struct MemoryOptions {
   std::optional<double> received_tokens;
   std::optional<double> static_override_gb;
   std::vector<std::string> offload_modules;
+  double optimizer_offload = 0;
   double alpha = 1.0;
   int zero = 1;
   bool json = false, explain = false;
@@ -92,6 +93,7 @@ void run_memory(const MemoryOptions& o) {
   req.seq_len = o.seq_len;
   req.recompute = recompute;
   req.offload_modules = offload;
+  req.optimizer_offload = o.optimizer_offload;
   req.bytes_per_element = dtype_bytes(activations);
   req.zero_stage = o.zero;
   // Eq. (1) for any precision: weight and gradient bytes per parameter; Adam states stay FP32.
@@ -226,6 +228,10 @@ void add_memory(CommandLine& cli) {
              "Megatron's --offload-modules: any of attn_norm core_attn attn_proj mlp_norm "
              "expert_fc1 moe_act (recompute none or selective)")
       .expected(1, 6);
+  cmd.option("--optimizer-offload", o->optimizer_offload,
+             "Megatron's --optimizer-offload-fraction: this share of the optimizer states in "
+             "host memory (0-1)")
+      .range(0.0, 1.0);
   cmd.option("--received-tokens", o->received_tokens, "tokens one GPU's MoE layer receives (s'')")
       .positive();
   cmd.option("--skew", o->skew, "balanced | worst, when --received-tokens is not given");

@@ -28,6 +28,7 @@ struct PlanOptions {
                                                      save;
   std::vector<std::string> recompute_modules;
   std::vector<std::string> offload_modules;
+  std::optional<double> optimizer_offload;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
                          attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",
@@ -213,6 +214,15 @@ void run_plan(const PlanOptions& o) {
                                    "selective; --recompute is {}",
                                    recompute_name(*req.recompute)));
   }
+  if (o.optimizer_offload) {
+    if (!(*o.optimizer_offload > 0 && *o.optimizer_offload <= 1))
+      throw InputError("--optimizer-offload", "",
+                       fmt::format("{} is not a share in (0, 1]", *o.optimizer_offload));
+    if (c.node.cpus.empty())
+      throw InputError(o.cluster, "node.cpus",
+                       "the cluster lists no CPUs to run the offloaded optimizer on");
+    req.optimizer_offload = *o.optimizer_offload;
+  }
   req.overlap = parse_on_off(o.overlap, "--overlap", true);
   req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
   req.megatron_only = o.megatron_only;
@@ -268,9 +278,12 @@ void run_plan(const PlanOptions& o) {
   SearchResult r =
       counts.size() == 1 ? search_plans(ctx, req) : search_gpu_counts(ctx, req, counts);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
+  // Nothing fits in GPU memory as it is: Megatron's activation offloading first, which runs as
+  // the arguments say, where a candidate needs it (unless the user fixed the modules). The
+  // optimizer's CPU offload stays the user's call (--optimizer-offload): APTMoE's plans below
+  // keep the weights in host memory too, and the two are different systems.
   bool offloaded = false, activations_offloaded = false, tried_activations = false;
   if (r.ranked.empty() && !req.search_offload && req.offload_modules == 0) {
-    // Nothing fits in GPU memory: Megatron's activation offloading first, which runs as is.
     SearchRequest again = req;
     again.search_offload = true;
     SearchResult a =
@@ -574,6 +587,10 @@ void add_plan(CommandLine& cli) {
              "for backward (recompute none or selective); search: offload only where a "
              "candidate fits no other way")
       .expected(1, 6);
+  cmd.option("--optimizer-offload", o->optimizer_offload,
+             "Megatron's optimizer CPU offload (--optimizer-cpu-offload "
+             "--optimizer-offload-fraction): this share of each GPU's optimizer states lives in "
+             "host memory and steps on the CPU");
   cmd.option("--precision", o->precision,
              "bf16 (mixed) | fp8 (FP8 GEMMs and collectives, Transformer Engine) | fp32");
   cmd.option("--fp8-recipe", o->fp8_recipe,
