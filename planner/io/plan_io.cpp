@@ -225,29 +225,25 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
                                     {"selective", Recompute::kSelective},
                                     {"full", Recompute::kFull},
                                     {"sar", Recompute::kRematerialize}});
+  // A list of Megatron's module names as a mask, `all` naming every known one.
+  auto modules = [&](const char* key, auto from_names, auto names_of, uint32_t all) {
+    std::string unknown;
+    const std::optional<uint32_t> mods = from_names(s.string_array(key), &unknown);
+    if (!mods)
+      s.fail(key, fmt::format("'{}' is not one of {}", unknown, fmt::join(names_of(all), ", ")));
+    return *mods;
+  };
   // Megatron's --recompute-modules (files written before it default to moe_act layernorm).
   if (s.has("recompute_modules")) {
-    std::string unknown;
-    const std::optional<uint32_t> mods =
-        recompute_modules_from_names(s.string_array("recompute_modules"), &unknown);
-    if (!mods)
-      s.fail("recompute_modules",
-             fmt::format("'{}' is not one of {}", unknown,
-                         fmt::join(recompute_module_names(kAllRecomputeModules), ", ")));
-    c.recompute_modules = *mods;
+    c.recompute_modules = modules("recompute_modules", recompute_modules_from_names,
+                                  recompute_module_names, kAllRecomputeModules);
   }
   if (s.has("offload_modules")) {
-    std::string unknown;
-    const std::optional<uint32_t> mods =
-        offload_modules_from_names(s.string_array("offload_modules"), &unknown);
-    if (!mods)
-      s.fail("offload_modules",
-             fmt::format("'{}' is not one of {}", unknown,
-                         fmt::join(offload_module_names(kAllOffloadModules), ", ")));
+    c.offload_modules = modules("offload_modules", offload_modules_from_names, offload_module_names,
+                                kAllOffloadModules);
     if (!offload_allowed(c.recompute))
       s.fail("offload_modules", fmt::format("activations are not offloaded under recompute {}",
                                             recompute_name(c.recompute)));
-    c.offload_modules = *mods;
   }
   if (s.has("optimizer_offload")) {
     c.optimizer_offload = s.number("optimizer_offload");
