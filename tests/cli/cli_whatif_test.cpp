@@ -334,3 +334,31 @@ TEST(Cli, WhatifRunsAnOffloadPlanInTheOffloadSimulator) {
 }
 
 }  // namespace moe
+
+TEST(Cli, WhatifSweepsTheOptimizersCpuShare) {
+  // Mixtral-8x7B on 8 H100 as Megatron runs it: half the optimizer states on the CPU does not
+  // fit (the simulated point runs out of memory), all of them does, at a longer step.
+  const std::string dir = temp_path("moeplan_whatif_optimizer");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string pair = "--model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json";
+  const std::string plan = dir + "/plan.json";
+  ASSERT_EQ(run("plan " + pair +
+                " --global-batch 64 --parallel tp=1,pp=1,ep=8,mbs=1 --recompute full "
+                "--megatron-only --optimizer-offload 1 --save " +
+                plan)
+                .code,
+            0);
+  const Result r = run("whatif " + pair + " --plan " + plan +
+                       " --sweep optimizer-offload=0.5,1 --out " + dir + "/out");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, std::vector<std::string>> by_share;
+  for (const auto& f : csv_rows(read_file(dir + "/out/points.csv"))) by_share[f[1]] = f;
+  ASSERT_EQ(by_share.size(), 2u);
+  EXPECT_EQ(by_share["1"][2], "ok");
+  EXPECT_NE(by_share["0.5"][2].find("OOM"), std::string::npos) << by_share["0.5"][2];
+  EXPECT_LT(std::stod(by_share["1"][6]), std::stod(by_share["0.5"][6]));
+  expect_one_line_error(run("whatif " + pair + " --plan " + plan +
+                            " --sweep optimizer-offload=2 --out " + dir + "/bad"),
+                        "'2' is not a share between 0 and 1");
+}

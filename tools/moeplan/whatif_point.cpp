@@ -38,6 +38,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "recompute",
                                         "recompute-modules",
                                         "offload-modules",
+                                        "optimizer-offload",
                                         "precision",
                                         "fp8-recipe",
                                         "overlap",
@@ -100,6 +101,7 @@ struct PointInputs {
   std::optional<Recompute> recompute;
   std::optional<uint32_t> recompute_modules;  // Megatron's, joined by '+': moe+layernorm
   std::optional<uint32_t> offload_modules;    // the same for --offload-modules; none: off
+  std::optional<double> optimizer_offload;    // the share of optimizer states on the CPU
   std::optional<int64_t> chunks;
   std::optional<Precision> precision;
   std::optional<Fp8Recipe> fp8_recipe;  // implies FP8
@@ -168,6 +170,15 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
       in.recompute_modules = parse_recompute_modules(names(), in.model, "--sweep");
     if (axis == "offload-modules")
       in.offload_modules = v == "none" ? 0u : parse_offload_modules(names(), in.model, "--sweep");
+    if (axis == "optimizer-offload") {
+      const std::optional<double> share = finite_number(v);
+      if (!share || !(*share >= 0 && *share <= 1) || in.cluster.node.cpus.empty())
+        throw InputError("--sweep", axis,
+                         in.cluster.node.cpus.empty()
+                             ? "the cluster lists no CPUs to run the offloaded optimizer on"
+                             : fmt::format("'{}' is not a share between 0 and 1", v));
+      in.optimizer_offload = *share;
+    }
     if (axis == "precision") in.precision = parse_precision(v, "--sweep", axis);
     if (axis == "fp8-recipe") in.fp8_recipe = parse_fp8_recipe(v, "--sweep", axis);
     if (axis == "overlap") in.overlap = parse_on_off(v, "--sweep", false, axis);
@@ -225,6 +236,7 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
     plan.recompute_modules = *in.recompute_modules;
   }
   if (in.offload_modules) plan.offload_modules = *in.offload_modules;
+  if (in.optimizer_offload) plan.optimizer_offload = *in.optimizer_offload;
   if (plan.offload_modules != 0 && !offload_allowed(plan.recompute))
     throw InputError("--sweep", "offload-modules",
                      fmt::format("Megatron offloads activations under recompute none or "
@@ -269,6 +281,7 @@ PointResult evaluate_offload(PlanChoice plan, const PointInputs& in, const TimeC
   const std::pair<const char*, bool> switches[] = {
       {"recompute", in.recompute || in.recompute_modules},
       {"offload-modules", in.offload_modules.has_value()},
+      {"optimizer-offload", in.optimizer_offload.has_value()},
       {"chunks", in.chunks.has_value()},
       {"fp8-recipe", in.fp8_recipe.has_value()},
       {"overlap", in.overlap.has_value()},
@@ -421,6 +434,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
       req.recompute_modules = *in.recompute_modules;
     }
     if (in.offload_modules) req.offload_modules = *in.offload_modules;
+    if (in.optimizer_offload) req.optimizer_offload = *in.optimizer_offload;
     if (in.precision) req.precision = *in.precision;
     if (in.fp8_recipe) {
       req.precision = Precision::kFp8;
