@@ -60,6 +60,14 @@ nlohmann::json deepspeed_config(const Plan& plan) {
     j["activation_checkpointing"] = {{"partition_activations", *p.tp > 1},
                                      {"contiguous_memory_optimization", false}};
   }
+  if (const double f = plan.choice.optimizer_offload; f > 0) {
+    // ZeRO-Offload: the optimizer states and step on the CPU (stage 1 at least); `ratio` is the
+    // share offloaded, where DeepSpeed splits them.
+    nlohmann::json& z = j["zero_optimization"];
+    z["stage"] = std::max(plan.choice.zero_stage, 1);
+    z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+    if (f < 1) z["offload_optimizer"]["ratio"] = f;
+  }
   if (plan.choice.offload) {
     // The runnable neighbour of APTMoE in DeepSpeed: ZeRO-Infinity style CPU offload.
     j["zero_optimization"] = {{"stage", 3},

@@ -88,6 +88,9 @@ TEST(OptimizerOffload, PlanFilesAndMegatronArgumentsCarryTheShare) {
   for (const char* flag : {"--optimizer-cpu-offload", "--optimizer-offload-fraction 0.5",
                            "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"})
     EXPECT_NE(std::find(args.begin(), args.end(), flag), args.end()) << flag;
+  const nlohmann::json ds = io::deepspeed_config(plan)["zero_optimization"];
+  EXPECT_EQ(ds["offload_optimizer"]["device"], "cpu");
+  EXPECT_DOUBLE_EQ(ds["offload_optimizer"]["ratio"].get<double>(), 0.5);
   nlohmann::json j = io::plan_to_json(plan, k.m, k.cl);
   EXPECT_DOUBLE_EQ(io::plan_choice_from_json(j, "plan.json").optimizer_offload, 0.5);
   j["switches"]["optimizer_offload"] = 1.5;
