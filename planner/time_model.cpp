@@ -354,6 +354,7 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
                           links.fabric * (passes - 1.0) + replayed.fabric});
   // Neither pass ends before the host has issued it (host_time.h).
   const LayerHostTime host = layer_host_time(ctx, c, moe_layer);
+  const Seconds work_backward = st.backward;
   const Seconds issued_forward = std::max(st.forward, host.forward);
   const Seconds issued_backward = std::max(st.backward, host.backward + host.recompute);
   st.host_forward = issued_forward - st.forward;
@@ -373,8 +374,12 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
       const Seconds copy = bytes / (ctx.links.host * ctx.eff.pcie_h2d.at(bytes.value()));
       st.offload_forward = std::max(Seconds(0), copy - st.forward);
       st.offload_backward = std::max(Seconds(0), copy - st.backward);
+      // The pass's edges: forward, the last layer's copy after it is issued; backward, the
+      // first layer waits for its copy while the host issues it.
       st.offload_edge_forward = std::min(copy, st.forward);
-      st.offload_edge_backward = std::min(copy, st.backward);
+      st.offload_edge_backward =
+          std::max(copy + work_backward, host.backward + host.recompute) -
+          std::max(st.backward, copy);
       st.forward += st.offload_forward;
       st.backward += st.offload_backward;
     }
