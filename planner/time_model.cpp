@@ -377,9 +377,8 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
       // The pass's edges: forward, the last layer's copy after it is issued; backward, the
       // first layer waits for its copy while the host issues it.
       st.offload_edge_forward = std::min(copy, st.forward);
-      st.offload_edge_backward =
-          std::max(copy + work_backward, host.backward + host.recompute) -
-          std::max(st.backward, copy);
+      st.offload_edge_backward = std::max(copy + work_backward, host.backward + host.recompute) -
+                                 std::max(st.backward, copy);
       st.forward += st.offload_forward;
       st.backward += st.offload_backward;
     }
