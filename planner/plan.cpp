@@ -57,12 +57,20 @@ const char* cuda_graph_name(CudaGraph g) {
   return name_in(cuda_graph_names(), g);
 }
 
+ActivationBytes activation_bytes(const PlanChoice& c) {
+  ActivationBytes b;
+  if (c.precision == Precision::kFp32) b.per_element = 4;
+  if (c.precision == Precision::kFp8) b.gemm_input = 1;
+  if (c.attention_kernel == AttentionKernel::kUnfused) b.score = kUnfusedAttentionScoreBytes;
+  return b;
+}
+
 memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, int64_t seq_len) {
-  memfine::LayerShape s =
-      moe_layer_shape(m, c.parallel, seq_len, c.precision == Precision::kFp32 ? 4.0 : 2.0,
-                      c.attention == AttentionMode::kUlysses);
-  if (c.precision == Precision::kFp8) s.gemm_input_bytes = 1;
-  if (c.attention_kernel == AttentionKernel::kUnfused) s.score_bytes = kUnfusedAttentionScoreBytes;
+  const ActivationBytes b = activation_bytes(c);
+  memfine::LayerShape s = moe_layer_shape(m, c.parallel, seq_len, b.per_element,
+                                          c.attention == AttentionMode::kUlysses);
+  s.gemm_input_bytes = b.gemm_input;
+  s.score_bytes = b.score;
   return s;
 }
 

@@ -124,8 +124,16 @@ struct PlanChoice {
   std::string describe() const;  // one line: "tp=8,pp=1,... recompute=selective attn=ulysses ..."
 };
 
-// The MemFine layer shape of a plan's layers as its precision, attention and kernel keep
-// activations (memory_request's settings, for what prices activations outside it).
+// What a plan's activations take as its precision and attention kernel keep them: bytes an
+// element (4 under FP32, else 2), bytes of a linear layer's saved input (1 under FP8, where
+// Transformer Engine keeps its FP8 copy; 0: the element's), bytes an attention score (an
+// unfused kernel's, 0 fused). memory_request and activation_shape both read them here.
+struct ActivationBytes {
+  double per_element = 2, gemm_input = 0, score = 0;
+};
+ActivationBytes activation_bytes(const PlanChoice& c);
+// The MemFine layer shape of a plan's layers with those bytes, for what prices activations
+// outside the memory model.
 memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, int64_t seq_len);
 
 // Iteration time by kind; exposed communication only (what overlap did not hide).

@@ -156,10 +156,6 @@ std::vector<LayerSplit> layer_splits(int64_t layers, int64_t pp, int64_t vpp, in
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // The activation offloading a candidate may take, in the order tried (search_offload: none,
 // then the experts' rows, then every module, while it does not fit).
 // (A fixed array: the search asks once per layout, recompute, attention and chunking.)
@@ -201,11 +197,11 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
     // activations; 707 GB for 35.4 B).
     r.static_bytes.grad = 4;
     r.static_bytes.optimizer_states = 3;
-    r.bytes_per_element = 4;
   }
-  // FP8 (Transformer Engine): the inputs of the linear layers are kept in FP8 for backward.
-  if (c.precision == Precision::kFp8) r.gemm_input_bytes = 1;
-  if (c.attention_kernel == AttentionKernel::kUnfused) r.score_bytes = kUnfusedAttentionScoreBytes;
+  const ActivationBytes b = activation_bytes(c);
+  r.bytes_per_element = b.per_element;
+  r.gemm_input_bytes = b.gemm_input;
+  r.score_bytes = b.score;
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);

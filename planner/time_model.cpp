@@ -371,7 +371,7 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
         ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len)), c.recompute,
         c.recompute_modules, c.offload_modules);
     if (bytes.value() > 0) {
-      const Seconds copy = bytes / (ctx.links.host * ctx.eff.pcie_h2d.at(bytes.value()));
+      const Seconds copy = host_copy_time(ctx, bytes);
       st.offload_forward = std::max(Seconds(0), copy - st.forward);
       st.offload_backward = std::max(Seconds(0), copy - st.backward);
       // The pass's edges: forward, the last layer's copy after it is issued; backward, the
@@ -536,6 +536,10 @@ Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
 }
 
 }  // namespace
+
+Seconds host_copy_time(const TimeContext& ctx, Bytes bytes) {
+  return bytes / (ctx.links.host * ctx.eff.pcie_h2d.at(bytes.value()));
+}
 
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
   return stage_from(ctx, c, layer_kinds(ctx, c), stage);

@@ -101,6 +101,9 @@ struct StageTimes {
   Seconds offload_edge_forward, offload_edge_backward;
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
+// One pinned copy of `bytes` between a GPU and host memory while every GPU copies
+// (LinkRates::host at the pcie_h2d curve): activation offloading's copies, each way.
+Seconds host_copy_time(const TimeContext& ctx, Bytes bytes);
 // The model's multi-token-prediction modules, one micro-batch, on the last stage after the
 // output head (Megatron's place for them): each a transformer layer priced as the model's last,
 // the projection of its two normed streams and its own head pass. Zero for a model without.

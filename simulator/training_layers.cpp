@@ -47,9 +47,7 @@ void Training::plan_layers(int64_t it) {
       if (plan_.offload_modules != 0) {
         L.offloaded =
             layer_offloaded_bytes(m_, shape_, L.moe, received, rc, mods, plan_.offload_modules);
-        if (L.offloaded.value() > 0)
-          L.offload_copy =
-              L.offloaded / (ctx_.links.host * ctx_.eff.pcie_h2d.at(L.offloaded.value()));
+        if (L.offloaded.value() > 0) L.offload_copy = host_copy_time(ctx_, L.offloaded);
       }
       // A measured static figure (MemFine Table 4) already holds the checkpoints.
       L.checkpoint =

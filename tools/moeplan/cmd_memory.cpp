@@ -81,11 +81,7 @@ void run_memory(const MemoryOptions& o) {
   const ClusterSpec c = io::load_cluster(o.cluster);
   const uint32_t offload =
       o.offload_modules.empty() ? 0 : parse_offload_modules(o.offload_modules, m);
-  if (offload != 0 && !offload_allowed(recompute))
-    throw InputError("--offload-modules", "",
-                     fmt::format("Megatron offloads activations under recompute none or "
-                                 "selective; --recompute is {}",
-                                 recompute_name(recompute)));
+  if (offload != 0) require_offloadable(recompute, "--offload-modules", "", "--recompute");
   const ParallelConfig p = layout_for(o.parallel, m, o.seq_len);
   warn_world_size(p, c);
 

@@ -208,11 +208,7 @@ void run_plan(const PlanOptions& o) {
     req.search_offload = true;
   } else if (!o.offload_modules.empty()) {
     req.offload_modules = parse_offload_modules(o.offload_modules, m);
-    if (req.recompute && !offload_allowed(*req.recompute))
-      throw InputError("--offload-modules", "",
-                       fmt::format("Megatron offloads activations under recompute none or "
-                                   "selective; --recompute is {}",
-                                   recompute_name(*req.recompute)));
+    if (req.recompute) require_offloadable(*req.recompute, "--offload-modules", "", "--recompute");
   }
   if (o.optimizer_offload) {
     if (!(*o.optimizer_offload > 0 && *o.optimizer_offload <= 1))

@@ -26,6 +26,15 @@ Recompute parse_recompute(const std::string& value, const std::string& option,
   return *r;
 }
 
+void require_offloadable(Recompute r, const std::string& source, const std::string& where,
+                         const std::string& whose) {
+  if (!offload_allowed(r))
+    throw InputError(source, where,
+                     fmt::format("Megatron offloads activations under recompute none or "
+                                 "selective; {} is {}",
+                                 whose, recompute_name(r)));
+}
+
 uint32_t parse_offload_modules(const std::vector<std::string>& names, const ModelSpec& m,
                                const std::string& option) {
   std::string unknown;

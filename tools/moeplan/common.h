@@ -114,6 +114,10 @@ std::optional<bool> parse_grad_reduce(const std::string& value, const std::strin
 // Megatron-Core's --recompute-modules names, as a mask for `m`: an unknown name, shared_experts
 // (eq. 2 holds no shared-expert activations to save) and a module that matches no layer of the
 // model (moe in a dense model, mlp without dense layers, mla_up_proj without MLA) are errors.
+// A one-line InputError (source, where) unless Megatron offloads activations under `r` (none,
+// selective); `whose` names what set it ("--recompute", "this point's").
+void require_offloadable(Recompute r, const std::string& source, const std::string& where,
+                         const std::string& whose);
 // Megatron's --offload-modules names as a mask; a one-line InputError for an unknown name or
 // an expert module on a model without MoE layers.
 uint32_t parse_offload_modules(const std::vector<std::string>& names, const ModelSpec& m,

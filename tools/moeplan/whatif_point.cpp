@@ -237,11 +237,8 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   }
   if (in.offload_modules) plan.offload_modules = *in.offload_modules;
   if (in.optimizer_offload) plan.optimizer_offload = *in.optimizer_offload;
-  if (plan.offload_modules != 0 && !offload_allowed(plan.recompute))
-    throw InputError("--sweep", "offload-modules",
-                     fmt::format("Megatron offloads activations under recompute none or "
-                                 "selective; this point's is {}",
-                                 recompute_name(plan.recompute)));
+  if (plan.offload_modules != 0)
+    require_offloadable(plan.recompute, "--sweep", "offload-modules", "this point's");
   if (in.precision) plan.precision = *in.precision;
   if (in.fp8_recipe) {
     plan.precision = Precision::kFp8;
