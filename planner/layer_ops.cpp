@@ -11,6 +11,38 @@ double gpu_tokens(const TimeContext& ctx, const ParallelConfig& p) {
   return static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
 }
 
+// An op's time with the work it prices (LayerOp::flops, peak and bytes).
+struct OpWork {
+  Seconds time;
+  double flops = 0, peak = 0, bytes = 0;
+  OpWork& operator+=(const OpWork& o) {
+    time += o.time;
+    flops += o.flops;
+    bytes += o.bytes;
+    if (peak == 0) peak = o.peak;
+    return *this;
+  }
+  friend OpWork operator+(OpWork a, const OpWork& b) { return a += b; }
+  OpWork operator*(double f) const { return {time * f, flops * f, peak, bytes * f}; }
+};
+
+OpWork gemm(const TimeContext& ctx, const GemmRate& rate, double m, double k, double n,
+            double count = 1, double grouped = 1) {
+  const Seconds t = gemm_time(ctx, rate, m, k, n, count, grouped);
+  if (!(t.value() > 0)) return {};
+  return {t, 2.0 * m * k * n * count, rate.peak.value(), 0};
+}
+
+// Memory-bound work: `bytes` through HBM at the memory-bound efficiency.
+OpWork streamed(const TimeContext& ctx, double bytes) {
+  return {Bytes(bytes) / (ctx.links.hbm * ctx.eff.memory_bound), 0, 0, bytes};
+}
+
+// A collective of nccl-tests' `size` that takes `time`.
+OpWork sent(Seconds time, Bytes size) {
+  return {time, 0, 0, size.value()};
+}
+
 }  // namespace
 
 const char* op_kind_name(OpKind k) {
@@ -56,7 +88,9 @@ bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k) {
   return false;
 }
 
-Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool linear_layer) {
+namespace {
+
+OpWork core_attention(const TimeContext& ctx, const PlanChoice& c, bool linear_layer) {
   const ParallelConfig& p = c.parallel;
   const FlopsPerSec peak = reference_peak_of(ctx, c.precision);
   const GemmRate bf16 = reference_gemm_rate(ctx, c.precision);
@@ -71,7 +105,8 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   // ring steps of softmax attention, each local queries against one rank's keys).
   const bool latent = m.attention.kind == AttentionKind::kLatent;
   auto fused = [&](double flops, double calls) {
-    return Flops(flops) / (peak * ctx.eff.attention_share(flops / calls, latent));
+    return OpWork{Flops(flops) / (peak * ctx.eff.attention_share(flops / calls, latent)), flops,
+                  peak.value(), 0};
   };
   if (linear_layer) return fused(ctx.flops.forward_linear.value() / linear_layers * tokens, 1);
   // DSA's indexer runs duplicated on every TP rank over the gathered sequence (Megatron-Core
@@ -94,23 +129,36 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
   const double keys = static_cast<double>(ctx.seq_len);
   const double queries = keys / static_cast<double>(*p.cp);
   const double heads = static_cast<double>(*p.mbs * a.num_heads) / static_cast<double>(*p.tp);
-  const Seconds gemms =
-      gemm_time(ctx, bf16, queries, static_cast<double>(a.qk_head_dim()), keys, heads, heads) +
-      gemm_time(ctx, bf16, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
-  const Bytes softmax_and_dropout(9.0 * heads * queries * keys);
+  const OpWork gemms =
+      gemm(ctx, bf16, queries, static_cast<double>(a.qk_head_dim()), keys, heads, heads) +
+      gemm(ctx, bf16, queries, keys, static_cast<double>(a.value_head_dim()), heads, heads);
+  const double softmax_and_dropout = 9.0 * heads * queries * keys;
   // DSA's indexer runs in its own (fused) kernel beside the unfused core, duplicated over TP.
   const double indexer = indexer_per_token * queries * static_cast<double>(*p.mbs) /
                          static_cast<double>(*p.tp) * tensor_tp;
-  return gemms + softmax_and_dropout / (ctx.links.hbm * ctx.eff.memory_bound) +
-         (indexer > 0 ? fused(indexer, 1) : Seconds(0));
+  return gemms + streamed(ctx, softmax_and_dropout) + (indexer > 0 ? fused(indexer, 1) : OpWork{});
+}
+
+}  // namespace
+
+Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool linear_layer) {
+  return core_attention(ctx, c, linear_layer).time;
+}
+
+LayerOp output_head_op(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
+  const OpWork head = gemm(ctx, reference_gemm_rate(ctx, c.precision), rows,
+                           static_cast<double>(ctx.model->hidden_size),
+                           static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
+  LayerOp op{"output head", OpKind::kCompute, head.time};
+  op.flops = head.flops;
+  op.peak = head.peak;
+  return op;
 }
 
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
-  const ParallelConfig& p = c.parallel;
-  const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
-  return gemm_time(ctx, reference_gemm_rate(ctx, c.precision), rows,
-                   static_cast<double>(ctx.model->hidden_size),
-                   static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
+  return output_head_op(ctx, c).time;
 }
 
 namespace {
@@ -240,8 +288,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   const double rows = weights.rows, split = weights.split;
   auto ffn = [&](double width) {
     // Gate and up projections fused ([h] -> [2w] gated), then the down projection ([w] -> [h]).
-    return gemm_time(ctx, peak, rows, h, (m.gated_ffn ? 2.0 : 1.0) * width / split) +
-           gemm_time(ctx, peak, rows, width / split, h);
+    return gemm(ctx, peak, rows, h, (m.gated_ffn ? 2.0 : 1.0) * width / split) +
+           gemm(ctx, peak, rows, width / split, h);
   };
   const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
   // What FP8 does to the bytes TP collectives and the expert dispatch move (1 otherwise).
@@ -249,13 +297,17 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // Megatron's TP with sequence parallelism: all-gather before and reduce-scatter after a block.
   // Under FP8 both travel in FP8 (MegaScale Sec. 5: FP8 all-to-all for the forward
   // reduce-scatter, FP8 all-gather for the backward; reductions in FP32).
-  auto tp_pair = [&] { return ring_time(ctx, sequence * fp8_wire, t, t) * 2.0; };
+  auto tp_pair = [&] {
+    return sent(ring_time(ctx, sequence * fp8_wire, t, t), sequence * fp8_wire) * 2.0;
+  };
 
   std::vector<LayerOp> ops;
   ops.reserve(24);  // a layer has at most 20: one allocation (the search prices millions)
-  auto add = [&](const char* name, OpKind kind, Seconds time, bool receives_tokens = false,
+  auto add = [&](const char* name, OpKind kind, const OpWork& work, bool receives_tokens = false,
                  CommPattern pattern = CommPattern::kRing, Seconds pxn_saving = Seconds(0)) {
-    if (time.value() > 0) ops.push_back({name, kind, time, receives_tokens, pattern, pxn_saving});
+    if (work.time.value() > 0)
+      ops.push_back({name, kind, work.time, receives_tokens, pattern, pxn_saving, 0, work.flops,
+                     work.peak, work.bytes});
   };
   // Marks the ops added since `from` as replayed by recompute module `module`.
   auto replayed_by = [&](size_t from, uint32_t module) {
@@ -264,20 +316,24 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // A GEMM and the communication MegaScale fuses into it, tile by tile: while communication
   // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
   // side sets the time, plus one tile wave of the shorter to fill the pipeline.
-  auto fused = [&](Seconds gemm, Seconds comm) {
+  auto fused = [&](const OpWork& gemm, const OpWork& comm) {
     const double f =
         ctx.eff.intra_overlap_comm_sms / static_cast<double>(ctx.gpu.sms > 0 ? ctx.gpu.sms : 132);
-    const Seconds shared = std::min(comm, gemm / (1.0 - f));
-    return std::max(comm, gemm + shared * f) + std::min(gemm, comm) / ctx.eff.intra_overlap_tiles;
+    const Seconds shared = std::min(comm.time, gemm.time / (1.0 - f));
+    OpWork out = gemm;
+    out.bytes = comm.bytes;
+    out.time = std::max(comm.time, gemm.time + shared * f) +
+               std::min(gemm.time, comm.time) / ctx.eff.intra_overlap_tiles;
+    return out;
   };
 
   // Attention: the projections as one GEMM of their total width, then the fused core; with
   // intra-operator overlap the TP or SP communication rides inside the projections.
   // DSA's indexer projections run whole on the gathered sequence on every TP rank.
   const double indexer_weights = lp.linear ? 0.0 : indexer_params(m);
-  const Seconds projections = gemm_time(
-      ctx, peak, rows, h, ((lp.attention - indexer_weights) / split + indexer_weights) / h);
-  Seconds attention_comm;
+  const OpWork projections =
+      gemm(ctx, peak, rows, h, ((lp.attention - indexer_weights) / split + indexer_weights) / h);
+  OpWork attention_comm;
   if (t > 1 && !ulysses) {
     // An all-gather of h before attention and a reduce-scatter of h after, but multi-latent
     // attention gathers its latents instead: Megatron-Core runs the down projections
@@ -292,23 +348,27 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       gathered = q_in + static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) +
                  (a.sparse() ? h + q_in : 0.0);
     }
-    attention_comm = ring_time(ctx, sequence * (fp8_wire * gathered / h), t, t) +
-                     ring_time(ctx, sequence * fp8_wire, t, t);
+    attention_comm = sent(ring_time(ctx, sequence * (fp8_wire * gathered / h), t, t),
+                          sequence * (fp8_wire * gathered / h)) +
+                     sent(ring_time(ctx, sequence * fp8_wire, t, t), sequence * fp8_wire);
   } else if (t > 1) {
     const double ratio =
         static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);
     const double nn = static_cast<double>(t);
     // Eq. (2) is what each rank sends; the all-to-all carries it as (n-1)/n of its buffer.
-    const Bytes sent(megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
-                     static_cast<double>(cp) * kActivationBytes);
-    attention_comm = alltoall_time(ctx, sent * (nn / (nn - 1)), t, 1);
+    const Bytes buffer(
+        megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
+        static_cast<double>(cp) * kActivationBytes);
+    attention_comm =
+        sent(alltoall_time(ctx, buffer * (nn / (nn - 1)), t, 1), buffer * (nn / (nn - 1)));
   }
-  const bool fuse_attention = c.intra_overlap && attention_comm.value() > 0;
+  const bool fuse_attention = c.intra_overlap && attention_comm.time.value() > 0;
   add(fuse_attention ? "attention projections (fused TP/SP communication)"
                      : "attention projections",
       OpKind::kCompute, fuse_attention ? fused(projections, attention_comm) : projections);
-  const Seconds core = core_attention_time(ctx, c, lp.linear);
-  add("core attention", OpKind::kCompute, core);
+  const OpWork core_work = core_attention(ctx, c, lp.linear);
+  const Seconds core = core_work.time;
+  add("core attention", OpKind::kCompute, core_work);
   if (core.value() > 0) ops.back().module = kRecomputeCoreAttn;
   // Context parallelism: K and V of the local chunk travel around the ring, hidden behind core
   // attention where it can be; what is left shows. A Gated DeltaNet layer has no keys to pass
@@ -323,7 +383,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
                       static_cast<double>(la.key_head_dim * la.value_head_dim) * 4.0);
     const Seconds hand_off = state / ctx.links.ring_link(cp, t) + ctx.links.latency(t * cp);
     add("linear attention CP state hand-off", OpKind::kCp,
-        (core * linear_attention_scan_share(m) + hand_off) * static_cast<double>(cp - 1));
+        sent((core * linear_attention_scan_share(m) + hand_off) * static_cast<double>(cp - 1),
+             state * static_cast<double>(cp - 1)));
   } else if (cp > 1) {
     const AttentionSpec& a = m.attention;
     const double kv_width =
@@ -333,7 +394,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
                      static_cast<double>(cp - 1));
     const Seconds send =
         ring / ctx.links.ring_link(cp, t) + ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
-    add("context-parallel K/V ring", OpKind::kCp, std::max(Seconds(0), send - core));
+    add("context-parallel K/V ring", OpKind::kCp, sent(std::max(Seconds(0), send - core), ring));
   }
   if (!fuse_attention) {
     add(ulysses ? "Ulysses SP all-to-all" : "attention TP all-gather + reduce-scatter", OpKind::kTp,
@@ -342,9 +403,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
 
   // A dense or shared FFN under TP: its all-gather and reduce-scatter, fused into it with
   // intra-operator overlap.
-  auto add_ffn = [&](const char* name, const char* comm_name, Seconds gemm) {
-    const Seconds comm = t > 1 && !ulysses ? tp_pair() : Seconds(0);
-    if (c.intra_overlap && comm.value() > 0) {
+  auto add_ffn = [&](const char* name, const char* comm_name, const OpWork& gemm) {
+    const OpWork comm = t > 1 && !ulysses ? tp_pair() : OpWork{};
+    if (c.intra_overlap && comm.time.value() > 0) {
       add(name, OpKind::kCompute, fused(gemm, comm));
       return;
     }
@@ -358,14 +419,17 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const double k = static_cast<double>(m.top_k);
     const double chunks = static_cast<double>(std::max<int64_t>(chunk_count, 1));
     add("router", OpKind::kCompute,
-        gemm_time(ctx, peak, tokens, h, static_cast<double>(m.num_routed_experts)));
+        gemm(ctx, peak, tokens, h, static_cast<double>(m.num_routed_experts)));
     // Dispatch and combine, each half of a pair; `wire` scales the bytes moved (FP8 dispatch).
+    // The work records each half's collective size: DeepEP's as the all-to-all's send buffer it
+    // replaces (it sends each token once per destination rank or node instead of once per
+    // expert).
     auto pair_at = [&](double wire) {
-      Seconds pair;
+      OpWork pair;
       if (ep == 1 && etp > 1) {
         // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
         // outputs (MegaScale eq. 4).
-        pair = ring_time(ctx, sequence * wire, etp, etp) * 2.0;
+        pair = sent(ring_time(ctx, sequence * wire, etp, etp), sequence * wire) * 2.0;
       } else if (ep > 1) {
         const Bytes per_rank(tokens * k * h * kActivationBytes * expert_load * wire);
         if (etp > 1) {
@@ -388,31 +452,33 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
               one = monta::at_chunks(prob, monta::Pipelining::kO3, c.alltoall_chunks).time;
               break;
           }
-          pair = one * 2.0;
+          pair = sent(one, prob.volume) * 2.0;
         } else if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
           pair =
-              deepep_time(ctx, Bytes(tokens * h * kActivationBytes * expert_load * wire), ep) * 2.0;
+              sent(deepep_time(ctx, Bytes(tokens * h * kActivationBytes * expert_load * wire), ep),
+                   per_rank) *
+              2.0;
         } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
           // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
           const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes * wire);
-          pair = ring_time(ctx, total, ep, ep * etp) * 2.0;
+          pair = sent(ring_time(ctx, total, ep, ep * etp), total) * 2.0;
         } else {
-          pair = alltoall_time(ctx, per_rank, ep, etp) * 2.0;
+          pair = sent(alltoall_time(ctx, per_rank, ep, etp), per_rank) * 2.0;
         }
         // FCDA: every further chunk pays the collective latency again, dispatch and combine,
         // and the dispatcher's preprocessing, host sync and launches of one more
         // dispatch-compute-combine round. MemFine measures fixed c = 8 at 5.4 % below c = 1
         // (Model II, Sec. 5), so chunks are not free.
-        pair +=
+        pair.time +=
             (ctx.links.latency(ep * etp) * 2.0 + ctx.eff.dispatch_round_overhead) * (chunks - 1.0);
       }
       return pair;
     };
     // Under FP8 the dispatch moves FP8 tokens and the combine BF16 outputs (DeepSeek-V3, and
     // MegaScale's FP8 TP collectives when the experts are tensor-parallel).
-    const Seconds pair = pair_at(1.0);
-    const Seconds dispatch_pair = fp8_wire < 1.0 ? pair_at(fp8_wire) : pair;
-    const Seconds combine_pair = ep == 1 && etp > 1 ? dispatch_pair : pair;
+    const OpWork pair = pair_at(1.0);
+    const OpWork dispatch_pair = fp8_wire < 1.0 ? pair_at(fp8_wire) : pair;
+    const OpWork combine_pair = ep == 1 && etp > 1 ? dispatch_pair : pair;
     // The pair prices both halves at the busiest rank's bytes. Its combine sends them out, and
     // across nodes PXN spreads that over the node's NICs (the dispatch brings them in through
     // its own NIC, which nothing spreads): what the combine gains. Backward swaps the halves.
@@ -426,7 +492,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     // MegaScale fuses dispatch (all-gather + scatter) and combine (gather + reduce-scatter)
     // into the grouped GEMM; MoNTA's pipelined AllToAll (expert TP across EP) keeps its own.
     fuse_experts =
-        c.intra_overlap && !(etp > 1 && ep > 1) && (dispatch_pair + combine_pair).value() > 0;
+        c.intra_overlap && !(etp > 1 && ep > 1) && (dispatch_pair + combine_pair).time.value() > 0;
     // The all-gather dispatcher and expert TP without EP move tokens around a ring; the
     // all-to-all dispatcher (MoNTA's too) from every EP rank to every other.
     const CommPattern ep_pattern =
@@ -441,16 +507,16 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         k * tokens * static_cast<double>(etp) * expert_load / local_experts / chunks;
     const double g = static_cast<double>(m.expert_ffn_size) / static_cast<double>(etp);
     const double calls = local_experts * chunks;
-    const Seconds experts =
-        gemm_time(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls, local_experts) +
-        gemm_time(ctx, peak, per_expert, g, h, calls, local_experts);
+    const OpWork experts =
+        gemm(ctx, peak, per_expert, h, (m.gated_ffn ? 2.0 : 1.0) * g, calls, local_experts) +
+        gemm(ctx, peak, per_expert, g, h, calls, local_experts);
+    OpWork combine = combine_pair * 0.5;
+    combine.time = combine.time - combine_relief;
     if (fuse_experts) {
-      add(kFusedExpertsOp, OpKind::kCompute,
-          fused(experts, (dispatch_pair + combine_pair) * 0.5 - combine_relief), true);
+      add(kFusedExpertsOp, OpKind::kCompute, fused(experts, dispatch_pair * 0.5 + combine), true);
     } else {
       add("routed experts", OpKind::kCompute, experts, true);
-      add("combine", OpKind::kEp, combine_pair * 0.5 - combine_relief, false, ep_pattern,
-          combine_relief);
+      add("combine", OpKind::kEp, combine, false, ep_pattern, combine_relief);
     }
     if (m.shared_ffn_total() > 0) {
       add_ffn("shared experts", "shared FFN TP all-gather + reduce-scatter",
@@ -465,13 +531,12 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   }
   // Norms, residuals, activations and the permutation: elementwise_bytes.
   add("norms, residuals, activations", OpKind::kCompute,
-      Bytes(elementwise_bytes(m, c, moe_layer, expert_load, fuse_experts).total() * tokens) /
-          (ctx.links.hbm * ctx.eff.memory_bound));
+      streamed(ctx,
+               elementwise_bytes(m, c, moe_layer, expert_load, fuse_experts).total() * tokens));
   // The forward holds a third of the casts: a backward costs twice its forward's compute.
   if (c.precision == Precision::kFp8) {
     add("FP8 casts", OpKind::kCompute,
-        Bytes(4.0 * fp8_cast_elements(m, c, lp, moe_layer, expert_load) * tokens / 3.0) /
-            (ctx.links.hbm * ctx.eff.memory_bound));
+        streamed(ctx, 4.0 * fp8_cast_elements(m, c, lp, moe_layer, expert_load) * tokens / 3.0));
   }
   return ops;
 }
@@ -501,8 +566,9 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
   if (!moe_layer && (mods & kRecomputeMlp)) bytes += b.dense_activation;
   const double tokens = gpu_tokens(ctx, c.parallel);
   if (bytes > 0) {
-    LayerOp op{"recomputed element-wise work", OpKind::kCompute,
-               Bytes(bytes * tokens) / (ctx.links.hbm * ctx.eff.memory_bound)};
+    const OpWork work = streamed(ctx, bytes * tokens);
+    LayerOp op{"recomputed element-wise work", OpKind::kCompute, work.time};
+    op.bytes = work.bytes;
     out.push_back({op, -1});
   }
   // mla_up_proj: the two up projections from the kept latents, q (when compressed) and kv.
@@ -512,12 +578,15 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
     const double rows = weights.rows;
     const double heads = static_cast<double>(a.num_heads) / weights.split;
     const GemmRate peak = linear_gemm_rate(ctx, c.precision, c.fp8_recipe);
-    Seconds up = gemm_time(ctx, peak, rows, static_cast<double>(a.kv_lora_rank),
-                           heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));
+    OpWork up = gemm(ctx, peak, rows, static_cast<double>(a.kv_lora_rank),
+                     heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));
     if (a.q_lora_rank > 0)
-      up += gemm_time(ctx, peak, rows, static_cast<double>(a.q_lora_rank),
-                      heads * static_cast<double>(a.qk_head_dim()));
-    out.push_back({LayerOp{"recomputed MLA up projections", OpKind::kCompute, up}, -1});
+      up += gemm(ctx, peak, rows, static_cast<double>(a.q_lora_rank),
+                 heads * static_cast<double>(a.qk_head_dim()));
+    LayerOp op{"recomputed MLA up projections", OpKind::kCompute, up.time};
+    op.flops = up.flops;
+    op.peak = up.peak;
+    out.push_back({op, -1});
   }
   return out;
 }

@@ -39,6 +39,14 @@ struct LayerOp {
   Seconds port_time() const { return time + pxn_saving; }
   // The --recompute-modules bit whose selective recompute replays this op (0: none does).
   uint32_t module = 0;
+  // What `time` prices, for --explain: the FLOPs a compute op runs on this GPU and the peak it
+  // runs them against, and the bytes a memory-bound op moves through HBM; for communication,
+  // the collective's size as nccl-tests reports it (one rank's buffer: the gathered whole of an
+  // all-gather or reduce-scatter, the send buffer of an all-to-all), summed over the
+  // collectives the op stands for.
+  double flops = 0;
+  double peak = 0;  // FLOP/s
+  double bytes = 0;
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP
@@ -83,6 +91,7 @@ bool crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, OpKind k);
 Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool linear_layer);
 
 // The output head (vocab-parallel over TP) of the last stage, forward, one micro-batch.
+LayerOp output_head_op(const TimeContext& ctx, const PlanChoice& c);
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c);
 // What one multi-token-prediction module (DeepSeek-V3; Megatron's --mtp-num-layers) adds on the
 // last stage beside its transformer layer, which is priced as the model's last layer: the

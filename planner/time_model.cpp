@@ -392,6 +392,15 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   return st;
 }
 
+}  // namespace
+
+StageTimes layer_pass_times(const TimeContext& ctx, const PlanChoice& c, int64_t layer) {
+  const auto i = static_cast<size_t>(layer);
+  return one_layer(ctx, c, ctx.params.layers.at(i), ctx.model->moe_layer.at(i));
+}
+
+namespace {
+
 LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
   const ModelSpec& m = *ctx.model;
   LayerKinds k;

@@ -101,6 +101,9 @@ struct StageTimes {
   Seconds offload_edge_forward, offload_edge_backward;
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
+// One layer's share of that, for one micro-batch: its forward and backward passes with their
+// recompute, host floor and offload copies, as stage_times sums them (plan --explain).
+StageTimes layer_pass_times(const TimeContext& ctx, const PlanChoice& c, int64_t layer);
 // One pinned copy of `bytes` between a GPU and host memory while every GPU copies
 // (LinkRates::host at the pcie_h2d curve): activation offloading's copies, each way.
 Seconds host_copy_time(const TimeContext& ctx, Bytes bytes);

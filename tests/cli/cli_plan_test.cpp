@@ -729,3 +729,36 @@ TEST(Cli, PlanKeepsTheGradientPrecisionTheUserFixes) {
 }
 
 }  // namespace moe
+
+TEST(Cli, PlanExplainsTheBestPlansLayersOperatorByOperator) {
+  // A fully fixed layout has no runner-up to compare with, but --explain still traces its time:
+  // each layer kind's operators with the work they price, and the same in the JSON, where the
+  // forward operators' compute, tripled for forward and backward, is the breakdown's compute.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 64 --parallel tp=1,pp=1,ep=8,cp=1,mbs=2,vpp=1 --recompute none "
+      "--overlap off --zero 1 --grad-reduce bf16 --attention tp --dispatcher alltoall --explain";
+  const Result r = run(base);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* needle :
+       {"The best plan's layers, operator by operator", "Layer 0 (dense FFN, softmax attention)",
+        "Layer 1 (MoE, softmax attention)", "routed experts", "TFLOP/s", "MB HBM", "algbw"}) {
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  }
+  const nlohmann::json plan = run_json(base + " --json")["plans"][0];
+  ASSERT_TRUE(plan.contains("explain"));
+  const nlohmann::json& layers = plan["explain"]["layers"];
+  ASSERT_EQ(layers.size(), 2u);
+  double forward_compute = plan["explain"]["output_head"]["time_s"].get<double>();
+  const int64_t dense = 1, moe = 27;  // DeepSeekMoE-16B: its first layer dense, 27 MoE
+  for (const nlohmann::json& layer : layers) {
+    double compute = 0;
+    for (const nlohmann::json& op : layer["forward_ops"])
+      if (op["kind"] == "compute") compute += op["time_s"].get<double>();
+    forward_compute += compute * static_cast<double>(layer["moe"].get<bool>() ? moe : dense);
+  }
+  const double gbs = 64, mbs = 2, dp = 8;  // micro-batches a GPU runs: gbs / (mbs dp)
+  EXPECT_NEAR(3.0 * forward_compute * gbs / (mbs * dp) /
+                  plan["predicted"]["breakdown_s"]["compute"].get<double>(),
+              1.0, 1e-6);
+}

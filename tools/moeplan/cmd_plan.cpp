@@ -17,6 +17,7 @@
 #include "simulator/training_sim.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
+#include "tools/moeplan/explain_layers.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -324,6 +325,11 @@ void run_plan(const PlanOptions& o) {
     nlohmann::json plans = nlohmann::json::array();
     for (size_t i = 0; i < r.ranked.size(); ++i) {
       nlohmann::json j = io::plan_to_json(r.ranked[i], m, c);
+      if (i == 0 && o.explain && !best.choice.offload) {
+        TimeContext own = ctx;
+        own.links.world = best.choice.parallel.world();
+        j["explain"] = layer_explanation_json(own, best);
+      }
       if (i < verified.size()) {
         j["simulated"] = {{"iteration_s", verified[i].iteration.value()},
                           {"oom_events", verified[i].oom_events},
@@ -533,6 +539,7 @@ void run_plan(const PlanOptions& o) {
   if (best.choice.offload) return;
   TimeContext own = ctx;  // the best plan's GPUs decide which groups straddle nodes
   own.links.world = bp.world();
+  if (o.explain) print_layer_explanation(own, best);
   print_straddling_groups(own.links, bp);
   print_host_bound(best);
   // The search leaves DeepEP out (it needs its own library); where the best plan's experts
