@@ -222,7 +222,9 @@ TEST(ModelStatsGolden, OtherPublishedCounts) {
     double total, active, tol;
   };
   // Model cards: Qwen1.5-MoE-A2.7B 14.3/2.7, Qwen3-30B-A3B 30.5/3.3, Qwen3-235B-A22B 235/22,
-  // OLMoE-1B-7B 6.9/1.3, Phi-3.5-MoE 41.9/6.6, DeepSeekMoE-16B 16.4/2.8, Llama-2-7B 6.74 dense.
+  // OLMoE-1B-7B 6.9/1.3, Phi-3.5-MoE 41.9/6.6, DeepSeekMoE-16B 16.4/2.8, Llama-2-7B 6.74 dense;
+  // Llama 3 8B 8.03, 70B 70.55 and Llama 3.1 405B 405.85 (Meta's model cards: 8.03 B, 70.6 B,
+  // 405 B; tools/validate_bridge.sh prices their Megatron-Bridge runs).
   for (const Case& c :
        {Case{"hf/qwen1.5-moe-a2.7b.config.json", 14.3, 2.7, 0.06},
         Case{"hf/qwen3-30b-a3b.config.json", 30.5, 3.3, 0.06},
@@ -231,7 +233,10 @@ TEST(ModelStatsGolden, OtherPublishedCounts) {
         Case{"phi-3.5-moe.json", 41.9, 6.6, 0.06},
         Case{"hf/phi-3.5-moe.config.json", 41.9, 6.6, 0.06},
         Case{"deepseekmoe-16b.json", 16.4, 2.8, 0.05}, Case{"llama-2-7b.json", 6.74, 6.74, 0.01},
-        Case{"hf/llama-2-7b.config.json", 6.74, 6.74, 0.01}}) {
+        Case{"hf/llama-2-7b.config.json", 6.74, 6.74, 0.01},
+        Case{"hf/llama-3-8b.config.json", 8.03, 8.03, 0.01},
+        Case{"hf/llama-3-70b.config.json", 70.55, 70.55, 0.01},
+        Case{"hf/llama-3.1-405b.config.json", 405.85, 405.85, 0.01}}) {
     const ModelSpec m = model(c.file);
     const ModelParams p = count_params(m);
     EXPECT_NEAR(p.total() / kB, c.total, c.tol) << c.file;
