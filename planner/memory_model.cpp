@@ -383,11 +383,20 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
       s.static_bytes = *r.static_override;
     } else {
       // Optimizer CPU offload keeps its share of the states in host memory.
+      auto sharded = [&](const memfine::StaticBytesPerParam& b) {
+        return sharded_static(params.dense, *p.dp, r.zero_stage, b) +
+               sharded_static(params.replicated, *p.dp * *p.tp, r.zero_stage, b) +
+               sharded_static(params.expert, p.expert_dp(), r.zero_stage, b);
+      };
       memfine::StaticBytesPerParam b = r.static_bytes;
       b.optimizer_states *= 1.0 - r.optimizer_offload;
-      s.static_bytes = sharded_static(params.dense, *p.dp, r.zero_stage, b) +
-                       sharded_static(params.replicated, *p.dp * *p.tp, r.zero_stage, b) +
-                       sharded_static(params.expert, p.expert_dp(), r.zero_stage, b);
+      s.static_bytes = sharded(b);
+      if (r.optimizer_offload > 0) {
+        const memfine::StaticBytesPerParam host{
+            0, 0, r.static_bytes.optimizer_states * r.optimizer_offload};
+        s.host_bytes = sharded(host);
+        s.host_fits = !(r.host_capacity.value() > 0) || s.host_bytes <= r.host_capacity;
+      }
       if (full)
         s.checkpoint_bytes =
             memfine::recompute_checkpoints(report.moe_shape, schedule_mg, layers_per_chunk);
@@ -456,7 +465,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
     s.activation_bytes = activation_at(s.chunks);
     s.total_bytes = s.static_bytes + s.checkpoint_bytes + s.activation_bytes;
     s.fits = memfine::fits(s.static_bytes + s.checkpoint_bytes, s.activation_bytes, r.gpu_capacity,
-                           r.alpha);
+                           r.alpha) &&
+             s.host_fits;
     report.fits = report.fits && s.fits;
     report.stages.push_back(s);
   }

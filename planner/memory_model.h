@@ -91,6 +91,9 @@ struct MemoryRequest {
   uint32_t recompute_modules = kDefaultRecomputeModules;  // with kSelective
   uint32_t offload_modules = 0;  // OffloadModule bits, where offload_allowed(recompute)
   double optimizer_offload = 0;  // share of the optimizer states in host memory (0-1)
+  // What a GPU's offloaded optimizer states may take of host memory (its share of the node's);
+  // zero leaves it unchecked.
+  Bytes host_capacity;
   double bytes_per_element = 2;  // D_t of activations
   double gemm_input_bytes = 0;   // of activations kept for FP8 GEMMs' backward; 0: D_t
   double score_bytes = 0;        // per attention score, unfused attention (LayerShape)
@@ -127,7 +130,9 @@ struct StageMemory {
   Bytes offloaded_per_layer;
   Bytes checkpoint_bytes;  // full recompute's stored layer inputs
   Bytes total_bytes;
+  Bytes host_bytes;  // the optimizer states a GPU offloads to host memory
   bool fits = false;
+  bool host_fits = true;  // host_bytes within MemoryRequest::host_capacity
   double m_g = 0;
   double max_received_tokens = 0;  // eq. (8)
   int64_t mact_chunks = 0;         // eq. (9) then the bin; 0: no bin fits

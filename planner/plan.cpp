@@ -74,6 +74,11 @@ memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, in
   return s;
 }
 
+bool fp8_param_gather(const PlanChoice& c) {
+  return c.precision == Precision::kFp8 &&
+         !(c.optimizer_offload > 0 && c.fp8_recipe != Fp8Recipe::kDelayed);
+}
+
 std::string PlanChoice::describe() const {
   if (offload) {
     return fmt::format("offload (APTMoE): {} stages on {} GPUs, mbs={}, gbs={}, {}",
@@ -181,7 +186,7 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     const bool blocks = c.fp8_recipe == Fp8Recipe::kBlockwise || c.fp8_recipe == Fp8Recipe::kMxfp8;
     a.push_back(fmt::format("--fp8-format {}", blocks ? "e4m3" : "hybrid"));
     a.push_back(fmt::format("--fp8-recipe {}", fp8_recipe_name(c.fp8_recipe)));
-    a.push_back("--fp8-param-gather");
+    if (fp8_param_gather(c)) a.push_back("--fp8-param-gather");
   }
   if (c.zero_stage >= 2) {
     // Megatron-FSDP's sharding strategies: optim (ZeRO-1), optim_grads (2), optim_grads_params (3).

@@ -132,6 +132,11 @@ struct ActivationBytes {
   double per_element = 2, gemm_input = 0, score = 0;
 };
 ActivationBytes activation_bytes(const PlanChoice& c);
+// Whether an FP8 plan stores its weights in FP8 (Megatron's --fp8-param-gather). Megatron
+// refuses it beside the optimizer's CPU offload unless the recipe is delayed scaling
+// (arguments.py: "When --fp8-param-gather is enabled, the optimizer cpu offload must be used in
+// conjunction with --fp8-recipe delayed"), so such plans keep BF16 weights.
+bool fp8_param_gather(const PlanChoice& c);
 // The MemFine layer shape of a plan's layers with those bytes, for what prices activations
 // outside the memory model.
 memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, int64_t seq_len);

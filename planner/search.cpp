@@ -183,6 +183,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.recompute_modules = c.recompute_modules;
   r.offload_modules = c.offload_modules;
   r.optimizer_offload = c.optimizer_offload;
+  r.host_capacity = ctx.host_memory_per_gpu;
   r.zero_stage = c.zero_stage;
   r.gpu_capacity = capacity;
   r.alpha = alpha;
@@ -190,7 +191,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
   // The weights as stored: FP32, BF16, or FP8 (Megatron's --fp8-param-gather keeps no BF16
   // copy; FP32 main gradients and Adam states as under BF16).
-  r.static_bytes.param = parameter_bytes(c.precision);
+  r.static_bytes.param = parameter_bytes(c);
   if (c.precision == Precision::kFp32) {
     // FP32 training: FP32 weights and gradients and three FP32 optimizer buffers, 20 bytes per
     // parameter, as APTMoE Table I's memory column implies (111 GB for 4.5 B parameters with
@@ -433,15 +434,26 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
         for (const StageMemory& s : miss.stages) {
           if (s.total_bytes > tight->total_bytes) tight = &s;
         }
-        const double over = (tight->total_bytes - capacity * req.alpha).value();
-        if (!closest[w] || over < closest[w]->first) {
-          const bool static_bound =
-              tight->static_bytes + tight->checkpoint_bytes > capacity * req.alpha;
-          closest[w] = {over,
-                        NoFit{p.to_string(), tight->stage, tight->total_bytes, capacity * req.alpha,
-                              static_bound ? "static memory (weights, gradients, optimizer states)"
-                                           : "activations"}};
+        double over = (tight->total_bytes - capacity * req.alpha).value();
+        const bool static_bound =
+            tight->static_bytes + tight->checkpoint_bytes > capacity * req.alpha;
+        NoFit miss_at{
+            p.to_string(), tight->stage, tight->total_bytes, capacity * req.alpha,
+            static_bound ? "static memory (weights, gradients, optimizer states)" : "activations"};
+        if (!(over > 0)) {
+          // The GPUs hold it; host memory does not hold the optimizer states offloaded to it.
+          const StageMemory* host = &miss.stages.front();
+          for (const StageMemory& s : miss.stages)
+            if (s.host_bytes > host->host_bytes) host = &s;
+          over = (host->host_bytes - ctx.host_memory_per_gpu).value();
+          miss_at = NoFit{p.to_string(),
+                          host->stage,
+                          host->host_bytes,
+                          ctx.host_memory_per_gpu,
+                          "the optimizer states offloaded to host memory",
+                          "a GPU's share of host memory"};
         }
+        if (!closest[w] || over < closest[w]->first) closest[w] = {over, miss_at};
       };
       if (!floor.fits) {
         ++stats[w].pruned_by_memory;

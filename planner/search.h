@@ -92,6 +92,8 @@ struct NoFit {
   Bytes needed;         // its tightest stage's total
   Bytes capacity;       // alpha x HBM
   std::string binding;  // what dominates: static memory or activations
+  // Whose capacity `capacity` is: the GPU's, or (optimizer offload) a GPU's share of host memory.
+  std::string holder = "GPU";
 };
 
 // APTMoE offload plans for `gpus` GPUs (stages from G to the layer count, micro-batches that

@@ -60,6 +60,11 @@ double comm_element_bytes(Precision p) {
   return p == Precision::kFp8 ? 1.0 : kActivationBytes;
 }
 
+double parameter_bytes(const PlanChoice& c) {
+  return c.precision == Precision::kFp8 && !fp8_param_gather(c) ? parameter_bytes(Precision::kBf16)
+                                                                : parameter_bytes(c.precision);
+}
+
 double parameter_bytes(Precision p) {
   switch (p) {
     case Precision::kFp32:
@@ -90,6 +95,9 @@ TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Ef
   ctx.skew = skew;
   ctx.flops = flops_per_token(m, seq_len);
   ctx.seq_len = seq_len;
+  for (const CpuSocket& s : c.node.cpus) ctx.host_memory_per_gpu += s.memory;
+  if (c.node.num_gpus > 0)
+    ctx.host_memory_per_gpu = ctx.host_memory_per_gpu / static_cast<double>(c.node.num_gpus);
   return ctx;
 }
 
@@ -578,7 +586,7 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
       stage_layer_weights(m, ctx.params, p, stage, c.attention == AttentionMode::kUlysses);
   const double dense = w.dense, replicated = w.replicated, expert = w.expert;
   const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
-  const double param_bytes = parameter_bytes(c.precision);
+  const double param_bytes = parameter_bytes(c);
   // MegaScale App. A.1: the replicated weights sync hierarchically, a reduce-scatter inside the
   // node's SP group over NVLink, then across DP on 1/t of them (the bytes TP's shards move),
   // and the mirror for the all-gather; a flat ring over all t x dp ranks would send t times

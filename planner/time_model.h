@@ -67,6 +67,9 @@ struct TimeContext {
   RoutingSkew skew;
   TokenFlops flops;  // per token at the plan's sequence length
   int64_t seq_len = 4096;
+  // A GPU's share of its node's host memory (the sockets' over the GPUs): what Megatron's
+  // optimizer CPU offload may fill. Zero when the cluster file lists no CPUs.
+  Bytes host_memory_per_gpu;
 };
 
 TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Efficiencies& eff,
@@ -81,6 +84,8 @@ FlopsPerSec reference_peak_of(const TimeContext& ctx, Precision p);
 double comm_element_bytes(Precision p);
 // Bytes of one stored (and DP-gathered) weight: 4 in FP32, 2 in BF16, 1 in FP8.
 double parameter_bytes(Precision p);
+// A plan's: BF16 for an FP8 plan without --fp8-param-gather (fp8_param_gather).
+double parameter_bytes(const PlanChoice& c);
 
 // Per micro-batch times of one pipeline stage.
 struct StageTimes {

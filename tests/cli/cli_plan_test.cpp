@@ -76,6 +76,26 @@ TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
   EXPECT_EQ(r.out.find("Megatron-LM would log"), std::string::npos);
 }
 
+TEST(Cli, PlanOffloadsTheOptimizerWhenADenseModelFitsNoOtherWay) {
+  // Llama 3 70B's weights, gradients and Adam states (18 bytes a parameter) exceed one 8 x 80 GB
+  // node, and a dense model has no APTMoE plan: Megatron's optimizer CPU offload (all of the
+  // states, in the node's 2 TB of host memory) makes it fit, and the arguments run it.
+  const Result r =
+      run("plan --model models/hf/llama-3-70b.config.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 --seq-len 4096 --top 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* needle :
+       {"These plans keep the optimizer states in host memory", "opt-offload=1",
+        "--optimizer-cpu-offload", "--optimizer-offload-fraction 1", "optimizer step"})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  // Llama 3.1 405B's weights and gradients alone exceed the eight GPUs: the no-fit line.
+  const Result none =
+      run("plan --model models/hf/llama-3.1-405b.config.json --cluster "
+          "topologies/h100-sxm-8.json --global-batch 64 --seq-len 4096");
+  EXPECT_EQ(none.code, 3) << none.err;
+  EXPECT_NE(none.err.find("nothing fits"), std::string::npos) << none.err;
+}
+
 TEST(Cli, PlanSavesAFileThatReadsBack) {
   const std::string path = temp_path("moeplan_cli_plan.json");
   const nlohmann::json printed = run_json(

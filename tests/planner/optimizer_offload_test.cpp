@@ -54,6 +54,35 @@ TEST(OptimizerOffload, TheOffloadedShareOfTheStatesLeavesTheGpu) {
   EXPECT_TRUE(k.stage(1.0, 1).fits);
 }
 
+TEST(OptimizerOffload, TheOffloadedStatesMustFitTheHostMemory) {
+  // Each GPU's offloaded states take its share of the node's host memory (2 x 1,024 GB over 8
+  // GPUs here): 12 bytes of each parameter it holds, Mixtral-8x7B unsharded (ZeRO-0).
+  // With a tenth of the host memory the same plan does not fit, and the search says host
+  // memory is what binds.
+  Case k;
+  const StageMemory roomy = k.stage(1.0, 0);
+  EXPECT_NEAR(roomy.host_bytes.value(), 12.0 * roomy.params_per_gpu, 1e3);
+  EXPECT_TRUE(roomy.host_fits);
+  EXPECT_DOUBLE_EQ(k.ctx.host_memory_per_gpu.value(), 2048e9 / 8);
+  for (CpuSocket& s : k.cl.node.cpus) s.memory = s.memory * 0.1;
+  k.ctx = make_time_context(k.m, k.cl, efficiencies(), RoutingSkew{}, 4096);
+  const StageMemory tight = k.stage(1.0, 0);
+  EXPECT_FALSE(tight.host_fits);
+  EXPECT_FALSE(tight.fits);
+  SearchRequest req;
+  req.num_gpus = 8;
+  req.global_batch = 64;
+  req.optimizer_offload = 1.0;
+  req.fixed = parse_parallel("tp=1,pp=1,ep=8,cp=1");
+  req.zero = 0;
+  const SearchResult r = search_plans(k.ctx, req);
+  EXPECT_TRUE(r.ranked.empty());
+  ASSERT_TRUE(r.closest.has_value());
+  EXPECT_EQ(r.closest->holder, "a GPU's share of host memory");
+  EXPECT_DOUBLE_EQ(r.closest->capacity.value(), 204.8e9 / 8);
+  EXPECT_NEAR(r.closest->needed.value(), roomy.host_bytes.value(), 1e3);
+}
+
 TEST(OptimizerOffload, TheCpuStepsItsShareWhileTheGpuStepsTheRest) {
   // The GPU's Adam reads and writes 28 bytes a parameter of its shard at HBM's pace; the CPU's
   // share copies its FP32 gradients out and the new BF16 weights back over the host link and
@@ -95,6 +124,37 @@ TEST(OptimizerOffload, PlanFilesAndMegatronArgumentsCarryTheShare) {
   EXPECT_DOUBLE_EQ(io::plan_choice_from_json(j, "plan.json").optimizer_offload, 0.5);
   j["switches"]["optimizer_offload"] = 1.5;
   EXPECT_THROW(io::plan_choice_from_json(j, "plan.json"), InputError);
+}
+
+TEST(OptimizerOffload, Fp8WeightsStayBf16UnlessTheRecipeIsDelayed) {
+  // Megatron asserts that --fp8-param-gather beside --optimizer-cpu-offload runs delayed
+  // scaling: other FP8 recipes drop the flag and keep BF16 weights (2 bytes a parameter on the
+  // GPU and on the DP all-gather); delayed keeps FP8 weights.
+  const Case k;
+  auto flagged = [&](Fp8Recipe recipe, double offload) {
+    Plan plan;
+    plan.choice = k.choice(offload, 1);
+    plan.choice.precision = Precision::kFp8;
+    plan.choice.fp8_recipe = recipe;
+    const std::vector<std::string> args = megatron_arguments(plan, k.m, k.cl.node.num_gpus);
+    return std::find(args.begin(), args.end(), "--fp8-param-gather") != args.end();
+  };
+  EXPECT_TRUE(flagged(Fp8Recipe::kTensorwise, 0));
+  EXPECT_FALSE(flagged(Fp8Recipe::kTensorwise, 1));
+  EXPECT_TRUE(flagged(Fp8Recipe::kDelayed, 1));
+  PlanChoice c = k.choice(1.0, 0);
+  c.precision = Precision::kFp8;
+  c.fp8_recipe = Fp8Recipe::kBlockwise;
+  EXPECT_DOUBLE_EQ(parameter_bytes(c), 2.0);
+  const MemoryReport bf16_weights = estimate_memory(
+      k.m, k.ctx.params, c.parallel, memory_request(k.ctx, c, k.cl.node.gpu.hbm_capacity, 1.0));
+  c.fp8_recipe = Fp8Recipe::kDelayed;
+  EXPECT_DOUBLE_EQ(parameter_bytes(c), 1.0);
+  const MemoryReport fp8_weights = estimate_memory(
+      k.m, k.ctx.params, c.parallel, memory_request(k.ctx, c, k.cl.node.gpu.hbm_capacity, 1.0));
+  const StageMemory& s = bf16_weights.stages.front();
+  EXPECT_NEAR((s.static_bytes - fp8_weights.stages.front().static_bytes).value(), s.params_per_gpu,
+              1e3);
 }
 
 }  // namespace

@@ -276,9 +276,9 @@ void run_plan(const PlanOptions& o) {
       counts.size() == 1 ? search_plans(ctx, req) : search_gpu_counts(ctx, req, counts);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
   // Nothing fits in GPU memory as it is: Megatron's activation offloading first, which runs as
-  // the arguments say, where a candidate needs it (unless the user fixed the modules). The
-  // optimizer's CPU offload stays the user's call (--optimizer-offload): APTMoE's plans below
-  // keep the weights in host memory too, and the two are different systems.
+  // the arguments say, where a candidate needs it (unless the user fixed the modules). For MoE
+  // models APTMoE's plans come next, which keep the weights in host memory; the optimizer's CPU
+  // offload only where those leave nothing (--optimizer-offload asks for it directly).
   bool offloaded = false, activations_offloaded = false, tried_activations = false;
   if (r.ranked.empty() && !req.search_offload && req.offload_modules == 0) {
     SearchRequest again = req;
@@ -299,13 +299,29 @@ void run_plan(const PlanOptions& o) {
     r.ranked = offload_plans(ctx, c, req);
     offloaded = !r.ranked.empty();
   }
+  // Still nothing (a dense model, or APTMoE short of host memory): Megatron's optimizer CPU
+  // offload, all of the states, activations offloaded where that is needed too, unless the user
+  // fixed the share.
+  bool optimizer_offloaded = false;
+  if (r.ranked.empty() && req.optimizer_offload == 0 && !c.node.cpus.empty()) {
+    SearchRequest again = req;
+    again.optimizer_offload = 1.0;
+    again.search_offload = req.offload_modules == 0;
+    SearchResult a =
+        counts.size() == 1 ? search_plans(ctx, again) : search_gpu_counts(ctx, again, counts);
+    if (!a.ranked.empty()) {
+      a.stats.seconds += r.stats.seconds;
+      r = std::move(a);
+      optimizer_offloaded = true;
+    }
+  }
   if (r.ranked.empty()) {
     if (!r.closest) throw NoFitError("nothing fits and no candidate was scored");
     const NoFit& n = *r.closest;
     throw NoFitError(fmt::format(
-        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}{}); GPU has {:.1f} GB{}",
+        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}{}); {} has {:.1f} GB{}",
         n.needed.value() / 1e9, n.stage, n.layout, n.binding,
-        tried_activations ? ", activations offloaded where Megatron can" : "",
+        tried_activations ? ", activations offloaded where Megatron can" : "", n.holder,
         n.capacity.value() / 1e9,
         m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : ""));
   }
@@ -370,6 +386,12 @@ void run_plan(const PlanOptions& o) {
     fmt::print(
         "No layout fits in GPU memory as it is. These plans offload activations to host memory "
         "(Megatron's\n--fine-grained-activation-offloading --offload-modules):\n\n");
+  }
+  if (optimizer_offloaded) {
+    fmt::print(
+        "No layout fits in GPU memory as it is. These plans keep the optimizer states in host "
+        "memory and\nstep them on the CPU (Megatron's --optimizer-cpu-offload "
+        "--optimizer-offload-fraction 1):\n\n");
   }
   if (offloaded) {
     fmt::print(
