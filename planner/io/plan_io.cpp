@@ -40,6 +40,7 @@ nlohmann::json stage_memory_json(const StageMemory& s, const std::string& layer_
           {"activation_bytes", s.activation_bytes.value()},
           {"offloaded_per_layer_bytes", s.offloaded_per_layer.value()},
           {"total_bytes", s.total_bytes.value()},
+          {"host_bytes", s.host_bytes.value()},
           {"fits", s.fits},
           {"m_g", s.m_g},
           {"max_received_tokens", s.max_received_tokens},

@@ -141,3 +141,17 @@ TEST(Cli, MemoryOffloadsTheActivationsOfTheModulesNamed) {
   expect_one_line_error(run(base + " --recompute full --offload-modules moe_act"),
                         "--offload-modules: Megatron offloads activations under recompute none");
 }
+
+TEST(Cli, MemoryPutsTheOffloadedOptimizerStatesInHostMemory) {
+  // Llama 3 70B at tp = 2 under ZeRO-3 over dp = 4: each GPU holds 35.28 B parameters' share of
+  // 12-byte Adam states sharded four ways, 105.8 GB, all sent to its 256 GB share of the node's
+  // 2 x 1,024 GB of host memory.
+  const std::string base =
+      "memory --model models/hf/llama-3-70b.config.json --cluster topologies/h100-sxm-8.json "
+      "--parallel tp=2,pp=1,dp=4,mbs=1 --zero 3 --seq-len 4096 --optimizer-offload 1";
+  const auto j = nlohmann::json::parse(run(base + " --json").out);
+  EXPECT_NEAR(j["stages"][0]["host_bytes"].get<double>(),
+              12.0 * j["stages"][0]["params_per_gpu"].get<double>() / 4, 1e3);
+  EXPECT_NE(run(base).out.find("within its 256.00 GB share of the node's host memory"),
+            std::string::npos);
+}

@@ -1,6 +1,7 @@
 // moeplan memory: per-stage static, activation and total memory, and MemFine's chunk choice.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -96,6 +97,8 @@ void run_memory(const MemoryOptions& o) {
   req.static_bytes.param = dtype_bytes(weights);
   req.static_bytes.grad = dtype_bytes(grads);
   req.gpu_capacity = c.node.gpu.hbm_capacity;
+  for (const CpuSocket& s : c.node.cpus) req.host_capacity += s.memory;
+  req.host_capacity = req.host_capacity / static_cast<double>(c.node.num_gpus);
   req.alpha = o.alpha;
   if (kernel == AttentionKernel::kUnfused) req.score_bytes = kUnfusedAttentionScoreBytes;
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
@@ -178,6 +181,16 @@ void run_memory(const MemoryOptions& o) {
     t.add(row);
   }
   fmt::print("{}\n", t.render());
+  if (req.optimizer_offload > 0) {
+    const StageMemory& most = *std::max_element(
+        r.stages.begin(), r.stages.end(),
+        [](const StageMemory& a, const StageMemory& b) { return a.host_bytes < b.host_bytes; });
+    fmt::print(
+        "optimizer CPU offload keeps {} of optimizer states a GPU in host memory (stage {}), "
+        "{} its {} share of the node's host memory\n\n",
+        as_gb(most.host_bytes.value()), most.stage, most.host_fits ? "within" : "OVER",
+        as_gb(req.host_capacity.value()));
+  }
   if (offload != 0) {
     fmt::print(
         "activation offloading ({}) sends {} a layer and micro-batch to the host (stage 0); "
