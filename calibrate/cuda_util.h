@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -93,11 +94,20 @@ class Event {
 template <class Work>
 double median_seconds(cudaStream_t stream, const BenchOptions& o, Work&& work) {
   for (int r = 0; r < o.warmup; ++r) work(r);
+  int extra = 0;  // work calls the sustained run made (it keeps the rotation turning)
+  if (o.sustain_seconds > 0) {
+    const auto begin = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() <
+           o.sustain_seconds) {
+      for (int i = 0; i < 16; ++i) work(o.warmup + extra++);
+      MOE_CUDA(cudaStreamSynchronize(stream));
+    }
+  }
   const int n = std::max(o.repeats, 1);
   std::vector<Event> start(static_cast<size_t>(n)), stop(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     MOE_CUDA(cudaEventRecord(start[static_cast<size_t>(r)].get(), stream));
-    work(o.warmup + r);
+    work(o.warmup + extra + r);
     MOE_CUDA(cudaEventRecord(stop[static_cast<size_t>(r)].get(), stream));
   }
   MOE_CUDA(cudaStreamSynchronize(stream));

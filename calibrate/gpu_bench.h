@@ -57,6 +57,11 @@ struct BenchOptions {
   int device = 0;
   int warmup = 3;
   int repeats = 20;
+  // Before the timed repeats, run the work back to back this long: a training run holds its
+  // GPUs at the clock their power limit allows, below the boost a cool GPU times a short burst
+  // at. 0: no such run. Single-GPU benchmarks only: it counts calls by the local clock, and a
+  // collective's ranks must make the same calls.
+  double sustain_seconds = 0;
 };
 
 struct GemmTiming {

@@ -41,17 +41,24 @@ void run_gpu_sweep(const GpuSweep& sweep, const ClusterSpec& cluster,
       std::vector<GemmTiming> timings;
       for (const GemmShape& s : shapes) {
         if (!gemm_type_fits(type, s.k)) continue;
-        const GemmTiming t = time_gemm(s, type, sweep.bench);
+        BenchOptions bench = sweep.bench;
+        bench.sustain_seconds = sweep.gemm_sustain_seconds;
+        const GemmTiming t = time_gemm(s, type, bench);
         const double rate = s.flops() / t.seconds;
         progress({name, fmt::format("{} {}x{}x{}", gemm_type_name(type), s.m, s.n, s.k), t.seconds,
                   rate, rate / peak.value()});
         timings.push_back(t);
       }
       done(name, gemm_curve(timings, peak,
-                            fmt::format("cuBLASLt {} GEMMs (TN layout), median of {} repeats, "
+                            fmt::format("cuBLASLt {} GEMMs (TN layout), median of {} repeats{}, "
                                         "against the cluster file's {} peak; efficiencies "
                                         "divided by moeplan's shape factor",
-                                        gemm_type_name(type), sweep.bench.repeats, gpu.model)));
+                                        gemm_type_name(type), sweep.bench.repeats,
+                                        sweep.gemm_sustain_seconds > 0
+                                            ? fmt::format(" after {} s back to back",
+                                                          sweep.gemm_sustain_seconds)
+                                            : std::string(),
+                                        gpu.model)));
     }
   }
   struct Transfer {

@@ -26,6 +26,8 @@ struct GpuSweep {
   const ModelSpec* model = nullptr;  // GEMM shapes from it when given
   bool quick = false;
   BenchOptions bench;
+  // gemm: each shape runs back to back this long before it is timed (BenchOptions).
+  double gemm_sustain_seconds = 0;
   NcclWorld world;           // nccl: this process's rank (world_from_environment)
   std::string nccl_id_file;  // nccl: where rank 0 leaves NCCL's unique id
   // nccl: one load per rank (RoutingSkew::rank_loads over the world as the EP group) adds an

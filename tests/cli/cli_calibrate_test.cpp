@@ -36,6 +36,9 @@ TEST(Cli, CalibrateCpuWritesACurveFileThatResumes) {
   expect_one_line_error(run("calibrate --only cpu,tpu --out " + out), "tpu");
   // The GPU parts need a GPU: without one (CI), one line and exit 1.
   expect_one_line_error(run("calibrate --only gemm --out " + out), "--cluster");
+  expect_one_line_error(
+      run("calibrate --only gemm --sustain -1 --cluster topologies/h100-1.json --out " + out),
+      "--sustain", 2);  // a malformed flag: CLI11's usage exit
   // With the cluster file, a machine without a GPU says so (CI has none; a GPU box measures).
   const Result gpu =
       run("calibrate --only copy --quick --cluster topologies/h100-1.json --out " + out + ".gpu");

@@ -37,6 +37,7 @@ struct CalibrateOptions {
   std::string out, only = "gemm,copy,pcie,cpu", model, cluster, nccl_id_file, skew;
   bool quick = false, resume = false;
   int device = 0;
+  double sustain = 0;
 };
 
 std::string cpu_model() {
@@ -127,6 +128,7 @@ void run_calibrate(const CalibrateOptions& o) {
     g.quick = o.quick;
     g.bench.device = o.device;
     if (o.quick) g.bench.repeats = 5;
+    g.gemm_sustain_seconds = o.sustain;
     g.world = world;
     g.nccl_id_file = o.nccl_id_file;
     if (!o.skew.empty()) {
@@ -207,6 +209,11 @@ void add_calibrate(CommandLine& cli) {
   cmd.option("--device", o->device, "GPU index to measure").non_negative();
   cmd.option("--model", o->model, "take the expert shape (h, g, gated) from this model");
   cmd.flag("--quick", o->quick, "fewer sizes and repeats");
+  cmd.option("--sustain", o->sustain,
+             "gemm: run each shape back to back this many seconds before timing it, so the "
+             "curve sees the clock the GPU holds under sustained load at its power limit (as "
+             "a training run does) rather than a cool GPU's boost (default 0)")
+      .non_negative();
   cmd.flag("--resume", o->resume, "keep the curves an interrupted run already wrote");
   cmd.on_run([o] { run_calibrate(*o); });
 }
