@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cmath>
 #include <cstdio>
 
 #include "planner/errors.h"
@@ -318,12 +319,32 @@ void run_plan(const PlanOptions& o) {
   if (r.ranked.empty()) {
     if (!r.closest) throw NoFitError("nothing fits and no candidate was scored");
     const NoFit& n = *r.closest;
+    // How many such GPUs the weights, gradients and optimizer states alone would fill, sharded
+    // over all of them (ZeRO-3), and with the optimizer's states on the host: a floor on the
+    // cluster to ask for.
+    PlanChoice sharded;
+    sharded.precision = req.precision;
+    const Bytes room = c.node.gpu.hbm_capacity * req.alpha;
+    const memfine::StaticBytesPerParam b =
+        memory_request(ctx, sharded, c.node.gpu.hbm_capacity, req.alpha).static_bytes;
+    auto gpus_for = [&](double bytes_per_param) {
+      return std::ceil(ctx.params.total() * bytes_per_param / room.value());
+    };
+    const double all = gpus_for(b.per_param()), offloaded = gpus_for(b.param + b.grad);
+    const std::string floor =
+        all > static_cast<double>(req.num_gpus)
+            ? fmt::format(
+                  "; its weights, gradients and optimizer states alone ({:.0f} bytes a "
+                  "parameter) fill {:.0f} such GPUs sharded over all of them ({:.0f} with "
+                  "the optimizer's states in host memory)",
+                  b.per_param(), all, offloaded)
+            : std::string();
     throw NoFitError(fmt::format(
-        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}{}); {} has {:.1f} GB{}",
+        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}{}); {} has {:.1f} GB{}{}",
         n.needed.value() / 1e9, n.stage, n.layout, n.binding,
         tried_activations ? ", activations offloaded where Megatron can" : "", n.holder,
         n.capacity.value() / 1e9,
-        m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : ""));
+        m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : "", floor));
   }
   warn_if_calibrated_on_another_gpu(cal, c);
   // --verify: the shortlist through the simulator, ranked by what it measures.
