@@ -2,7 +2,7 @@
 # Installs what is missing, builds moeplan, and plans a default model on a default cluster:
 # DeepSeekMoE-16B on one 8xH100 node, global batch 256 of 4,096-token sequences.
 # Override with MODEL=... CLUSTER=... GBS=... SEQ=... (e.g. MODEL=models/mixtral-8x7b.json shows
-# that Mixtral-8x7B fits one node only with APTMoE offload).
+# that Mixtral-8x7B fits one node only with its optimizer on the CPU, or APTMoE's offload).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh

@@ -63,17 +63,44 @@ TEST(Cli, PlanNamesTheStageWhoseDpSyncShows) {
 }
 
 TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
-  // Mixtral-8x7B does not fit 8 x 80 GB, but its weights and Adam states fit the node's host
-  // memory: the planner answers with APTMoE offload plans rather than failing.
+  // MoE-S-64 (APTMoE Table I) on four A800-40GB: its weights and gradients alone exceed the
+  // GPUs, so Megatron's optimizer offload cannot help, but its weights and Adam states fit the
+  // node's host memory: the planner answers with APTMoE offload plans rather than failing.
   const Result r =
-      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
-          "--global-batch 64");
+      run("plan --model models/aptmoe-moe-s-64.json --cluster "
+          "topologies/aptmoe-4x-a800-40gb-c1g2.json --gpus 4 --global-batch 128 --seq-len 32");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("No layout fits in GPU memory. APTMoE offload plans"), std::string::npos);
   EXPECT_NE(r.out.find("offload_param"), std::string::npos);
   EXPECT_NE(r.out.find("PCIe loading (exposed)"), std::string::npos);
   // Megatron-LM cannot run an offload plan, so there is no log line to predict.
   EXPECT_EQ(r.out.find("Megatron-LM would log"), std::string::npos);
+  EXPECT_EQ(r.out.find("Megatron-LM runs it more slowly"), std::string::npos);
+  // Mixtral-8x7B on 8 x H100 fits both ways: Megatron's optimizer offload is the faster (6.9 s
+  // an iteration against APTMoE's 8.2 s), so it leads and APTMoE's best gets a line.
+  const Result mixtral =
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json "
+          "--global-batch 64 --json");
+  ASSERT_EQ(mixtral.code, 0) << mixtral.err;
+  const nlohmann::json j = nlohmann::json::parse(mixtral.out);
+  EXPECT_DOUBLE_EQ(j["plans"][0]["switches"]["optimizer_offload"].get<double>(), 1.0);
+  ASSERT_TRUE(j["aptmoe_alternative"].is_object());
+  EXPECT_LT(j["plans"][0]["predicted"]["iteration_s"].get<double>(),
+            j["aptmoe_alternative"]["predicted"]["iteration_s"].get<double>());
+  EXPECT_TRUE(j["megatron_alternative"].is_null());
+  // MoE-S-16 on the four A800s fits both ways too, but there APTMoE is the faster: it leads,
+  // and Megatron's way gets the line.
+  const std::string s16 =
+      "plan --model models/aptmoe-moe-s-16.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g2.json --gpus 4 --global-batch 128 --seq-len 1024";
+  const nlohmann::json k = run_json(s16 + " --json");
+  EXPECT_TRUE(k["aptmoe_alternative"].is_null());
+  ASSERT_TRUE(k["megatron_alternative"].is_object());
+  EXPECT_GT(k["megatron_alternative"]["predicted"]["iteration_s"].get<double>(),
+            k["plans"][0]["predicted"]["iteration_s"].get<double>());
+  EXPECT_NE(run(s16).out.find("Megatron-LM runs it more slowly with the optimizer's states on "
+                              "the CPU (--optimizer-offload 1)"),
+            std::string::npos);
 }
 
 TEST(Cli, PlanOffloadsTheOptimizerWhenADenseModelFitsNoOtherWay) {

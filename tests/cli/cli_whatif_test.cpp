@@ -299,34 +299,36 @@ TEST(Cli, WhatifKeepsAPlansLayoutUnlessThePointMovesThePipeline) {
 }
 
 TEST(Cli, WhatifRunsAnOffloadPlanInTheOffloadSimulator) {
-  // Mixtral-8x7B does not fit 8 x 80 GB for training, so the plan is APTMoE offload; its points
-  // run as `simulate` runs it (once aborted the sweep: the GPU-resident simulator refused it).
+  // APTMoE's MoE-S-16 on four A800-40GB: the plan is an APTMoE offload plan (64 stages), and its
+  // points run as `simulate` runs it (once aborted the sweep: the GPU-resident simulator
+  // refused it).
   const std::string dir = temp_path("moeplan_whatif_offload");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string pair = "--model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json";
-  const Result plan =
-      run("plan " + pair + " --global-batch 64 --seq-len 4096 --top 1 --save " + dir + "/p.json");
+  const std::string pair =
+      "--model models/aptmoe-moe-s-16.json --cluster topologies/aptmoe-4x-a800-40gb-c1g2.json";
+  const Result plan = run("plan " + pair + " --gpus 4 --global-batch 128 --seq-len 1024 --top 1 " +
+                          "--save " + dir + "/p.json");
   ASSERT_EQ(plan.code, 0) << plan.err;
-  ASSERT_NE(plan.out.find("offload (APTMoE)"), std::string::npos) << plan.out;
-  const Result swept =
-      run("whatif " + pair + " --plan " + dir + "/p.json --sweep pp=8,32,64 --out " + dir + "/pp");
+  ASSERT_NE(plan.out.find("offload (APTMoE): 64 stages"), std::string::npos) << plan.out;
+  const Result swept = run("whatif " + pair + " --plan " + dir +
+                           "/p.json --sweep pp=4,16,64,128 --out " + dir + "/pp");
   ASSERT_EQ(swept.code, 0) << swept.err;
   std::map<std::string, std::vector<std::string>> rows;
   for (const auto& f : csv_rows(read_file(dir + "/pp/points.csv"))) rows[f[0]] = f;
-  ASSERT_EQ(rows.size(), 3u);
-  EXPECT_EQ(rows["pp=8"][2], "ok");
-  EXPECT_EQ(rows["pp=32"][2], "ok");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows["pp=4"][2], "ok");
+  EXPECT_EQ(rows["pp=16"][2], "ok");
   // Fewer, larger stages hold more weights and prefetch less of the next: slower, more memory.
-  EXPECT_GT(std::stod(rows["pp=8"][3]), std::stod(rows["pp=32"][3]));
-  EXPECT_GT(std::stod(rows["pp=8"][6]), std::stod(rows["pp=32"][6]));
-  EXPECT_NE(rows["pp=64"][2].find("8 to 32 stages"), std::string::npos) << rows["pp=64"][2];
+  EXPECT_GT(std::stod(rows["pp=4"][3]), std::stod(rows["pp=16"][3]));
+  EXPECT_GT(std::stod(rows["pp=4"][6]), std::stod(rows["pp=16"][6]));
+  EXPECT_NE(rows["pp=128"][2].find("4 to 64 stages"), std::string::npos) << rows["pp=128"][2];
   // The simulated iteration is the one `simulate` prints for the plan.
   const Result sim = run("simulate " + pair + " --plan " + dir + "/p.json --json");
   ASSERT_EQ(sim.code, 0) << sim.err;
   const auto at = sim.out.find("\"simulated_iteration_s\":");
   ASSERT_NE(at, std::string::npos) << sim.out;
-  EXPECT_NEAR(std::stod(sim.out.substr(at + 24)), std::stod(rows["pp=32"][3]), 1e-9);
+  EXPECT_NEAR(std::stod(sim.out.substr(at + 24)), std::stod(rows["pp=64"][3]), 1e-9);
   expect_one_line_error(
       run("whatif " + pair + " --plan " + dir + "/p.json --sweep tp=2 --out " + dir + "/tp"),
       "tp: applies to GPU-resident plans; this is an APTMoE offload plan");

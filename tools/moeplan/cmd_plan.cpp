@@ -295,25 +295,39 @@ void run_plan(const PlanOptions& o) {
       r.closest = a.closest;  // what offloading activations too leaves short
     }
   }
-  if (r.ranked.empty()) {
-    // Nothing fits in GPU memory: APTMoE keeps the weights in host memory instead.
-    r.ranked = offload_plans(ctx, c, req);
-    offloaded = !r.ranked.empty();
-  }
-  // Still nothing (a dense model, or APTMoE short of host memory): Megatron's optimizer CPU
-  // offload, all of the states, activations offloaded where that is needed too, unless the user
-  // fixed the share.
+  // Nothing fits in GPU memory as it is: two ways remain. Megatron's optimizer CPU offload (all
+  // of the states, activations offloaded where needed too) keeps the weights on the GPUs;
+  // APTMoE's plans keep them in host memory and run cold experts on the CPU. The faster leads
+  // and the other gets a line below the plans.
   bool optimizer_offloaded = false;
-  if (r.ranked.empty() && req.optimizer_offload == 0 && !c.node.cpus.empty()) {
-    SearchRequest again = req;
-    again.optimizer_offload = 1.0;
-    again.search_offload = req.offload_modules == 0;
-    SearchResult a =
-        counts.size() == 1 ? search_plans(ctx, again) : search_gpu_counts(ctx, again, counts);
-    if (!a.ranked.empty()) {
-      a.stats.seconds += r.stats.seconds;
-      r = std::move(a);
+  std::optional<Plan> megatron_alternative, aptmoe_alternative;
+  if (r.ranked.empty()) {
+    std::vector<Plan> aptmoe = offload_plans(ctx, c, req);
+    std::optional<SearchResult> cpu_optimizer;
+    if (req.optimizer_offload == 0 && !c.node.cpus.empty()) {
+      SearchRequest again = req;
+      again.optimizer_offload = 1.0;
+      again.search_offload = req.offload_modules == 0;
+      cpu_optimizer =
+          counts.size() == 1 ? search_plans(ctx, again) : search_gpu_counts(ctx, again, counts);
+      if (cpu_optimizer->ranked.empty()) cpu_optimizer.reset();
+    }
+    const bool cpu_optimizer_leads =
+        cpu_optimizer &&
+        (aptmoe.empty() ||
+         (req.objective == Objective::kMemory
+              ? cpu_optimizer->ranked.front().score.peak_bytes < aptmoe.front().score.peak_bytes
+              : cpu_optimizer->ranked.front().score.time.iteration <
+                    aptmoe.front().score.time.iteration));
+    if (cpu_optimizer_leads) {
+      cpu_optimizer->stats.seconds += r.stats.seconds;
+      r = std::move(*cpu_optimizer);
       optimizer_offloaded = true;
+      if (!aptmoe.empty()) aptmoe_alternative = aptmoe.front();
+    } else if (!aptmoe.empty()) {
+      r.ranked = std::move(aptmoe);
+      offloaded = true;
+      if (cpu_optimizer) megatron_alternative = cpu_optimizer->ranked.front();
     }
   }
   if (r.ranked.empty()) {
@@ -374,21 +388,26 @@ void run_plan(const PlanOptions& o) {
       }
       plans.push_back(std::move(j));
     }
-    print_json({{"model", m.name},
-                {"cluster", c.name},
-                {"gpus", req.num_gpus},
-                {"global_batch", o.global_batch},
-                {"seq_len", o.seq_len},
-                {"skew", skew.describe()},
-                {"objective", objective_name(req.objective)},
-                {"search",
-                 {{"layouts", r.stats.layouts},
-                  {"pruned_by_memory", r.stats.pruned_by_memory},
-                  {"evaluated", r.stats.evaluated},
-                  {"cut_by_time_bound", r.stats.bounded},
-                  {"seconds", r.stats.seconds}}},
-                {"verified", verified.size()},
-                {"plans", plans}});
+    print_json(
+        {{"model", m.name},
+         {"cluster", c.name},
+         {"gpus", req.num_gpus},
+         {"global_batch", o.global_batch},
+         {"seq_len", o.seq_len},
+         {"skew", skew.describe()},
+         {"objective", objective_name(req.objective)},
+         {"search",
+          {{"layouts", r.stats.layouts},
+           {"pruned_by_memory", r.stats.pruned_by_memory},
+           {"evaluated", r.stats.evaluated},
+           {"cut_by_time_bound", r.stats.bounded},
+           {"seconds", r.stats.seconds}}},
+         {"verified", verified.size()},
+         {"plans", plans},
+         {"megatron_alternative",
+          megatron_alternative ? io::plan_to_json(*megatron_alternative, m, c) : nlohmann::json()},
+         {"aptmoe_alternative",
+          aptmoe_alternative ? io::plan_to_json(*aptmoe_alternative, m, c) : nlohmann::json()}});
     return;
   }
   fmt::print(
@@ -453,6 +472,13 @@ void run_plan(const PlanOptions& o) {
     t.add(cells);
   }
   fmt::print("{}\n", t.render());
+  if (aptmoe_alternative) {
+    const Plan& a = *aptmoe_alternative;
+    fmt::print(
+        "APTMoE's offload plans (weights in host memory, cold experts on the CPU; not Megatron-LM) "
+        "are slower here: {} at best, {} an iteration ({:.0f} tokens/s)\n\n",
+        a.choice.describe(), ms(a.score.time.iteration), a.score.tokens_per_second);
+  }
   if (!verified.empty()) {
     size_t was_first = 0;  // where the planner's #1 went
     while (verified[was_first].planner_rank != 0) ++was_first;
@@ -566,6 +592,14 @@ void run_plan(const PlanOptions& o) {
     fmt::print(
         "Megatron-LM arguments: none (Megatron-LM cannot run experts on the CPU; APTMoE or the "
         "DeepSpeed offload below)\n");
+    if (megatron_alternative) {
+      const Plan& a = *megatron_alternative;
+      fmt::print(
+          "Megatron-LM runs it more slowly with the optimizer's states on the CPU "
+          "(--optimizer-offload 1): {} at {} an iteration ({:.0f} tokens/s, {} a GPU)\n",
+          a.choice.describe(), ms(a.score.time.iteration), a.score.tokens_per_second,
+          as_gb(a.score.peak_bytes.value()));
+    }
   } else {
     fmt::print("Megatron-LM arguments:\n");
   }

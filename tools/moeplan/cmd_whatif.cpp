@@ -26,7 +26,8 @@ namespace moe::cli {
 
 namespace {
 
-void run_whatif(const WhatifOptions& o) {
+void run_whatif(const WhatifOptions& given) {
+  WhatifOptions o = given;
   if (o.search == !o.plan.empty())
     throw InputError("--plan", "", "give a plan file to simulate or --search to re-plan, not both");
   if (o.sweeps.empty()) throw InputError("--sweep", "", "give at least one AXIS=V1,V2,...");
@@ -34,6 +35,8 @@ void run_whatif(const WhatifOptions& o) {
   const ClusterSpec c = io::load_cluster(o.cluster);
   std::optional<PlanChoice> fixed;
   if (!o.plan.empty()) fixed = io::load_plan_choice(o.plan);
+  // A plan's points run at its own sequence length unless one is given.
+  if (o.seq_len <= 0) o.seq_len = fixed ? fixed->seq_len : 4096;
   std::vector<Axis> axes;
   for (const std::string& s : o.sweeps) axes.push_back(parse_axis(s));
   if (fixed &&
@@ -155,7 +158,9 @@ void add_whatif(CommandLine& cli) {
   cmd.option("--sweep", o->sweeps,
              fmt::format("AXIS=V1,V2,... (axes: {}); repeatable", whatif_axis_list()));
   cmd.option("--global-batch", o->global_batch, "global batch when not swept");
-  cmd.option("--seq-len", o->seq_len, "sequence length when not swept");
+  cmd.option("--seq-len", o->seq_len,
+             "sequence length when not swept (default: the plan's; 4096 with --search)")
+      .positive();
   cmd.option("--skew", o->skew, "routing skew when not swept");
   cmd.option("--calibration", o->calibration,
              "calibration file (curves and constants) for every point");

@@ -21,7 +21,8 @@ struct WhatifOptions {
   std::string model, cluster, plan, out, skew = "balanced", calibration;
   std::vector<std::string> sweeps;
   bool search = false, resume = false;
-  int64_t global_batch = 0, seq_len = 4096;
+  int64_t global_batch = 0;
+  int64_t seq_len = 0;  // 0: the plan's (4096 with --search)
   int threads = 0;
 };
 
