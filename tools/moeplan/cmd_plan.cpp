@@ -595,8 +595,9 @@ void run_plan(const PlanOptions& o) {
     if (megatron_alternative) {
       const Plan& a = *megatron_alternative;
       fmt::print(
-          "Megatron-LM runs it more slowly with the optimizer's states on the CPU "
-          "(--optimizer-offload 1): {} at {} an iteration ({:.0f} tokens/s, {} a GPU)\n",
+          "With the optimizer's states on the CPU instead (Megatron's --optimizer-cpu-offload, "
+          "--optimizer-offload 1) it runs more slowly: {} at {} an iteration ({:.0f} tokens/s, {} "
+          "a GPU)\n",
           a.choice.describe(), ms(a.score.time.iteration), a.score.tokens_per_second,
           as_gb(a.score.peak_bytes.value()));
     }
