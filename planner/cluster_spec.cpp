@@ -66,6 +66,12 @@ BytesPerSec NodeSpec::host_link_bandwidth() const {
   return has_c2c() ? c2c_bandwidth : pcie_bandwidth();
 }
 
+Bytes NodeSpec::host_memory_per_gpu() const {
+  Bytes sum;
+  for (const CpuSocket& s : cpus) sum += s.memory;
+  return num_gpus > 0 ? sum / static_cast<double>(num_gpus) : Bytes(0);
+}
+
 int NodeSpec::switch_of_gpu(int gpu) const {
   for (size_t s = 0; s < pcie_switches.size(); ++s) {
     const auto& g = pcie_switches[s].gpus;

@@ -73,6 +73,8 @@ struct NodeSpec {
   bool has_c2c() const { return c2c_bandwidth > BytesPerSec(0); }
   // Per direction between a GPU and its CPU: NVLink-C2C where the node has it, else PCIe.
   BytesPerSec host_link_bandwidth() const;
+  // A GPU's share of the node's host memory (the sockets' over the GPUs); zero without CPUs.
+  Bytes host_memory_per_gpu() const;
   int cpu_of_gpu(int gpu) const;
   int switch_of_gpu(int gpu) const;
   int nic_of_gpu(int gpu) const;  // -1 if no NIC serves it

@@ -43,6 +43,15 @@ OpWork sent(Seconds time, Bytes size) {
   return {time, 0, 0, size.value()};
 }
 
+// An operator of `kind` priced by `work`, with what it prices.
+LayerOp layer_op(const char* name, OpKind kind, const OpWork& work) {
+  LayerOp op{name, kind, work.time};
+  op.flops = work.flops;
+  op.peak = work.peak;
+  op.bytes = work.bytes;
+  return op;
+}
+
 }  // namespace
 
 const char* op_kind_name(OpKind k) {
@@ -151,10 +160,7 @@ LayerOp output_head_op(const TimeContext& ctx, const PlanChoice& c) {
   const OpWork head = gemm(ctx, reference_gemm_rate(ctx, c.precision), rows,
                            static_cast<double>(ctx.model->hidden_size),
                            static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
-  LayerOp op{"output head", OpKind::kCompute, head.time};
-  op.flops = head.flops;
-  op.peak = head.peak;
-  return op;
+  return layer_op("output head", OpKind::kCompute, head);
 }
 
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
@@ -305,9 +311,11 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   ops.reserve(24);  // a layer has at most 20: one allocation (the search prices millions)
   auto add = [&](const char* name, OpKind kind, const OpWork& work, bool receives_tokens = false,
                  CommPattern pattern = CommPattern::kRing, Seconds pxn_saving = Seconds(0)) {
-    if (work.time.value() > 0)
-      ops.push_back({name, kind, work.time, receives_tokens, pattern, pxn_saving, 0, work.flops,
-                     work.peak, work.bytes});
+    if (!(work.time.value() > 0)) return;
+    LayerOp& op = ops.emplace_back(layer_op(name, kind, work));
+    op.receives_tokens = receives_tokens;
+    op.pattern = pattern;
+    op.pxn_saving = pxn_saving;
   };
   // Marks the ops added since `from` as replayed by recompute module `module`.
   auto replayed_by = [&](size_t from, uint32_t module) {
@@ -566,10 +574,9 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
   if (!moe_layer && (mods & kRecomputeMlp)) bytes += b.dense_activation;
   const double tokens = gpu_tokens(ctx, c.parallel);
   if (bytes > 0) {
-    const OpWork work = streamed(ctx, bytes * tokens);
-    LayerOp op{"recomputed element-wise work", OpKind::kCompute, work.time};
-    op.bytes = work.bytes;
-    out.push_back({op, -1});
+    out.push_back(
+        {layer_op("recomputed element-wise work", OpKind::kCompute, streamed(ctx, bytes * tokens)),
+         -1});
   }
   // mla_up_proj: the two up projections from the kept latents, q (when compressed) and kv.
   const AttentionSpec& a = m.attention;
@@ -583,10 +590,7 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
     if (a.q_lora_rank > 0)
       up += gemm(ctx, peak, rows, static_cast<double>(a.q_lora_rank),
                  heads * static_cast<double>(a.qk_head_dim()));
-    LayerOp op{"recomputed MLA up projections", OpKind::kCompute, up.time};
-    op.flops = up.flops;
-    op.peak = up.peak;
-    out.push_back({op, -1});
+    out.push_back({layer_op("recomputed MLA up projections", OpKind::kCompute, up), -1});
   }
   return out;
 }

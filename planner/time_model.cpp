@@ -95,9 +95,7 @@ TimeContext make_time_context(const ModelSpec& m, const ClusterSpec& c, const Ef
   ctx.skew = skew;
   ctx.flops = flops_per_token(m, seq_len);
   ctx.seq_len = seq_len;
-  for (const CpuSocket& s : c.node.cpus) ctx.host_memory_per_gpu += s.memory;
-  if (c.node.num_gpus > 0)
-    ctx.host_memory_per_gpu = ctx.host_memory_per_gpu / static_cast<double>(c.node.num_gpus);
+  ctx.host_memory_per_gpu = c.node.host_memory_per_gpu();
   return ctx;
 }
 

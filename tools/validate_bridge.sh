@@ -43,17 +43,20 @@ declare -A model_file=(
   [dsv3-no-mtp]=$scratch/deepseek-v3-no-mtp.config.json
 )
 
+# cluster_of SYSTEM GPUS: the cluster file a row runs on.
+cluster_of() {
+  case $1 in
+    H100) [ "$2" -gt 256 ] && echo topologies/h100-1024.json || echo topologies/h100-256.json ;;
+    GB200) echo topologies/gb200-nvl72-4x64.json ;;
+    GB300) echo topologies/gb300-nvl72-4x64.json ;;
+  esac
+}
 # plan_row ROW [CALIBRATION [SAVE]]: the row's predicted tokens/s per GPU and TFLOP/s ("nan nan"
 # when it does not plan), priced as above; with SAVE, the plan is saved there too.
 plan_row() {
   local release system model gpus prec gbs mbs seq fsdp tp pp cp vp ep tokens tflops flags
   read -r release system model gpus prec gbs mbs seq fsdp tp pp cp vp ep tokens tflops flags <<< "$1"
-  local cluster precision=() switches=() extra=()
-  case $system in
-    H100) cluster=topologies/h100-256.json; [ "$gpus" -gt 256 ] && cluster=topologies/h100-1024.json ;;
-    GB200) cluster=topologies/gb200-nvl72-4x64.json ;;
-    GB300) cluster=topologies/gb300-nvl72-4x64.json ;;
-  esac
+  local precision=() switches=() extra=()
   case $prec in
     FP8-CS) precision=(--precision fp8 --fp8-recipe tensorwise) ;;
     FP8-MX) precision=(--precision fp8 --fp8-recipe mxfp8) ;;
@@ -67,7 +70,7 @@ plan_row() {
   fi
   [ -n "${2:-}" ] && switches+=(--calibration "$2")
   [ -n "${3:-}" ] && switches+=(--save "$3")
-  "$moeplan" plan --model "${model_file[$model]}" --cluster "$cluster" --gpus "$gpus" \
+  "$moeplan" plan --model "${model_file[$model]}" --cluster "$(cluster_of "$system" "$gpus")" --gpus "$gpus" \
     --global-batch "$gbs" --seq-len "$seq" --parallel "$(row_layout "$1")" --megatron-only \
     --attention tp --top 1 --json "${precision[@]}" "${switches[@]}" 2>/dev/null |
     python3 -c 'import json,sys; p=json.load(sys.stdin)["plans"][0]["predicted"]; print(p["tokens_per_s"] / '"$gpus"', p["megatron_log"]["throughput_per_gpu_tflops"])' ||
@@ -91,11 +94,7 @@ if [ "${ANCHOR:-0}" = 1 ]; then
   for row in "${rows[@]}"; do
     read -r release system model gpus prec gbs mbs seq _ _ _ _ _ _ tokens _ <<< "$row"
     [[ $release == 25.11 && $model == llama3-70b ]] || continue
-    case $system in
-      H100) cluster=topologies/h100-256.json ;;
-      GB200) cluster=topologies/gb200-nvl72-4x64.json ;;
-      GB300) cluster=topologies/gb300-nvl72-4x64.json ;;
-    esac
+    cluster=$(cluster_of "$system" "$gpus")
     plan_row "$row" "" "$scratch/$system.plan.json" > /dev/null
     measured_ms=$(python3 -c "print($gbs * $seq / ($tokens * $gpus) * 1e3)")
     "$moeplan" anchor --model "${model_file[$model]}" --cluster "$cluster" \

@@ -97,8 +97,7 @@ void run_memory(const MemoryOptions& o) {
   req.static_bytes.param = dtype_bytes(weights);
   req.static_bytes.grad = dtype_bytes(grads);
   req.gpu_capacity = c.node.gpu.hbm_capacity;
-  for (const CpuSocket& s : c.node.cpus) req.host_capacity += s.memory;
-  req.host_capacity = req.host_capacity / static_cast<double>(c.node.num_gpus);
+  req.host_capacity = c.node.host_memory_per_gpu();
   req.alpha = o.alpha;
   if (kernel == AttentionKernel::kUnfused) req.score_bytes = kUnfusedAttentionScoreBytes;
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);

@@ -273,8 +273,10 @@ void run_plan(const PlanOptions& o) {
     for (int64_t n = c.node.num_gpus; n < c.num_gpus(); n *= 2) counts.push_back(n);
     counts.push_back(c.num_gpus());
   }
-  SearchResult r =
-      counts.size() == 1 ? search_plans(ctx, req) : search_gpu_counts(ctx, req, counts);
+  auto search = [&](const SearchRequest& q) {
+    return counts.size() == 1 ? search_plans(ctx, q) : search_gpu_counts(ctx, q, counts);
+  };
+  SearchResult r = search(req);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
   // Nothing fits in GPU memory as it is: Megatron's activation offloading first, which runs as
   // the arguments say, where a candidate needs it (unless the user fixed the modules). For MoE
@@ -284,8 +286,7 @@ void run_plan(const PlanOptions& o) {
   if (r.ranked.empty() && !req.search_offload && req.offload_modules == 0) {
     SearchRequest again = req;
     again.search_offload = true;
-    SearchResult a =
-        counts.size() == 1 ? search_plans(ctx, again) : search_gpu_counts(ctx, again, counts);
+    SearchResult a = search(again);
     tried_activations = true;
     if (!a.ranked.empty()) {
       a.stats.seconds += r.stats.seconds;
@@ -308,8 +309,7 @@ void run_plan(const PlanOptions& o) {
       SearchRequest again = req;
       again.optimizer_offload = 1.0;
       again.search_offload = req.offload_modules == 0;
-      cpu_optimizer =
-          counts.size() == 1 ? search_plans(ctx, again) : search_gpu_counts(ctx, again, counts);
+      cpu_optimizer = search(again);
       if (cpu_optimizer->ranked.empty()) cpu_optimizer.reset();
     }
     const bool cpu_optimizer_leads =
