@@ -812,3 +812,46 @@ TEST(Cli, PlanExplainsTheBestPlansLayersOperatorByOperator) {
                   plan["predicted"]["breakdown_s"]["compute"].get<double>(),
               1.0, 1e-6);
 }
+
+TEST(Cli, PlanComparesFixedSizesWithTheSearchsBest) {
+  // A user's own sizes, fixed by --parallel: --explain sets them beside the best the search finds
+  // with them free and every switch as given. DeepSeekMoE-16B at 32K tokens with TP and CP held
+  // at 1 fits only with activations and optimizer states in host memory; freed, the search keeps
+  // it on the GPUs, and the plan says so even without --explain.
+  const std::string base =
+      "plan --model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 64 --seq-len 32768 --recompute none --megatron-only --top 1 --parallel ";
+  const Result offloaded = run(base + "tp=1,cp=1,pp=1");
+  ASSERT_EQ(offloaded.code, 0) << offloaded.err;
+  EXPECT_NE(offloaded.out.find("optimizer-offload-fraction 1"), std::string::npos);
+  EXPECT_NE(offloaded.out.find("note: with --parallel's sizes free and the same switches"),
+            std::string::npos)
+      << offloaded.out;
+  const nlohmann::json j = run_json(base + "tp=1,cp=1,pp=1 --json");
+  ASSERT_TRUE(j["free_layout_best"].is_object());
+  EXPECT_LT(j["free_layout_best"]["predicted"]["iteration_s"].get<double>(),
+            j["plans"][0]["predicted"]["iteration_s"].get<double>());
+  EXPECT_FALSE(j["free_layout_best"]["switches"].contains("optimizer_offload"));
+  EXPECT_TRUE(j["plans"][0]["switches"].contains("optimizer_offload"));
+  // A layout that fits as it is: the comparison only with --explain, in the terms that differ.
+  const std::string fits = base + "tp=1,cp=8,pp=1,ep=8";
+  EXPECT_TRUE(run_json(fits + " --json")["free_layout_best"].is_null());
+  const Result explained = run(fits + " --explain");
+  ASSERT_EQ(explained.code, 0) << explained.err;
+  for (const char* needle : {"Your sizes (tp=1,pp=1,ep=8,cp=8) against the search's best",
+                             "  yours   tp=1,pp=1,ep=8", "term ", "yours", "search"})
+    EXPECT_NE(explained.out.find(needle), std::string::npos) << needle << "\n" << explained.out;
+  // Without --parallel there is nothing to compare.
+  EXPECT_TRUE(run_json("plan --model models/deepseekmoe-16b.json --cluster "
+                       "topologies/h100-sxm-8.json --global-batch 64 --top 1 --explain --json")
+                  ["free_layout_best"]
+                      .is_null());
+  // Sizes that fit nowhere: the one-line error names a layout that does.
+  const Result none =
+      run("plan --model models/mixtral-8x7b.json --cluster topologies/h100-256.json --gpus 16 "
+          "--global-batch 64 --parallel tp=1,pp=1,ep=1,cp=1 --zero 1");
+  expect_one_line_error(none, "nothing fits: needs", 3);
+  EXPECT_NE(none.err.find("with --parallel's sizes free and the same switches, tp="),
+            std::string::npos)
+      << none.err;
+}

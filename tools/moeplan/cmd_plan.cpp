@@ -19,6 +19,7 @@
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/explain_layers.h"
+#include "tools/moeplan/plan_difference.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -104,25 +105,39 @@ void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
     fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", ms(x.iteration), ms(y.iteration));
   }
   fmt::print("  #1 {}\n  #2 {}\n", a.choice.describe(), b.choice.describe());
-  Table t({"term", "#1", "#2", "difference"});
-  auto row = [&](const char* name, Seconds u, Seconds v) {
-    if (std::abs((u - v).value()) < 1e-6 * x.iteration.value()) return;
-    t.add({name, ms(u), ms(v), ms(u - v)});
-  };
-  row("compute", x.compute, y.compute);
-  row("recompute", x.recompute, y.recompute);
-  row("TP/SP comm (exposed)", x.tp_comm, y.tp_comm);
-  row("EP comm (exposed)", x.ep_comm, y.ep_comm);
-  row("CP comm (exposed)", x.cp_comm, y.cp_comm);
-  row("PP comm", x.pp_comm, y.pp_comm);
-  row("DP comm (exposed)", x.dp_comm, y.dp_comm);
-  row("bubble", x.bubble, y.bubble);
-  row("optimizer", x.optimizer, y.optimizer);
-  row("host launch-bound", x.host, y.host);
-  row("activation offload", x.activation_offload, y.activation_offload);
-  fmt::print("{}", t.render());
-  fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
-             as_gb(b.score.peak_bytes.value()));
+  print_plan_difference(a, b, "#1", "#2");
+}
+
+// True when --parallel fixed any size (or a pipeline layout).
+bool fixes_sizes(const ParallelConfig& p) {
+  if (!p.layout.empty()) return true;
+  for (const ParallelField& f : parallel_fields())
+    if (f.member != &ParallelConfig::gbs && (p.*f.member).has_value()) return true;
+  return false;
+}
+
+// The user's fixed sizes against the search's best with them free and every switch as given
+// (--explain): how much their layout leaves, and in which terms.
+void explain_free_layout(const Plan& yours, const Plan& free, const ParallelConfig& fixed,
+                         Objective objective) {
+  const Seconds x = yours.score.time.iteration, y = free.score.time.iteration;
+  fmt::print("\nYour sizes ({}) against the search's best with them free and the same switches:\n",
+             fixed.to_string());
+  fmt::print("  yours   {}\n  search  {}\n", yours.choice.describe(), free.choice.describe());
+  if (yours.choice.describe() == free.choice.describe()) {
+    fmt::print("  the same plan: the search keeps your layout\n");
+    return;
+  }
+  if (objective == Objective::kMemory) {
+    fmt::print("  peak memory {} vs {} ({:+.1f} %)\n", as_gb(yours.score.peak_bytes.value()),
+               as_gb(free.score.peak_bytes.value()),
+               100 * (free.score.peak_bytes / yours.score.peak_bytes - 1));
+  } else {
+    fmt::print("  {} vs {} per iteration: {}\n", ms(x), ms(y),
+               y < x ? fmt::format("the search's plan runs {:.2f}x as fast", x / y)
+                     : std::string("yours is as fast or faster"));
+  }
+  print_plan_difference(yours, free, "yours", "search");
 }
 
 // A ranked plan run through the discrete-event simulator (--verify).
@@ -330,6 +345,28 @@ void run_plan(const PlanOptions& o) {
       if (cpu_optimizer) megatron_alternative = cpu_optimizer->ranked.front();
     }
   }
+  // With sizes fixed by --parallel: the best the search finds with them free (and every switch
+  // as given), for --explain's comparison and wherever the fixed sizes fit only with offloading
+  // or not at all.
+  const bool sizes_fixed = fixes_sizes(req.fixed);
+  const bool fits_as_is =
+      !r.ranked.empty() && !activations_offloaded && !optimizer_offloaded && !offloaded;
+  std::optional<Plan> free_best;
+  if (sizes_fixed && (o.explain || !fits_as_is)) {
+    SearchRequest free = req;
+    free.fixed = ParallelConfig{};
+    free.top_k = 1;
+    free.progress = nullptr;
+    SearchResult f = search(free);
+    if (!f.ranked.empty()) free_best = std::move(f.ranked.front());
+  }
+  const std::string free_fits =
+      free_best && !fits_as_is
+          ? fmt::format(
+                "with --parallel's sizes free and the same switches, {} fits in GPU "
+                "memory ({} an iteration)",
+                free_best->choice.describe(), ms(free_best->score.time.iteration))
+          : std::string();
   if (r.ranked.empty()) {
     if (!r.closest) throw NoFitError("nothing fits and no candidate was scored");
     const NoFit& n = *r.closest;
@@ -354,11 +391,12 @@ void run_plan(const PlanOptions& o) {
                   b.per_param(), all, offloaded)
             : std::string();
     throw NoFitError(fmt::format(
-        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}{}); {} has {:.1f} GB{}{}",
+        "nothing fits: needs {:.1f} GB on stage {} at {} (binding: {}{}); {} has {:.1f} GB{}{}{}",
         n.needed.value() / 1e9, n.stage, n.layout, n.binding,
         tried_activations ? ", activations offloaded where Megatron can" : "", n.holder,
         n.capacity.value() / 1e9,
-        m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : "", floor));
+        m.is_moe() ? " (and no APTMoE offload plan fits GPU and host memory)" : "", floor,
+        free_fits.empty() ? "" : "; " + free_fits));
   }
   warn_if_calibrated_on_another_gpu(cal, c);
   // --verify: the shortlist through the simulator, ranked by what it measures.
@@ -407,7 +445,8 @@ void run_plan(const PlanOptions& o) {
          {"megatron_alternative",
           megatron_alternative ? io::plan_to_json(*megatron_alternative, m, c) : nlohmann::json()},
          {"aptmoe_alternative",
-          aptmoe_alternative ? io::plan_to_json(*aptmoe_alternative, m, c) : nlohmann::json()}});
+          aptmoe_alternative ? io::plan_to_json(*aptmoe_alternative, m, c) : nlohmann::json()},
+         {"free_layout_best", free_best ? io::plan_to_json(*free_best, m, c) : nlohmann::json()}});
     return;
   }
   fmt::print(
@@ -472,6 +511,7 @@ void run_plan(const PlanOptions& o) {
     t.add(cells);
   }
   fmt::print("{}\n", t.render());
+  if (!free_fits.empty()) fmt::print("note: {}\n\n", free_fits);
   if (aptmoe_alternative) {
     const Plan& a = *aptmoe_alternative;
     fmt::print(
@@ -494,8 +534,8 @@ void run_plan(const PlanOptions& o) {
                                  ms(verified[was_first].iteration)));
   }
   const TimeBreakdown& b = best.score.time;
-  fmt::print("Best plan, per iteration ({} micro-batches, {}):\n", b.microbatches,
-             schedule_name(best.choice.schedule()));
+  fmt::print("Best plan, per iteration ({} micro-batch{}, {}):\n", b.microbatches,
+             b.microbatches == 1 ? "" : "es", schedule_name(best.choice.schedule()));
   Table bt({"term", "time", "share"});
   auto row = [&](const char* name, Seconds s) {
     bt.add({name, ms(s), fmt::format("{:.1f} %", 100 * s.value() / b.iteration.value())});
@@ -614,6 +654,8 @@ void run_plan(const PlanOptions& o) {
   if (!o.save.empty()) fmt::print("\nsaved the best plan to {}\n", o.save);
   if (o.explain && r.ranked.size() > 1)
     explain_difference(r.ranked[0], r.ranked[1], verified.size() > 1);
+  if (o.explain && free_best && fits_as_is)
+    explain_free_layout(best, *free_best, req.fixed, req.objective);
   if (best.choice.offload) return;
   TimeContext own = ctx;  // the best plan's GPUs decide which groups straddle nodes
   own.links.world = bp.world();
