@@ -212,7 +212,8 @@ ElementwiseBytes elementwise_bytes(const ModelSpec& m, const PlanChoice& c, bool
 // FP8 GEMMs (Transformer Engine, any recipe) take their operands quantized: each forward input
 // and each backward output gradient is read in BF16 and written in FP8 twice, row-wise and
 // column-wise (the layout the transposed GEMM of the backward reads): 4 bytes an element. The
-// weights are cast once a step. Casts fused into a kernel that runs anyway cost nothing extra:
+// weights are cast once a step. Casts fused into a kernel that runs anyway cost nothing extra
+// under delayed scaling (fp8_cast_bytes prices the other recipes):
 // the norm before a LayerNormLinear (QKV or MLA's down projections, a dense FFN's fc1, MLA's up
 // projections after their latent norms) and a dense FFN's activation before fc2 (LayerNormMLP).
 // What remains is a cast of the attention output before the output projection, of the routed
@@ -253,6 +254,50 @@ double fp8_cast_elements(const ModelSpec& m, const PlanChoice& c, const LayerPar
     ffn = gated * static_cast<double>(m.dense_ffn_size) + h;  // output gradients only
   }
   return attention + ffn;
+}
+
+// The casts fp8_cast_elements leaves out, elements per token: the norm's output into a
+// LayerNormLinear (attention's input projections, MLA's up projections after their latent norms,
+// a dense FFN's fc1) and a dense FFN's activation into fc2.
+struct FusedCasts {
+  double norm = 0, activation = 0;
+};
+FusedCasts fp8_fused_cast_elements(const ModelSpec& m, const LayerParams& lp, bool moe_layer) {
+  const double h = static_cast<double>(m.hidden_size);
+  const AttentionSpec& a = m.attention;
+  FusedCasts f;
+  f.norm = h;
+  if (!lp.linear && a.kind == AttentionKind::kLatent)
+    f.norm += static_cast<double>(a.q_lora_rank + a.kv_lora_rank);
+  if (!moe_layer) {
+    f.norm += h;
+    f.activation = static_cast<double>(m.dense_ffn_size);
+  }
+  return f;
+}
+
+// HBM bytes per token of a layer's FP8 casts by recipe, as Transformer Engine 2.x runs them
+// (pytorch/csrc/extensions/normalization.cpp, activation.cpp, quantizer.cpp). Only delayed
+// scaling writes FP8 straight from the norm and the activation; current scaling (tensorwise)
+// has them write BF16 with its amax and casts in a kernel of its own (4 bytes an element), as
+// blockwise does, and MXFP8 for the norm (its activation stays fused; the norm fuses only with
+// NVTE_NORM_FWD_USE_CUDNN). Current scaling also reads each standalone cast's input once more
+// for its amax before casting: 6 bytes an element.
+double fp8_cast_bytes(const ModelSpec& m, const PlanChoice& c, const LayerParams& lp,
+                      bool moe_layer, double expert_load) {
+  const double standalone = fp8_cast_elements(m, c, lp, moe_layer, expert_load);
+  const FusedCasts fused = fp8_fused_cast_elements(m, lp, moe_layer);
+  switch (c.fp8_recipe) {
+    case Fp8Recipe::kDelayed:
+      break;
+    case Fp8Recipe::kTensorwise:
+      return 6.0 * standalone + 4.0 * (fused.norm + fused.activation);
+    case Fp8Recipe::kBlockwise:
+      return 4.0 * (standalone + fused.norm + fused.activation);
+    case Fp8Recipe::kMxfp8:
+      return 4.0 * (standalone + fused.norm);
+  }
+  return 4.0 * standalone;
 }
 
 // Attention and dense FFN weights: TP splits their output width over t GPUs that all see the
@@ -544,7 +589,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // The forward holds a third of the casts: a backward costs twice its forward's compute.
   if (c.precision == Precision::kFp8) {
     add("FP8 casts", OpKind::kCompute,
-        streamed(ctx, 4.0 * fp8_cast_elements(m, c, lp, moe_layer, expert_load) * tokens / 3.0));
+        streamed(ctx, fp8_cast_bytes(m, c, lp, moe_layer, expert_load) * tokens / 3.0));
   }
   return ops;
 }

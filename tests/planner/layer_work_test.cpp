@@ -81,3 +81,31 @@ TEST(LayerWork, TheOperatorsComputeIsWhatTheLayersPassesCharge) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+
+TEST(LayerWork, Fp8CastsCostWhatEachRecipeRunsInTransformerEngine) {
+  // Llama 3 8B's dense layer (h 4096, 32 heads, 8 KV heads of 128, SwiGLU 14336). Casts of their
+  // own, elements a token: the output projection's input (4096) and every GEMM's output
+  // gradient (QKV 6144, projection 4096, fc1 28672, fc2 4096): 47104. Delayed scaling fuses the
+  // two norms' casts (2 x 4096) and the activation's (14336) into those kernels; the other
+  // recipes cast them apart (MXFP8 keeps the activation's), and current scaling reads every
+  // standalone cast's input once more for its amax.
+  const Inputs s("hf/llama-3-8b.config.json", "h100-256.json", 8192);
+  auto cast_bytes = [&](Fp8Recipe recipe) {
+    PlanChoice c = choice("tp=1,cp=1,mbs=1", Precision::kFp8);
+    c.fp8_recipe = recipe;
+    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], false, 1.0, 1))
+      if (std::string_view(op.name) == "FP8 casts") return op.bytes;
+    return 0.0;
+  };
+  const double tokens = 8192, forward_share = 1.0 / 3.0;
+  const double delayed = cast_bytes(Fp8Recipe::kDelayed);
+  EXPECT_NEAR(delayed, 4.0 * 47104 * tokens * forward_share, 1.0);
+  EXPECT_NEAR(cast_bytes(Fp8Recipe::kTensorwise) / delayed,
+              (6.0 * 47104 + 4.0 * (8192 + 14336)) / (4.0 * 47104), 1e-12);
+  EXPECT_NEAR(cast_bytes(Fp8Recipe::kBlockwise) / delayed, (47104.0 + 8192 + 14336) / 47104, 1e-12);
+  EXPECT_NEAR(cast_bytes(Fp8Recipe::kMxfp8) / delayed, (47104.0 + 8192) / 47104, 1e-12);
+}
+
+}  // namespace moe
