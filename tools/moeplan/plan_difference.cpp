@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "tools/moeplan/table.h"
 
@@ -14,23 +15,26 @@ void print_plan_difference(const Plan& a, const Plan& b, const std::string& labe
   const TimeBreakdown& y = b.score.time;
   auto ms = [](Seconds s) { return fmt::format("{:.1f} ms", s.value() * 1e3); };
   Table t({"term", label_a, label_b, "difference"});
-  auto row = [&](const char* name, Seconds u, Seconds v) {
-    if (std::abs((u - v).value()) < 1e-6 * x.iteration.value()) return;
+  // The breakdown's terms in its order (an APTMoE plan's loading and CPU experts last).
+  static constexpr std::pair<const char*, Seconds TimeBreakdown::*> kTerms[] = {
+      {"compute", &TimeBreakdown::compute},
+      {"recompute", &TimeBreakdown::recompute},
+      {"TP/SP comm (exposed)", &TimeBreakdown::tp_comm},
+      {"EP comm (exposed)", &TimeBreakdown::ep_comm},
+      {"CP comm (exposed)", &TimeBreakdown::cp_comm},
+      {"PP comm", &TimeBreakdown::pp_comm},
+      {"DP comm (exposed)", &TimeBreakdown::dp_comm},
+      {"bubble", &TimeBreakdown::bubble},
+      {"optimizer", &TimeBreakdown::optimizer},
+      {"host launch-bound", &TimeBreakdown::host},
+      {"activation offload", &TimeBreakdown::activation_offload},
+      {"PCIe loading (exposed)", &TimeBreakdown::pcie_load},
+      {"CPU experts (exposed)", &TimeBreakdown::cpu_experts}};
+  for (const auto& [name, term] : kTerms) {
+    const Seconds u = x.*term, v = y.*term;
+    if (std::abs((u - v).value()) < 1e-6 * x.iteration.value()) continue;
     t.add({name, ms(u), ms(v), ms(u - v)});
-  };
-  row("compute", x.compute, y.compute);
-  row("recompute", x.recompute, y.recompute);
-  row("TP/SP comm (exposed)", x.tp_comm, y.tp_comm);
-  row("EP comm (exposed)", x.ep_comm, y.ep_comm);
-  row("CP comm (exposed)", x.cp_comm, y.cp_comm);
-  row("PP comm", x.pp_comm, y.pp_comm);
-  row("DP comm (exposed)", x.dp_comm, y.dp_comm);
-  row("bubble", x.bubble, y.bubble);
-  row("optimizer", x.optimizer, y.optimizer);
-  row("host launch-bound", x.host, y.host);
-  row("activation offload", x.activation_offload, y.activation_offload);
-  row("PCIe loading (exposed)", x.pcie_load, y.pcie_load);
-  row("CPU experts (exposed)", x.cpu_experts, y.cpu_experts);
+  }
   fmt::print("{}", t.render());
   fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
              as_gb(b.score.peak_bytes.value()));
