@@ -100,6 +100,14 @@ ModelSpec from_ours(ObjectReader& r) {
       e.fail("first_dense_layers", fmt::format("must be in [0, {}]", m.num_layers));
     }
     if (freq <= 0) e.fail("layer_freq", "must be positive");
+    // Experts that no layer carries: every layer dense, or a period longer than the rest.
+    if (m.is_moe() && ModelSpec::layer_map(m.num_layers, first_dense, freq, true) ==
+                          std::vector<bool>(static_cast<size_t>(m.num_layers), false)) {
+      e.fail(first_dense == m.num_layers ? "first_dense_layers" : "layer_freq",
+             fmt::format("leaves none of the {} layers with experts (first_dense_layers {}, "
+                         "layer_freq {})",
+                         m.num_layers, first_dense, freq));
+    }
     e.finish();
   } else {
     r.ignore("moe");

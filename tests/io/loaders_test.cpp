@@ -124,6 +124,17 @@ TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
   nlohmann::json unpaired = v3;
   unpaired["moe"].erase("router_group_topk");
   EXPECT_TRUE(refuses(unpaired, "v3.json", "/moe/router_group_topk: is required with"));
+  // Experts that no layer would carry: the field that leaves them out is named.
+  nlohmann::json all_dense = v3;
+  all_dense["moe"]["first_dense_layers"] = 61;
+  EXPECT_TRUE(refuses(all_dense, "v3.json",
+                      "/moe/first_dense_layers: leaves none of the 61 layers with experts"));
+  nlohmann::json sparse = v3;
+  sparse["moe"]["first_dense_layers"] = 58;  // layers 58-60 take experts where i % freq == 0
+  sparse["moe"]["layer_freq"] = 7;
+  EXPECT_TRUE(refuses(sparse, "v3.json", "/moe/layer_freq: leaves none of the 61 layers"));
+  sparse["moe"]["layer_freq"] = 2;
+  EXPECT_EQ(model_from_json(sparse, "v3.json").num_moe_layers(), 2);
 }
 
 TEST(Loaders, HuggingFaceErrors) {
