@@ -221,6 +221,7 @@ class Training {
   EventQueue* queue_ = nullptr;
   FlowNetwork* net_ = nullptr;
   int64_t iteration_ = 0;
+  int64_t ready_to_step_ = 0;  // GPUs whose passes and gradient syncs are done this iteration
   SimTime offset_;
   int64_t per_stage_ = 1;  // GPUs simulated per stage
   int64_t gpus_per_node_ = 1;

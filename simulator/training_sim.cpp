@@ -111,6 +111,7 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
   queue_ = &queue;
   net_ = &net;
   iteration_ = it;
+  ready_to_step_ = 0;
   offset_ = offset;
   stages_.clear();
   stages_.resize(static_cast<size_t>(*p_.pp));
