@@ -207,7 +207,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   // (planner/host_time.h): a task on the host stream from the layer's start, which the layer's
   // end waits for, so that no layer ends before the host has issued it (-1: none).
   auto host_issue = [&](int64_t layer, bool forward) -> int64_t {
-    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    const LayerState& L = layers_.at(static_cast<size_t>(layer));
     const LayerHostTime h = layer_host_time(ctx_, plan_, L.moe);
     const Seconds time = forward ? h.forward : h.backward + h.recompute;
     // A layer whose compute stream alone outlasts the host on every GPU needs no host task
@@ -225,7 +225,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   // task `host` (when not -1) has too.
   auto chain = [&](int64_t layer, bool reversed, double compute_scale, int64_t token_op,
                    int64_t alloc_first, int64_t alloc_token, int64_t release, int64_t host) {
-    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    const LayerState& L = layers_.at(static_cast<size_t>(layer));
     const std::vector<LayerOp>& ops = reversed ? L.backward : L.forward;
     // Slices pipeline inside a layer; a layer starts once the one before has ended, so its
     // memory is released before the next allocates (and each layer pays its own pipeline
@@ -273,7 +273,8 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   // chain built before it (or the tails, first in a pass).
   auto rematerialize = [&](int64_t layer) {
     remat.clear();
-    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    if (layer < begin || layer >= end) return;  // a chunk may hold no layer (layout=E|...)
+    const LayerState& L = layers_.at(static_cast<size_t>(layer));
     if (plan_.recompute != Recompute::kRematerialize || L.forward_comm.value() <= 0) return;
     const LayerOp gather{"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5};
     for (int64_t j = 0; j < slices; ++j) {
@@ -290,11 +291,11 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   // last model chunk on the GPU.
   auto offloads = [&](int64_t layer) {
     if (layer < begin || layer >= end) return false;  // a chunk may hold no layer
-    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    const LayerState& L = layers_.at(static_cast<size_t>(layer));
     return L.offloaded.value() > 0 && !(id.micro == 0 && layer == end - 1 && last_chunk);
   };
   auto copy_task = [&](int64_t layer, bool to_host, std::vector<uint32_t> after) {
-    const LayerState& L = layers_[static_cast<size_t>(layer)];
+    const LayerState& L = layers_.at(static_cast<size_t>(layer));
     Task t =
         compute_task(to_host ? "activation offload (to host)" : "activation offload (back to GPU)",
                      kCopyStream, L.offload_copy);
@@ -308,7 +309,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   if (id.forward) {
     int64_t copying = -1;  // the previous layer's copy to the host
     for (int64_t l = begin; l < end; ++l) {
-      const LayerState& L = layers_[static_cast<size_t>(l)];
+      const LayerState& L = layers_.at(static_cast<size_t>(l));
       const int64_t a_first =
           add_action(st, {l, id.micro, L.chunks, full ? L.checkpoint : L.sequence_part, Bytes(0)});
       const int64_t a_token =
@@ -334,7 +335,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     // The top layer's inputs come back from the pass's start.
     int64_t reloaded = offloads(end - 1) ? copy_task(end - 1, false, all_tails()) : -1;
     for (int64_t l = end - 1; l >= begin; --l) {
-      const LayerState& L = layers_[static_cast<size_t>(l)];
+      const LayerState& L = layers_.at(static_cast<size_t>(l));
       const Bytes held =
           full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
       gate_on(l);

@@ -1050,3 +1050,21 @@ TEST(TrainingSim, EveryStagesLastBackwardStretchesTheDrain) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, AVirtualStageWithoutLayersRematerializesNothing) {
+  // Megatron's layout can give a virtual stage the embedding alone (layout=E|...). Its backward
+  // has no layer to rematerialize: the simulator once read the layer before the chunk's first
+  // (index -1 on stage 0), and its garbage put a phantom gather in the pass, 94 % over the
+  // planner or not depending on the heap (ASan: heap-buffer-overflow).
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const ClusterSpec cl = cluster("megascale-h800-240");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  PlanChoice c =
+      choice(m, "tp=1,pp=2,ep=8,etp=1,dp=8,cp=1,mbs=1,gbs=32,layout=E|t*7|t*7|t*6|t*6|t*6L");
+  c.recompute = Recompute::kRematerialize;
+  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.05);
+}
+
+}  // namespace moe::sim
