@@ -719,10 +719,13 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // With fewer than 2p micro-batches the closed form misses how a light stage's passes overlap
   // the heavy one's warm-up (two dense layers then one MoE layer and the head over pp = 2, two
   // micro-batches: 14 % over the simulator); the walk is short there, so take it.
-  if (pp > 1 && *p.vpp == 1 && !c.gpipe && out.microbatches < 2 * pp) {
-    const Seconds walked =
-        schedule_makespan(chunk_times(ctx, c, kinds), out.microbatches, hop, false);
-    out.bubble = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
+  const bool walk_few = pp > 1 && *p.vpp == 1 && !c.gpipe && out.microbatches < 2 * pp;
+  std::vector<ChunkTimes> few_chunks;
+  Seconds few_walked;
+  if (walk_few) {
+    few_chunks = chunk_times(ctx, c, kinds);
+    few_walked = schedule_makespan(few_chunks, out.microbatches, hop, false);
+    out.bubble = std::max(few_walked - per_mb * mb - out.pp_comm, Seconds(0));
   }
   // A flexible layout can leave stages far apart, where no closed form holds: a heavy stage near
   // the front hides the others' fill and drain. Unless it has the search's shape (equal middle
@@ -899,6 +902,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // micro-batch.
   struct Paced {
     Seconds pass, nic, fabric;
+    Seconds forward, backward;  // the pass's two halves
   };
   auto paced = [&](int64_t s) {
     const StageTimes& own = stages[static_cast<size_t>(s)];
@@ -964,11 +968,11 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
     };
     // (The fill is the GPU's: the host issues the pass while its links are busy.)
-    const Seconds pass = held_to(pass_forward, own.forward - own.host_forward, own.compute / 3.0,
-                                 own_forward, forward_links) +
-                         held_to(pass_backward, own.backward - own.host_backward,
-                                 own.compute * (2.0 / 3.0), own_backward, backward_links);
-    return Paced{pass, nic, fabric};
+    const Seconds forward = held_to(pass_forward, own.forward - own.host_forward, own.compute / 3.0,
+                                    own_forward, forward_links);
+    const Seconds backward = held_to(pass_backward, own.backward - own.host_backward,
+                                     own.compute * (2.0 / 3.0), own_backward, backward_links);
+    return Paced{forward + backward, nic, fabric, forward, backward};
   };
   Paced worst = paced(slowest_stage);
   if (c.zero_stage >= 2) {
@@ -983,7 +987,24 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       if (other.pass > worst.pass) worst = other;
     }
   }
-  out.dp_comm += (worst.pass - per_mb) * mb;
+  // ZeRO-3 gathers every pass's weights, fill and drain included: with few micro-batches each
+  // stage's wait shows, not just the pacing one's (one micro-batch over four stages: the
+  // planner was 41 % under the simulator), so walk the schedule again with each stage's passes
+  // as its syncs stretch them (the backward's reduce-scatter shares the DP stream with its
+  // gathers). At least the slowest stage's passes with their syncs, as the closed form has it.
+  if (walk_few && c.zero_stage >= 3) {
+    for (int64_t s = 0; s < pp; ++s) {
+      const Paced own = paced(s);
+      ChunkTimes& chunk = few_chunks[static_cast<size_t>(s)];
+      const StageTimes& st = stages[static_cast<size_t>(s)];
+      chunk.forward[0] += std::max(Seconds(0), own.forward - st.forward);
+      chunk.backward[0] += std::max(Seconds(0), own.backward - st.backward);
+    }
+    const Seconds gathered = schedule_makespan(few_chunks, out.microbatches, hop, false);
+    out.dp_comm += std::max({Seconds(0), gathered - few_walked, (worst.pass - per_mb) * mb});
+  } else {
+    out.dp_comm += (worst.pass - per_mb) * mb;
+  }
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration.
   // (less the in-node stage of a hierarchical sync when DP crosses nodes: that rides NVLink).
