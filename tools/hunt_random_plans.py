@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Random models and switches through `moeplan plan` and `moeplan simulate`: a crash hunt.
 
-Usage: tools/hunt_random_plans.py [SEED] [COUNT] [--valgrind] [--gap PERCENT]
+Usage: tools/hunt_random_plans.py [SEED] [COUNT] [--valgrind] [--gap PERCENT] [--keep DIR]
 
 Each run writes a random model file (odd head counts, one layer, tiny experts, one-token
 sequences, ...), plans it on a shipped cluster with a random set of switches, and simulates the
 saved plan. It reports what a user must never see: an exit code other than 0, 1 or 3, an error
 of more than one line, nan or inf in the output, a valgrind error (--valgrind), and a simulator
 that disagrees with the planner by more than --gap percent (default 8.5, the shipped pairs'
-worst). A report names the seed and index: the same seed rebuilds the same files.
+worst). A report names the seed and index: the same seed rebuilds the same files, which
+--keep leaves in DIR.
 """
 import json
 import os
@@ -64,7 +65,9 @@ def random_model(rng, index):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    options = {"--gap", "--keep"}
+    args = [a for i, a in enumerate(sys.argv[1:], 1)
+            if not a.startswith("--") and sys.argv[i - 1] not in options]
     seed = int(args[0]) if args else 0
     count = int(args[1]) if len(args) > 1 else 30
     gap = float(sys.argv[sys.argv.index("--gap") + 1]) if "--gap" in sys.argv else 8.5
@@ -72,7 +75,11 @@ def main():
     rng = random.Random(seed)
     found = 0
     codes = {}
-    with tempfile.TemporaryDirectory() as scratch:
+    keep = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+    with tempfile.TemporaryDirectory() as temporary:
+        scratch = keep or temporary
         for i in range(count):
             model = random_model(rng, i)
             model_file = os.path.join(scratch, f"model-{i}.json")
