@@ -90,10 +90,10 @@ TEST(RandomModels, PlanAndSimulateOrSayWhyNot) {
           sim::simulate_training(ctx, cluster, best.choice, sim::TrainingOptions{});
       const double simulated_s = s.mean_iteration.value();
       ASSERT_TRUE(std::isfinite(simulated_s) && simulated_s > 0);
-      // The shipped pairs agree within 8.2 % (tools/simulate_shipped.sh), and so must these
+      // The shipped pairs agree within 9.5 % (tools/simulate_shipped.sh), and so must these
       // (within 3.2 % over 280 of them; one micro-batch over four uneven stages was 12 % apart
       // while the simulator let a stage step its optimizer before the others had drained).
-      EXPECT_NEAR(simulated_s / planned_s, 1.0, 0.082) << best.choice.describe();
+      EXPECT_NEAR(simulated_s / planned_s, 1.0, 0.095) << best.choice.describe();
       ++planned;
     } catch (const ConfigError&) {
       ++refused;  // a layout no GPU count divides, or a model the validator refuses
