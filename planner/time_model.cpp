@@ -718,13 +718,13 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     out.bubble += (one_f_one_b_period(per_stage, hop) - per_mb) * mb;
   // With fewer than 2p micro-batches the closed form misses how a light stage's passes overlap
   // the heavy one's warm-up (two dense layers then one MoE layer and the head over pp = 2, two
-  // micro-batches: 14 % over the simulator); the walk is short there, so take it.
-  const bool walk_few = pp > 1 && *p.vpp == 1 && !c.gpipe && out.microbatches < 2 * pp;
+  // micro-batches: 14 % over the simulator); the walk is short there, so take it (GPipe's too).
+  const bool walk_few = pp > 1 && *p.vpp == 1 && out.microbatches < 2 * pp;
   std::vector<ChunkTimes> few_chunks;
   Seconds few_walked;
   if (walk_few) {
     few_chunks = chunk_times(ctx, c, kinds);
-    few_walked = schedule_makespan(few_chunks, out.microbatches, hop, false);
+    few_walked = schedule_makespan(few_chunks, out.microbatches, hop, c.gpipe);
     out.bubble = std::max(few_walked - per_mb * mb - out.pp_comm, Seconds(0));
   }
   // A flexible layout can leave stages far apart, where no closed form holds: a heavy stage near
@@ -1004,7 +1004,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       chunk.forward[0] += std::max(Seconds(0), own.forward - st.forward);
       chunk.backward[0] += std::max(Seconds(0), own.backward - st.backward);
     }
-    const Seconds gathered = schedule_makespan(few_chunks, out.microbatches, hop, false);
+    const Seconds gathered = schedule_makespan(few_chunks, out.microbatches, hop, c.gpipe);
     out.dp_comm += std::max({Seconds(0), gathered - few_walked, (worst.pass - per_mb) * mb});
   } else {
     out.dp_comm += (worst.pass - per_mb) * mb;
