@@ -908,7 +908,10 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     Seconds pass, nic, fabric;
     Seconds forward, backward;  // the pass's two halves
   };
-  auto paced = [&](int64_t s) {
+  // `shared_reduce`: the backward carries only the part of its gradient reduce-scatter that
+  // shares the link with its gathers (as much as they take; the simulator starts the two
+  // together and the link splits between them), the rest running on behind the pass.
+  auto paced = [&](int64_t s, bool shared_reduce = false) {
     const StageTimes& own = stages[static_cast<size_t>(s)];
     const DpSync& sy = syncs[static_cast<size_t>(s)];
     Seconds pass_forward = own.forward, pass_backward = own.backward;
@@ -917,8 +920,12 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       // links its own traffic takes (one after another on the DP stream): each pass shares them
       // as the windows above do, and waits for its gathers.
       const auto [f, gathered] = window(s, sy.all_gather, sy.all_gather_in_node, false, 1.0);
-      const auto [b, synced] = window(s, sy.all_gather + sy.reduce_scatter,
-                                      sy.all_gather_in_node + sy.reduce_scatter_in_node, true, 1.0);
+      const double rs_share = shared_reduce && sy.reduce_scatter.value() > 0
+                                  ? std::min(1.0, sy.all_gather / sy.reduce_scatter)
+                                  : 1.0;
+      const auto [b, synced] =
+          window(s, sy.all_gather + sy.reduce_scatter * rs_share,
+                 sy.all_gather_in_node + sy.reduce_scatter_in_node * rs_share, true, 1.0);
       // A pass starts with its first layer's gather (later ones run while the layers before
       // them compute), so each model chunk's pass waits for one layer's weights with nothing to
       // hide behind. (Without it, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
@@ -958,7 +965,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       const Seconds within = std::min(sy.reduce_scatter, std::max(pass_backward, backward_link));
       on_link(sy.crosses_nodes, sy.reduce_scatter - within, within);
     } else if (c.zero_stage >= 3) {
-      on_link(sy.crosses_nodes, sy.all_gather, sy.all_gather + sy.reduce_scatter);
+      on_link(sy.crosses_nodes, sy.all_gather,
+              sy.all_gather +
+                  (shared_reduce ? std::min(sy.all_gather, sy.reduce_scatter) : sy.reduce_scatter));
     }
     const Seconds nic = forward_links.nic + backward_links.nic;
     const Seconds fabric = forward_links.fabric + backward_links.fabric;
@@ -994,17 +1003,21 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // ZeRO-3 gathers every pass's weights, fill and drain included: with few micro-batches each
   // stage's wait shows, not just the pacing one's (one micro-batch over four stages: the
   // planner was 41 % under the simulator), so walk the schedule again with each stage's passes
-  // as its syncs stretch them (the backward's reduce-scatter shares the DP stream with its
-  // gathers). At least the slowest stage's passes with their syncs, as the closed form has it.
+  // as its syncs stretch them: a backward's gathers share the link with its gradient
+  // reduce-scatter, whose rest runs on behind the pass, the first stage's last one ending the
+  // iteration. At least the slowest stage's passes with their syncs, as the closed form has it.
   if (walk_few && c.zero_stage >= 3) {
     for (int64_t s = 0; s < pp; ++s) {
-      const Paced own = paced(s);
+      const Paced own = paced(s, true);
       ChunkTimes& chunk = few_chunks[static_cast<size_t>(s)];
       const StageTimes& st = stages[static_cast<size_t>(s)];
       chunk.forward[0] += std::max(Seconds(0), own.forward - st.forward);
       chunk.backward[0] += std::max(Seconds(0), own.backward - st.backward);
     }
-    const Seconds gathered = schedule_makespan(few_chunks, out.microbatches, hop, c.gpipe);
+    const DpSync& first_stage = syncs.front();
+    const Seconds gathered =
+        schedule_makespan(few_chunks, out.microbatches, hop, c.gpipe) +
+        std::max(Seconds(0), first_stage.reduce_scatter - first_stage.all_gather);
     out.dp_comm += std::max({Seconds(0), gathered - few_walked, (worst.pass - per_mb) * mb});
   } else {
     out.dp_comm += (worst.pass - per_mb) * mb;

@@ -1093,8 +1093,9 @@ TEST(TrainingSim, Zero3GathersOfEveryStageShowWithOneMicroBatch) {
   // One micro-batch over four stages, each expert sharded ZeRO-3 over 64 ranks on eight nodes:
   // every stage's passes wait for their gathers one after another, not only the slowest
   // stage's. Counting that one alone, the planner was 59 % (FP32 gradients) and 69 % (BF16)
-  // under the simulator; walking the schedule with each stage's synced passes, 24 % and 8 %
-  // over (the simulator's reduce-scatter overlaps the backward a little more than the walk).
+  // under the simulator; walking the schedule with each stage's synced passes, 8 % over for
+  // both (24 % for FP32 while the walk kept a backward's whole reduce-scatter in the pass:
+  // only what shares the link with its gathers holds the pass up, the rest runs on behind).
   const nlohmann::json file = {
       {"format", "moeplan-model/1"},
       {"name", "narrow"},
@@ -1113,7 +1114,7 @@ TEST(TrainingSim, Zero3GathersOfEveryStageShowWithOneMicroBatch) {
   c.zero_stage = 3;
   for (bool bf16 : {false, true}) {
     c.dp_bf16_compression = bf16;
-    EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.25) << "BF16 gradients " << bf16;
+    EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.10) << "BF16 gradients " << bf16;
   }
 }
 
