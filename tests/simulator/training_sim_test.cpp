@@ -30,6 +30,23 @@ PlanChoice choice(const ModelSpec& m, const std::string& layout) {
   return c;
 }
 
+// A model file of the given sizes (GQA attention), for shapes no shipped model has.
+ModelSpec sized_model(const std::string& name, int64_t layers, int64_t hidden, int64_t vocab,
+                      int64_t heads, int64_t kv_heads, int64_t head_dim, const nlohmann::json& ffn,
+                      const nlohmann::json& moe) {
+  const nlohmann::json file = {
+      {"format", "moeplan-model/1"},
+      {"name", name},
+      {"num_layers", layers},
+      {"hidden_size", hidden},
+      {"vocab_size", vocab},
+      {"attention",
+       {{"type", "gqa"}, {"num_heads", heads}, {"num_kv_heads", kv_heads}, {"head_dim", head_dim}}},
+      {"ffn", ffn},
+      {"moe", moe}};
+  return io::model_from_json(file, name + ".json");
+}
+
 double relative(const TimeContext& ctx, const ClusterSpec& cl, const PlanChoice& c,
                 bool every_gpu = false) {
   TrainingOptions o;
@@ -1096,17 +1113,9 @@ TEST(TrainingSim, Zero3GathersOfEveryStageShowWithOneMicroBatch) {
   // under the simulator; walking the schedule with each stage's synced passes, 8 % over for
   // both (24 % for FP32 while the walk kept a backward's whole reduce-scatter in the pass:
   // only what shares the link with its gathers holds the pass up, the rest runs on behind).
-  const nlohmann::json file = {
-      {"format", "moeplan-model/1"},
-      {"name", "narrow"},
-      {"num_layers", 27},
-      {"hidden_size", 2048},
-      {"vocab_size", 32000},
-      {"attention", {{"type", "gqa"}, {"num_heads", 40}, {"num_kv_heads", 8}, {"head_dim", 64}}},
-      {"ffn", {{"gated", true}}},
-      {"moe",
-       {{"routed_experts", 3}, {"expert_size", 14336}, {"top_k", 1}, {"shared_experts", 1}}}};
-  const ModelSpec m = io::model_from_json(file, "narrow.json");
+  const ModelSpec m = sized_model(
+      "narrow", 27, 2048, 32000, 40, 8, 64, {{"gated", true}},
+      {{"routed_experts", 3}, {"expert_size", 14336}, {"top_k", 1}, {"shared_experts", 1}});
   const ClusterSpec cl = cluster("h100-256");
   const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 2048);
   PlanChoice c = choice(m, "tp=8,pp=4,ep=1,etp=1,dp=2,cp=4,mbs=1,gbs=2,pp_first=6,pp_last=7");
@@ -1127,16 +1136,8 @@ TEST(TrainingSim, FewMicroBatchesOverInterleavedEndChunksAgreeWithThePlanner) {
   // (pp = 2, v = 2), two micro-batches, a wide model whose head outweighs a layer: the
   // interleaved closed form, (p - 1) / v of the slowest stage, was 21 % over the simulator.
   // Under 2p micro-batches the planner walks the schedule.
-  const nlohmann::json file = {
-      {"format", "moeplan-model/1"},
-      {"name", "wide"},
-      {"num_layers", 2},
-      {"hidden_size", 7168},
-      {"vocab_size", 32000},
-      {"attention", {{"type", "gqa"}, {"num_heads", 40}, {"num_kv_heads", 40}, {"head_dim", 80}}},
-      {"ffn", {{"gated", true}}},
-      {"moe", {{"routed_experts", 4}, {"expert_size", 1408}, {"top_k", 2}}}};
-  const ModelSpec m = io::model_from_json(file, "wide.json");
+  const ModelSpec m = sized_model("wide", 2, 7168, 32000, 40, 40, 80, {{"gated", true}},
+                                  {{"routed_experts", 4}, {"expert_size", 1408}, {"top_k", 2}});
   const ClusterSpec cl = cluster("h100-sxm-8");
   const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 2048);
   PlanChoice c = choice(m, "tp=1,pp=2,ep=2,etp=1,dp=2,cp=1,mbs=4,gbs=16,layout=E|t|t|L");
@@ -1153,21 +1154,13 @@ TEST(TrainingSim, InterleavedStagesOfUnequalLayersAgreeWithThePlanner) {
   // layout's shape is the search's (equal chunks, ends no heavier), but the stage holding two
   // MoE layers is the slowest by far at short sequences, and the interleaved closed form,
   // (p - 1) / v of it, idles the pipeline as if all were (12 % over the simulator at 64 tokens).
-  const nlohmann::json file = {
-      {"format", "moeplan-model/1"},
-      {"name", "mixed"},
-      {"num_layers", 7},
-      {"hidden_size", 512},
-      {"vocab_size", 50257},
-      {"attention", {{"type", "gqa"}, {"num_heads", 4}, {"num_kv_heads", 2}, {"head_dim", 64}}},
-      {"ffn", {{"gated", true}, {"dense_size", 1024}}},
-      {"moe",
-       {{"routed_experts", 1},
-        {"expert_size", 768},
-        {"top_k", 1},
-        {"shared_experts", 2},
-        {"first_dense_layers", 2}}}};
-  const ModelSpec m = io::model_from_json(file, "mixed.json");
+  const ModelSpec m =
+      sized_model("mixed", 7, 512, 50257, 4, 2, 64, {{"gated", true}, {"dense_size", 1024}},
+                  {{"routed_experts", 1},
+                   {"expert_size", 768},
+                   {"top_k", 1},
+                   {"shared_experts", 2},
+                   {"first_dense_layers", 2}});
   const ClusterSpec cl = cluster("aptmoe-4x-a800-40gb-c1g2");
   const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 64);
   PlanChoice c = choice(m, "tp=1,pp=4,ep=1,etp=1,dp=4,cp=1,mbs=8,gbs=256,layout=Et|(t|)*6L");
