@@ -402,13 +402,16 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
            : peak == r.key ? r.tiebreak
                            : 0.0;
   };
+  // The memory objective keeps more than K: the plans within kMemoryTie of the least peak are
+  // ranked by time at the end, and the fastest of them need not be among the K leanest.
+  const int keep_k = req.objective == Objective::kMemory ? std::max(req.top_k, 64) : req.top_k;
   auto worker = [&](int w) {
     std::vector<Ranked>& top = best[w];
     TimeContext scratch = ctx;  // estimate_time's link-shared passes, one copy a thread
     auto keep = [&](Ranked r) {
-      if (static_cast<int>(top.size()) == req.top_k && !ranks_before(r, top.back())) return;
+      if (static_cast<int>(top.size()) == keep_k && !ranks_before(r, top.back())) return;
       top.insert(std::upper_bound(top.begin(), top.end(), r, ranks_before), std::move(r));
-      if (static_cast<int>(top.size()) > req.top_k) top.pop_back();
+      if (static_cast<int>(top.size()) > keep_k) top.pop_back();
     };
     for (size_t li = w; li < layouts.size(); li += threads) {
       const Layout& L = layouts[li];
@@ -566,7 +569,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       // A candidate no faster than it must be to rank before the layout's
                       // best so far, or than the last of a full top K, is out.
                       double bound = std::numeric_limits<double>::infinity();
-                      if (static_cast<int>(top.size()) == req.top_k)
+                      if (static_cast<int>(top.size()) == keep_k)
                         bound = time_to_beat(top.back(), peak);
                       if (layout_best) bound = std::min(bound, time_to_beat(*layout_best, peak));
                       std::optional<TimeBreakdown> time;
@@ -618,6 +621,17 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       out.closest = closest[w]->second;
   }
   std::sort(all.begin(), all.end(), ranks_before);
+  if (req.objective == Objective::kMemory && !all.empty()) {
+    // Peaks within kMemoryTie of the least are one footprint to a user: the faster first (a
+    // plan 0.1 % leaner but twice as slow is no answer to --objective memory).
+    const double lean = all.front().key * (1.0 + kMemoryTie);
+    const auto near = std::partition_point(all.begin(), all.end(),
+                                           [&](const Ranked& r) { return r.key <= lean; });
+    std::stable_sort(all.begin(), near, [](const Ranked& a, const Ranked& b) {
+      if (a.tiebreak != b.tiebreak) return a.tiebreak < b.tiebreak;
+      return a.order < b.order;
+    });
+  }
   for (size_t i = 0; i < all.size() && static_cast<int>(i) < req.top_k; ++i)
     out.ranked.push_back(std::move(all[i].plan));
   if (!out.ranked.empty()) out.closest.reset();

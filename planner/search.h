@@ -22,6 +22,8 @@
 namespace moe {
 
 enum class Objective { kThroughput, kMemory, kCost };
+// Under the memory objective, peaks within this share of the least rank by iteration time.
+inline constexpr double kMemoryTie = 0.005;
 const char* objective_name(Objective o);
 
 struct SearchRequest {

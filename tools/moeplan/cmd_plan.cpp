@@ -696,7 +696,9 @@ void add_plan(CommandLine& cli) {
   cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
   cmd.option("--skew", o->skew,
              "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
-  cmd.option("--objective", o->objective, "throughput | memory | cost");
+  cmd.option("--objective", o->objective,
+             "throughput | memory (the least peak memory a GPU; plans within 0.5 % of it by "
+             "time) | cost");
   cmd.option("--recompute", o->recompute,
              "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
   cmd.option("--recompute-modules", o->recompute_modules,
