@@ -91,7 +91,7 @@ TEST(RandomModels, PlanAndSimulateOrSayWhyNot) {
       const double simulated_s = s.mean_iteration.value();
       ASSERT_TRUE(std::isfinite(simulated_s) && simulated_s > 0);
       // The shipped pairs agree within 9.5 % (tools/simulate_shipped.sh), and so must these
-      // (within 3.2 % over 280 of them; one micro-batch over four uneven stages was 12 % apart
+      // (within 0.4 % over these 111; one micro-batch over four uneven stages was 12 % apart
       // while the simulator let a stage step its optimizer before the others had drained).
       EXPECT_NEAR(simulated_s / planned_s, 1.0, 0.095) << best.choice.describe();
       ++planned;
