@@ -9,7 +9,8 @@ saved plan. It reports what a user must never see: an exit code other than 0, 1 
 of more than one line, nan or inf in the output, a valgrind error (--valgrind), and a simulator
 that disagrees with the planner by more than --gap percent (default 8.5, the shipped pairs'
 worst). A report names the seed and index: the same seed rebuilds the same files, which
---keep leaves in DIR.
+--keep leaves in DIR. MOEPLAN names the binary (default build/tools/moeplan/moeplan; a sanitizer
+build's must exit with codes of its own, e.g. ASAN_OPTIONS=exitcode=86, as 1 is an input error).
 """
 import json
 import os
@@ -20,7 +21,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "tools", "moeplan", "moeplan")
+BIN = os.environ.get("MOEPLAN", os.path.join(ROOT, "build", "tools", "moeplan", "moeplan"))
 CLUSTERS = ["h100-sxm-8", "h100-256", "aptmoe-4x-a800-40gb-c1g2", "gb200-nvl72-4x64",
             "monta-2x8-a800"]
 SWITCHES = [["--precision", "fp8"], ["--megatron-only"], ["--objective", "memory"],
@@ -33,6 +34,11 @@ SWITCHES = [["--precision", "fp8"], ["--megatron-only"], ["--objective", "memory
             ["--schedule", "gpipe"], ["--attention", "ulysses"], ["--offload-modules", "search"],
             ["--optimizer-offload", "0.5"], ["--attention-kernel", "unfused"],
             ["--permute-fusion", "off"], ["--grad-reduce", "fp32"]]
+
+
+# What a bounds-checked lookup or a failed allocation says: moeplan's own errors name a file,
+# field or option instead.
+LIBRARY_ERROR = re.compile(r"_M_range_check|vector::|basic_string|bad_alloc|bad_optional")
 
 
 def random_model(rng, index):
@@ -106,6 +112,8 @@ def main():
                 problem = f"plan exited {r.returncode}"
             elif r.returncode != 0 and len(r.stderr.strip().splitlines()) != 1:
                 problem = "plan's error is not one line"
+            elif r.returncode != 0 and LIBRARY_ERROR.search(r.stderr):
+                problem = "plan's error is the standard library's (an index past a table: a bug)"
             elif re.search(r"\bnan\b|\binf\b", out, re.IGNORECASE):
                 problem = "plan printed nan or inf"
             if problem is None and r.returncode == 0:
@@ -113,7 +121,7 @@ def main():
                                            cluster, "--plan", plan_file],
                                    capture_output=True, text=True, timeout=900)
                 d = re.search(r"difference ([-+][0-9.]+) %", s.stdout)
-                if s.returncode != 0:
+                if s.returncode != 0 or LIBRARY_ERROR.search(s.stderr):
                     problem = f"simulate exited {s.returncode}: {s.stderr.strip()[:300]}"
                 elif re.search(r"\bnan\b|\binf\b", s.stdout, re.IGNORECASE):
                     problem = "simulate printed nan or inf"
