@@ -65,6 +65,16 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
       run("whatif " + pair + " --search --global-batch 64 --sweep tp=3,5 --out " + dir + "_none");
   expect_one_line_error(none, "no point of the sweep ran; tp=3:");
   EXPECT_NE(read_file(dir + "_none/points.csv").find("tp=5"), std::string::npos);
+  // A point without numbers shows dashes and its reason, not nan.
+  EXPECT_EQ(none.out.find("nan"), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find(" -  "), std::string::npos) << none.out;
+  EXPECT_EQ(read_file(dir + "_none/report.html").find("nan"), std::string::npos);
+  // A dense model has no experts to sweep: refused before any point runs.
+  expect_one_line_error(run("whatif --model models/llama-2-7b.json --cluster "
+                            "topologies/h100-sxm-8.json --search --global-batch 64 --out " +
+                            dir + "_dense --sweep experts=2,8"),
+                        "--sweep: experts: Llama-2-7B is dense");
+  EXPECT_FALSE(std::filesystem::exists(dir + "_dense/points.csv"));
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(dir + "_none");
 }

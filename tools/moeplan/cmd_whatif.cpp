@@ -45,6 +45,13 @@ void run_whatif(const WhatifOptions& given) {
   if (o.search &&
       std::any_of(axes.begin(), axes.end(), [](const Axis& a) { return a.name == "chunks"; }))
     throw InputError("--sweep", "", "chunks needs --plan (the search picks its own chunks)");
+  // The expert axes vary a MoE model's experts; a dense one has no MoE layer to hold them.
+  for (const Axis& a : axes) {
+    if (!m.is_moe() && (a.name == "experts" || a.name == "expert-size" || a.name == "top-k"))
+      throw InputError(
+          "--sweep", a.name,
+          fmt::format("{} is dense: it has no MoE layers whose experts to vary", m.name));
+  }
   const GpuCatalog catalog =
       std::any_of(axes.begin(), axes.end(), [](const Axis& a) { return a.name == "gpu"; })
           ? gpu_catalog(o.cluster)
@@ -128,6 +135,10 @@ void run_whatif(const WhatifOptions& given) {
   fmt::print("{:<40} {:>14} {:>12} {:>8} {:>10}  {}\n", "point", "iteration", "tokens/s", "MFU",
              "peak GB", "status");
   for (const auto& [p, r] : done_rows) {
+    if (!std::isfinite(r.iteration_s)) {  // the status says why the point has no numbers
+      fmt::print("{:<40} {:>14} {:>12} {:>8} {:>10}  {}\n", p.key(), "-", "-", "-", "-", r.status);
+      continue;
+    }
     fmt::print("{:<40} {:>12.4f} s {:>12.0f} {:>6.1f} % {:>10.2f}  {}\n", p.key(), r.iteration_s,
                r.tokens_per_s, 100 * r.mfu, r.peak_gb, r.status);
   }

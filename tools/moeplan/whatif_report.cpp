@@ -156,11 +156,17 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
       "<th>MFU</th><th>peak GB</th><th>plan</th></tr>\n";
   size_t number = 0;
   for (const auto& [p, r] : rows) {
+    // A point that did not run has its reason in the status and dashes for numbers.
+    const bool ran = std::isfinite(r.iteration_s);
+    auto number_or_dash = [&](const std::string& text) { return ran ? text : std::string("-"); };
     table += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4g} s</td><td>{:.0f}</td><td>{:.1f} %</td>"
-        "<td>{:.2f}</td><td>{}</td></tr>\n",
-        ++number, html_escape(p.key()), html_escape(r.status), r.iteration_s, r.tokens_per_s,
-        100 * r.mfu, r.peak_gb, html_escape(r.plan));
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
+        ++number, html_escape(p.key()), html_escape(r.status),
+        number_or_dash(fmt::format("{:.4g} s", r.iteration_s)),
+        number_or_dash(fmt::format("{:.0f}", r.tokens_per_s)),
+        number_or_dash(fmt::format("{:.1f} %", 100 * r.mfu)),
+        number_or_dash(fmt::format("{:.2f}", r.peak_gb)), html_escape(r.plan));
   }
   return html_page(
       fmt::format("moeplan whatif: {}", m.name),
