@@ -719,7 +719,8 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // With fewer than 2p micro-batches the closed form misses how a light stage's passes overlap
   // the heavy one's warm-up (two dense layers then one MoE layer and the head over pp = 2, two
   // micro-batches: 14 % over the simulator); the walk is short there, so take it (GPipe's too).
-  const bool walk_few = pp > 1 && *p.vpp == 1 && out.microbatches < 2 * pp;
+  const bool few = out.microbatches < 2 * pp;
+  const bool walk_few = pp > 1 && *p.vpp == 1 && few;
   std::vector<ChunkTimes> few_chunks;
   Seconds few_walked;
   if (walk_few) {
@@ -733,19 +734,16 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // with one stage over 1.25x another is walked and the walk taken. (GLM-4.5 at pp 4 x vpp 3
   // with one stage 1.5x the others: the closed form was 7 % over the simulator.) The search
   // cannot walk every candidate: at hundreds of micro-batches a walk costs a millisecond.
-  const bool uneven_layout = !p.layout.empty() && !has_end_light_shape(p.layout) &&
-                             *std::max_element(per_stage.begin(), per_stage.end()) >
-                                 *std::min_element(per_stage.begin(), per_stage.end()) * 1.25;
+  const auto [lightest, heaviest] = std::minmax_element(per_stage.begin(), per_stage.end());
+  const bool stages_apart = *heaviest > *lightest * 1.25;
+  const bool uneven_layout = !p.layout.empty() && !has_end_light_shape(p.layout) && stages_apart;
   // Under 2p micro-batches, as for 1F1B above, the walk is short and taken as it comes (an
   // embedding-only first chunk and a head-only last one over pp = 2, v = 2, two micro-batches:
   // the closed form was 21 % over the simulator). So it is up to 4p micro-batches where the
   // stages' times differ, whatever the layout's shape: (p - 1) / v of the slowest stage is
   // what an equal pipeline idles, and dense and MoE layers in equal counts are not equal (two
   // MoE layers on one stage of four, eight micro-batches: the closed form was 17 % over).
-  const bool few = out.microbatches < 2 * pp;
-  const bool uneven_stages = out.microbatches <= 4 * pp &&
-                             *std::max_element(per_stage.begin(), per_stage.end()) >
-                                 *std::min_element(per_stage.begin(), per_stage.end()) * 1.25;
+  const bool uneven_stages = out.microbatches <= 4 * pp && stages_apart;
   if (pp > 1 && *p.vpp > 1 &&
       (uneven_layout || few || uneven_stages ||
        hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
@@ -912,8 +910,8 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // slowest stage and the one with the most to sync; each one's pass, and its links' load per
   // micro-batch.
   struct Paced {
-    Seconds pass, nic, fabric;
-    Seconds forward, backward;  // the pass's two halves
+    Seconds forward, backward, nic, fabric;
+    Seconds pass() const { return forward + backward; }
   };
   // `shared_reduce`: the backward carries only the part of its gradient reduce-scatter that
   // shares the link with its gathers (as much as they take; the simulator starts the two
@@ -992,7 +990,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
                                     own_forward, forward_links);
     const Seconds backward = held_to(pass_backward, own.backward - own.host_backward,
                                      own.compute * (2.0 / 3.0), own_backward, backward_links);
-    return Paced{forward + backward, nic, fabric, forward, backward};
+    return Paced{forward, backward, nic, fabric};
   };
   Paced worst = paced(slowest_stage);
   if (c.zero_stage >= 2) {
@@ -1004,7 +1002,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     }
     if (heaviest != slowest_stage) {
       const Paced other = paced(heaviest);
-      if (other.pass > worst.pass) worst = other;
+      if (other.pass() > worst.pass()) worst = other;
     }
   }
   // ZeRO-3 gathers every pass's weights, fill and drain included: with few micro-batches each
@@ -1025,9 +1023,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     const Seconds gathered =
         schedule_makespan(few_chunks, out.microbatches, hop, c.gpipe) +
         std::max(Seconds(0), first_stage.reduce_scatter - first_stage.all_gather);
-    out.dp_comm += std::max({Seconds(0), gathered - few_walked, (worst.pass - per_mb) * mb});
+    out.dp_comm += std::max({Seconds(0), gathered - few_walked, (worst.pass() - per_mb) * mb});
   } else {
-    out.dp_comm += (worst.pass - per_mb) * mb;
+    out.dp_comm += (worst.pass() - per_mb) * mb;
   }
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration, and without

@@ -23,7 +23,6 @@ echo "== random models through plan and simulate, under ASan + UBSan =="
 # Crashes, sanitizer reports, errors of more than one line, nan: not the simulator-vs-planner
 # gap (--gap 1000), which `tools/hunt_random_plans.py` reports on its own. The sanitizers exit
 # with codes of their own, as 1 is an input error.
-cmake --build build-asan -j "$jobs" --target moeplan
 for seed in 1 2; do
   ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:exitcode=86 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87 \

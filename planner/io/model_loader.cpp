@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -101,8 +102,9 @@ ModelSpec from_ours(ObjectReader& r) {
     }
     if (freq <= 0) e.fail("layer_freq", "must be positive");
     // Experts that no layer carries: every layer dense, or a period longer than the rest.
-    if (m.is_moe() && ModelSpec::layer_map(m.num_layers, first_dense, freq, true) ==
-                          std::vector<bool>(static_cast<size_t>(m.num_layers), false)) {
+    if (m.is_moe() &&
+        std::ranges::none_of(ModelSpec::layer_map(m.num_layers, first_dense, freq, true),
+                             std::identity{})) {
       e.fail(first_dense == m.num_layers ? "first_dense_layers" : "layer_freq",
              fmt::format("leaves none of the {} layers with experts (first_dense_layers {}, "
                          "layer_freq {})",

@@ -55,7 +55,7 @@ Objective parse_objective(const std::string& s) {
 }
 
 std::string ms(Seconds s) {
-  return fmt::format("{:.1f} ms", s.value() * 1e3);
+  return as_ms(s.value(), 1);
 }
 
 // A group whose ranks do not tile the NVLink domain (EP 32 in a 72-GPU rack) straddles two

@@ -13,7 +13,7 @@ void print_plan_difference(const Plan& a, const Plan& b, const std::string& labe
                            const std::string& label_b) {
   const TimeBreakdown& x = a.score.time;
   const TimeBreakdown& y = b.score.time;
-  auto ms = [](Seconds s) { return fmt::format("{:.1f} ms", s.value() * 1e3); };
+  auto ms = [](Seconds s) { return as_ms(s.value(), 1); };  // as plan's breakdown prints them
   Table t({"term", label_a, label_b, "difference"});
   // The breakdown's terms in its order (an APTMoE plan's loading and CPU experts last).
   static constexpr std::pair<const char*, Seconds TimeBreakdown::*> kTerms[] = {

@@ -47,8 +47,8 @@ std::string as_billions(double count) {
 std::string as_gb(double bytes) {
   return fmt::format("{:.2f} GB", bytes / 1e9);
 }
-std::string as_ms(double seconds) {
-  return fmt::format("{:.3f} ms", seconds * 1e3);
+std::string as_ms(double seconds, int decimals) {
+  return fmt::format("{:.{}f} ms", seconds * 1e3, decimals);
 }
 std::string as_gbps(double bps) {
   return fmt::format("{:.1f} GB/s", bps / 1e9);

@@ -21,7 +21,8 @@ class Table {
 // Human units: "46.70 B", "22.90 GB", "6.909 ms".
 std::string as_billions(double count);
 std::string as_gb(double bytes);
-std::string as_ms(double seconds);
+// `decimals` places of milliseconds (3 by default).
+std::string as_ms(double seconds, int decimals = 3);
 std::string as_gbps(double bytes_per_sec);
 
 }  // namespace moe::cli
