@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 namespace moe {
 
 const char* attention_mode_name(AttentionMode a) {
@@ -77,6 +79,21 @@ memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, in
 bool fp8_param_gather(const PlanChoice& c) {
   return c.precision == Precision::kFp8 &&
          !(c.optimizer_offload > 0 && c.fp8_recipe != Fp8Recipe::kDelayed);
+}
+
+void settle_mact_chunks(PlanChoice& c, const MemoryReport& memory) {
+  c.stage_chunks.clear();
+  if (!c.mact) return;
+  c.fcda_chunks = std::max<int64_t>(memory.mact_chunks, 1);
+  // A stage with no MoE layer has nothing to chunk; one no bin fits runs at the largest, as
+  // the simulator's MACT does (StageMemory::chunks).
+  for (const StageMemory& st : memory.stages)
+    c.stage_chunks.push_back(st.num_moe_layers > 0 ? std::max<int64_t>(st.chunks, 1)
+                                                   : c.fcda_chunks);
+  const bool uniform = std::all_of(c.stage_chunks.begin(), c.stage_chunks.end(),
+                                   [&](int64_t n) { return n == c.fcda_chunks; });
+  if (uniform || c.stage_chunks.size() != static_cast<size_t>(c.parallel.pp.value_or(1)))
+    c.stage_chunks.clear();
 }
 
 std::string PlanChoice::describe() const {

@@ -85,7 +85,17 @@ struct PlanChoice {
   monta::Strategy alltoall = monta::Strategy::kBaseline;  // MoNTA, when etp > 1 spans nodes
   int64_t alltoall_chunks = 1;
   bool mact = false;        // MemFine chunking by MACT (else one chunk)
-  int64_t fcda_chunks = 1;  // the chunk count MACT settled on
+  int64_t fcda_chunks = 1;  // the chunk count MACT settled on (the largest any stage needs)
+  // MACT's count on each pipeline stage (MemFine eq. 9 on the stage's own memory): a stage with
+  // headroom runs its MoE layers whole while a full one chunks, as the simulator's MACT does.
+  // Empty: every stage at fcda_chunks.
+  std::vector<int64_t> stage_chunks;
+  // The chunk count stage `stage` runs its MoE layers at.
+  int64_t chunks_on_stage(int64_t stage) const {
+    return stage_chunks.size() == static_cast<size_t>(parallel.pp.value_or(1))
+               ? stage_chunks[static_cast<size_t>(stage)]
+               : fcda_chunks;
+  }
   bool dp_bf16_compression = false;
   bool overlap = true;  // inter-operator overlap of communication with independent compute
   // MegaScale-MoE Sec. 4.2 intra-operator overlap: TP/SP and expert communication fused with
@@ -123,6 +133,11 @@ struct PlanChoice {
   }
   std::string describe() const;  // one line: "tp=8,pp=1,... recompute=selective attn=ulysses ..."
 };
+
+// A MACT plan's chunk counts from its memory estimate: the largest any stage needs
+// (fcda_chunks) and each stage's own (stage_chunks, kept only where stages differ). A plan
+// without MACT keeps its fixed count.
+void settle_mact_chunks(PlanChoice& c, const MemoryReport& memory);
 
 // What a plan's activations take as its precision and attention kernel keep them: bytes an
 // element (4 under FP32, else 2), bytes of a linear layer's saved input (1 under FP8, where

@@ -216,7 +216,7 @@ PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity
   s.memory = estimate_memory(m, ctx.params, c.parallel,
                              memory_request(ctx, c, capacity, alpha, static_override));
   PlanChoice timed = c;
-  if (c.mact) timed.fcda_chunks = std::max<int64_t>(s.memory.mact_chunks, 1);
+  settle_mact_chunks(timed, s.memory);
   return complete_score(ctx, c, s.memory, estimate_time(ctx, timed), capacity, alpha);
 }
 
@@ -544,7 +544,8 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                 note_miss(mem);
                 continue;
               }
-              c.fcda_chunks = mact ? std::max<int64_t>(mem.mact_chunks, 1) : 1;
+              c.fcda_chunks = 1;
+              settle_mact_chunks(c, mem);
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
               const double peak = mem.peak_bytes().value();
               for (megascale::Dispatcher d : dispatchers) {

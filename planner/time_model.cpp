@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "planner/dispatch_fanout.h"
 #include "planner/host_time.h"
@@ -273,9 +274,16 @@ namespace {
 struct LayerKinds {
   // In pricing order: MoE, dense, then their linear-attention twins (kLayerKinds).
   static constexpr size_t kCount = kLayerKinds;
-  std::array<StageTimes, kCount> times;
-  const StageTimes& of(const TimeContext& ctx, size_t layer) const {
-    return times[ctx.layer_kinds[layer]];
+  using Times = std::array<StageTimes, kCount>;
+  Times times;  // at the plan's FCDA chunk count
+  // A MACT plan whose stages chunk differently (PlanChoice::stage_chunks): each stage's kinds
+  // at its own count. Empty otherwise.
+  std::vector<Times> by_stage;
+  const Times& at(int64_t stage) const {
+    return by_stage.empty() ? times : by_stage[static_cast<size_t>(stage)];
+  }
+  const StageTimes& of(const TimeContext& ctx, int64_t stage, size_t layer) const {
+    return at(stage)[ctx.layer_kinds[layer]];
   }
 };
 
@@ -402,20 +410,56 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
 
 StageTimes layer_pass_times(const TimeContext& ctx, const PlanChoice& c, int64_t layer) {
   const auto i = static_cast<size_t>(layer);
-  return one_layer(ctx, c, ctx.params.layers.at(i), ctx.model->moe_layer.at(i));
+  PlanChoice own = c;
+  own.fcda_chunks = layer_fcda_chunks(*ctx.model, c, layer);
+  own.stage_chunks.clear();
+  return one_layer(ctx, own, ctx.params.layers.at(i), ctx.model->moe_layer.at(i));
+}
+
+int64_t layer_fcda_chunks(const ModelSpec& m, const PlanChoice& c, int64_t layer) {
+  for (int64_t s = 0; s < c.parallel.pp.value_or(1); ++s) {
+    for (int64_t k = 0; k < c.parallel.vpp.value_or(1); ++k) {
+      const LayerRange r = chunk_layers(m, c.parallel, s, k);
+      if (layer >= r.begin && layer < r.end) return c.chunks_on_stage(s);
+    }
+  }
+  return c.fcda_chunks;
 }
 
 namespace {
 
-LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
+LayerKinds::Times kinds_at(const TimeContext& ctx, const PlanChoice& c) {
   const ModelSpec& m = *ctx.model;
-  LayerKinds k;
+  LayerKinds::Times times;
   for (size_t kind = 0; kind < LayerKinds::kCount; ++kind) {
     const int64_t i = ctx.first_layer_of_kind[kind];
     if (i >= 0) {
       const auto layer = static_cast<size_t>(i);
-      k.times[kind] = one_layer(ctx, c, ctx.params.layers[layer], m.moe_layer[layer]);
+      times[kind] = one_layer(ctx, c, ctx.params.layers[layer], m.moe_layer[layer]);
     }
+  }
+  return times;
+}
+
+LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
+  LayerKinds k;
+  k.times = kinds_at(ctx, c);
+  if (c.stage_chunks.empty() ||
+      c.stage_chunks.size() != static_cast<size_t>(c.parallel.pp.value_or(1)))
+    return k;
+  // Each other chunk count once: MACT's bins are few.
+  std::vector<std::pair<int64_t, LayerKinds::Times>> priced{{c.fcda_chunks, k.times}};
+  for (int64_t chunks : c.stage_chunks) {
+    auto it = std::find_if(priced.begin(), priced.end(),
+                           [&](const auto& p) { return p.first == chunks; });
+    if (it == priced.end()) {
+      PlanChoice own = c;
+      own.fcda_chunks = chunks;
+      own.stage_chunks.clear();
+      priced.emplace_back(chunks, kinds_at(ctx, own));
+      it = priced.end() - 1;
+    }
+    k.by_stage.push_back(it->second);
   }
   return k;
 }
@@ -450,7 +494,7 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   StageTimes st;
   if (m.mtp_layers <= 0) return st;
   const double modules = static_cast<double>(m.mtp_layers);
-  add(st, kinds.of(ctx, static_cast<size_t>(m.num_layers - 1)), modules);
+  add(st, kinds.of(ctx, mtp_stage(c.parallel), static_cast<size_t>(m.num_layers - 1)), modules);
   add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
   return st;
 }
@@ -484,7 +528,7 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
                        [&](int64_t i) { ++layers[ctx.layer_kinds[static_cast<size_t>(i)]]; });
   StageTimes st;
   for (size_t k = 0; k < LayerKinds::kCount; ++k) {
-    if (layers[k] > 0) add(st, kinds.times[k], static_cast<double>(layers[k]));
+    if (layers[k] > 0) add(st, kinds.at(stage)[k], static_cast<double>(layers[k]));
   }
   add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
   add_offload_edges(st, static_cast<double>(*p.vpp));
@@ -501,7 +545,7 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   Seconds forward, backward, edge_forward, edge_backward;
   const LayerRange layers = chunk_layers(m, p, s, k);
   for (int64_t l = layers.begin; l < layers.end; ++l) {
-    const StageTimes& layer = kinds.of(ctx, static_cast<size_t>(l));
+    const StageTimes& layer = kinds.of(ctx, s, static_cast<size_t>(l));
     forward += layer.forward;
     backward += layer.backward;
     edge_forward = std::max(edge_forward, layer.offload_edge_forward);
@@ -933,16 +977,22 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
                  sy.all_gather_in_node + sy.reduce_scatter_in_node * rs_share, true, 1.0);
       // A pass starts with its first layer's gather (later ones run while the layers before
       // them compute), so each model chunk's pass waits for one layer's weights with nothing to
-      // hide behind. (Without it, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
-      // simulator 15.9 % over the planner, which ranked that ZeRO-3 layout first.)
+      // hide behind, and its last layer computes after its own gather, the last on the DP
+      // stream. (Without the first, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
+      // simulator 15.9 % over the planner, which ranked that ZeRO-3 layout first; with it added
+      // to all the gathers, a one-layer model waited for its gather twice, 15 % over.)
       const int64_t layers = layers_in_stage(*ctx.model, p, s);
-      const Seconds first =
-          layers > 0 ? sy.all_gather / static_cast<double>(layers) * static_cast<double>(*p.vpp)
-                     : Seconds(0);
+      const double layer_share =
+          layers > 0 ? static_cast<double>(*p.vpp) / static_cast<double>(layers) : 0.0;
+      const Seconds first = sy.all_gather * layer_share;
       // The host issues the layers while the GPU waits for that first gather: only the GPU's
       // chain (the pass less what it waited for the host) starts late.
-      pass_forward = std::max(f, std::max(f - own.host_forward, gathered) + first);
-      pass_backward = std::max(b, std::max(b - own.host_backward, synced) + first);
+      auto gated = [&](Seconds pass, Seconds host, Seconds syncs) {
+        const Seconds gpu = pass - host;
+        return std::max({pass, gpu + first, syncs + gpu * layer_share});
+      };
+      pass_forward = gated(f, own.host_forward, gathered);
+      pass_backward = gated(b, own.host_backward, synced);
     }
     // Each link is shared by everything that crosses it, however well each transfer hides behind
     // compute alone: a pass takes at least its links' work (a roofline per link and direction of
@@ -985,11 +1035,14 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       const Seconds fill = std::max(Seconds(0), ungated - std::max({compute, own.nic, own.fabric}));
       return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
     };
-    // (The fill is the GPU's: the host issues the pass while its links are busy.)
+    // (The fill is the GPU's: the host issues the pass while its links are busy. The backward's
+    // compute holds what recompute replays: counted as fill, a ZeRO-3 layout with full
+    // recompute over the NICs came out 15 % over the simulator.)
     const Seconds forward = held_to(pass_forward, own.forward - own.host_forward, own.compute / 3.0,
                                     own_forward, forward_links);
-    const Seconds backward = held_to(pass_backward, own.backward - own.host_backward,
-                                     own.compute * (2.0 / 3.0), own_backward, backward_links);
+    const Seconds backward =
+        held_to(pass_backward, own.backward - own.host_backward,
+                own.compute * (2.0 / 3.0) + own.recompute, own_backward, backward_links);
     return Paced{forward, backward, nic, fabric};
   };
   Paced worst = paced(slowest_stage);

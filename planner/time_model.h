@@ -109,6 +109,8 @@ StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stag
 // One layer's share of that, for one micro-batch: its forward and backward passes with their
 // recompute, host floor and offload copies, as stage_times sums them (plan --explain).
 StageTimes layer_pass_times(const TimeContext& ctx, const PlanChoice& c, int64_t layer);
+// The FCDA chunk count layer `layer` runs at: its stage's (PlanChoice::chunks_on_stage).
+int64_t layer_fcda_chunks(const ModelSpec& m, const PlanChoice& c, int64_t layer);
 // One pinned copy of `bytes` between a GPU and host memory while every GPU copies
 // (LinkRates::host at the pcie_h2d curve): activation offloading's copies, each way.
 Seconds host_copy_time(const TimeContext& ctx, Bytes bytes);

@@ -206,7 +206,7 @@ class Training {
 
   const TimeContext& ctx_;
   const ModelSpec& m_;
-  const PlanChoice& plan_;
+  PlanChoice plan_;  // MACT's chunk count per stage settled on memory_ (settle_mact_chunks)
   const ParallelConfig& p_;
   const TrainingOptions& o_;
   RoutingGenerator routing_;

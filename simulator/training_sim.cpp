@@ -43,7 +43,8 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   const MemoryRequest request = memory_request(ctx, plan, capacity_, o.alpha, o.static_override);
   memory_ = estimate_memory(m_, ctx.params, p_, request);
   shape_ = memory_.moe_shape;  // with the request's FP8 input and score bytes
-  mtp_ = mtp_stage_times(ctx, plan);
+  settle_mact_chunks(plan_, memory_);
+  mtp_ = mtp_stage_times(ctx, plan_);
   microbatches_ = *p_.gbs / (*p_.mbs * *p_.dp);
   per_stage_ = o.every_gpu ? p_.world() / *p_.pp : 1;
   gpus_per_node_ = std::max<int64_t>(cluster.node.num_gpus, 1);

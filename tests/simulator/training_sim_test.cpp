@@ -33,7 +33,7 @@ PlanChoice choice(const ModelSpec& m, const std::string& layout) {
 // A model file of the given sizes (GQA attention), for shapes no shipped model has.
 ModelSpec sized_model(const std::string& name, int64_t layers, int64_t hidden, int64_t vocab,
                       int64_t heads, int64_t kv_heads, int64_t head_dim, const nlohmann::json& ffn,
-                      const nlohmann::json& moe) {
+                      const nlohmann::json& moe, const nlohmann::json& more = nullptr) {
   nlohmann::json file = {
       {"format", "moeplan-model/1"},
       {"name", name},
@@ -44,6 +44,7 @@ ModelSpec sized_model(const std::string& name, int64_t layers, int64_t hidden, i
        {{"type", "gqa"}, {"num_heads", heads}, {"num_kv_heads", kv_heads}, {"head_dim", head_dim}}},
       {"ffn", ffn}};
   if (!moe.is_null()) file["moe"] = moe;
+  if (!more.is_null()) file.update(more);
   return io::model_from_json(file, name + ".json");
 }
 
@@ -1183,6 +1184,78 @@ TEST(TrainingSim, OneMicroBatchsDpSyncsRunThroughTheBubble) {
   PlanChoice c = choice(m, "tp=2,pp=2,ep=1,etp=1,dp=32,cp=2,mbs=8,gbs=256,pp_first=2,pp_last=3");
   c.seq_len = 100;
   c.zero_stage = 1;
+  c.dp_bf16_compression = true;
+  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+}
+
+}  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, MactChunksEachStageAsItsOwnMemoryNeeds) {
+  // One sequence of 32K tokens over pp = 4 with full recompute: the last stage, which holds the
+  // head and the MTP module, must chunk its dispatch 8 ways and the others need not. The
+  // simulator's MACT picks each layer's count from its stage's memory; the planner priced every
+  // stage at the largest (17 % over the simulator) until it priced each at its own.
+  const ModelSpec m = sized_model("deep", 61, 2048, 129280, 8, 1, 96, {{"gated", false}},
+                                  {{"routed_experts", 60}, {"expert_size", 2048}, {"top_k", 2}},
+                                  {{"mtp_layers", 1}});
+  const ClusterSpec cl = cluster("h100-sxm-8");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 32768);
+  PlanChoice c = choice(m, "tp=1,pp=4,ep=2,etp=1,dp=1,cp=2,mbs=1,gbs=1,pp_first=15,pp_last=14");
+  c.seq_len = 32768;
+  c.recompute = Recompute::kFull;
+  c.dispatcher = megascale::Dispatcher::kAllGather;
+  c.mact = true;
+  const PlanScore planned = score_plan(ctx, c, cl.node.gpu.hbm_capacity, 1.0);
+  ASSERT_EQ(planned.memory.stages.size(), 4u);
+  EXPECT_EQ(planned.memory.stages.front().chunks, 1);
+  EXPECT_EQ(planned.memory.stages.back().chunks, 8);
+  PlanChoice settled = c;
+  settle_mact_chunks(settled, planned.memory);
+  EXPECT_EQ(settled.fcda_chunks, 8);
+  EXPECT_EQ(settled.stage_chunks, (std::vector<int64_t>{1, 1, 1, 8}));
+  const TrainingReport r = simulate_training(ctx, cl, c, {});
+  EXPECT_LT(std::abs(r.mean_iteration / planned.time.iteration - 1.0), 0.02);
+  // Every stage at the largest count is what the simulator does not run.
+  PlanChoice everywhere = settled;
+  everywhere.stage_chunks.clear();
+  EXPECT_GT(estimate_time(ctx, everywhere).iteration / planned.time.iteration, 1.1);
+}
+
+}  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, Zero3RecomputeIsComputeNotWaitingForGathers) {
+  // ZeRO-3 over 32 nodes' NICs with full recompute, one micro-batch: the backward's gathers and
+  // reduce-scatter load the NIC beyond its compute, and the pass takes the NIC's time plus what
+  // its compute chain cannot overlap. Counting the recompute in that chain's fill, not its
+  // compute, priced the backward a recompute too long (15 % over the simulator).
+  const ModelSpec m = sized_model("zero3", 27, 512, 32000, 12, 2, 32, {{"gated", true}},
+                                  {{"routed_experts", 8}, {"expert_size", 14336}, {"top_k", 8}});
+  const ClusterSpec cl = cluster("h100-256");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 100);
+  PlanChoice c = choice(m, "tp=2,pp=1,ep=8,etp=2,dp=64,cp=2,mbs=1,gbs=64");
+  c.seq_len = 100;
+  c.zero_stage = 3;
+  c.recompute = Recompute::kFull;
+  c.cuda_graph = CudaGraph::kFullIteration;
+  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+}
+
+TEST(TrainingSim, Zero3OneLayerWaitsForItsGatherOnce) {
+  // A one-layer model under ZeRO-3, host-bound: the pass waits for its layer's gather, which is
+  // all of its gathers. Adding the first layer's gather to all of them counted it twice (15 %
+  // over the simulator).
+  const ModelSpec m = sized_model("one", 1, 2048, 50257, 32, 32, 64,
+                                  {{"gated", false}, {"dense_size", 4096}}, nullptr);
+  const ClusterSpec cl = cluster("gb200-nvl72-4x64");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 100);
+  PlanChoice c = choice(m, "tp=2,pp=1,dp=64,cp=2,mbs=4,gbs=256");
+  c.seq_len = 100;
+  c.zero_stage = 3;
+  c.recompute = Recompute::kRematerialize;
   c.dp_bf16_compression = true;
   EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
 }

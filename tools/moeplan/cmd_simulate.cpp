@@ -16,6 +16,7 @@
 #include "planner/io/plan_io.h"
 #include "planner/megatron_flops.h"
 #include "planner/offload.h"
+#include "planner/search.h"
 #include "planner/time_model.h"
 #include "simulator/offload_sim.h"
 #include "simulator/training_sim.h"
@@ -157,7 +158,6 @@ void run_simulate(const SimulateOptions& o) {
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
   warn_if_calibrated_on_another_gpu(cal, c);
-  const TimeBreakdown predicted = estimate_time(ctx, choice);
 
   sim::TrainingOptions opt;
   opt.iterations = o.iterations;
@@ -166,6 +166,9 @@ void run_simulate(const SimulateOptions& o) {
   if (o.static_override_gb) opt.static_override = gigabytes(*o.static_override_gb);
   // The budget the plan was sized to, unless the command line sets another.
   opt.alpha = o.given.count("--alpha") > 0 ? o.alpha : io::planned_alpha(saved, o.plan);
+  // Priced as the search prices it: MACT's chunk count per stage from the memory at this budget.
+  const TimeBreakdown predicted =
+      score_plan(ctx, choice, c.node.gpu.hbm_capacity, opt.alpha, opt.static_override).time;
   opt.record_trace = !o.trace.empty();
   opt.comm_priorities = o.comm_priorities;
   opt.every_gpu = o.every_gpu;

@@ -36,7 +36,8 @@ std::vector<ExplainedLayer> explained_layers(const TimeContext& ctx, const Plan&
     e.moe = m.moe_layer[i];
     e.linear = ctx.params.layers[i].linear;
     e.expert_load = e.moe ? ctx.skew.imbalance(m, *c.parallel.ep) : 1.0;
-    e.ops = layer_forward_ops(ctx, c, ctx.params.layers[i], e.moe, e.expert_load, c.fcda_chunks);
+    e.ops = layer_forward_ops(ctx, c, ctx.params.layers[i], e.moe, e.expert_load,
+                              layer_fcda_chunks(m, c, first));
     e.replayed = recompute_ops(ctx, c, e.moe, e.expert_load, e.ops);
     e.passes = layer_pass_times(ctx, c, first);
     out.push_back(std::move(e));

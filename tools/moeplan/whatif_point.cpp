@@ -262,6 +262,7 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   if (in.chunks) {
     plan.fcda_chunks = *in.chunks;
     plan.mact = false;
+    plan.stage_chunks.clear();
   }
   return plan;
 }
