@@ -56,6 +56,10 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seco
     if (v == 0 || static_cast<int64_t>(s.forward.size()) != v ||
         static_cast<int64_t>(s.backward.size()) != v)
       throw std::invalid_argument("every stage needs a forward and backward time per chunk");
+    for (const auto* link : {&s.forward_link, &s.backward_link, &s.backward_tail}) {
+      if (!link->empty() && static_cast<int64_t>(link->size()) != v)
+        throw std::invalid_argument("a stage's link times need one entry per chunk");
+    }
   }
   if (v > 1 && m % p != 0)
     throw std::invalid_argument("interleaving needs micro-batches divisible by stages");
@@ -83,6 +87,7 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seco
   for (int64_t s = 0; s < p; ++s) order.push_back(schedule_order(s, p, m, v, gpipe));
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   std::vector<double> free_at(static_cast<size_t>(p), 0.0);
+  std::vector<double> link_free_at(static_cast<size_t>(p), 0.0);  // a backward's sync rest
   double makespan = 0.0;
   // Each sweep runs every stage as far as its inputs allow; a sweep that runs nothing while
   // passes remain would be a schedule that deadlocks, which Megatron's orders never do.
@@ -96,9 +101,15 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seco
         const double ready = input_at(s, op);
         if (ready < 0) break;
         const ChunkTimes& t = stages[static_cast<size_t>(s)];
+        const auto c = static_cast<size_t>(op.chunk);
         const double start = std::max(free_at[static_cast<size_t>(s)], ready);
-        const double end =
-            start + (op.forward ? t.forward : t.backward)[static_cast<size_t>(op.chunk)].value();
+        double took = (op.forward ? t.forward : t.backward)[c].value();
+        const auto& link = op.forward ? t.forward_link : t.backward_link;
+        double& link_free = link_free_at[static_cast<size_t>(s)];
+        if (!link.empty())
+          took = std::max(took, link[c].value() + std::max(0.0, link_free - start));
+        const double end = start + took;
+        if (!op.forward && !t.backward_tail.empty()) link_free = end + t.backward_tail[c].value();
         (op.forward ? fwd_end : bwd_end)[cell(s, op.chunk, op.micro)] = end;
         free_at[static_cast<size_t>(s)] = end;
         makespan = std::max(makespan, end);

@@ -44,6 +44,12 @@ Seconds one_f_one_b_period(const std::vector<Seconds>& per_stage, Seconds hop);
 // Forward and backward time of each model chunk of a stage, one micro-batch.
 struct ChunkTimes {
   std::vector<Seconds> forward, backward;  // v entries
+  // ZeRO-3's syncs on the stage's DP link, where they are walked (empty: none): the link work of
+  // each chunk's forward and backward (its gathers, the backward's reduce-scatter as far as it
+  // shares the pass), and what a backward leaves running there when it ends (the rest of its
+  // reduce-scatter). A pass that starts while that rest runs shares the link with it: it takes
+  // at least its own link work plus what is left of the rest.
+  std::vector<Seconds> forward_link, backward_link, backward_tail;
 };
 
 // The time from the first forward to the last backward when stage s runs chunk c's passes in

@@ -955,6 +955,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // micro-batch.
   struct Paced {
     Seconds forward, backward, nic, fabric;
+    // On the DP link: each pass's work there, and what the backward's reduce-scatter leaves
+    // running after it (with `shared_reduce`).
+    Seconds forward_link, backward_link, backward_tail;
     Seconds pass() const { return forward + backward; }
   };
   // `shared_reduce`: the backward carries only the part of its gradient reduce-scatter that
@@ -1043,7 +1046,17 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     const Seconds backward =
         held_to(pass_backward, own.backward - own.host_backward,
                 own.compute * (2.0 / 3.0) + own.recompute, own_backward, backward_links);
-    return Paced{forward, backward, nic, fabric};
+    const bool nic_link = sy.crosses_nodes;
+    const Seconds tail = shared_reduce && c.zero_stage >= 3
+                             ? sy.reduce_scatter - std::min(sy.all_gather, sy.reduce_scatter)
+                             : Seconds(0);
+    return Paced{forward,
+                 backward,
+                 nic,
+                 fabric,
+                 nic_link ? forward_links.nic : forward_links.fabric,
+                 nic_link ? backward_links.nic : backward_links.fabric,
+                 tail};
   };
   Paced worst = paced(slowest_stage);
   if (c.zero_stage >= 2) {
@@ -1071,6 +1084,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       const StageTimes& st = stages[static_cast<size_t>(s)];
       chunk.forward[0] += std::max(Seconds(0), own.forward - st.forward);
       chunk.backward[0] += std::max(Seconds(0), own.backward - st.backward);
+      chunk.forward_link = {own.forward_link};
+      chunk.backward_link = {own.backward_link};
+      chunk.backward_tail = {own.backward_tail};
     }
     const DpSync& first_stage = syncs.front();
     const Seconds gathered =

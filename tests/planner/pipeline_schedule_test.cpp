@@ -73,6 +73,23 @@ TEST(PipelineSchedule, AHeavyLastChunkSetsThePaceOfItsPhase) {
   EXPECT_GT(schedule_makespan(stages, 32, Seconds(0), false).value(), last_stage_work);
 }
 
+TEST(PipelineSchedule, ABackwardsSyncRestDelaysTheNextPassOnItsLink) {
+  // One stage, two micro-batches: F0 B0 F1 B1, each pass 1 s. B0 leaves 5 s of reduce-scatter on
+  // the link, and F1's own gathers there take 1 s: F1 takes 1 + 5 s. B1 starts with the link
+  // free of it (F1 ended after the rest), and its own rest runs past the walk's end.
+  auto stages = equal(1, 1, 1.0, 1.0);
+  EXPECT_DOUBLE_EQ(schedule_makespan(stages, 2, Seconds(0), false).value(), 4.0);
+  stages[0].forward_link = {Seconds(1.0)};
+  stages[0].backward_link = {Seconds(0.5)};
+  stages[0].backward_tail = {Seconds(5.0)};
+  EXPECT_DOUBLE_EQ(schedule_makespan(stages, 2, Seconds(0), false).value(), 9.0);
+  // A pass whose own work outlasts its link work plus the rest keeps its time.
+  stages[0].forward = {Seconds(7.0)};
+  EXPECT_DOUBLE_EQ(schedule_makespan(stages, 2, Seconds(0), false).value(), 16.0);
+  stages[0].backward_tail = {Seconds(1.0), Seconds(1.0)};
+  EXPECT_THROW(schedule_makespan(stages, 2, Seconds(0), false), std::invalid_argument);
+}
+
 TEST(PipelineSchedule, RejectsWhatNoScheduleRuns) {
   EXPECT_THROW(schedule_makespan({}, 4, Seconds(0), false), std::invalid_argument);
   EXPECT_THROW(schedule_makespan(equal(4, 2, 1, 2), 6, Seconds(0), false), std::invalid_argument);
