@@ -13,8 +13,10 @@
 # its recompute modules, dispatcher (HybridEP and DeepEP as --dispatcher deepep), EP overlap
 # (moe_a2a_overlap) and CUDA graphs (attn, or full_iteration as full) are passed; otherwise the
 # search picks them (`searched`), and the Blackwell MoE rows take HybridEP, which every Blackwell
-# MoE preset uses. The presets are today's, the runs a few releases older, so a preset that
-# still matches the layout is the nearest record of what ran. Routing is balanced: the MoE runs
+# MoE preset uses. The presets are today's where one still matches the layout, else an earlier
+# version's (Qwen3-30B-A3B's H100 FP8-CS preset had pp 2, vpp 12, EP 8, the all-to-all
+# dispatcher and moe_a2a_overlap before it moved to EP 16 and HybridEP): a preset with the
+# run's layout is the nearest record of what ran. Routing is balanced: the MoE runs
 # force-balance their tokens (the tables' footnote). "w/o MTP" rows price DeepSeek-V3 without
 # its MTP module.
 #
@@ -146,7 +148,7 @@ ROWS_BEGIN
 25.11 H100 gpt-oss-120b 64 BF16 512 4 4096 0 1 4 1 1 8 5630 153 -
 26.02 H100 gpt-oss-120b 64 BF16 1280 1 4096 0 1 4 1 1 8 5993 163 --recompute-modules,layernorm,moe_act
 25.11 H100 qwen3-30b 16 FP8-CS 512 2 4096 0 1 2 1 24 8 5275 121 -
-26.02 H100 qwen3-30b 16 FP8-CS 1024 1 4096 0 1 2 1 12 8 5113 118 -
+26.02 H100 qwen3-30b 16 FP8-CS 1024 1 4096 0 1 2 1 12 8 5113 118 --dispatcher,alltoall,--overlap,on
 25.11 H100 qwen3-235b 256 FP8-CS 2048 1 4096 0 2 8 1 4 32 1575 233 --dispatcher,alltoall,--overlap,on
 26.02 H100 qwen3-235b 256 FP8-CS 8192 1 4096 0 2 8 1 4 32 1633 242 --dispatcher,alltoall,--overlap,on
 25.09 H100 dsv3 1024 FP8-CS 8192 1 4096 0 2 8 1 4 64 1297 338 --recompute-modules,mla_up_proj,mlp,--dispatcher,deepep,--overlap,off
