@@ -849,9 +849,12 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
       const Seconds exposure =
           std::max(sync / v - chunk_pass, sync - chunk_pass - chunk_pass * later_chunks) - slack;
       // Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of
-      // its window ((v - 1) p + 1); one pass without interleaving.
+      // its window ((v - 1) p + 1); without interleaving, beside its one pass. A sync shorter
+      // than its pass shares the links for its own length only: taken as sharing the whole
+      // pass, a ZeRO-1 reduce-scatter of 68 ms beside a 184 ms backward over the NICs came out
+      // 13 % over the simulator.
       const double beside =
-          chunk_pass.value() > 0 ? std::clamp(sync / chunk_pass, 1.0, later_chunks + 1.0) : 1.0;
+          chunk_pass.value() > 0 ? std::clamp(sync / chunk_pass, 0.0, later_chunks + 1.0) : 1.0;
       if (exposure > best.exposure) best = {s, slack, exposure, beside / v};
       slack += chunk_pass + hop;
     }
