@@ -1353,3 +1353,24 @@ TEST(TrainingSim, UnequalStagesStretchBesideTheirOwnReduceScatter) {
 }
 
 }  // namespace moe::sim
+
+namespace moe::sim {
+
+TEST(TrainingSim, Zero3FirstGatherRunsBeforeThePassTraffic) {
+  // ZeRO-3 with one MoE layer on the first stage of two, DP across nodes, EP over the NICs: the
+  // forward's only gather runs before its layer's dispatch and shares no link with it. Priced as
+  // sharing, the planner was 19.6 % over the simulator; the backward's reduce-scatters keep
+  // 10.7 % of it.
+  const ModelSpec m = sized_model("thin", 3, 384, 32000, 3, 3, 128, {{"gated", true}},
+                                  {{"routed_experts", 128}, {"expert_size", 2048}, {"top_k", 3}});
+  const ClusterSpec cl = cluster("h100-256");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 2048);
+  PlanChoice c = choice(m, "tp=1,pp=2,ep=128,etp=1,dp=64,cp=2,mbs=1,gbs=64,pp_first=1,pp_last=2");
+  c.seq_len = 2048;
+  c.zero_stage = 3;
+  c.cuda_graph = CudaGraph::kFullIteration;
+  c.permute_fusion = false;
+  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.13);
+}
+
+}  // namespace moe::sim
