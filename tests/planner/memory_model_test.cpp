@@ -5,6 +5,7 @@
 
 #include "planner/model_stats.h"
 #include "planner/parallel.h"
+#include "planner/plan.h"
 #include "test_models.h"
 
 namespace moe {
@@ -259,6 +260,41 @@ TEST(MemoryModel, LinearAttentionLayersKeepTheirOwnWidths) {
   const double kda_qkv = 3 * 32 * 128;
   const double kda = 2 * kda_qkv + 2 * 32 * 128 + 32 + 32 * 128 + 2 * 128;
   EXPECT_DOUBLE_EQ(moe_layer_shape(m, p, 4096, 2).attention_width, (8 * softmax + 24 * kda) / 32);
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(MemoryModel, MactSettlesEachStagesOwnChunkCount) {
+  // The plan's count is the largest any stage needs; each stage keeps its own only where stages
+  // differ (a stage without MoE layers runs at the plan's); without MACT nothing changes.
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=1,pp=3,ep=1,dp=1,mbs=1,gbs=1"));
+  c.mact = true;
+  MemoryReport r;
+  r.mact_chunks = 4;
+  for (auto [moe, chunks] : {std::pair{2, 1}, std::pair{0, 1}, std::pair{3, 4}}) {
+    StageMemory st;
+    st.num_moe_layers = moe;
+    st.chunks = chunks;
+    r.stages.push_back(st);
+  }
+  settle_mact_chunks(c, r);
+  EXPECT_EQ(c.fcda_chunks, 4);
+  EXPECT_EQ(c.stage_chunks, (std::vector<int64_t>{1, 4, 4}));
+  EXPECT_EQ(c.chunks_on_stage(0), 1);
+  EXPECT_EQ(c.chunks_on_stage(2), 4);
+  r.stages[0].chunks = 4;
+  settle_mact_chunks(c, r);
+  EXPECT_TRUE(c.stage_chunks.empty());
+  EXPECT_EQ(c.chunks_on_stage(0), 4);
+  c.mact = false;
+  c.fcda_chunks = 2;
+  r.stages[0].chunks = 1;
+  settle_mact_chunks(c, r);
+  EXPECT_TRUE(c.stage_chunks.empty());
+  EXPECT_EQ(c.fcda_chunks, 2);
 }
 
 }  // namespace moe
