@@ -298,6 +298,8 @@ double traffic_passes(Recompute r) {
 // node's fabric for the rest (TP and EP on one link add up).
 struct LinkLoads {
   Seconds nic, fabric;
+  // The one a sync takes: the NICs where its group crosses nodes, else the node's fabric.
+  Seconds on(bool crosses_nodes) const { return crosses_nodes ? nic : fabric; }
 };
 LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp, Seconds ep,
                      Seconds cp) {
@@ -444,12 +446,11 @@ LayerKinds::Times kinds_at(const TimeContext& ctx, const PlanChoice& c) {
 LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
   LayerKinds k;
   k.times = kinds_at(ctx, c);
-  if (c.stage_chunks.empty() ||
-      c.stage_chunks.size() != static_cast<size_t>(c.parallel.pp.value_or(1)))
-    return k;
+  if (c.stage_chunks.empty()) return k;
   // Each other chunk count once: MACT's bins are few.
   std::vector<std::pair<int64_t, LayerKinds::Times>> priced{{c.fcda_chunks, k.times}};
-  for (int64_t chunks : c.stage_chunks) {
+  for (int64_t s = 0; s < c.parallel.pp.value_or(1); ++s) {
+    const int64_t chunks = c.chunks_on_stage(s);
     auto it = std::find_if(priced.begin(), priced.end(),
                            [&](const auto& p) { return p.first == chunks; });
     if (it == priced.end()) {
@@ -939,10 +940,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     // counted twice).
     double stretches = static_cast<double>(pp);
     if (stretch.value() > 0 && pp > 1) {
-      auto on_sync_link = [&](int64_t s) {
-        const LinkLoads t = traffic_of(s);
-        return sync.crosses_nodes ? t.nic : t.fabric;
-      };
+      auto on_sync_link = [&](int64_t s) { return traffic_of(s).on(sync.crosses_nodes); };
       const Seconds mine = on_sync_link(e.stage);
       if (mine.value() > 0) {
         stretches = 0;
@@ -1044,7 +1042,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     // and DP = 4 on the NICs, came out 12.6 % under the simulator: its forward has the NIC to
     // itself.) ZeRO-3 gathers before each pass and reduce-scatters within its backward.
     if (c.zero_stage == 2) {
-      const Seconds backward_link = sy.crosses_nodes ? backward_links.nic : backward_links.fabric;
+      const Seconds backward_link = backward_links.on(sy.crosses_nodes);
       const Seconds within = std::min(sy.reduce_scatter, std::max(pass_backward, backward_link));
       on_link(sy.crosses_nodes, sy.reduce_scatter - within, within);
     } else if (c.zero_stage >= 3) {
@@ -1071,7 +1069,6 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     const Seconds backward =
         held_to(pass_backward, own.backward - own.host_backward,
                 own.compute * (2.0 / 3.0) + own.recompute, own_backward, backward_links);
-    const bool nic_link = sy.crosses_nodes;
     const Seconds tail = shared_reduce && c.zero_stage >= 3
                              ? sy.reduce_scatter - std::min(sy.all_gather, sy.reduce_scatter)
                              : Seconds(0);
@@ -1079,8 +1076,8 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
                  backward,
                  nic,
                  fabric,
-                 nic_link ? forward_links.nic : forward_links.fabric,
-                 nic_link ? backward_links.nic : backward_links.fabric,
+                 forward_links.on(sy.crosses_nodes),
+                 backward_links.on(sy.crosses_nodes),
                  tail};
   };
   Paced worst = paced(slowest_stage);

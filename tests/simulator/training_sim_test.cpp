@@ -1089,13 +1089,11 @@ TEST(TrainingSim, AVirtualStageWithoutLayersRematerializesNothing) {
   // has no layer to rematerialize: the simulator once read the layer before the chunk's first
   // (index -1 on stage 0), and its garbage put a phantom gather in the pass, 94 % over the
   // planner or not depending on the heap (ASan: heap-buffer-overflow).
-  const ModelSpec m = testing_models::mixtral_8x7b();
-  const ClusterSpec cl = cluster("megascale-h800-240");
-  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
-  PlanChoice c =
-      choice(m, "tp=1,pp=2,ep=8,etp=1,dp=8,cp=1,mbs=1,gbs=32,layout=E|t*7|t*7|t*6|t*6|t*6L");
-  c.recompute = Recompute::kRematerialize;
-  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.05);
+  EXPECT_LT(std::abs(relative_at(testing_models::mixtral_8x7b(), "megascale-h800-240", 4096,
+                                 "tp=1,pp=2,ep=8,etp=1,dp=8,cp=1,mbs=1,gbs=32,"
+                                 "layout=E|t*7|t*7|t*6|t*6|t*6L",
+                                 [](PlanChoice& c) { c.recompute = Recompute::kRematerialize; })),
+            0.05);
 }
 
 }  // namespace moe::sim
@@ -1107,13 +1105,14 @@ TEST(TrainingSim, FewMicroBatchesOverUnevenStagesAgreeWithThePlanner) {
   // stage's passes fit inside the heavy one's warm-up, which the closed form, sum of the stages
   // plus (m - 1) of the slowest, does not see (the planner was 12.6 % over the simulator). Under
   // 2p micro-batches the planner walks the schedule.
-  const ModelSpec m = testing_models::mixtral_8x7b();
-  const ClusterSpec cl = cluster("megascale-h800-240");
-  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
-  PlanChoice c = choice(m, "tp=1,pp=2,ep=8,etp=1,dp=8,cp=1,mbs=1,gbs=16,pp_first=20,pp_last=12");
-  c.recompute = Recompute::kFull;
-  c.overlap = false;
-  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+  EXPECT_LT(
+      std::abs(relative_at(testing_models::mixtral_8x7b(), "megascale-h800-240", 4096,
+                           "tp=1,pp=2,ep=8,etp=1,dp=8,cp=1,mbs=1,gbs=16,pp_first=20,pp_last=12",
+                           [](PlanChoice& c) {
+                             c.recompute = Recompute::kFull;
+                             c.overlap = false;
+                           })),
+      0.03);
 }
 
 }  // namespace moe::sim
@@ -1130,14 +1129,16 @@ TEST(TrainingSim, Zero3GathersOfEveryStageShowWithOneMicroBatch) {
   const ModelSpec m = sized_model(
       "narrow", 27, 2048, 32000, 40, 8, 64, {{"gated", true}},
       {{"routed_experts", 3}, {"expert_size", 14336}, {"top_k", 1}, {"shared_experts", 1}});
-  const ClusterSpec cl = cluster("h100-256");
-  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 2048);
-  PlanChoice c = choice(m, "tp=8,pp=4,ep=1,etp=1,dp=2,cp=4,mbs=1,gbs=2,pp_first=6,pp_last=7");
-  c.seq_len = 2048;
-  c.zero_stage = 3;
   for (bool bf16 : {false, true}) {
-    c.dp_bf16_compression = bf16;
-    EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.10) << "BF16 gradients " << bf16;
+    EXPECT_LT(
+        std::abs(relative_at(m, "h100-256", 2048,
+                             "tp=8,pp=4,ep=1,etp=1,dp=2,cp=4,mbs=1,gbs=2,pp_first=6,pp_last=7",
+                             [bf16](PlanChoice& c) {
+                               c.zero_stage = 3;
+                               c.dp_bf16_compression = bf16;
+                             })),
+        0.10)
+        << "BF16 gradients " << bf16;
   }
 }
 
@@ -1152,11 +1153,10 @@ TEST(TrainingSim, FewMicroBatchesOverInterleavedEndChunksAgreeWithThePlanner) {
   // Under 2p micro-batches the planner walks the schedule.
   const ModelSpec m = sized_model("wide", 2, 7168, 32000, 40, 40, 80, {{"gated", true}},
                                   {{"routed_experts", 4}, {"expert_size", 1408}, {"top_k", 2}});
-  const ClusterSpec cl = cluster("h100-sxm-8");
-  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 2048);
-  PlanChoice c = choice(m, "tp=1,pp=2,ep=2,etp=1,dp=2,cp=1,mbs=4,gbs=16,layout=E|t|t|L");
-  c.seq_len = 2048;
-  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+  EXPECT_LT(std::abs(relative_at(m, "h100-sxm-8", 2048,
+                                 "tp=1,pp=2,ep=2,etp=1,dp=2,cp=1,mbs=4,gbs=16,layout=E|t|t|L",
+                                 [](PlanChoice&) {})),
+            0.03);
 }
 
 }  // namespace moe::sim
@@ -1175,11 +1175,10 @@ TEST(TrainingSim, InterleavedStagesOfUnequalLayersAgreeWithThePlanner) {
                    {"top_k", 1},
                    {"shared_experts", 2},
                    {"first_dense_layers", 2}});
-  const ClusterSpec cl = cluster("aptmoe-4x-a800-40gb-c1g2");
-  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 64);
-  PlanChoice c = choice(m, "tp=1,pp=4,ep=1,etp=1,dp=4,cp=1,mbs=8,gbs=256,layout=Et|(t|)*6L");
-  c.seq_len = 64;
-  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+  EXPECT_LT(std::abs(relative_at(m, "aptmoe-4x-a800-40gb-c1g2", 64,
+                                 "tp=1,pp=4,ep=1,etp=1,dp=4,cp=1,mbs=8,gbs=256,layout=Et|(t|)*6L",
+                                 [](PlanChoice&) {})),
+            0.03);
 }
 
 }  // namespace moe::sim
@@ -1192,13 +1191,14 @@ TEST(TrainingSim, OneMicroBatchsDpSyncsRunThroughTheBubble) {
   // included, to carry the syncs (without the bubble the planner was 16 % over the simulator).
   const ModelSpec m = sized_model("dense", 5, 7168, 1000, 40, 4, 96,
                                   {{"gated", true}, {"dense_size", 11008}}, nullptr);
-  const ClusterSpec cl = cluster("h100-256");
-  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 100);
-  PlanChoice c = choice(m, "tp=2,pp=2,ep=1,etp=1,dp=32,cp=2,mbs=8,gbs=256,pp_first=2,pp_last=3");
-  c.seq_len = 100;
-  c.zero_stage = 1;
-  c.dp_bf16_compression = true;
-  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+  EXPECT_LT(
+      std::abs(relative_at(m, "h100-256", 100,
+                           "tp=2,pp=2,ep=1,etp=1,dp=32,cp=2,mbs=8,gbs=256,pp_first=2,pp_last=3",
+                           [](PlanChoice& c) {
+                             c.zero_stage = 1;
+                             c.dp_bf16_compression = true;
+                           })),
+      0.03);
 }
 
 }  // namespace moe::sim
