@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "planner/dispatch_fanout.h"
+#include "planner/dp_sync_exposure.h"
 #include "planner/host_time.h"
 #include "planner/layer_ops.h"
 #include "planner/memory_model.h"
 #include "planner/parallel.h"
 #include "planner/pipeline_schedule.h"
+#include "planner/stage_pricing.h"
 
 namespace moe {
 
@@ -267,51 +269,8 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
 
 }  // namespace
 
-namespace {
-
-// Every layer of a kind costs the same (MoE or dense FFN, softmax or Gated DeltaNet attention):
-// one pass of each kind per candidate.
-struct LayerKinds {
-  // In pricing order: MoE, dense, then their linear-attention twins (kLayerKinds).
-  static constexpr size_t kCount = kLayerKinds;
-  using Times = std::array<StageTimes, kCount>;
-  Times times;  // at the plan's FCDA chunk count
-  // A MACT plan whose stages chunk differently (PlanChoice::stage_chunks): each stage's kinds
-  // at its own count. Empty otherwise.
-  std::vector<Times> by_stage;
-  const Times& at(int64_t stage) const {
-    return by_stage.empty() ? times : by_stage[static_cast<size_t>(stage)];
-  }
-  const StageTimes& of(const TimeContext& ctx, int64_t stage, size_t layer) const {
-    return at(stage)[ctx.layer_kinds[layer]];
-  }
-};
-
-// How many forwards' worth of TP/EP/CP traffic a micro-batch puts on the links: forward,
-// backward, and what recompute replays: the whole forward (full) or its all-gather half
-// (MegaScale's rematerialization), which the link roofline and the DP sync windows carry too.
-double traffic_passes(Recompute r) {
-  return r == Recompute::kFull ? 3.0 : r == Recompute::kRematerialize ? 2.5 : 2.0;
-}
-
-// TP, EP and CP traffic by the link it takes: the NIC for groups that leave the node, the
-// node's fabric for the rest (TP and EP on one link add up).
-struct LinkLoads {
-  Seconds nic, fabric;
-  // The one a sync takes: the NICs where its group crosses nodes, else the node's fabric.
-  Seconds on(bool crosses_nodes) const { return crosses_nodes ? nic : fabric; }
-};
-LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp, Seconds ep,
-                     Seconds cp) {
-  LinkLoads out;
-  for (auto [kind, time] :
-       {std::pair{OpKind::kTp, tp}, std::pair{OpKind::kEp, ep}, std::pair{OpKind::kCp, cp}})
-    (crosses_nodes(ctx, p, kind) ? out.nic : out.fabric) += time;
-  return out;
-}
-
-StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
-                     bool moe_layer) {
+StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const LayerParams& lp,
+                           bool moe_layer) {
   const Pass f = layer_forward(ctx, c, lp, moe_layer);
   // A pass takes at least the work of the link its traffic shares. Per layer, as the simulator
   // runs them: a layer starts when the one before has ended, so a link-bound
@@ -408,14 +367,12 @@ StageTimes one_layer(const TimeContext& ctx, const PlanChoice& c, const LayerPar
   return st;
 }
 
-}  // namespace
-
 StageTimes layer_pass_times(const TimeContext& ctx, const PlanChoice& c, int64_t layer) {
   const auto i = static_cast<size_t>(layer);
   PlanChoice own = c;
   own.fcda_chunks = layer_fcda_chunks(*ctx.model, c, layer);
   own.stage_chunks.clear();
-  return one_layer(ctx, own, ctx.params.layers.at(i), ctx.model->moe_layer.at(i));
+  return one_layer_times(ctx, own, ctx.params.layers.at(i), ctx.model->moe_layer.at(i));
 }
 
 int64_t layer_fcda_chunks(const ModelSpec& m, const PlanChoice& c, int64_t layer) {
@@ -427,175 +384,6 @@ int64_t layer_fcda_chunks(const ModelSpec& m, const PlanChoice& c, int64_t layer
   }
   return c.fcda_chunks;
 }
-
-namespace {
-
-LayerKinds::Times kinds_at(const TimeContext& ctx, const PlanChoice& c) {
-  const ModelSpec& m = *ctx.model;
-  LayerKinds::Times times;
-  for (size_t kind = 0; kind < LayerKinds::kCount; ++kind) {
-    const int64_t i = ctx.first_layer_of_kind[kind];
-    if (i >= 0) {
-      const auto layer = static_cast<size_t>(i);
-      times[kind] = one_layer(ctx, c, ctx.params.layers[layer], m.moe_layer[layer]);
-    }
-  }
-  return times;
-}
-
-LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
-  LayerKinds k;
-  k.times = kinds_at(ctx, c);
-  if (c.stage_chunks.empty()) return k;
-  // Each other chunk count once: MACT's bins are few.
-  std::vector<std::pair<int64_t, LayerKinds::Times>> priced{{c.fcda_chunks, k.times}};
-  for (int64_t s = 0; s < c.parallel.pp.value_or(1); ++s) {
-    const int64_t chunks = c.chunks_on_stage(s);
-    auto it = std::find_if(priced.begin(), priced.end(),
-                           [&](const auto& p) { return p.first == chunks; });
-    if (it == priced.end()) {
-      PlanChoice own = c;
-      own.fcda_chunks = chunks;
-      own.stage_chunks.clear();
-      priced.emplace_back(chunks, kinds_at(ctx, own));
-      it = priced.end() - 1;
-    }
-    k.by_stage.push_back(it->second);
-  }
-  return k;
-}
-
-void add(StageTimes& to, const StageTimes& from, double times) {
-  to.forward += from.forward * times;
-  to.backward += from.backward * times;
-  to.compute += from.compute * times;
-  to.recompute += from.recompute * times;
-  to.tp += from.tp * times;
-  to.ep += from.ep * times;
-  to.cp += from.cp * times;
-  to.ep_held_sms += from.ep_held_sms * times;
-  to.host_forward += from.host_forward * times;
-  to.host_backward += from.host_backward * times;
-  to.offload_forward += from.offload_forward * times;
-  to.offload_backward += from.offload_backward * times;
-  to.offload_edge_forward = std::max(to.offload_edge_forward, from.offload_edge_forward);
-  to.offload_edge_backward = std::max(to.offload_edge_backward, from.offload_edge_backward);
-}
-
-// A GEMM-bound block outside the layers, forward time t: its backward takes 2t.
-void add_gemm_block(StageTimes& st, Seconds t) {
-  st.forward += t;
-  st.backward += t * 2.0;
-  st.compute += t * 3.0;
-}
-
-// mtp_stage_times with the layer kinds already priced.
-StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds) {
-  const ModelSpec& m = *ctx.model;
-  StageTimes st;
-  if (m.mtp_layers <= 0) return st;
-  const double modules = static_cast<double>(m.mtp_layers);
-  add(st, kinds.of(ctx, mtp_stage(c.parallel), static_cast<size_t>(m.num_layers - 1)), modules);
-  add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
-  return st;
-}
-
-// What a stage's last chunk runs after its layers, one micro-batch: on the last stage the
-// output head (vocab-parallel over TP) and its loss, and the MTP modules where they sit (the
-// last stage, unless a layout puts them on another).
-StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
-                            int64_t stage) {
-  StageTimes st;
-  if (stage == *c.parallel.pp - 1) add_gemm_block(st, output_head_time(ctx, c));
-  if (stage == mtp_stage(c.parallel)) add(st, mtp_times(ctx, c, kinds), 1.0);
-  return st;
-}
-
-// Activation offloading's copy at each edge of `passes` passes (StageTimes).
-void add_offload_edges(StageTimes& st, double passes) {
-  st.offload_forward += st.offload_edge_forward * passes;
-  st.offload_backward += st.offload_edge_backward * passes;
-  st.forward += st.offload_edge_forward * passes;
-  st.backward += st.offload_edge_backward * passes;
-}
-
-StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
-                      int64_t stage) {
-  const ModelSpec& m = *ctx.model;
-  const ParallelConfig& p = c.parallel;
-  // Layers counted by kind, then priced (the search's hot path: an add a kind, not a layer).
-  std::array<int64_t, LayerKinds::kCount> layers{};
-  for_each_stage_layer(m, p, stage,
-                       [&](int64_t i) { ++layers[ctx.layer_kinds[static_cast<size_t>(i)]]; });
-  StageTimes st;
-  for (size_t k = 0; k < LayerKinds::kCount; ++k) {
-    if (layers[k] > 0) add(st, kinds.at(stage)[k], static_cast<double>(layers[k]));
-  }
-  add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
-  add_offload_edges(st, static_cast<double>(*p.vpp));
-  return st;
-}
-
-// Model chunk k of stage s, one micro-batch: its forward and backward over the chunk's layers
-// (chunk_layers), the output head and MTP modules on the last stage's last chunk.
-std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoice& c,
-                                         const LayerKinds& kinds, int64_t s, int64_t k) {
-  const ModelSpec& m = *ctx.model;
-  const ParallelConfig& p = c.parallel;
-  const int64_t v = *p.vpp;
-  Seconds forward, backward, edge_forward, edge_backward;
-  const LayerRange layers = chunk_layers(m, p, s, k);
-  for (int64_t l = layers.begin; l < layers.end; ++l) {
-    const StageTimes& layer = kinds.of(ctx, s, static_cast<size_t>(l));
-    forward += layer.forward;
-    backward += layer.backward;
-    edge_forward = std::max(edge_forward, layer.offload_edge_forward);
-    edge_backward = std::max(edge_backward, layer.offload_edge_backward);
-  }
-  forward += edge_forward;
-  backward += edge_backward;
-  if (k == v - 1) {
-    const StageTimes tail = after_last_layer(ctx, c, kinds, s);
-    forward += tail.forward;
-    backward += tail.backward;
-  }
-  return {forward, backward};
-}
-
-// Calls visit(stage, forward, backward) for every chunk of every stage, in order.
-template <class Visit>
-void for_each_chunk(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
-                    Visit visit) {
-  for (int64_t s = 0; s < *c.parallel.pp; ++s) {
-    for (int64_t k = 0; k < *c.parallel.vpp; ++k) {
-      const auto [forward, backward] = chunk_passes(ctx, c, kinds, s, k);
-      visit(s, forward, backward);
-    }
-  }
-}
-
-// Every chunk of every stage: what the schedule walk takes.
-std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
-                                    const LayerKinds& kinds) {
-  std::vector<ChunkTimes> out(static_cast<size_t>(*c.parallel.pp));
-  for_each_chunk(ctx, c, kinds, [&](int64_t s, Seconds forward, Seconds backward) {
-    out[static_cast<size_t>(s)].forward.push_back(forward);
-    out[static_cast<size_t>(s)].backward.push_back(backward);
-  });
-  return out;
-}
-
-// The lightest chunk's forward, without building the chunk lists (most candidates stop here).
-Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
-                               const LayerKinds& kinds) {
-  Seconds lightest(std::numeric_limits<double>::infinity());
-  for_each_chunk(ctx, c, kinds, [&](int64_t, Seconds forward, Seconds) {
-    lightest = std::min(lightest, forward);
-  });
-  return lightest;
-}
-
-}  // namespace
 
 Seconds host_copy_time(const TimeContext& ctx, Bytes bytes) {
   return bytes / (ctx.links.host * ctx.eff.pcie_h2d.at(bytes.value()));
@@ -688,11 +476,10 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
 
 namespace {
 
-// estimate_time, with `scratch()` giving a copy of ctx whose links it may overwrite.
-// Nothing when the iteration reaches `bound` before the DP syncs' windows are priced.
-template <class Scratch>
+// estimate_time, pricing stretched passes in `scratch`. Nothing when the iteration reaches
+// `bound` before the DP syncs' windows are priced.
 std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const PlanChoice& c,
-                                                Scratch scratch, Seconds bound,
+                                                ScratchContext& scratch, Seconds bound,
                                                 Seconds* before_syncs) {
   const ParallelConfig& p = c.parallel;
   const int64_t pp = *p.pp, dp = *p.dp;
@@ -804,343 +591,14 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   const Seconds unsynced = per_mb * mb + out.bubble + out.pp_comm;
   if (before_syncs) *before_syncs = unsynced;
   if (unsynced >= bound) return std::nullopt;
-  const DpSync sync = dp_sync_times(ctx, c, slowest_stage);
-  const Seconds rs = sync.reduce_scatter, ag = sync.all_gather;
-  // ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
-  // iteration, hidden behind the last backward / first forward. ZeRO-2 keeps no full gradient
-  // buffer, so gradients are reduce-scattered after every micro-batch, asynchronously behind the
-  // next micro-batch (only the last one's remainder shows here; the rest is link time, below),
-  // and gathers the updated weights once per iteration. ZeRO-3 gathers the weights before each
-  // forward and backward of every micro-batch, which gates the pass.
-  // Each stage syncs its own weights behind its own passes, and not every stage's shows: the
-  // last micro-batch's backward runs from the last stage down to stage 0, so stage s starts its
-  // reduce-scatter the backward passes of stages 0..s-1 and their hops before the iteration
-  // ends, and its first forward waits as long after the iteration starts, time its all-gather
-  // has too. Stage 0 has none of that slack and holds the embedding: its sync, more often than
-  // the slowest stage's, is the one that shows. Interleaved, each model chunk syncs its own
-  // weights, one chunk after another on the DP stream: chunk c's gather (1/v of the stage's)
-  // runs beside chunk c's first forward, which c p forwards of the earlier chunks precede, and
-  // chunk c's reduce-scatter starts with its last backward, which c p backwards of the earlier
-  // chunks follow. The chain shows by the most any chunk's sync outlasts that:
-  // max(T/v - q, T - q - (v - 1) p q) for a sync of T and chunk passes of q, which is T - q
-  // when v = 1. (Against the stage's whole sync beside one pass, Qwen3-30B-A3B on 240 H800 at
-  // pp = 2, vpp = 4 came out 4.8 % over the simulator.)
   std::vector<DpSync> syncs(static_cast<size_t>(pp));
-  for (int64_t s = 0; s < pp; ++s)
-    syncs[static_cast<size_t>(s)] = s == slowest_stage ? sync : dp_sync_times(ctx, c, s);
+  for (int64_t s = 0; s < pp; ++s) syncs[static_cast<size_t>(s)] = dp_sync_times(ctx, c, s);
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
   if (unsynced + out.optimizer >= bound) return std::nullopt;
-  struct Exposed {
-    int64_t stage = 0;
-    Seconds slack;          // how long the stage runs passes before its sync's window opens
-    Seconds exposure;       // what the sync outlasts its window by (negative: it hides)
-    double overlapped = 1;  // the stage's passes (v chunk passes each) the sync runs beside
-  };
-  const double v = static_cast<double>(*p.vpp);
-  const double later_chunks = (v - 1.0) * static_cast<double>(pp);
-  auto most_exposed = [&](bool backward_pass) {
-    Exposed best{0, Seconds(0), Seconds(-std::numeric_limits<double>::infinity())};
-    Seconds slack;
-    for (int64_t s = 0; s < pp; ++s) {
-      const DpSync& own = syncs[static_cast<size_t>(s)];
-      const StageTimes& st = stages[static_cast<size_t>(s)];
-      const Seconds chunk_pass = (backward_pass ? st.backward : st.forward) / v;
-      const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
-      const Seconds exposure =
-          std::max(sync / v - chunk_pass, sync - chunk_pass - chunk_pass * later_chunks) - slack;
-      // Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of
-      // its window ((v - 1) p + 1); without interleaving, beside its one pass. A sync shorter
-      // than its pass shares the links for its own length only: taken as sharing the whole
-      // pass, a ZeRO-1 reduce-scatter of 68 ms beside a 184 ms backward over the NICs came out
-      // 13 % over the simulator.
-      const double beside =
-          chunk_pass.value() > 0 ? std::clamp(sync / chunk_pass, 0.0, later_chunks + 1.0) : 1.0;
-      if (exposure > best.exposure) best = {s, slack, exposure, beside / v};
-      slack += chunk_pass + hop;
-    }
-    return best;
-  };
-  // The all-gather behind the first forward (ZeRO 1-2) and ZeRO-1's reduce-scatter behind the
-  // last backward take the links that pass's TP/EP/CP traffic takes: the NICs for what crosses
-  // nodes, NVLink for what stays in the node (a hierarchical sync's in-node stage, or all of it
-  // when DP stays in the node). While both run each gets half a link, so the pass sees that
-  // link slower by the share of its traffic there the sync's time covers (communication fused
-  // into GEMMs included), and the sync takes as much longer: what the sync costs beyond its own
-  // exposed tail. (The simulator shares them flow by flow; DeepSeekMoE-16B with EP = DP = 16
-  // over two 8 x H800 nodes lost 12 ms of 68 to it.)
-  // A stage's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
-  // only priced when there is a sync to share with (the search scores most candidates here).
-  // The unfused layer prices are taken once, however many windows ask.
-  PlanChoice unfused = c;
-  unfused.intra_overlap = false;
-  std::optional<LayerKinds> unfused_kinds;
-  auto traffic_of = [&](int64_t stage) {
-    if (c.intra_overlap && !unfused_kinds) unfused_kinds = layer_kinds(ctx, unfused);
-    const StageTimes traffic = c.intra_overlap ? stage_from(ctx, unfused, *unfused_kinds, stage)
-                                               : stages[static_cast<size_t>(stage)];
-    return link_loads(ctx, p, traffic.tp, traffic.ep, traffic.cp);
-  };
-  const double passes = traffic_passes(c.recompute);
-  // One window: the sync's time on each link against the pass's traffic there (forward or
-  // backward share) on `stage`; returns the stretched pass and the sync's own stretch.
-  auto window = [&](int64_t stage, Seconds time, Seconds in_node, bool backward_pass,
-                    double overlapped) {
-    const StageTimes& own = stages[static_cast<size_t>(stage)];
-    const Seconds unshared = backward_pass ? own.backward : own.forward;
-    if (time.value() <= 0) return std::pair{unshared, time};
-    const auto [nic_comm, fabric_comm] = traffic_of(stage);
-    const Seconds on_nic = sync.crosses_nodes ? time - in_node : Seconds(0);
-    const Seconds on_fabric = sync.crosses_nodes ? in_node : time;
-    auto share = [&](Seconds comm) {
-      const Seconds forward_part = comm / passes;
-      return (backward_pass ? comm - forward_part : forward_part) * overlapped;
-    };
-    // A link's slowdown while the sync shares it, and what the sync waits for the pass there.
-    struct Sharing {
-      double slowdown = 1.0;
-      Seconds delay;
-    };
-    auto sharing = [&](Seconds sync_part, Seconds comm) {
-      if (sync_part.value() <= 0 || comm.value() <= 0) return Sharing{};
-      return Sharing{1.0 + std::min(1.0, sync_part / comm), std::min(sync_part, comm)};
-    };
-    const Sharing nic_share = sharing(on_nic, share(nic_comm));
-    const Sharing fabric_share = sharing(on_fabric, share(fabric_comm));
-    const Seconds delay = nic_share.delay + fabric_share.delay;
-    // Nothing shared: the pass as it was (most candidates; no second pricing).
-    if (delay.value() <= 0) return std::pair{unshared, time};
-    TimeContext& shared = scratch();
-    shared.links = ctx.links;
-    shared.links.inter = shared.links.inter / nic_share.slowdown;
-    shared.links.intra = shared.links.intra / fabric_share.slowdown;
-    const StageTimes st = stage_from(shared, c, layer_kinds(shared, c), stage);
-    const Seconds stretched = backward_pass ? st.backward : st.forward;
-    return std::pair{unshared + (stretched - unshared) * overlapped, time + delay};
-  };
-  // The all-gather has run alone for the stage's slack before its first forward starts; the
-  // reduce-scatter shares the last backward, then runs alone for the slack. A pass the sync
-  // stretches delays every stage after it in the pipeline, so the stretch shows in full.
-  if (c.zero_stage <= 1) {
-    const Exposed e = most_exposed(true);
-    const DpSync& own = syncs[static_cast<size_t>(e.stage)];
-    const Seconds unshared = stages[static_cast<size_t>(e.stage)].backward;
-    const auto [backward, rs_shared] =
-        window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true, e.overlapped);
-    out.dp_reduce_stage = e.stage;
-    out.dp_reduce_scatter = own.reduce_scatter;
-    const Seconds stretch = backward - unshared;
-    // Every stage starts its reduce-scatter with its last backward, and those backwards run one
-    // after another down the pipeline's drain, each stretched by its own: the drain grows by
-    // them all, pp of this stage's where the stages are alike. (Counting one, GLM-4.5 on 240
-    // H800 at pp = 24 with EP 5 across nodes came out 9.0 % under the simulator: 24 backwards of
-    // 40.2 ms each ran 59.6 ms beside their reduce-scatter.) Where they are not, each stretches
-    // by its share of the traffic this one's link carries (one MoE layer against two and the
-    // head over pp = 2, EP across nodes: 11 % under the simulator with the first's stretch
-    // counted twice).
-    double stretches = static_cast<double>(pp);
-    if (stretch.value() > 0 && pp > 1) {
-      auto on_sync_link = [&](int64_t s) { return traffic_of(s).on(sync.crosses_nodes); };
-      const Seconds mine = on_sync_link(e.stage);
-      if (mine.value() > 0) {
-        stretches = 0;
-        for (int64_t s = 0; s < pp; ++s) stretches += on_sync_link(s) / mine;
-      }
-    }
-    out.dp_comm += std::max(Seconds(0), e.exposure + (rs_shared - own.reduce_scatter) - stretch) +
-                   stretch * stretches;
-  }
-  if (c.zero_stage <= 2) {
-    const Exposed e = most_exposed(false);
-    const DpSync& own = syncs[static_cast<size_t>(e.stage)];
-    const Seconds unshared = stages[static_cast<size_t>(e.stage)].forward;
-    const Seconds left = std::max(Seconds(0), own.all_gather - e.slack);
-    const double part = own.all_gather.value() > 0 ? left / own.all_gather : 0.0;
-    const auto [forward, ag_shared] =
-        window(e.stage, left, own.all_gather_in_node * part, false, e.overlapped);
-    out.dp_gather_stage = e.stage;
-    out.dp_all_gather = own.all_gather;
-    const Seconds stretch = forward - unshared;
-    out.dp_comm += std::max(Seconds(0), e.exposure + (ag_shared - left) - stretch) + stretch;
-  }
-  // ZeRO-2 and -3 sync every micro-batch on the links the pass's own traffic takes: the stage
-  // that paces the pipeline is the slowest with its syncs, which need not be the slowest
-  // without (a last stage lighter in weights but heavier in compute, DeepSeek-V3's with its MTP
-  // module, hid less of the middle stages' syncs than it seemed to). The candidates: the
-  // slowest stage and the one with the most to sync; each one's pass, and its links' load per
-  // micro-batch.
-  struct Paced {
-    Seconds forward, backward, nic, fabric;
-    // On the DP link: each pass's work there, and what the backward's reduce-scatter leaves
-    // running after it (with `shared_reduce`).
-    Seconds forward_link, backward_link, backward_tail;
-    Seconds pass() const { return forward + backward; }
-  };
-  // `shared_reduce`: the backward carries only the part of its gradient reduce-scatter that
-  // shares the link with its gathers (as much as they take; the simulator starts the two
-  // together and the link splits between them), the rest running on behind the pass.
-  auto paced = [&](int64_t s, bool shared_reduce = false) {
-    const StageTimes& own = stages[static_cast<size_t>(s)];
-    const DpSync& sy = syncs[static_cast<size_t>(s)];
-    Seconds pass_forward = own.forward, pass_backward = own.backward;
-    if (c.zero_stage >= 3) {
-      // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
-      // links its own traffic takes (one after another on the DP stream): each pass shares them
-      // as the windows above do, and waits for its gathers.
-      // A pass starts with its first layer's gather (later ones run while the layers before
-      // them compute), so each model chunk's pass waits for one layer's weights with nothing to
-      // hide behind, and its last layer computes after its own gather, the last on the DP
-      // stream. (Without the first, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
-      // simulator 15.9 % over the planner, which ranked that ZeRO-3 layout first; with it added
-      // to all the gathers, a one-layer model waited for its gather twice, 15 % over.) In the
-      // forward that first gather runs before the pass's own traffic, so only the others share
-      // its links (with all of them sharing, one layer a stage over pp = 2: the simulator 19.6 %
-      // under the planner, now 10.7 %; the backward's reduce-scatters keep the rest).
-      const int64_t layers = layers_in_stage(*ctx.model, p, s);
-      const double layer_share =
-          layers > 0 ? std::min(1.0, static_cast<double>(*p.vpp) / static_cast<double>(layers))
-                     : 0.0;
-      const Seconds first = sy.all_gather * layer_share;
-      const double later = 1.0 - layer_share;
-      const auto [f, later_gathered] =
-          window(s, sy.all_gather * later, sy.all_gather_in_node * later, false, 1.0);
-      const Seconds gathered = first + later_gathered;
-      const double rs_share = shared_reduce && sy.reduce_scatter.value() > 0
-                                  ? std::min(1.0, sy.all_gather / sy.reduce_scatter)
-                                  : 1.0;
-      const auto [b, synced] =
-          window(s, sy.all_gather + sy.reduce_scatter * rs_share,
-                 sy.all_gather_in_node + sy.reduce_scatter_in_node * rs_share, true, 1.0);
-      // The host issues the layers while the GPU waits for that first gather: only the GPU's
-      // chain (the pass less what it waited for the host) starts late.
-      auto gated = [&](Seconds pass, Seconds host, Seconds syncs) {
-        const Seconds gpu = pass - host;
-        return std::max({pass, gpu + first, syncs + gpu * layer_share});
-      };
-      pass_forward = gated(f, own.host_forward, gathered);
-      pass_backward = gated(b, own.host_backward, synced);
-    }
-    // Each link is shared by everything that crosses it, however well each transfer hides behind
-    // compute alone: a pass takes at least its links' work (a roofline per link and direction of
-    // the pass; the simulator shares them flow by flow). The forward cannot borrow the idle link
-    // time of a backward that is twice as long: Qwen3-30B-A3B with TP = 4 and EP = 8 in the node
-    // sends 2.2 ms a layer over NVLink in a forward of 1.3 ms of compute. The NIC carries groups
-    // that leave the node, the node's fabric the rest.
-    const LinkLoads traffic = link_loads(ctx, p, own.tp, own.ep, own.cp);
-    const LinkLoads own_forward{traffic.nic / passes, traffic.fabric / passes};
-    const LinkLoads own_backward{traffic.nic - own_forward.nic,
-                                 traffic.fabric - own_forward.fabric};
-    LinkLoads forward_links = own_forward, backward_links = own_backward;
-    auto on_link = [&](bool crosses, Seconds forward, Seconds backward) {
-      (crosses ? forward_links.nic : forward_links.fabric) += forward;
-      (crosses ? backward_links.nic : backward_links.fabric) += backward;
-    };
-    // ZeRO-2 reduce-scatters a micro-batch's gradients as its backward produces them
-    // (DeepSpeed's overlap_comm; the simulator starts it with the backward): the backward's link
-    // carries it for as long as the backward lasts, and the rest spills into the next forward.
-    // (Spread over both passes by their length, MemFine Model II on the A800 cluster, EP = 32
-    // and DP = 4 on the NICs, came out 12.6 % under the simulator: its forward has the NIC to
-    // itself.) ZeRO-3 gathers before each pass and reduce-scatters within its backward.
-    if (c.zero_stage == 2) {
-      const Seconds backward_link = backward_links.on(sy.crosses_nodes);
-      const Seconds within = std::min(sy.reduce_scatter, std::max(pass_backward, backward_link));
-      on_link(sy.crosses_nodes, sy.reduce_scatter - within, within);
-    } else if (c.zero_stage >= 3) {
-      on_link(sy.crosses_nodes, sy.all_gather,
-              sy.all_gather +
-                  (shared_reduce ? std::min(sy.all_gather, sy.reduce_scatter) : sy.reduce_scatter));
-    }
-    const Seconds nic = forward_links.nic + backward_links.nic;
-    const Seconds fabric = forward_links.fabric + backward_links.fabric;
-    // Syncs that load a pass's link beyond its own traffic stretch it from its bottleneck, and
-    // the pass keeps what it took beyond that (a pipelined layer's fill, or the compute a serial
-    // chain waits for): ZeRO-3 gathers on a link-bound pass add their whole time.
-    // (The fill is the ungated pass's: ZeRO-3's wait for its gathers is what the link adds.)
-    auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const LinkLoads& own,
-                      const LinkLoads& loaded) {
-      const Seconds fill = std::max(Seconds(0), ungated - std::max({compute, own.nic, own.fabric}));
-      return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
-    };
-    // (The fill is the GPU's: the host issues the pass while its links are busy. The backward's
-    // compute holds what recompute replays: counted as fill, a ZeRO-3 layout with full
-    // recompute over the NICs came out 15 % over the simulator.)
-    const Seconds forward = held_to(pass_forward, own.forward - own.host_forward, own.compute / 3.0,
-                                    own_forward, forward_links);
-    const Seconds backward =
-        held_to(pass_backward, own.backward - own.host_backward,
-                own.compute * (2.0 / 3.0) + own.recompute, own_backward, backward_links);
-    const Seconds tail = shared_reduce && c.zero_stage >= 3
-                             ? sy.reduce_scatter - std::min(sy.all_gather, sy.reduce_scatter)
-                             : Seconds(0);
-    return Paced{forward,
-                 backward,
-                 nic,
-                 fabric,
-                 forward_links.on(sy.crosses_nodes),
-                 backward_links.on(sy.crosses_nodes),
-                 tail};
-  };
-  Paced worst = paced(slowest_stage);
-  if (c.zero_stage >= 2) {
-    int64_t heaviest = slowest_stage;
-    for (int64_t s = 0; s < pp; ++s) {
-      const DpSync& a = syncs[static_cast<size_t>(s)];
-      const DpSync& b = syncs[static_cast<size_t>(heaviest)];
-      if (a.reduce_scatter + a.all_gather > b.reduce_scatter + b.all_gather) heaviest = s;
-    }
-    if (heaviest != slowest_stage) {
-      const Paced other = paced(heaviest);
-      if (other.pass() > worst.pass()) worst = other;
-    }
-  }
-  // ZeRO-3 gathers every pass's weights, fill and drain included: with few micro-batches each
-  // stage's wait shows, not just the pacing one's (one micro-batch over four stages: the
-  // planner was 41 % under the simulator), so walk the schedule again with each stage's passes
-  // as its syncs stretch them: a backward's gathers share the link with its gradient
-  // reduce-scatter, whose rest runs on behind the pass, the first stage's last one ending the
-  // iteration. At least the slowest stage's passes with their syncs, as the closed form has it.
-  if (walk_few && c.zero_stage >= 3) {
-    for (int64_t s = 0; s < pp; ++s) {
-      const Paced own = paced(s, true);
-      ChunkTimes& chunk = few_chunks[static_cast<size_t>(s)];
-      const StageTimes& st = stages[static_cast<size_t>(s)];
-      chunk.forward[0] += std::max(Seconds(0), own.forward - st.forward);
-      chunk.backward[0] += std::max(Seconds(0), own.backward - st.backward);
-      chunk.forward_link = {own.forward_link};
-      chunk.backward_link = {own.backward_link};
-      chunk.backward_tail = {own.backward_tail};
-    }
-    const DpSync& first_stage = syncs.front();
-    const Seconds gathered =
-        schedule_makespan(few_chunks, out.microbatches, hop, c.gpipe) +
-        std::max(Seconds(0), first_stage.reduce_scatter - first_stage.all_gather);
-    out.dp_comm += std::max({Seconds(0), gathered - few_walked, (worst.pass() - per_mb) * mb});
-  } else {
-    out.dp_comm += (worst.pass() - per_mb) * mb;
-    // ZeRO-2's pacing puts each backward's reduce-scatter rest into the next forward; the last
-    // micro-batch has none, and its rest runs on behind the drain, as ZeRO-1's single one does
-    // (one micro-batch over two stages, FP32 gradients over the NICs: 15 % over the simulator).
-    // What the pacing counted for that last micro-batch is in the tail already.
-    if (c.zero_stage == 2) {
-      const Exposed e = most_exposed(true);
-      out.dp_comm += std::max(Seconds(0), e.exposure - (worst.pass() - per_mb));
-    }
-  }
-  // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
-  // micro-batch's traffic too: the link must carry it all within the iteration, and without
-  // interleaving the bubble too, where the stage's link is idle (the gather runs on while the
-  // stage waits for its first backward: one micro-batch over two stages priced 16 % over the
-  // simulator without it; interleaved, the idle time is spread between chunk passes that load
-  // the link, and counting it took GLM-4.5 on 240 H800 from +9.5 to +10.7 % under) (less the
-  // in-node stage of a hierarchical sync when DP crosses nodes: that rides NVLink).
-  Seconds once = (c.zero_stage <= 1 ? rs : Seconds(0)) + (c.zero_stage <= 2 ? ag : Seconds(0));
-  if (sync.crosses_nodes) {
-    once -= (c.zero_stage <= 1 ? sync.reduce_scatter_in_node : Seconds(0)) +
-            (c.zero_stage <= 2 ? sync.all_gather_in_node : Seconds(0));
-  }
-  const Seconds on_dp_link = (sync.crosses_nodes ? worst.nic : worst.fabric) * mb + once;
-  const Seconds idle = *p.vpp == 1 ? out.bubble + out.pp_comm : Seconds(0);
-  out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + idle + out.dp_comm));
+  PricedPipeline pipeline{std::move(stages), slowest_stage,         per_mb,    hop,
+                          walk_few,          std::move(few_chunks), few_walked};
+  add_dp_sync_exposure(ctx, c, pipeline, syncs, scratch, out);
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
   return out;
@@ -1149,14 +607,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
 }  // namespace
 
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c) {
-  std::optional<TimeContext> scratch;
-  return *estimate_time_with(
-      ctx, c,
-      [&]() -> TimeContext& {
-        if (!scratch) scratch = ctx;
-        return *scratch;
-      },
-      Seconds(std::numeric_limits<double>::infinity()), nullptr);
+  ScratchContext scratch(ctx, nullptr);
+  return *estimate_time_with(ctx, c, scratch, Seconds(std::numeric_limits<double>::infinity()),
+                             nullptr);
 }
 
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeContext& scratch) {
@@ -1166,8 +619,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeCon
 std::optional<TimeBreakdown> estimate_time_below(const TimeContext& ctx, const PlanChoice& c,
                                                  TimeContext& scratch, Seconds bound,
                                                  Seconds* before_syncs) {
-  return estimate_time_with(
-      ctx, c, [&]() -> TimeContext& { return scratch; }, bound, before_syncs);
+  ScratchContext given(ctx, &scratch);
+  return estimate_time_with(ctx, c, given, bound, before_syncs);
 }
 
 }  // namespace moe

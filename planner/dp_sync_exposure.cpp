@@ -1,0 +1,423 @@
+#include "planner/dp_sync_exposure.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "planner/parallel.h"
+#include "planner/stage_pricing.h"
+
+namespace moe {
+
+namespace {
+
+// ZeRO-1 (distributed optimizer): one gradient reduce-scatter and one parameter all-gather per
+// iteration, hidden behind the last backward / first forward. ZeRO-2 keeps no full gradient
+// buffer, so gradients are reduce-scattered after every micro-batch, asynchronously behind the
+// next micro-batch (only the last one's remainder shows here; the rest is link time, below),
+// and gathers the updated weights once per iteration. ZeRO-3 gathers the weights before each
+// forward and backward of every micro-batch, which gates the pass.
+// Each stage syncs its own weights behind its own passes, and not every stage's shows: the
+// last micro-batch's backward runs from the last stage down to stage 0, so stage s starts its
+// reduce-scatter the backward passes of stages 0..s-1 and their hops before the iteration
+// ends, and its first forward waits as long after the iteration starts, time its all-gather
+// has too. Stage 0 has none of that slack and holds the embedding: its sync, more often than
+// the slowest stage's, is the one that shows. Interleaved, each model chunk syncs its own
+// weights, one chunk after another on the DP stream: chunk c's gather (1/v of the stage's)
+// runs beside chunk c's first forward, which c p forwards of the earlier chunks precede, and
+// chunk c's reduce-scatter starts with its last backward, which c p backwards of the earlier
+// chunks follow. The chain shows by the most any chunk's sync outlasts that:
+// max(T/v - q, T - q - (v - 1) p q) for a sync of T and chunk passes of q, which is T - q
+// when v = 1. (Against the stage's whole sync beside one pass, Qwen3-30B-A3B on 240 H800 at
+// pp = 2, vpp = 4 came out 4.8 % over the simulator.)
+
+// A stage's sync against the window it hides in.
+struct Exposed {
+  int64_t stage = 0;
+  Seconds slack;          // how long the stage runs passes before its sync's window opens
+  Seconds exposure;       // what the sync outlasts its window by (negative: it hides)
+  double overlapped = 1;  // the stage's passes (v chunk passes each) the sync runs beside
+};
+
+// A stage's passes with the syncs of ZeRO-2 and -3 on their links, one micro-batch.
+struct Paced {
+  Seconds forward, backward, nic, fabric;
+  // On the DP link: each pass's work there, and what the backward's reduce-scatter leaves
+  // running after it (with `shared_reduce`).
+  Seconds forward_link, backward_link, backward_tail;
+  Seconds pass() const { return forward + backward; }
+};
+
+class SyncPricing {
+ public:
+  SyncPricing(const TimeContext& ctx, const PlanChoice& c, PricedPipeline& pipeline,
+              const std::vector<DpSync>& syncs, ScratchContext& scratch)
+      : ctx_(ctx),
+        c_(c),
+        p_(c.parallel),
+        pp_(*c.parallel.pp),
+        pipeline_(pipeline),
+        syncs_(syncs),
+        sync_(syncs[static_cast<size_t>(pipeline.slowest_stage)]),
+        scratch_(scratch),
+        v_(static_cast<double>(*c.parallel.vpp)),
+        later_chunks_((v_ - 1.0) * static_cast<double>(pp_)),
+        passes_(traffic_passes(c.recompute)) {
+    unfused_ = c;
+    unfused_.intra_overlap = false;
+  }
+
+  void add_to(TimeBreakdown& out);
+
+ private:
+  const StageTimes& stage(int64_t s) const { return pipeline_.stages[static_cast<size_t>(s)]; }
+  const DpSync& sync_of(int64_t s) const { return syncs_[static_cast<size_t>(s)]; }
+  Exposed most_exposed(bool backward_pass) const;
+  LinkLoads traffic_of(int64_t stage);
+  std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
+                                     bool backward_pass, double overlapped);
+  Seconds reduce_scatter_once(const Exposed& e);
+  Seconds all_gather_once(const Exposed& e);
+  Paced paced(int64_t s, bool shared_reduce = false);
+  Paced pacing_stage();
+
+  const TimeContext& ctx_;
+  const PlanChoice& c_;
+  const ParallelConfig& p_;
+  const int64_t pp_;
+  PricedPipeline& pipeline_;
+  const std::vector<DpSync>& syncs_;
+  const DpSync& sync_;  // the slowest stage's
+  ScratchContext& scratch_;
+  const double v_;
+  const double later_chunks_;
+  const double passes_;
+  // Intra-operator overlap's layers priced without it, once, however many windows ask.
+  PlanChoice unfused_;
+  std::optional<LayerKinds> unfused_kinds_;
+};
+
+Exposed SyncPricing::most_exposed(bool backward_pass) const {
+  Exposed best{0, Seconds(0), Seconds(-std::numeric_limits<double>::infinity())};
+  Seconds slack;
+  for (int64_t s = 0; s < pp_; ++s) {
+    const DpSync& own = sync_of(s);
+    const StageTimes& st = stage(s);
+    const Seconds chunk_pass = (backward_pass ? st.backward : st.forward) / v_;
+    const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
+    const Seconds exposure =
+        std::max(sync / v_ - chunk_pass, sync - chunk_pass - chunk_pass * later_chunks_) - slack;
+    // Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of
+    // its window ((v - 1) p + 1); without interleaving, beside its one pass. A sync shorter
+    // than its pass shares the links for its own length only: taken as sharing the whole
+    // pass, a ZeRO-1 reduce-scatter of 68 ms beside a 184 ms backward over the NICs came out
+    // 13 % over the simulator.
+    const double beside =
+        chunk_pass.value() > 0 ? std::clamp(sync / chunk_pass, 0.0, later_chunks_ + 1.0) : 1.0;
+    if (exposure > best.exposure) best = {s, slack, exposure, beside / v_};
+    slack += chunk_pass + pipeline_.hop;
+  }
+  return best;
+}
+
+// A stage's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
+// only priced when there is a sync to share with (the search scores most candidates before).
+LinkLoads SyncPricing::traffic_of(int64_t s) {
+  if (c_.intra_overlap && !unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
+  const StageTimes traffic =
+      c_.intra_overlap ? stage_from(ctx_, unfused_, *unfused_kinds_, s) : stage(s);
+  return link_loads(ctx_, p_, traffic.tp, traffic.ep, traffic.cp);
+}
+
+// The all-gather behind the first forward (ZeRO 1-2) and ZeRO-1's reduce-scatter behind the
+// last backward take the links that pass's TP/EP/CP traffic takes: the NICs for what crosses
+// nodes, NVLink for what stays in the node (a hierarchical sync's in-node stage, or all of it
+// when DP stays in the node). While both run each gets half a link, so the pass sees that
+// link slower by the share of its traffic there the sync's time covers (communication fused
+// into GEMMs included), and the sync takes as much longer: what the sync costs beyond its own
+// exposed tail. (The simulator shares them flow by flow; DeepSeekMoE-16B with EP = DP = 16
+// over two 8 x H800 nodes lost 12 ms of 68 to it.)
+// One window: the sync's time on each link against the pass's traffic there (forward or
+// backward share) on `stage`; returns the stretched pass and the sync's own stretch.
+std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds in_node,
+                                                bool backward_pass, double overlapped) {
+  const StageTimes& own = stage(s);
+  const Seconds unshared = backward_pass ? own.backward : own.forward;
+  if (time.value() <= 0) return std::pair{unshared, time};
+  const auto [nic_comm, fabric_comm] = traffic_of(s);
+  const Seconds on_nic = sync_.crosses_nodes ? time - in_node : Seconds(0);
+  const Seconds on_fabric = sync_.crosses_nodes ? in_node : time;
+  auto share = [&](Seconds comm) {
+    const Seconds forward_part = comm / passes_;
+    return (backward_pass ? comm - forward_part : forward_part) * overlapped;
+  };
+  // A link's slowdown while the sync shares it, and what the sync waits for the pass there.
+  struct Sharing {
+    double slowdown = 1.0;
+    Seconds delay;
+  };
+  auto sharing = [&](Seconds sync_part, Seconds comm) {
+    if (sync_part.value() <= 0 || comm.value() <= 0) return Sharing{};
+    return Sharing{1.0 + std::min(1.0, sync_part / comm), std::min(sync_part, comm)};
+  };
+  const Sharing nic_share = sharing(on_nic, share(nic_comm));
+  const Sharing fabric_share = sharing(on_fabric, share(fabric_comm));
+  const Seconds delay = nic_share.delay + fabric_share.delay;
+  // Nothing shared: the pass as it was (most candidates; no second pricing).
+  if (delay.value() <= 0) return std::pair{unshared, time};
+  TimeContext& shared = scratch_.get();
+  shared.links = ctx_.links;
+  shared.links.inter = shared.links.inter / nic_share.slowdown;
+  shared.links.intra = shared.links.intra / fabric_share.slowdown;
+  const StageTimes st = stage_from(shared, c_, layer_kinds(shared, c_), s);
+  const Seconds stretched = backward_pass ? st.backward : st.forward;
+  return std::pair{unshared + (stretched - unshared) * overlapped, time + delay};
+}
+
+// The all-gather has run alone for the stage's slack before its first forward starts; the
+// reduce-scatter shares the last backward, then runs alone for the slack. A pass the sync
+// stretches delays every stage after it in the pipeline, so the stretch shows in full.
+// ZeRO-1's reduce-scatter, once an iteration behind the last backward.
+Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
+  const DpSync& own = sync_of(e.stage);
+  const Seconds unshared = stage(e.stage).backward;
+  const auto [backward, rs_shared] =
+      window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true, e.overlapped);
+  const Seconds stretch = backward - unshared;
+  // Every stage starts its reduce-scatter with its last backward, and those backwards run one
+  // after another down the pipeline's drain, each stretched by its own: the drain grows by
+  // them all, pp of this stage's where the stages are alike. (Counting one, GLM-4.5 on 240
+  // H800 at pp = 24 with EP 5 across nodes came out 9.0 % under the simulator: 24 backwards of
+  // 40.2 ms each ran 59.6 ms beside their reduce-scatter.) Where they are not, each stretches
+  // by its share of the traffic this one's link carries (one MoE layer against two and the
+  // head over pp = 2, EP across nodes: 11 % under the simulator with the first's stretch
+  // counted twice).
+  double stretches = static_cast<double>(pp_);
+  if (stretch.value() > 0 && pp_ > 1) {
+    auto on_sync_link = [&](int64_t s) { return traffic_of(s).on(sync_.crosses_nodes); };
+    const Seconds mine = on_sync_link(e.stage);
+    if (mine.value() > 0) {
+      stretches = 0;
+      for (int64_t s = 0; s < pp_; ++s) stretches += on_sync_link(s) / mine;
+    }
+  }
+  return std::max(Seconds(0), e.exposure + (rs_shared - own.reduce_scatter) - stretch) +
+         stretch * stretches;
+}
+
+// ZeRO 1-2's weight all-gather, once an iteration before the first forward.
+Seconds SyncPricing::all_gather_once(const Exposed& e) {
+  const DpSync& own = sync_of(e.stage);
+  const Seconds unshared = stage(e.stage).forward;
+  const Seconds left = std::max(Seconds(0), own.all_gather - e.slack);
+  const double part = own.all_gather.value() > 0 ? left / own.all_gather : 0.0;
+  const auto [forward, ag_shared] =
+      window(e.stage, left, own.all_gather_in_node * part, false, e.overlapped);
+  const Seconds stretch = forward - unshared;
+  return std::max(Seconds(0), e.exposure + (ag_shared - left) - stretch) + stretch;
+}
+
+// `shared_reduce`: the backward carries only the part of its gradient reduce-scatter that
+// shares the link with its gathers (as much as they take; the simulator starts the two
+// together and the link splits between them), the rest running on behind the pass.
+Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
+  const StageTimes& own = stage(s);
+  const DpSync& sy = sync_of(s);
+  Seconds pass_forward = own.forward, pass_backward = own.backward;
+  if (c_.zero_stage >= 3) {
+    // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
+    // links its own traffic takes (one after another on the DP stream): each pass shares them
+    // as the windows above do, and waits for its gathers.
+    // A pass starts with its first layer's gather (later ones run while the layers before
+    // them compute), so each model chunk's pass waits for one layer's weights with nothing to
+    // hide behind, and its last layer computes after its own gather, the last on the DP
+    // stream. (Without the first, APTMoE's MoE-M-16 on the A800 cluster, pp = 8, vpp = 4: the
+    // simulator 15.9 % over the planner, which ranked that ZeRO-3 layout first; with it added
+    // to all the gathers, a one-layer model waited for its gather twice, 15 % over.) In the
+    // forward that first gather runs before the pass's own traffic, so only the others share
+    // its links (with all of them sharing, one layer a stage over pp = 2: the simulator 19.6 %
+    // under the planner, now 10.7 %; the backward's reduce-scatters keep the rest).
+    const int64_t layers = layers_in_stage(*ctx_.model, p_, s);
+    const double layer_share = layers > 0 ? std::min(1.0, v_ / static_cast<double>(layers)) : 0.0;
+    const Seconds first = sy.all_gather * layer_share;
+    const double later = 1.0 - layer_share;
+    const auto [f, later_gathered] =
+        window(s, sy.all_gather * later, sy.all_gather_in_node * later, false, 1.0);
+    const Seconds gathered = first + later_gathered;
+    const double rs_share = shared_reduce && sy.reduce_scatter.value() > 0
+                                ? std::min(1.0, sy.all_gather / sy.reduce_scatter)
+                                : 1.0;
+    const auto [b, synced] =
+        window(s, sy.all_gather + sy.reduce_scatter * rs_share,
+               sy.all_gather_in_node + sy.reduce_scatter_in_node * rs_share, true, 1.0);
+    // The host issues the layers while the GPU waits for that first gather: only the GPU's
+    // chain (the pass less what it waited for the host) starts late.
+    auto gated = [&](Seconds pass, Seconds host, Seconds syncs) {
+      const Seconds gpu = pass - host;
+      return std::max({pass, gpu + first, syncs + gpu * layer_share});
+    };
+    pass_forward = gated(f, own.host_forward, gathered);
+    pass_backward = gated(b, own.host_backward, synced);
+  }
+  // Each link is shared by everything that crosses it, however well each transfer hides behind
+  // compute alone: a pass takes at least its links' work (a roofline per link and direction of
+  // the pass; the simulator shares them flow by flow). The forward cannot borrow the idle link
+  // time of a backward that is twice as long: Qwen3-30B-A3B with TP = 4 and EP = 8 in the node
+  // sends 2.2 ms a layer over NVLink in a forward of 1.3 ms of compute. The NIC carries groups
+  // that leave the node, the node's fabric the rest.
+  const LinkLoads traffic = link_loads(ctx_, p_, own.tp, own.ep, own.cp);
+  const LinkLoads own_forward{traffic.nic / passes_, traffic.fabric / passes_};
+  const LinkLoads own_backward{traffic.nic - own_forward.nic, traffic.fabric - own_forward.fabric};
+  LinkLoads forward_links = own_forward, backward_links = own_backward;
+  auto on_link = [&](bool crosses, Seconds forward, Seconds backward) {
+    (crosses ? forward_links.nic : forward_links.fabric) += forward;
+    (crosses ? backward_links.nic : backward_links.fabric) += backward;
+  };
+  // ZeRO-2 reduce-scatters a micro-batch's gradients as its backward produces them
+  // (DeepSpeed's overlap_comm; the simulator starts it with the backward): the backward's link
+  // carries it for as long as the backward lasts, and the rest spills into the next forward.
+  // (Spread over both passes by their length, MemFine Model II on the A800 cluster, EP = 32
+  // and DP = 4 on the NICs, came out 12.6 % under the simulator: its forward has the NIC to
+  // itself.) ZeRO-3 gathers before each pass and reduce-scatters within its backward.
+  if (c_.zero_stage == 2) {
+    const Seconds backward_link = backward_links.on(sy.crosses_nodes);
+    const Seconds within = std::min(sy.reduce_scatter, std::max(pass_backward, backward_link));
+    on_link(sy.crosses_nodes, sy.reduce_scatter - within, within);
+  } else if (c_.zero_stage >= 3) {
+    on_link(sy.crosses_nodes, sy.all_gather,
+            sy.all_gather +
+                (shared_reduce ? std::min(sy.all_gather, sy.reduce_scatter) : sy.reduce_scatter));
+  }
+  const Seconds nic = forward_links.nic + backward_links.nic;
+  const Seconds fabric = forward_links.fabric + backward_links.fabric;
+  // Syncs that load a pass's link beyond its own traffic stretch it from its bottleneck, and
+  // the pass keeps what it took beyond that (a pipelined layer's fill, or the compute a serial
+  // chain waits for): ZeRO-3 gathers on a link-bound pass add their whole time.
+  // (The fill is the ungated pass's: ZeRO-3's wait for its gathers is what the link adds.)
+  auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const LinkLoads& unloaded,
+                    const LinkLoads& loaded) {
+    const Seconds fill =
+        std::max(Seconds(0), ungated - std::max({compute, unloaded.nic, unloaded.fabric}));
+    return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
+  };
+  // (The fill is the GPU's: the host issues the pass while its links are busy. The backward's
+  // compute holds what recompute replays: counted as fill, a ZeRO-3 layout with full
+  // recompute over the NICs came out 15 % over the simulator.)
+  const Seconds forward = held_to(pass_forward, own.forward - own.host_forward, own.compute / 3.0,
+                                  own_forward, forward_links);
+  const Seconds backward =
+      held_to(pass_backward, own.backward - own.host_backward,
+              own.compute * (2.0 / 3.0) + own.recompute, own_backward, backward_links);
+  const Seconds tail = shared_reduce && c_.zero_stage >= 3
+                           ? sy.reduce_scatter - std::min(sy.all_gather, sy.reduce_scatter)
+                           : Seconds(0);
+  return Paced{forward,
+               backward,
+               nic,
+               fabric,
+               forward_links.on(sy.crosses_nodes),
+               backward_links.on(sy.crosses_nodes),
+               tail};
+}
+
+// ZeRO-2 and -3 sync every micro-batch on the links the pass's own traffic takes: the stage
+// that paces the pipeline is the slowest with its syncs, which need not be the slowest
+// without (a last stage lighter in weights but heavier in compute, DeepSeek-V3's with its MTP
+// module, hid less of the middle stages' syncs than it seemed to). The candidates: the
+// slowest stage and the one with the most to sync; each one's pass, and its links' load per
+// micro-batch.
+Paced SyncPricing::pacing_stage() {
+  const int64_t slowest = pipeline_.slowest_stage;
+  Paced worst = paced(slowest);
+  if (c_.zero_stage >= 2) {
+    int64_t heaviest = slowest;
+    for (int64_t s = 0; s < pp_; ++s) {
+      const DpSync& a = sync_of(s);
+      const DpSync& b = sync_of(heaviest);
+      if (a.reduce_scatter + a.all_gather > b.reduce_scatter + b.all_gather) heaviest = s;
+    }
+    if (heaviest != slowest) {
+      const Paced other = paced(heaviest);
+      if (other.pass() > worst.pass()) worst = other;
+    }
+  }
+  return worst;
+}
+
+void SyncPricing::add_to(TimeBreakdown& out) {
+  const double mb = static_cast<double>(out.microbatches);
+  const Seconds per_mb = pipeline_.per_mb;
+  if (c_.zero_stage <= 1) {
+    const Exposed e = most_exposed(true);
+    out.dp_reduce_stage = e.stage;
+    out.dp_reduce_scatter = sync_of(e.stage).reduce_scatter;
+    out.dp_comm += reduce_scatter_once(e);
+  }
+  if (c_.zero_stage <= 2) {
+    const Exposed e = most_exposed(false);
+    out.dp_gather_stage = e.stage;
+    out.dp_all_gather = sync_of(e.stage).all_gather;
+    out.dp_comm += all_gather_once(e);
+  }
+  const Paced worst = pacing_stage();
+  // ZeRO-3 gathers every pass's weights, fill and drain included: with few micro-batches each
+  // stage's wait shows, not just the pacing one's (one micro-batch over four stages: the
+  // planner was 41 % under the simulator), so walk the schedule again with each stage's passes
+  // as its syncs stretch them: a backward's gathers share the link with its gradient
+  // reduce-scatter, whose rest runs on behind the pass, the first stage's last one ending the
+  // iteration. At least the slowest stage's passes with their syncs, as the closed form has it.
+  if (pipeline_.walk_few && c_.zero_stage >= 3) {
+    for (int64_t s = 0; s < pp_; ++s) {
+      const Paced own = paced(s, true);
+      ChunkTimes& chunk = pipeline_.few_chunks[static_cast<size_t>(s)];
+      const StageTimes& st = stage(s);
+      chunk.forward[0] += std::max(Seconds(0), own.forward - st.forward);
+      chunk.backward[0] += std::max(Seconds(0), own.backward - st.backward);
+      chunk.forward_link = {own.forward_link};
+      chunk.backward_link = {own.backward_link};
+      chunk.backward_tail = {own.backward_tail};
+    }
+    const DpSync& first_stage = syncs_.front();
+    const Seconds gathered =
+        schedule_makespan(pipeline_.few_chunks, out.microbatches, pipeline_.hop, c_.gpipe) +
+        std::max(Seconds(0), first_stage.reduce_scatter - first_stage.all_gather);
+    out.dp_comm +=
+        std::max({Seconds(0), gathered - pipeline_.few_walked, (worst.pass() - per_mb) * mb});
+  } else {
+    out.dp_comm += (worst.pass() - per_mb) * mb;
+    // ZeRO-2's pacing puts each backward's reduce-scatter rest into the next forward; the last
+    // micro-batch has none, and its rest runs on behind the drain, as ZeRO-1's single one does
+    // (one micro-batch over two stages, FP32 gradients over the NICs: 15 % over the simulator).
+    // What the pacing counted for that last micro-batch is in the tail already.
+    if (c_.zero_stage == 2) {
+      const Exposed e = most_exposed(true);
+      out.dp_comm += std::max(Seconds(0), e.exposure - (worst.pass() - per_mb));
+    }
+  }
+  // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
+  // micro-batch's traffic too: the link must carry it all within the iteration, and without
+  // interleaving the bubble too, where the stage's link is idle (the gather runs on while the
+  // stage waits for its first backward: one micro-batch over two stages priced 16 % over the
+  // simulator without it; interleaved, the idle time is spread between chunk passes that load
+  // the link, and counting it took GLM-4.5 on 240 H800 from +9.5 to +10.7 % under) (less the
+  // in-node stage of a hierarchical sync when DP crosses nodes: that rides NVLink).
+  Seconds once = (c_.zero_stage <= 1 ? sync_.reduce_scatter : Seconds(0)) +
+                 (c_.zero_stage <= 2 ? sync_.all_gather : Seconds(0));
+  if (sync_.crosses_nodes) {
+    once -= (c_.zero_stage <= 1 ? sync_.reduce_scatter_in_node : Seconds(0)) +
+            (c_.zero_stage <= 2 ? sync_.all_gather_in_node : Seconds(0));
+  }
+  const Seconds on_dp_link = (sync_.crosses_nodes ? worst.nic : worst.fabric) * mb + once;
+  const Seconds idle = *p_.vpp == 1 ? out.bubble + out.pp_comm : Seconds(0);
+  out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + idle + out.dp_comm));
+}
+
+}  // namespace
+
+void add_dp_sync_exposure(const TimeContext& ctx, const PlanChoice& c, PricedPipeline& pipeline,
+                          const std::vector<DpSync>& syncs, ScratchContext& scratch,
+                          TimeBreakdown& out) {
+  SyncPricing(ctx, c, pipeline, syncs, scratch).add_to(out);
+}
+
+}  // namespace moe

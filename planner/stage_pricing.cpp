@@ -1,0 +1,191 @@
+#include "planner/stage_pricing.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "planner/layer_ops.h"
+#include "planner/parallel.h"
+
+namespace moe {
+
+double traffic_passes(Recompute r) {
+  return r == Recompute::kFull ? 3.0 : r == Recompute::kRematerialize ? 2.5 : 2.0;
+}
+
+LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp, Seconds ep,
+                     Seconds cp) {
+  LinkLoads out;
+  for (auto [kind, time] :
+       {std::pair{OpKind::kTp, tp}, std::pair{OpKind::kEp, ep}, std::pair{OpKind::kCp, cp}})
+    (crosses_nodes(ctx, p, kind) ? out.nic : out.fabric) += time;
+  return out;
+}
+
+namespace {
+
+LayerKinds::Times kinds_at(const TimeContext& ctx, const PlanChoice& c) {
+  const ModelSpec& m = *ctx.model;
+  LayerKinds::Times times;
+  for (size_t kind = 0; kind < LayerKinds::kCount; ++kind) {
+    const int64_t i = ctx.first_layer_of_kind[kind];
+    if (i >= 0) {
+      const auto layer = static_cast<size_t>(i);
+      times[kind] = one_layer_times(ctx, c, ctx.params.layers[layer], m.moe_layer[layer]);
+    }
+  }
+  return times;
+}
+
+void add(StageTimes& to, const StageTimes& from, double times) {
+  to.forward += from.forward * times;
+  to.backward += from.backward * times;
+  to.compute += from.compute * times;
+  to.recompute += from.recompute * times;
+  to.tp += from.tp * times;
+  to.ep += from.ep * times;
+  to.cp += from.cp * times;
+  to.ep_held_sms += from.ep_held_sms * times;
+  to.host_forward += from.host_forward * times;
+  to.host_backward += from.host_backward * times;
+  to.offload_forward += from.offload_forward * times;
+  to.offload_backward += from.offload_backward * times;
+  to.offload_edge_forward = std::max(to.offload_edge_forward, from.offload_edge_forward);
+  to.offload_edge_backward = std::max(to.offload_edge_backward, from.offload_edge_backward);
+}
+
+// A GEMM-bound block outside the layers, forward time t: its backward takes 2t.
+void add_gemm_block(StageTimes& st, Seconds t) {
+  st.forward += t;
+  st.backward += t * 2.0;
+  st.compute += t * 3.0;
+}
+
+// What a stage's last chunk runs after its layers, one micro-batch: on the last stage the
+// output head (vocab-parallel over TP) and its loss, and the MTP modules where they sit (the
+// last stage, unless a layout puts them on another).
+StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                            int64_t stage) {
+  StageTimes st;
+  if (stage == *c.parallel.pp - 1) add_gemm_block(st, output_head_time(ctx, c));
+  if (stage == mtp_stage(c.parallel)) add(st, mtp_times(ctx, c, kinds), 1.0);
+  return st;
+}
+
+// Activation offloading's copy at each edge of `passes` passes (StageTimes).
+void add_offload_edges(StageTimes& st, double passes) {
+  st.offload_forward += st.offload_edge_forward * passes;
+  st.offload_backward += st.offload_edge_backward * passes;
+  st.forward += st.offload_edge_forward * passes;
+  st.backward += st.offload_edge_backward * passes;
+}
+
+// Model chunk k of stage s, one micro-batch: its forward and backward over the chunk's layers
+// (chunk_layers), the output head and MTP modules on the last stage's last chunk.
+std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoice& c,
+                                         const LayerKinds& kinds, int64_t s, int64_t k) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  const int64_t v = *p.vpp;
+  Seconds forward, backward, edge_forward, edge_backward;
+  const LayerRange layers = chunk_layers(m, p, s, k);
+  for (int64_t l = layers.begin; l < layers.end; ++l) {
+    const StageTimes& layer = kinds.of(ctx, s, static_cast<size_t>(l));
+    forward += layer.forward;
+    backward += layer.backward;
+    edge_forward = std::max(edge_forward, layer.offload_edge_forward);
+    edge_backward = std::max(edge_backward, layer.offload_edge_backward);
+  }
+  forward += edge_forward;
+  backward += edge_backward;
+  if (k == v - 1) {
+    const StageTimes tail = after_last_layer(ctx, c, kinds, s);
+    forward += tail.forward;
+    backward += tail.backward;
+  }
+  return {forward, backward};
+}
+
+// Calls visit(stage, forward, backward) for every chunk of every stage, in order.
+template <class Visit>
+void for_each_chunk(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                    Visit visit) {
+  for (int64_t s = 0; s < *c.parallel.pp; ++s) {
+    for (int64_t k = 0; k < *c.parallel.vpp; ++k) {
+      const auto [forward, backward] = chunk_passes(ctx, c, kinds, s, k);
+      visit(s, forward, backward);
+    }
+  }
+}
+
+}  // namespace
+
+LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c) {
+  LayerKinds k;
+  k.times = kinds_at(ctx, c);
+  if (c.stage_chunks.empty()) return k;
+  // Each other chunk count once: MACT's bins are few.
+  std::vector<std::pair<int64_t, LayerKinds::Times>> priced{{c.fcda_chunks, k.times}};
+  for (int64_t s = 0; s < c.parallel.pp.value_or(1); ++s) {
+    const int64_t chunks = c.chunks_on_stage(s);
+    auto it = std::find_if(priced.begin(), priced.end(),
+                           [&](const auto& p) { return p.first == chunks; });
+    if (it == priced.end()) {
+      PlanChoice own = c;
+      own.fcda_chunks = chunks;
+      own.stage_chunks.clear();
+      priced.emplace_back(chunks, kinds_at(ctx, own));
+      it = priced.end() - 1;
+    }
+    k.by_stage.push_back(it->second);
+  }
+  return k;
+}
+
+StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds) {
+  const ModelSpec& m = *ctx.model;
+  StageTimes st;
+  if (m.mtp_layers <= 0) return st;
+  const double modules = static_cast<double>(m.mtp_layers);
+  add(st, kinds.of(ctx, mtp_stage(c.parallel), static_cast<size_t>(m.num_layers - 1)), modules);
+  add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
+  return st;
+}
+
+StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                      int64_t stage) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  // Layers counted by kind, then priced (the search's hot path: an add a kind, not a layer).
+  std::array<int64_t, LayerKinds::kCount> layers{};
+  for_each_stage_layer(m, p, stage,
+                       [&](int64_t i) { ++layers[ctx.layer_kinds[static_cast<size_t>(i)]]; });
+  StageTimes st;
+  for (size_t k = 0; k < LayerKinds::kCount; ++k) {
+    if (layers[k] > 0) add(st, kinds.at(stage)[k], static_cast<double>(layers[k]));
+  }
+  add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
+  add_offload_edges(st, static_cast<double>(*p.vpp));
+  return st;
+}
+
+std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
+                                    const LayerKinds& kinds) {
+  std::vector<ChunkTimes> out(static_cast<size_t>(*c.parallel.pp));
+  for_each_chunk(ctx, c, kinds, [&](int64_t s, Seconds forward, Seconds backward) {
+    out[static_cast<size_t>(s)].forward.push_back(forward);
+    out[static_cast<size_t>(s)].backward.push_back(backward);
+  });
+  return out;
+}
+
+Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
+                               const LayerKinds& kinds) {
+  Seconds lightest(std::numeric_limits<double>::infinity());
+  for_each_chunk(ctx, c, kinds, [&](int64_t, Seconds forward, Seconds) {
+    lightest = std::min(lightest, forward);
+  });
+  return lightest;
+}
+
+}  // namespace moe
