@@ -1,0 +1,39 @@
+// moeplan plan's options, and the search request they make.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/cluster_spec.h"
+#include "planner/model_spec.h"
+#include "planner/search.h"
+
+namespace moe::cli {
+
+struct PlanOptions {
+  std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
+                                                     save;
+  std::vector<std::string> recompute_modules;
+  std::vector<std::string> offload_modules;
+  std::optional<double> optimizer_offload;
+  std::string recompute, precision = "bf16", overlap = "search", attention = "search",
+                         intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
+                         attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",
+                         grad_reduce = "search";
+  std::optional<std::string> fp8_recipe;
+  int64_t global_batch = 0, seq_len = 4096;
+  std::optional<int64_t> gpus;
+  int top = 5, threads = 2, verify = 0;
+  double alpha = 1.0;
+  std::optional<double> static_override_gb;
+  std::optional<int> zero;
+  bool json = false, explain = false, megatron_only = false;
+};
+
+// The search the options ask for, checked against the model and cluster: an InputError naming
+// the option (and field) for anything out of range or contradictory.
+SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const ClusterSpec& c);
+
+}  // namespace moe::cli

@@ -1,0 +1,113 @@
+#include <fmt/format.h>
+
+#include "planner/errors.h"
+#include "tools/moeplan/common.h"
+#include "tools/moeplan/plan_options.h"
+
+namespace moe::cli {
+
+namespace {
+
+Objective parse_objective(const std::string& s) {
+  if (s == "throughput") return Objective::kThroughput;
+  if (s == "memory") return Objective::kMemory;
+  if (s == "cost") return Objective::kCost;
+  throw InputError("--objective", "",
+                   fmt::format("'{}' is not one of throughput, memory, cost", s));
+}
+
+}  // namespace
+
+SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const ClusterSpec& c) {
+  SearchRequest req;
+  req.num_gpus = o.gpus.value_or(c.num_gpus());
+  if (req.num_gpus > c.num_gpus()) {
+    throw InputError(
+        "--gpus", "",
+        fmt::format("{} GPUs asked, cluster {} has {}", req.num_gpus, c.name, c.num_gpus()));
+  }
+  req.global_batch = o.global_batch;
+  req.fixed = parse_parallel(o.parallel);
+  if (req.fixed.gbs && *req.fixed.gbs != o.global_batch) {
+    throw InputError(
+        "--parallel", "gbs",
+        fmt::format("gbs={} contradicts --global-batch {}", *req.fixed.gbs, o.global_batch));
+  }
+  req.objective = parse_objective(o.objective);
+  req.top_k = o.top;
+  req.alpha = o.alpha;
+  req.threads = o.threads;
+  req.zero = o.zero;
+  req.dp_bf16_compression = parse_grad_reduce(o.grad_reduce, "--grad-reduce", true);
+  if (o.schedule == "gpipe")
+    req.gpipe = true;
+  else if (o.schedule != "1f1b")
+    throw InputError(
+        "--schedule", "",
+        fmt::format("'{}' is not one of 1f1b (interleaved when vpp > 1), gpipe", o.schedule));
+  if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
+  if (!o.recompute.empty()) req.recompute = parse_recompute(o.recompute);
+  if (!o.recompute_modules.empty()) {
+    if (req.recompute && *req.recompute != Recompute::kSelective)
+      throw InputError("--recompute-modules", "",
+                       fmt::format("names what selective recompute replays; --recompute is {}",
+                                   recompute_name(*req.recompute)));
+    req.recompute = Recompute::kSelective;
+    req.recompute_modules = parse_recompute_modules(o.recompute_modules, m);
+  }
+  if (o.offload_modules == std::vector<std::string>{"search"}) {
+    req.search_offload = true;
+  } else if (!o.offload_modules.empty()) {
+    req.offload_modules = parse_offload_modules(o.offload_modules, m);
+    if (req.recompute) require_offloadable(*req.recompute, "--offload-modules", "", "--recompute");
+  }
+  if (o.optimizer_offload) {
+    if (!(*o.optimizer_offload > 0 && *o.optimizer_offload <= 1))
+      throw InputError("--optimizer-offload", "",
+                       fmt::format("{} is not a share in (0, 1]", *o.optimizer_offload));
+    if (c.node.cpus.empty())
+      throw InputError(o.cluster, "node.cpus",
+                       "the cluster lists no CPUs to run the offloaded optimizer on");
+    req.optimizer_offload = *o.optimizer_offload;
+  }
+  req.overlap = parse_on_off(o.overlap, "--overlap", true);
+  req.intra_overlap = parse_on_off(o.intra_overlap, "--intra-overlap", true);
+  req.megatron_only = o.megatron_only;
+  if (o.megatron_only && (!req.intra_overlap || *req.intra_overlap))
+    throw InputError("--intra-overlap", "",
+                     "MegaScale-MoE's intra-operator overlap has no Megatron-LM kernel; "
+                     "--megatron-only leaves it off");
+  if (o.megatron_only && req.recompute == Recompute::kRematerialize)
+    throw InputError("--recompute", "",
+                     "sar (MegaScale-MoE's rematerialization) has no Megatron-LM argument; "
+                     "--megatron-only leaves it out");
+  req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
+  req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
+  req.cuda_graph = parse_cuda_graph(o.cuda_graph, "--cuda-graph");
+  req.attention = parse_attention(o.attention, "--attention", true);
+  req.dispatcher = parse_dispatcher(o.dispatcher, "--dispatcher", true);
+  if (req.dispatcher && !megascale::dispatcher_priced(*req.dispatcher, req.fixed.ep.value_or(1),
+                                                      req.fixed.etp.value_or(1)))
+    throw InputError("--dispatcher", "",
+                     fmt::format("{} is priced {}; --parallel fixes ep = {}, etp = {} (expert TP "
+                                 "takes the all-to-all, MoNTA's across EP)",
+                                 megascale::dispatcher_name(*req.dispatcher),
+                                 megascale::dispatcher_priced_where(*req.dispatcher),
+                                 req.fixed.ep.value_or(1), req.fixed.etp.value_or(1)));
+  req.precision = parse_precision(o.precision, "--precision");
+  if (req.precision == Precision::kFp8 && !c.node.gpu.peak.count(Dtype::kFp8)) {
+    throw InputError("--precision", "",
+                     fmt::format("{} in {} has no fp8 peak (node/gpu/peak_TFLOPS/fp8)",
+                                 c.node.gpu.model, o.cluster));
+  }
+  if (o.fp8_recipe) {
+    req.fp8_recipe = parse_fp8_recipe(*o.fp8_recipe, "--fp8-recipe");
+    if (req.precision != Precision::kFp8)
+      throw InputError("--fp8-recipe", "",
+                       fmt::format("scales FP8 GEMMs; --precision is {} (add --precision fp8)",
+                                   precision_name(req.precision)));
+  }
+  return req;
+}
+
+}  // namespace moe::cli
