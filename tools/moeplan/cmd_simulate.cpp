@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -14,7 +13,6 @@
 #include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
-#include "planner/megatron_flops.h"
 #include "planner/offload.h"
 #include "planner/search.h"
 #include "planner/time_model.h"
@@ -23,6 +21,7 @@
 #include "tools/moeplan/chrome_trace.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
+#include "tools/moeplan/simulate_report.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -52,10 +51,6 @@ const char* const kResidentOnly[] = {
     "--pxn",        "--alpha"};
 const char* const kOffloadOnly[] = {"--predictor-accuracy", "--load-window",
                                     "--historical-accuracy"};
-
-std::string percent(Seconds part, Seconds whole) {
-  return fmt::format("{:.1f} %", 100.0 * part.value() / whole.value());
-}
 
 // An APTMoE offload plan: simulated as planned, beside the two baselines the paper compares.
 void run_offload(const SimulateOptions& o, const ModelSpec& m, const ClusterSpec& c,
@@ -196,182 +191,26 @@ void run_simulate(const SimulateOptions& o) {
   const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
   if (opt.on_iteration) fmt::print(stderr, "\r{:50}\r", "");
   const double wall = seconds_since_start();
-  const Seconds iteration = r.mean_iteration;
-  const Seconds total = iteration * static_cast<double>(o.iterations);
-  const double error = iteration / predicted.iteration - 1.0;
-  const double tokens = static_cast<double>(*choice.parallel.gbs * choice.seq_len);
-  // What Megatron-LM's log line prints for an iteration of this length.
-  auto logged_tflops = [&](Seconds t) {
-    return megatron_logged_tflops(m, choice.seq_len, *choice.parallel.gbs, *choice.parallel.tp,
-                                  choice.gpus(), t);
-  };
   if (!o.trace.empty()) io::write_file_atomically(o.trace, chrome_trace(r).dump() + "\n");
   const sim::RoutingGenerator generator(m, ctx.skew, routing.dynamics, o.seed);
-
-  if (o.json) {
-    nlohmann::json stages = nlohmann::json::array();
-    for (const sim::StageReport& s : r.stages) {
-      nlohmann::json waited;
-      for (int k = 1; k < sim::kStreams; ++k)
-        waited[sim::stream_name(k)] = s.waited[k].value() / total.value();
-      stages.push_back({{"compute_busy_fraction", s.compute_busy.value() / total.value()},
-                        {"waited_on_communication_fraction", waited},
-                        {"pipeline_wait_fraction", s.pipeline_wait.value() / total.value()},
-                        {"nvlink_busy_fraction", s.nvlink_busy.value() / total.value()},
-                        {"nic_busy_fraction", s.nic_busy.value() / total.value()},
-                        {"static_bytes", s.static_bytes.value()},
-                        {"peak_bytes", s.peak_bytes.value()},
-                        {"gpus", s.gpus},
-                        {"compute_busy_fraction_min", s.compute_busy_min.value() / total.value()},
-                        {"compute_busy_fraction_max", s.compute_busy_max.value() / total.value()},
-                        {"peak_gpu", s.peak_gpu}});
-    }
-    nlohmann::json ooms = nlohmann::json::array();
-    for (const sim::OomEvent& e : r.ooms) {
-      ooms.push_back({{"iteration", e.iteration},
-                      {"stage", e.stage},
-                      {"gpu", e.gpu},
-                      {"layer", e.layer},
-                      {"microbatch", e.microbatch},
-                      {"op", e.op},
-                      {"chunk", e.chunk},
-                      {"chunks", e.chunks},
-                      {"needed_bytes", e.needed.value()},
-                      {"capacity_bytes", e.capacity.value()}});
-    }
-    nlohmann::json iterations = nlohmann::json::array();
-    for (Seconds t : r.iteration_times) iterations.push_back(t.value());
-    print_json({{"model", m.name},
-                {"plan", choice.describe()},
-                {"routing", generator.describe()},
-                {"seed", o.seed},
-                {"iteration_s", iterations},
-                {"simulated_iteration_s", iteration.value()},
-                {"predicted_iteration_s", predicted.iteration.value()},
-                {"relative_difference", error},
-                {"tokens_per_s", r.tokens_per_second},
-                {"mfu", r.mfu},
-                {"tgs", r.tgs},
-                {"megatron_log",
-                 {{"elapsed_time_per_iteration_ms", iteration.value() * 1e3},
-                  {"throughput_per_gpu_tflops", logged_tflops(iteration)}}},
-                {"stages", stages},
-                {"oom_count", r.oom_count},
-                {"oom_events", ooms},
-                {"alpha", opt.alpha},
-                {"allocator_retries", r.allocator_retries},
-                {"fcda_chunk_histogram", r.chunk_histogram},
-                {"gpus_simulated", r.gpus_simulated},
-                {"collectives", r.collectives},
-                {"port_flows", r.flows},
-                {"nvlink_bytes", r.nvlink_bytes.value()},
-                {"nic_bytes", r.nic_bytes.value()},
-                {"events", r.events},
-                {"tasks", r.tasks},
-                {"wall_s", wall}});
-    return;
-  }
-  fmt::print("{} on {}: {}\n", m.name, c.name, choice.describe());
-  fmt::print("routing {}; {} iteration(s), seed {}; {}\n\n", generator.describe(), o.iterations,
-             o.seed,
-             o.every_gpu ? fmt::format("every GPU simulated ({})", r.gpus_simulated)
-                         : std::string("one representative GPU per stage"));
-  Table t({"", "iteration", "tokens/s", "MFU", "TGS", "TFLOP/s/GPU (Megatron log)"});
-  const PlanScore planned = [&] {
-    PlanScore s;
-    s.tokens_per_second = tokens / predicted.iteration.value();
-    s.mfu = r.mfu * (iteration / predicted.iteration);
-    s.tgs = r.tgs * (iteration / predicted.iteration);
-    return s;
-  }();
-  t.add({"planner (closed form)", as_ms(predicted.iteration.value()),
-         fmt::format("{:.0f}", planned.tokens_per_second),
-         fmt::format("{:.1f} %", 100 * planned.mfu), fmt::format("{:.0f}", planned.tgs),
-         fmt::format("{:.1f}", logged_tflops(predicted.iteration))});
-  t.add({fmt::format("simulator (mean of {})", o.iterations), as_ms(iteration.value()),
-         fmt::format("{:.0f}", r.tokens_per_second), fmt::format("{:.1f} %", 100 * r.mfu),
-         fmt::format("{:.0f}", r.tgs), fmt::format("{:.1f}", logged_tflops(iteration))});
-  fmt::print("{}", t.render());
-  fmt::print("difference {:+.2f} %\n", 100 * error);
-  if (o.iterations > 1) {
-    std::string list;
-    for (Seconds s : r.iteration_times) list += " " + as_ms(s.value());
-    fmt::print("iterations:{}\n", list);
-  }
-  fmt::print("\nper stage, share of the simulated time (waited: compute idle inside a pass)\n");
-  // The copy stream's column only where something waited on it (MoNTA O3's D2D copies,
-  // activation offloading).
-  const bool copies = std::any_of(r.stages.begin(), r.stages.end(), [](const sim::StageReport& x) {
-    return x.waited[sim::kCopyStream].value() > 0;
-  });
-  std::vector<std::string> head = {"stage",     "compute",   "waited TP",  "waited EP",
-                                   "waited CP", "waited DP", "waited host"};
-  if (copies) head.push_back("waited copy");
-  head.insert(head.end(), {"outside passes", "NVLink", "NIC", "peak memory"});
-  Table st(head);
-  for (size_t s = 0; s < r.stages.size(); ++s) {
-    const sim::StageReport& x = r.stages[s];
-    std::vector<std::string> row = {std::to_string(s),
-                                    percent(x.compute_busy, total),
-                                    percent(x.waited[sim::kTpStream], total),
-                                    percent(x.waited[sim::kEpStream], total),
-                                    percent(x.waited[sim::kCpStream], total),
-                                    percent(x.waited[sim::kDpStream], total),
-                                    percent(x.waited[sim::kHostStream], total)};
-    if (copies) row.push_back(percent(x.waited[sim::kCopyStream], total));
-    row.insert(row.end(), {percent(x.pipeline_wait, total), percent(x.nvlink_busy, total),
-                           percent(x.nic_busy, total),
-                           fmt::format("{} / {}", as_gb(x.peak_bytes.value()),
-                                       as_gb(c.node.gpu.hbm_capacity.value()))});
-    st.add(row);
-  }
-  fmt::print("{}", st.render());
-  if (o.every_gpu) {
-    // Under uneven routing the EP ranks' compute differs; the lighter ones wait at the
-    // collectives for the busiest.
-    Table spread({"stage", "GPUs", "compute least busy", "mean", "most busy", "peak on GPU"});
-    for (size_t s = 0; s < r.stages.size(); ++s) {
-      const sim::StageReport& x = r.stages[s];
-      spread.add({std::to_string(s), std::to_string(x.gpus), percent(x.compute_busy_min, total),
-                  percent(x.compute_busy, total), percent(x.compute_busy_max, total),
-                  std::to_string(x.peak_gpu)});
-    }
-    fmt::print("\nper GPU within each stage\n{}", spread.render());
-    const double per_iteration = 1.0 / static_cast<double>(o.iterations);
-    auto volume = [&](Bytes b) {
-      const double v = b.value() * per_iteration;
-      return v >= 1e12 ? fmt::format("{:.2f} TB", v / 1e12) : as_gb(v);
-    };
-    fmt::print("collectives sent {} over NVLink and {} over NICs per iteration (PXN {})\n",
-               volume(r.nvlink_bytes), volume(r.nic_bytes), opt.pxn ? "on" : "off");
-  }
-  std::string hist;
-  for (size_t k = 1; k < r.chunk_histogram.size(); ++k) {
-    if (r.chunk_histogram[k] > 0) hist += fmt::format(" c={}: {}", k, r.chunk_histogram[k]);
-  }
-  if (!hist.empty()) fmt::print("FCDA chunks per MoE layer and iteration:{}\n", hist);
-  if (r.oom_count > 0) {
-    fmt::print("\nOUT OF MEMORY: {} allocation(s) past the GPU's {}; the first:\n", r.oom_count,
-               as_gb(r.ooms.front().capacity.value()));
-    for (size_t i = 0; i < r.ooms.size() && i < 8; ++i) {
-      const sim::OomEvent& e = r.ooms[i];
-      fmt::print("  iteration {}, stage {}{}, layer {}, micro-batch {}, {} (chunk {} of {}): {}\n",
-                 e.iteration, e.stage, o.every_gpu ? fmt::format(" GPU {}", e.gpu) : "", e.layer,
-                 e.microbatch, e.op, e.chunk, e.chunks, as_gb(e.needed.value()));
-    }
-  } else {
-    fmt::print("no out-of-memory event\n");
-  }
-  if (r.allocator_retries > 0) {
-    fmt::print(
-        "{} allocation(s) past alpha = {} of the GPU's memory, each stalled {} for the caching "
-        "allocator to free its cache and retry (allocator_retry_us)\n",
-        r.allocator_retries, opt.alpha, as_ms(ctx.eff.allocator_retry.value()));
-  }
-  fmt::print("\n{} events, {} tasks in {:.2f} s ({:.0f} events/s)\n", r.events, r.tasks, wall,
-             static_cast<double>(r.events) / std::max(wall, 1e-9));
-  if (!o.trace.empty())
-    fmt::print("trace written to {} (open in Perfetto or chrome://tracing)\n", o.trace);
+  const SimulatedRun run{m,
+                         c,
+                         ctx,
+                         choice,
+                         r,
+                         predicted,
+                         generator.describe(),
+                         o.seed,
+                         o.iterations,
+                         o.every_gpu,
+                         opt.pxn,
+                         opt.alpha,
+                         wall,
+                         o.trace};
+  if (o.json)
+    print_simulation_json(run);
+  else
+    print_simulation_text(run);
 }
 
 }  // namespace
