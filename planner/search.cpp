@@ -313,6 +313,112 @@ std::vector<Layout> valid_layouts(const TimeContext& ctx, const SearchRequest& r
   return layouts;
 }
 
+// How far a layout's tightest stage is over (at the memory floor, or under the switches the
+// request fixed when the floor fits), and the no-fit message's line for it: the closest miss is
+// the one least over.
+std::pair<double, NoFit> closest_miss(const TimeContext& ctx, const ParallelConfig& p,
+                                      const MemoryReport& miss, Bytes room) {
+  const StageMemory* tight = &miss.stages.front();
+  for (const StageMemory& s : miss.stages) {
+    if (s.total_bytes > tight->total_bytes) tight = &s;
+  }
+  double over = (tight->total_bytes - room).value();
+  const bool static_bound = tight->static_bytes + tight->checkpoint_bytes > room;
+  NoFit miss_at{
+      p.to_string(), tight->stage, tight->total_bytes, room,
+      static_bound ? "static memory (weights, gradients, optimizer states)" : "activations"};
+  if (!(over > 0)) {
+    // The GPUs hold it; host memory does not hold the optimizer states offloaded to it.
+    const StageMemory* host = &miss.stages.front();
+    for (const StageMemory& s : miss.stages)
+      if (s.host_bytes > host->host_bytes) host = &s;
+    over = (host->host_bytes - ctx.host_memory_per_gpu).value();
+    miss_at = NoFit{p.to_string(),
+                    host->stage,
+                    host->host_bytes,
+                    ctx.host_memory_per_gpu,
+                    "the optimizer states offloaded to host memory",
+                    "a GPU's share of host memory"};
+  }
+  return {over, miss_at};
+}
+
+// The switches tried on a layout that fits, each as the request fixes it or every option where
+// it does not.
+struct LayoutSwitches {
+  std::vector<AttentionMode> attentions;
+  std::vector<std::pair<bool, bool>> overlaps;  // inter-operator, intra-operator
+  std::vector<megascale::Dispatcher> dispatchers;
+  std::vector<std::pair<monta::Strategy, int64_t>> alltoalls;  // MoNTA's strategy and chunks
+  std::vector<bool> bf16_gradients;
+};
+
+LayoutSwitches layout_switches(const TimeContext& ctx, const SearchRequest& req,
+                               const ParallelConfig& p) {
+  LayoutSwitches out;
+  const int64_t tp = *p.tp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
+  out.attentions = req.attention ? std::vector<AttentionMode>{*req.attention}
+                   : tp > 1
+                       ? std::vector<AttentionMode>{AttentionMode::kTensor, AttentionMode::kUlysses}
+                       : std::vector<AttentionMode>{AttentionMode::kTensor};
+  const std::vector<bool> overlaps =
+      req.overlap ? std::vector<bool>{*req.overlap} : std::vector<bool>{true, false};
+  const std::vector<bool> intras =
+      req.intra_overlap ? std::vector<bool>{*req.intra_overlap} : std::vector<bool>{false, true};
+  out.overlaps = switch_pairs(overlaps, intras);
+  // Without EP the two cost the same (experts split like TP gather around a ring), so
+  // the search tries all-to-all alone there; a fixed dispatcher is kept where it is
+  // priced.
+  out.dispatchers = {megascale::Dispatcher::kAllToAll};
+  if (ep > 1 && etp == 1) out.dispatchers.push_back(megascale::Dispatcher::kAllGather);
+  if (req.dispatcher)
+    out.dispatchers.assign(megascale::dispatcher_priced(*req.dispatcher, ep, etp) ? 1 : 0,
+                           *req.dispatcher);
+  out.alltoalls = {{monta::Strategy::kBaseline, 1}};
+  if (ep > 1 && etp > 1) {
+    // MoNTA Algorithm 3 picks the strategy from the AllToAll alone, once per layout.
+    PlanChoice probe;
+    probe.parallel = p;
+    const monta::Problem prob = expert_alltoall_problem(ctx, probe);
+    const Seconds o1 = monta::o1_time(prob);
+    const monta::ChunkChoice o2 = monta::best_chunking(prob, monta::Pipelining::kO2);
+    const monta::ChunkChoice o3 = monta::best_chunking(prob, monta::Pipelining::kO3);
+    const monta::Strategy pick = monta::select_strategy(o1, o2.time, o3.time);
+    const int64_t n = pick == monta::Strategy::kO2   ? o2.chunks
+                      : pick == monta::Strategy::kO3 ? o3.chunks
+                                                     : 1;
+    out.alltoalls = {{pick, n}};
+  }
+  out.bf16_gradients = req.dp_bf16_compression ? std::vector<bool>{*req.dp_bf16_compression}
+                       : dp > 1                ? std::vector<bool>{false, true}
+                                               : std::vector<bool>{false};
+  return out;
+}
+
+// The memory of `c` at the lowest ZeRO stage that fits (or the request's), with activation
+// offloading only where nothing else fits; sets c.zero_stage and c.offload_modules to it.
+MemoryReport fit_in_memory(const TimeContext& ctx, const SearchRequest& req, Bytes capacity,
+                           PlanChoice& c) {
+  const ModelSpec& m = *ctx.model;
+  const ParallelConfig& p = c.parallel;
+  MemoryReport mem;
+  for (uint32_t offload : offload_options(req, m, c.recompute, c.mact)) {
+    c.offload_modules = offload;
+    for (c.zero_stage = 1; c.zero_stage <= 3; ++c.zero_stage) {
+      mem = estimate_memory(m, ctx.params, p,
+                            memory_request(ctx, c, capacity, req.alpha, req.static_override));
+      if (mem.fits || (req.zero && *req.zero == c.zero_stage)) break;
+    }
+    if (req.zero) {
+      c.zero_stage = *req.zero;
+      mem = estimate_memory(m, ctx.params, p,
+                            memory_request(ctx, c, capacity, req.alpha, req.static_override));
+    }
+    if (mem.fits) break;
+  }
+  return mem;
+}
+
 }  // namespace
 
 SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& req) {
@@ -430,78 +536,18 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       lower.optimizer_offload = req.optimizer_offload;
       const MemoryReport floor = estimate_memory(
           m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
-      // The closest miss, for the no-fit message: the layout whose tightest stage is least over
-      // (at the memory floor, or under the switches the request fixed when the floor fits).
       auto note_miss = [&](const MemoryReport& miss) {
-        const StageMemory* tight = &miss.stages.front();
-        for (const StageMemory& s : miss.stages) {
-          if (s.total_bytes > tight->total_bytes) tight = &s;
-        }
-        double over = (tight->total_bytes - capacity * req.alpha).value();
-        const bool static_bound =
-            tight->static_bytes + tight->checkpoint_bytes > capacity * req.alpha;
-        NoFit miss_at{
-            p.to_string(), tight->stage, tight->total_bytes, capacity * req.alpha,
-            static_bound ? "static memory (weights, gradients, optimizer states)" : "activations"};
-        if (!(over > 0)) {
-          // The GPUs hold it; host memory does not hold the optimizer states offloaded to it.
-          const StageMemory* host = &miss.stages.front();
-          for (const StageMemory& s : miss.stages)
-            if (s.host_bytes > host->host_bytes) host = &s;
-          over = (host->host_bytes - ctx.host_memory_per_gpu).value();
-          miss_at = NoFit{p.to_string(),
-                          host->stage,
-                          host->host_bytes,
-                          ctx.host_memory_per_gpu,
-                          "the optimizer states offloaded to host memory",
-                          "a GPU's share of host memory"};
-        }
-        if (!closest[w] || over < closest[w]->first) closest[w] = {over, miss_at};
+        const std::pair<double, NoFit> over = closest_miss(ctx, p, miss, capacity * req.alpha);
+        if (!closest[w] || over.first < closest[w]->first) closest[w] = over;
       };
       if (!floor.fits) {
         ++stats[w].pruned_by_memory;
         note_miss(floor);
       } else {
-        const int64_t tp = *p.tp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
-        const std::vector<AttentionMode> attns =
-            req.attention ? std::vector<AttentionMode>{*req.attention}
-            : tp > 1 ? std::vector<AttentionMode>{AttentionMode::kTensor, AttentionMode::kUlysses}
-                     : std::vector<AttentionMode>{AttentionMode::kTensor};
-        const std::vector<bool> overlaps =
-            req.overlap ? std::vector<bool>{*req.overlap} : std::vector<bool>{true, false};
-        const std::vector<bool> intras = req.intra_overlap ? std::vector<bool>{*req.intra_overlap}
-                                                           : std::vector<bool>{false, true};
-        const std::vector<std::pair<bool, bool>> overlap_switches = switch_pairs(overlaps, intras);
-        // Without EP the two cost the same (experts split like TP gather around a ring), so
-        // the search tries all-to-all alone there; a fixed dispatcher is kept where it is
-        // priced.
-        std::vector<megascale::Dispatcher> dispatchers = {megascale::Dispatcher::kAllToAll};
-        if (ep > 1 && etp == 1) dispatchers.push_back(megascale::Dispatcher::kAllGather);
-        if (req.dispatcher)
-          dispatchers.assign(megascale::dispatcher_priced(*req.dispatcher, ep, etp) ? 1 : 0,
-                             *req.dispatcher);
-        std::vector<std::pair<monta::Strategy, int64_t>> a2as = {{monta::Strategy::kBaseline, 1}};
-        if (ep > 1 && etp > 1) {
-          // MoNTA Algorithm 3 picks the strategy from the AllToAll alone, once per layout.
-          PlanChoice probe;
-          probe.parallel = p;
-          const monta::Problem prob = expert_alltoall_problem(ctx, probe);
-          const Seconds o1 = monta::o1_time(prob);
-          const monta::ChunkChoice o2 = monta::best_chunking(prob, monta::Pipelining::kO2);
-          const monta::ChunkChoice o3 = monta::best_chunking(prob, monta::Pipelining::kO3);
-          const monta::Strategy pick = monta::select_strategy(o1, o2.time, o3.time);
-          const int64_t n = pick == monta::Strategy::kO2   ? o2.chunks
-                            : pick == monta::Strategy::kO3 ? o3.chunks
-                                                           : 1;
-          a2as = {{pick, n}};
-        }
-        const std::vector<bool> compress = req.dp_bf16_compression
-                                               ? std::vector<bool>{*req.dp_bf16_compression}
-                                           : dp > 1 ? std::vector<bool>{false, true}
-                                                    : std::vector<bool>{false};
+        const LayoutSwitches sw = layout_switches(ctx, req, p);
         int64_t inner = 0;  // enumeration order inside the layout, for deterministic ties
         for (Recompute rc : recomputes) {
-          for (AttentionMode at : attns) {
+          for (AttentionMode at : sw.attentions) {
             // MemFine's chunks are not Megatron's, and Megatron offloads whole layers' inputs.
             const bool chunkable = m.is_moe() && !req.megatron_only && req.offload_modules == 0;
             for (bool mact :
@@ -523,23 +569,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               c.attention_kernel = req.attention_kernel;
               // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
               // stage. Higher stages only trade time for memory: try them only when needed.
-              MemoryReport mem;
-              for (uint32_t offload : offload_options(req, m, rc, mact)) {
-                c.offload_modules = offload;
-                for (c.zero_stage = 1; c.zero_stage <= 3; ++c.zero_stage) {
-                  mem = estimate_memory(
-                      m, ctx.params, p,
-                      memory_request(ctx, c, capacity, req.alpha, req.static_override));
-                  if (mem.fits || (req.zero && *req.zero == c.zero_stage)) break;
-                }
-                if (req.zero) {
-                  c.zero_stage = *req.zero;
-                  mem = estimate_memory(
-                      m, ctx.params, p,
-                      memory_request(ctx, c, capacity, req.alpha, req.static_override));
-                }
-                if (mem.fits) break;
-              }
+              const MemoryReport mem = fit_in_memory(ctx, req, capacity, c);
               if (!mem.fits) {
                 note_miss(mem);
                 continue;
@@ -548,17 +578,17 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               settle_mact_chunks(c, mem);
               if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
               const double peak = mem.peak_bytes().value();
-              for (megascale::Dispatcher d : dispatchers) {
-                for (const auto& [a2a, n] : a2as) {
+              for (megascale::Dispatcher d : sw.dispatchers) {
+                for (const auto& [a2a, n] : sw.alltoalls) {
                   // The terms before the DP syncs under the first gradient precision tried, by
                   // overlap switches: the second precision's are the same (only the syncs read
                   // it), so it is held to its bound without being priced.
                   std::vector<Seconds> before_syncs(
-                      overlap_switches.size(), Seconds(-std::numeric_limits<double>::infinity()));
-                  for (bool bf16 : compress) {
-                    const bool first_precision = bf16 == compress.front();
-                    for (size_t j = 0; j < overlap_switches.size(); ++j) {
-                      const auto [overlap, intra] = overlap_switches[j];
+                      sw.overlaps.size(), Seconds(-std::numeric_limits<double>::infinity()));
+                  for (bool bf16 : sw.bf16_gradients) {
+                    const bool first_precision = bf16 == sw.bf16_gradients.front();
+                    for (size_t j = 0; j < sw.overlaps.size(); ++j) {
+                      const auto [overlap, intra] = sw.overlaps[j];
                       c.intra_overlap = intra;
                       c.dispatcher = d;
                       c.alltoall = a2a;
