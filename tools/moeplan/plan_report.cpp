@@ -380,53 +380,48 @@ void print_explanations(const PlanReport& report) {
 }  // namespace
 
 void print_plan_json(const PlanReport& report) {
-  const PlanOptions& o = report.options;
   const ModelSpec& m = report.model;
   const ClusterSpec& c = report.cluster;
-  const TimeContext& ctx = report.ctx;
-  const SearchRequest& req = report.request;
   const SearchResult& r = report.outcome.result;
-  const std::vector<Verified>& verified = report.verified;
-  const std::optional<Plan>& free_best = report.free_best;
-  const std::optional<Plan>& megatron_alternative = report.outcome.megatron_alternative;
-  const std::optional<Plan>& aptmoe_alternative = report.outcome.aptmoe_alternative;
   const Plan& best = r.ranked.front();
+  // A plan as the plan file writes it; null where there is none.
+  auto plan_json = [&](const std::optional<Plan>& p) {
+    return p ? io::plan_to_json(*p, m, c) : nlohmann::json();
+  };
   nlohmann::json plans = nlohmann::json::array();
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     nlohmann::json j = io::plan_to_json(r.ranked[i], m, c);
-    if (i == 0 && o.explain && !best.choice.offload) {
-      TimeContext own = ctx;
+    if (i == 0 && report.options.explain && !best.choice.offload) {
+      TimeContext own = report.ctx;
       own.links.world = best.choice.parallel.world();
       j["explain"] = layer_explanation_json(own, best);
     }
-    if (i < verified.size()) {
-      j["simulated"] = {{"iteration_s", verified[i].iteration.value()},
-                        {"oom_events", verified[i].oom_events},
-                        {"planner_rank", verified[i].planner_rank + 1}};
+    if (i < report.verified.size()) {
+      const Verified& v = report.verified[i];
+      j["simulated"] = {{"iteration_s", v.iteration.value()},
+                        {"oom_events", v.oom_events},
+                        {"planner_rank", v.planner_rank + 1}};
     }
     plans.push_back(std::move(j));
   }
-  print_json(
-      {{"model", m.name},
-       {"cluster", c.name},
-       {"gpus", req.num_gpus},
-       {"global_batch", o.global_batch},
-       {"seq_len", o.seq_len},
-       {"skew", report.skew.describe()},
-       {"objective", objective_name(req.objective)},
-       {"search",
-        {{"layouts", r.stats.layouts},
-         {"pruned_by_memory", r.stats.pruned_by_memory},
-         {"evaluated", r.stats.evaluated},
-         {"cut_by_time_bound", r.stats.bounded},
-         {"seconds", r.stats.seconds}}},
-       {"verified", verified.size()},
-       {"plans", plans},
-       {"megatron_alternative",
-        megatron_alternative ? io::plan_to_json(*megatron_alternative, m, c) : nlohmann::json()},
-       {"aptmoe_alternative",
-        aptmoe_alternative ? io::plan_to_json(*aptmoe_alternative, m, c) : nlohmann::json()},
-       {"free_layout_best", free_best ? io::plan_to_json(*free_best, m, c) : nlohmann::json()}});
+  print_json({{"model", m.name},
+              {"cluster", c.name},
+              {"gpus", report.request.num_gpus},
+              {"global_batch", report.options.global_batch},
+              {"seq_len", report.options.seq_len},
+              {"skew", report.skew.describe()},
+              {"objective", objective_name(report.request.objective)},
+              {"search",
+               {{"layouts", r.stats.layouts},
+                {"pruned_by_memory", r.stats.pruned_by_memory},
+                {"evaluated", r.stats.evaluated},
+                {"cut_by_time_bound", r.stats.bounded},
+                {"seconds", r.stats.seconds}}},
+              {"verified", report.verified.size()},
+              {"plans", plans},
+              {"megatron_alternative", plan_json(report.outcome.megatron_alternative)},
+              {"aptmoe_alternative", plan_json(report.outcome.aptmoe_alternative)},
+              {"free_layout_best", plan_json(report.free_best)}});
 }
 
 void print_plan_text(const PlanReport& report) {
