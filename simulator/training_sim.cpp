@@ -100,29 +100,9 @@ TrainingReport Training::run() {
   return std::move(report_);
 }
 
-SimTime Training::run_iteration(int64_t it, SimTime offset) {
-  EventQueue queue;
-  if (o_.on_progress) {
-    const Seconds expected = estimate_time(ctx_, plan_).iteration;
-    queue.tick_every(o_.progress_events, [this, &queue, expected] {
-      o_.on_progress(std::min(0.99, to_seconds(queue.now()) / expected));
-    });
-  }
-  FlowNetwork net(queue);
-  queue_ = &queue;
-  net_ = &net;
-  iteration_ = it;
-  ready_to_step_ = 0;
-  offset_ = offset;
-  stages_.clear();
-  stages_.resize(static_cast<size_t>(*p_.pp));
-  gpus_.clear();
-  gpus_.resize(static_cast<size_t>(*p_.pp * per_stage_));
-  joining_.clear();
-  last_joined_ = nullptr;
-  const int64_t span = boundary_span(p_);
-  PipelineHooks hooks;
-  hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
+// Each stage's GPUs with their groups, links, node and memory at the iteration's start, and
+// the link each stage boundary's sends take.
+void Training::place_gpus(int64_t span, PipelineHooks& hooks) {
   for (int64_t s = 0; s < *p_.pp; ++s) {
     StageState& st = stages_[static_cast<size_t>(s)];
     const StageMemory& sm = memory_.stages[static_cast<size_t>(s)];
@@ -145,15 +125,15 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
       x.group[kDpStream] = k % *p_.tp;
       for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
         st.groups[k2][x.group[k2]].push_back(g);
-      x.nvlink_out = net.add_link(ctx_.links.intra);
-      x.nvlink_in = net.add_link(ctx_.links.intra);
-      x.nic_out = net.add_link(ctx_.links.inter);
-      x.nic_in = net.add_link(ctx_.links.inter);
+      x.nvlink_out = net_->add_link(ctx_.links.intra);
+      x.nvlink_in = net_->add_link(ctx_.links.intra);
+      x.nic_out = net_->add_link(ctx_.links.inter);
+      x.nic_in = net_->add_link(ctx_.links.inter);
       // Megatron's ranks fill a stage's GPUs in order, and a stage its nodes.
       x.node = g / gpus_per_node_;
       x.rail = g % gpus_per_node_;
       x.current = x.peak = st.static_bytes;
-      x.gpu = std::make_unique<GpuStreams>(queue, net, kStreams, stream_hooks(g));
+      x.gpu = std::make_unique<GpuStreams>(*queue_, *net_, kStreams, stream_hooks(g));
       sample_memory(x);
     }
     for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {
@@ -166,30 +146,13 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
     hooks.down_links.push_back({link});
     hooks.up_links.push_back({link});
   }
-  plan_layers(it);
+}
 
-  PipelineSpec spec;
-  spec.stages.resize(static_cast<size_t>(*p_.pp));
-  spec.microbatches = microbatches_;
-  spec.chunks = *p_.vpp;
-  spec.gpipe = plan_.schedule() == Schedule::kGPipe;
-  spec.boundary_bytes = boundary_bytes(ctx_, plan_);
-  spec.boundary_bandwidth = ctx_.links.bandwidth(span);
-  spec.boundary_latency = to_sim_time(ctx_.links.latency(span));
-  hooks.run = [this](const PassId& id, std::function<void()> done) {
-    run_pass(id, std::move(done));
-  };
-  hooks.on_stage_done = [this](int64_t s) {
-    const StageState& st = stages_[static_cast<size_t>(s)];
-    for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {
-      gpus_[static_cast<size_t>(g)].optimizer_waiting = true;
-      maybe_step(g);
-    }
-  };
-  // Each stage gathers its parameters for this iteration at the start (Megatron's distributed
-  // optimizer with --overlap-param-gather), one model chunk after another: a chunk's first
-  // forward pass may run meanwhile but does not end before that chunk's weights are in (with
-  // interleaving, chunk 0 no longer waits for the weights of chunks 1 to v - 1).
+// Each stage gathers its parameters for this iteration at the start (Megatron's distributed
+// optimizer with --overlap-param-gather), one model chunk after another: a chunk's first
+// forward pass may run meanwhile but does not end before that chunk's weights are in (with
+// interleaving, chunk 0 no longer waits for the weights of chunks 1 to v - 1).
+void Training::start_parameter_gathers() {
   const int64_t v = *p_.vpp;
   const double piece = 1.0 / static_cast<double>(v);
   for (int64_t g = 0; g < static_cast<int64_t>(gpus_.size()); ++g) {
@@ -215,12 +178,11 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
           false);
     }
   }
-  PipelineDriver driver(spec, queue, net, std::move(hooks));
-  driver.start();
-  report_.events += queue.run();
-  if (!joining_.empty()) throw std::logic_error("a collective was never joined by its group");
-  const PipelineResult pr = driver.finish();
-  const SimTime end = queue.now();
+}
+
+// What the iteration left in each stage's report: compute busy and stream waits (a stage's
+// GPUs averaged), peak memory, time outside passes, and the pipeline's spans for the trace.
+void Training::add_stage_reports(const PipelineResult& pr, SimTime end) {
   const double share = 1.0 / static_cast<double>(per_stage_);
   for (int64_t s = 0; s < *p_.pp; ++s) {
     const StageState& st = stages_[static_cast<size_t>(s)];
@@ -242,6 +204,60 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
                                offset_ + sp.start, offset_ + sp.end});
     }
   }
+}
+
+SimTime Training::run_iteration(int64_t it, SimTime offset) {
+  EventQueue queue;
+  if (o_.on_progress) {
+    const Seconds expected = estimate_time(ctx_, plan_).iteration;
+    queue.tick_every(o_.progress_events, [this, &queue, expected] {
+      o_.on_progress(std::min(0.99, to_seconds(queue.now()) / expected));
+    });
+  }
+  FlowNetwork net(queue);
+  queue_ = &queue;
+  net_ = &net;
+  iteration_ = it;
+  ready_to_step_ = 0;
+  offset_ = offset;
+  stages_.clear();
+  stages_.resize(static_cast<size_t>(*p_.pp));
+  gpus_.clear();
+  gpus_.resize(static_cast<size_t>(*p_.pp * per_stage_));
+  joining_.clear();
+  last_joined_ = nullptr;
+  const int64_t span = boundary_span(p_);
+  PipelineHooks hooks;
+  hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
+  place_gpus(span, hooks);
+  plan_layers(it);
+
+  PipelineSpec spec;
+  spec.stages.resize(static_cast<size_t>(*p_.pp));
+  spec.microbatches = microbatches_;
+  spec.chunks = *p_.vpp;
+  spec.gpipe = plan_.schedule() == Schedule::kGPipe;
+  spec.boundary_bytes = boundary_bytes(ctx_, plan_);
+  spec.boundary_bandwidth = ctx_.links.bandwidth(span);
+  spec.boundary_latency = to_sim_time(ctx_.links.latency(span));
+  hooks.run = [this](const PassId& id, std::function<void()> done) {
+    run_pass(id, std::move(done));
+  };
+  hooks.on_stage_done = [this](int64_t s) {
+    const StageState& st = stages_[static_cast<size_t>(s)];
+    for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {
+      gpus_[static_cast<size_t>(g)].optimizer_waiting = true;
+      maybe_step(g);
+    }
+  };
+  start_parameter_gathers();
+  PipelineDriver driver(spec, queue, net, std::move(hooks));
+  driver.start();
+  report_.events += queue.run();
+  if (!joining_.empty()) throw std::logic_error("a collective was never joined by its group");
+  const PipelineResult pr = driver.finish();
+  const SimTime end = queue.now();
+  add_stage_reports(pr, end);
   return end;
 }
 
