@@ -71,8 +71,9 @@ class SyncPricing {
 
  private:
   const StageTimes& stage(int64_t s) const { return pipeline_.stages[static_cast<size_t>(s)]; }
+  Seconds chunk_pass(int64_t s, int64_t k, bool backward_pass);
   const DpSync& sync_of(int64_t s) const { return syncs_[static_cast<size_t>(s)]; }
-  Exposed most_exposed(bool backward_pass) const;
+  Exposed most_exposed(bool backward_pass);
   LinkLoads traffic_of(int64_t stage);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
                                      bool backward_pass, double overlapped);
@@ -92,30 +93,51 @@ class SyncPricing {
   const double v_;
   const double later_chunks_;
   const double passes_;
+  // Each model chunk's passes on each stage, priced on first use (interleaved plans only).
+  std::vector<ChunkTimes> chunks_;
   // Intra-operator overlap's layers priced without it, once, however many windows ask.
   PlanChoice unfused_;
   std::optional<LayerKinds> unfused_kinds_;
 };
 
-Exposed SyncPricing::most_exposed(bool backward_pass) const {
+// Model chunk k's forward or backward on stage s, one micro-batch: the stage's own without
+// interleaving.
+Seconds SyncPricing::chunk_pass(int64_t s, int64_t k, bool backward_pass) {
+  if (*p_.vpp == 1) return backward_pass ? stage(s).backward : stage(s).forward;
+  if (chunks_.empty()) chunks_ = chunk_times(ctx_, c_, *pipeline_.kinds);
+  const ChunkTimes& own = chunks_[static_cast<size_t>(s)];
+  return (backward_pass ? own.backward : own.forward)[static_cast<size_t>(k)];
+}
+
+Exposed SyncPricing::most_exposed(bool backward_pass) {
   Exposed best{0, Seconds(0), Seconds(-std::numeric_limits<double>::infinity())};
   Seconds slack;
   for (int64_t s = 0; s < pp_; ++s) {
     const DpSync& own = sync_of(s);
     const StageTimes& st = stage(s);
-    const Seconds chunk_pass = (backward_pass ? st.backward : st.forward) / v_;
+    const Seconds average_pass = (backward_pass ? st.backward : st.forward) / v_;
     const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
-    const Seconds exposure =
-        std::max(sync / v_ - chunk_pass, sync - chunk_pass - chunk_pass * later_chunks_) - slack;
+    // Chunk k's share of the chain ends (k + 1) T / v into it, and its window is chunk k's own
+    // pass after p passes of each chunk before it. Each chunk at its own time: a chunk that
+    // holds only the embedding hides nothing of its sync (E|t|t|L over pp = 2, two
+    // micro-batches: with every chunk at the stage's mean, 12 % under the simulator).
+    Seconds exposure(-std::numeric_limits<double>::infinity()), before;
+    for (int64_t k = 0; k < *p_.vpp; ++k) {
+      const Seconds pass = chunk_pass(s, k, backward_pass);
+      exposure = std::max(exposure, sync * (static_cast<double>(k + 1) / v_) - pass - before);
+      before += pass * static_cast<double>(pp_);
+    }
+    exposure -= slack;
     // Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of
     // its window ((v - 1) p + 1); without interleaving, beside its one pass. A sync shorter
     // than its pass shares the links for its own length only: taken as sharing the whole
     // pass, a ZeRO-1 reduce-scatter of 68 ms beside a 184 ms backward over the NICs came out
     // 13 % over the simulator.
     const double beside =
-        chunk_pass.value() > 0 ? std::clamp(sync / chunk_pass, 0.0, later_chunks_ + 1.0) : 1.0;
+        average_pass.value() > 0 ? std::clamp(sync / average_pass, 0.0, later_chunks_ + 1.0) : 1.0;
     if (exposure > best.exposure) best = {s, slack, exposure, beside / v_};
-    slack += chunk_pass + pipeline_.hop;
+    // The next stage's window opens after this one's first chunk.
+    slack += chunk_pass(s, 0, backward_pass) + pipeline_.hop;
   }
   return best;
 }

@@ -10,6 +10,7 @@
 
 #include "planner/pipeline_schedule.h"
 #include "planner/plan.h"
+#include "planner/stage_pricing.h"
 #include "planner/time_model.h"
 
 namespace moe {
@@ -43,6 +44,8 @@ struct PricedPipeline {
   bool walk_few = false;
   std::vector<ChunkTimes> few_chunks;
   Seconds few_walked;
+  // The layers priced by kind, for each model chunk's passes where the stages interleave.
+  const LayerKinds* kinds = nullptr;
 };
 
 // Adds to `out` (whose microbatches, bubble and pp_comm are set) the syncs' exposure: dp_comm

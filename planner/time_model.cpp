@@ -596,8 +596,8 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
   if (unsynced + out.optimizer >= bound) return std::nullopt;
-  PricedPipeline pipeline{std::move(stages), slowest_stage,         per_mb,    hop,
-                          walk_few,          std::move(few_chunks), few_walked};
+  PricedPipeline pipeline{std::move(stages), slowest_stage,         per_mb,     hop,
+                          walk_few,          std::move(few_chunks), few_walked, &kinds};
   add_dp_sync_exposure(ctx, c, pipeline, syncs, scratch, out);
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
