@@ -26,10 +26,11 @@ namespace {
 // weights, one chunk after another on the DP stream: chunk c's gather (1/v of the stage's)
 // runs beside chunk c's first forward, which c p forwards of the earlier chunks precede, and
 // chunk c's reduce-scatter starts with its last backward, which c p backwards of the earlier
-// chunks follow. The chain shows by the most any chunk's sync outlasts that:
-// max(T/v - q, T - q - (v - 1) p q) for a sync of T and chunk passes of q, which is T - q
-// when v = 1. (Against the stage's whole sync beside one pass, Qwen3-30B-A3B on 240 H800 at
-// pp = 2, vpp = 4 came out 4.8 % over the simulator.)
+// chunks follow. The chain shows by the most any chunk's sync outlasts that: over chunks k
+// with passes q_k, max (k + 1) T / v - q_k - p (q_0 + ... + q_{k-1}) for a sync of T, which
+// is max(T/v - q, T - q - (v - 1) p q) where the chunks take q alike, and T - q when v = 1.
+// (Against the stage's whole sync beside one pass, Qwen3-30B-A3B on 240 H800 at pp = 2,
+// vpp = 4 came out 4.8 % over the simulator.)
 
 // A stage's sync against the window it hides in.
 struct Exposed {
