@@ -61,17 +61,6 @@ void add_gemm_block(StageTimes& st, Seconds t) {
   st.compute += t * 3.0;
 }
 
-// What a stage's last chunk runs after its layers, one micro-batch: on the last stage the
-// output head (vocab-parallel over TP) and its loss, and the MTP modules where they sit (the
-// last stage, unless a layout puts them on another).
-StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
-                            int64_t stage) {
-  StageTimes st;
-  if (stage == *c.parallel.pp - 1) add_gemm_block(st, output_head_time(ctx, c));
-  if (stage == mtp_stage(c.parallel)) add(st, mtp_times(ctx, c, kinds), 1.0);
-  return st;
-}
-
 // Activation offloading's copy at each edge of `passes` passes (StageTimes).
 void add_offload_edges(StageTimes& st, double passes) {
   st.offload_forward += st.offload_edge_forward * passes;
@@ -149,6 +138,14 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   const double modules = static_cast<double>(m.mtp_layers);
   add(st, kinds.of(ctx, mtp_stage(c.parallel), static_cast<size_t>(m.num_layers - 1)), modules);
   add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
+  return st;
+}
+
+StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                            int64_t stage) {
+  StageTimes st;
+  if (stage == *c.parallel.pp - 1) add_gemm_block(st, output_head_time(ctx, c));
+  if (stage == mtp_stage(c.parallel)) add(st, mtp_times(ctx, c, kinds), 1.0);
   return st;
 }
 

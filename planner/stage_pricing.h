@@ -44,6 +44,11 @@ LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c);
 // head and MTP modules where they sit, and activation offloading's copies at each pass's edges.
 StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                       int64_t stage);
+// What a stage's last chunk runs after its layers, one micro-batch: on the last stage the
+// output head (vocab-parallel over TP) and its loss, and the MTP modules where they sit (the
+// last stage, unless a layout puts them on another).
+StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                            int64_t stage);
 // mtp_stage_times with the layer kinds already priced.
 StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds);
 // Every chunk of every stage: what the schedule walk (schedule_makespan) takes.
