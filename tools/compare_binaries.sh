@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Refactoring check: run one fixed set of `moeplan plan` and `moeplan simulate` commands with two
-# binaries and diff what they print, the files they write (saved plans, traces) and their exit
-# codes. A change meant to keep behaviour should show no difference; timings (search and
-# simulation wall time) are masked. Covers the fallbacks (activation and optimizer offload,
-# APTMoE), the no-fit line, bad options, --json, --explain, --verify, the cost and memory
-# objectives, fixed layouts, resident and offload simulations, --every-gpu, --trace.
+# Refactoring check: run one fixed set of 42 `moeplan` commands (plan, simulate, memory, info,
+# topo, comm, a2a, affinity) with two binaries and diff what they print, the files they write
+# (saved plans, traces) and their exit codes. A change meant to keep behaviour should show no
+# difference; timings (search and simulation wall time) are masked. Covers the fallbacks
+# (activation and optimizer offload, APTMoE), the no-fit line, bad options, --json, --explain,
+# --verify, the cost and memory objectives, fixed layouts, resident and offload simulations,
+# --every-gpu, --trace.
 #
 # Usage: tools/compare_binaries.sh OLD_MOEPLAN [NEW_MOEPLAN]   (new: build/tools/moeplan/moeplan)
 # Build the old one from a worktree: git worktree add /tmp/old REV && cmake -S /tmp/old -B
@@ -64,6 +65,18 @@ corpus() {
   run "$d" sim07 "$bin" simulate --model $M/memfine-model-1.json --cluster $T/memfine-128x64gb.json --plan "$d/memfine.json" --iterations 3
   run "$d" sim08 "$bin" simulate --model $M/aptmoe-moe-s-16.json --cluster $T/aptmoe-4x-a800-40gb-c1g2.json --plan "$d/apt.json" --json
   run "$d" sim09 "$bin" simulate --model $M/aptmoe-moe-s-16.json --cluster $T/aptmoe-4x-a800-40gb-c1g2.json --plan "$d/apt.json" --iterations 3
+  local mem=(memory --model $M/memfine-model-1.json --cluster $T/memfine-128x64gb.json --parallel tp=1,pp=4,ep=32,dp=32)
+  run "$d" mem01 "$bin" "${mem[@]}" --explain
+  run "$d" mem02 "$bin" "${mem[@]}" --json --skew worst
+  run "$d" mem03 "$bin" "${mem[@]}" --chunks 8 --recompute selective --offload-modules expert_fc1
+  run "$d" mem04 "$bin" "${mem[@]}" --chunks zero
+  run "$d" mem05 "$bin" memory --model $M/hf/llama-3-70b.config.json --cluster $T/h100-sxm-8.json --parallel tp=8,pp=1 --optimizer-offload 0.5 --explain
+  run "$d" other01 "$bin" info --model $M/hf/deepseek-v3.config.json
+  run "$d" other02 "$bin" topo --cluster $T/aptmoe-4x-a800-40gb-c1g4.json
+  run "$d" other03 "$bin" comm --model $M/mixtral-8x7b.json --cluster $T/megascale-h800-240.json --parallel tp=8,ep=8,dp=30 --explain
+  run "$d" other04 "$bin" a2a --cluster $T/monta-2x8-a800.json --bytes "256 MiB" --tp 8 --ep 2 --explain
+  run "$d" other05 "$bin" affinity --model $M/aptmoe-moe-s-16.json --cluster $T/aptmoe-4x-a800-40gb-c1g2.json --G 0.3 --tokens 4096 --dtype fp32
+  run "$d" other06 "$bin" affinity --model $M/aptmoe-moe-s-16.json --cluster $T/aptmoe-4x-a800-40gb-c1g2.json --table
 }
 
 echo "running the corpus with $old"
