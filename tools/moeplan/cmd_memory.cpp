@@ -62,6 +62,116 @@ void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m
   fmt::print("  model: {}, {} layers\n", m.name, m.num_layers);
 }
 
+// The report as one JSON document (bytes): each stage, MACT's pick and the chunk sweep.
+void print_memory_json(const MemoryOptions& o, const ModelSpec& m, const ClusterSpec& c,
+                       const ParallelConfig& p, const MemoryRequest& req, const MemoryReport& r,
+                       const std::map<int64_t, MemoryReport>& sweep) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageMemory& s : r.stages)
+    stages.push_back(io::stage_memory_json(s, stage_layer_label(m, p, s.stage)));
+  nlohmann::json chunk_sweep = nlohmann::json::array();
+  for (const auto& [bin, rep] : sweep) {
+    nlohmann::json per_stage = nlohmann::json::array();
+    for (const StageMemory& s : rep.stages) {
+      per_stage.push_back({{"activation_bytes", s.activation_bytes.value()},
+                           {"total_bytes", s.total_bytes.value()},
+                           {"fits", s.fits}});
+    }
+    chunk_sweep.push_back({{"chunks", bin}, {"stages", per_stage}});
+  }
+  print_json({{"model", m.name},
+              {"cluster", c.name},
+              {"parallel", p.to_string()},
+              {"recompute", recompute_name(req.recompute)},
+              {"seq_len", o.seq_len},
+              {"received_tokens", r.received_tokens},
+              {"gpu_capacity_bytes", req.gpu_capacity.value()},
+              {"alpha", req.alpha},
+              {"stages", stages},
+              {"mact_chunks", r.mact_chunks},
+              {"fits", r.fits},
+              {"chunk_sweep", chunk_sweep}});
+}
+
+// The report as tables: each stage, the optimizer and activation offload lines, and for MoE
+// models the chunk sweep and MACT's pick; --explain's equations after.
+void print_memory_text(const MemoryOptions& o, const ModelSpec& m, const ClusterSpec& c,
+                       const ParallelConfig& p, const MemoryRequest& req, const MemoryReport& r,
+                       const std::map<int64_t, MemoryReport>& sweep) {
+  // Received tokens, MemFine's chunks and MACT belong to MoE layers: a dense model's report
+  // leaves them out.
+  const bool moe = m.is_moe();
+  fmt::print("{} on {} ({} per GPU, alpha {}), layout {}, recompute {}, seq {}{}\n\n", m.name,
+             c.name, as_gb(req.gpu_capacity.value()), req.alpha, p.to_string(),
+             recompute_name(req.recompute), o.seq_len,
+             moe ? fmt::format(", received tokens s'' = {:.0f}", r.received_tokens) : "");
+  std::vector<std::string> columns = {"stage",       "layers",     "MoE",   "params/GPU", "static",
+                                      "checkpoints", "activation", "total", "fits"};
+  if (moe) columns.insert(columns.end(), {"s'_max", "MACT c", "chunks"});
+  Table t(columns);
+  for (const StageMemory& s : r.stages) {
+    std::vector<std::string> row = {std::to_string(s.stage),
+                                    fmt::format("{}{}", stage_layer_label(m, p, s.stage),
+                                                s.stage == mtp_stage(p) && m.mtp_layers > 0
+                                                    ? fmt::format(" +{} MTP", m.mtp_layers)
+                                                    : std::string()),
+                                    std::to_string(s.num_moe_layers),
+                                    as_billions(s.params_per_gpu),
+                                    as_gb(s.static_bytes.value()),
+                                    as_gb(s.checkpoint_bytes.value()),
+                                    as_gb(s.activation_bytes.value()),
+                                    as_gb(s.total_bytes.value()),
+                                    s.fits ? "yes" : "NO"};
+    if (moe) {
+      // Eq. (8) goes negative once the static memory and the sequence term alone overflow.
+      row.insert(
+          row.end(),
+          {s.max_received_tokens > 0 ? fmt::format("{:.0f}", s.max_received_tokens)
+                                     : std::string("none"),
+           s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none", std::to_string(s.chunks)});
+    }
+    t.add(row);
+  }
+  fmt::print("{}\n", t.render());
+  if (req.optimizer_offload > 0) {
+    const StageMemory& most = *std::max_element(
+        r.stages.begin(), r.stages.end(),
+        [](const StageMemory& a, const StageMemory& b) { return a.host_bytes < b.host_bytes; });
+    fmt::print(
+        "optimizer CPU offload keeps {} of optimizer states a GPU in host memory (stage {}), "
+        "{} its {} share of the node's host memory\n\n",
+        as_gb(most.host_bytes.value()), most.stage, most.host_fits ? "within" : "OVER",
+        as_gb(req.host_capacity.value()));
+  }
+  if (req.offload_modules != 0) {
+    fmt::print(
+        "activation offloading ({}) sends {} a layer and micro-batch to the host (stage 0); "
+        "two layers' worth stay\n\n",
+        fmt::join(offload_module_names(req.offload_modules), " "),
+        as_gb(r.stages.front().offloaded_per_layer.value()));
+  }
+  if (!moe) {
+    if (o.explain) explain(r, req, m);
+    return;
+  }
+  Table sw({"chunks", "activation (stage 0)", "total (stage 0)", "all stages fit"});
+  for (const auto& [bin, rep] : sweep) {
+    const StageMemory& s0 = rep.stages.front();
+    sw.add({std::to_string(bin), as_gb(s0.activation_bytes.value()), as_gb(s0.total_bytes.value()),
+            rep.fits ? "yes" : "no"});
+  }
+  fmt::print("FCDA chunk sweep:\n{}\n", sw.render());
+  if (r.mact_chunks > 0) {
+    fmt::print("MACT picks c = {} (bins 1,2,4,8)\n", r.mact_chunks);
+  } else {
+    fmt::print(
+        "MACT: no bin up to {} chunks fits; the static memory or the sequence term alone is too "
+        "large\n",
+        req.chunk_bins.back());
+  }
+  if (o.explain) explain(r, req, m);
+}
+
 void run_memory(const MemoryOptions& o) {
   const AttentionKernel kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
   // Flags first: a bad one is the only line printed, not after the layout's warning.
@@ -117,106 +227,10 @@ void run_memory(const MemoryOptions& o) {
     sweep.emplace(bin, estimate_memory(m, p, at));
   }
 
-  if (o.json) {
-    nlohmann::json stages = nlohmann::json::array();
-    for (const StageMemory& s : r.stages)
-      stages.push_back(io::stage_memory_json(s, stage_layer_label(m, p, s.stage)));
-    nlohmann::json chunk_sweep = nlohmann::json::array();
-    for (const auto& [bin, rep] : sweep) {
-      nlohmann::json per_stage = nlohmann::json::array();
-      for (const StageMemory& s : rep.stages) {
-        per_stage.push_back({{"activation_bytes", s.activation_bytes.value()},
-                             {"total_bytes", s.total_bytes.value()},
-                             {"fits", s.fits}});
-      }
-      chunk_sweep.push_back({{"chunks", bin}, {"stages", per_stage}});
-    }
-    print_json({{"model", m.name},
-                {"cluster", c.name},
-                {"parallel", p.to_string()},
-                {"recompute", recompute_name(req.recompute)},
-                {"seq_len", o.seq_len},
-                {"received_tokens", r.received_tokens},
-                {"gpu_capacity_bytes", req.gpu_capacity.value()},
-                {"alpha", req.alpha},
-                {"stages", stages},
-                {"mact_chunks", r.mact_chunks},
-                {"fits", r.fits},
-                {"chunk_sweep", chunk_sweep}});
-    return;
-  }
-  // Received tokens, MemFine's chunks and MACT belong to MoE layers: a dense model's report
-  // leaves them out.
-  const bool moe = m.is_moe();
-  fmt::print("{} on {} ({} per GPU, alpha {}), layout {}, recompute {}, seq {}{}\n\n", m.name,
-             c.name, as_gb(req.gpu_capacity.value()), req.alpha, p.to_string(),
-             recompute_name(req.recompute), o.seq_len,
-             moe ? fmt::format(", received tokens s'' = {:.0f}", r.received_tokens) : "");
-  std::vector<std::string> columns = {"stage",       "layers",     "MoE",   "params/GPU", "static",
-                                      "checkpoints", "activation", "total", "fits"};
-  if (moe) columns.insert(columns.end(), {"s'_max", "MACT c", "chunks"});
-  Table t(columns);
-  for (const StageMemory& s : r.stages) {
-    std::vector<std::string> row = {std::to_string(s.stage),
-                                    fmt::format("{}{}", stage_layer_label(m, p, s.stage),
-                                                s.stage == mtp_stage(p) && m.mtp_layers > 0
-                                                    ? fmt::format(" +{} MTP", m.mtp_layers)
-                                                    : std::string()),
-                                    std::to_string(s.num_moe_layers),
-                                    as_billions(s.params_per_gpu),
-                                    as_gb(s.static_bytes.value()),
-                                    as_gb(s.checkpoint_bytes.value()),
-                                    as_gb(s.activation_bytes.value()),
-                                    as_gb(s.total_bytes.value()),
-                                    s.fits ? "yes" : "NO"};
-    if (moe) {
-      // Eq. (8) goes negative once the static memory and the sequence term alone overflow.
-      row.insert(
-          row.end(),
-          {s.max_received_tokens > 0 ? fmt::format("{:.0f}", s.max_received_tokens)
-                                     : std::string("none"),
-           s.mact_chunks > 0 ? std::to_string(s.mact_chunks) : "none", std::to_string(s.chunks)});
-    }
-    t.add(row);
-  }
-  fmt::print("{}\n", t.render());
-  if (req.optimizer_offload > 0) {
-    const StageMemory& most = *std::max_element(
-        r.stages.begin(), r.stages.end(),
-        [](const StageMemory& a, const StageMemory& b) { return a.host_bytes < b.host_bytes; });
-    fmt::print(
-        "optimizer CPU offload keeps {} of optimizer states a GPU in host memory (stage {}), "
-        "{} its {} share of the node's host memory\n\n",
-        as_gb(most.host_bytes.value()), most.stage, most.host_fits ? "within" : "OVER",
-        as_gb(req.host_capacity.value()));
-  }
-  if (offload != 0) {
-    fmt::print(
-        "activation offloading ({}) sends {} a layer and micro-batch to the host (stage 0); "
-        "two layers' worth stay\n\n",
-        fmt::join(offload_module_names(offload), " "),
-        as_gb(r.stages.front().offloaded_per_layer.value()));
-  }
-  if (!moe) {
-    if (o.explain) explain(r, req, m);
-    return;
-  }
-  Table sw({"chunks", "activation (stage 0)", "total (stage 0)", "all stages fit"});
-  for (const auto& [bin, rep] : sweep) {
-    const StageMemory& s0 = rep.stages.front();
-    sw.add({std::to_string(bin), as_gb(s0.activation_bytes.value()), as_gb(s0.total_bytes.value()),
-            rep.fits ? "yes" : "no"});
-  }
-  fmt::print("FCDA chunk sweep:\n{}\n", sw.render());
-  if (r.mact_chunks > 0) {
-    fmt::print("MACT picks c = {} (bins 1,2,4,8)\n", r.mact_chunks);
-  } else {
-    fmt::print(
-        "MACT: no bin up to {} chunks fits; the static memory or the sequence term alone is too "
-        "large\n",
-        req.chunk_bins.back());
-  }
-  if (o.explain) explain(r, req, m);
+  if (o.json)
+    print_memory_json(o, m, c, p, req, r, sweep);
+  else
+    print_memory_text(o, m, c, p, req, r, sweep);
 }
 
 }  // namespace
