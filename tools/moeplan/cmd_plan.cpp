@@ -20,10 +20,6 @@ namespace moe::cli {
 
 namespace {
 
-std::string ms(Seconds s) {
-  return as_ms(s.value(), 1);
-}
-
 // True when --parallel fixed any size (or a pipeline layout).
 bool fixes_sizes(const ParallelConfig& p) {
   if (!p.layout.empty()) return true;
@@ -112,7 +108,7 @@ void run_plan(const PlanOptions& o) {
           ? fmt::format(
                 "with --parallel's sizes free and the same switches, {} fits in GPU "
                 "memory ({} an iteration)",
-                free_best->choice.describe(), ms(free_best->score.time.iteration))
+                free_best->choice.describe(), as_ms(free_best->score.time.iteration, 1))
           : std::string();
   if (r.ranked.empty()) throw_no_fit(ctx, c, req, outcome, free_fits);
   warn_if_calibrated_on_another_gpu(cal, c);

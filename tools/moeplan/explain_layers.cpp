@@ -47,10 +47,6 @@ std::vector<ExplainedLayer> explained_layers(const TimeContext& ctx, const Plan&
   return out;
 }
 
-std::string ms(Seconds s) {
-  return as_ms(s.value());
-}
-
 // The work column and the rate it implies: FLOPs against the op's peak, HBM bytes against the
 // GPU's bandwidth, a collective's size over its time (nccl-tests' algbw).
 struct Rate {
@@ -92,7 +88,7 @@ Table op_table(const TimeContext& ctx, const std::vector<LayerOp>& ops, Seconds 
   Table t({"operator", "kind", "time", "share", "work", "rate", "of peak"});
   for (const LayerOp& op : ops) {
     const Rate r = rate_of(ctx, op);
-    t.add({op.name, op_kind_name(op.kind), ms(op.time),
+    t.add({op.name, op_kind_name(op.kind), as_ms(op.time),
            fmt::format("{:.1f} %", sum.value() > 0 ? 100.0 * op.time.value() / sum.value() : 0),
            r.work, r.rate, r.of_peak});
   }
@@ -120,7 +116,7 @@ void print_layer_explanation(const TimeContext& ctx, const Plan& plan) {
     if (!e.replayed.empty()) {
       std::vector<std::string> names;
       for (const ReplayedOp& r : e.replayed)
-        names.push_back(fmt::format("{} {}", r.op.name, ms(r.op.time)));
+        names.push_back(fmt::format("{} {}", r.op.name, as_ms(r.op.time)));
       fmt::print("  recomputed before its backward: {}\n", fmt::join(names, ", "));
     }
     const StageTimes& p = e.passes;
@@ -130,14 +126,14 @@ void print_layer_explanation(const TimeContext& ctx, const Plan& plan) {
       return parts.empty() ? std::string() : fmt::format(" (of which {})", fmt::join(parts, ", "));
     };
     auto part = [](Seconds t, const char* what) {
-      return t.value() > 0 ? fmt::format("{} {}", ms(t), what) : std::string();
+      return t.value() > 0 ? fmt::format("{} {}", as_ms(t), what) : std::string();
     };
     fmt::print(
         "  operators sum to {}; the layer's forward pass takes {}{}, its backward {}{}{}\n",
-        ms(sum), ms(p.forward),
+        as_ms(sum), as_ms(p.forward),
         within({part(p.host_forward, "waiting for the host"),
                 part(p.offload_forward, "waiting for offload copies")}),
-        ms(p.backward),
+        as_ms(p.backward),
         within({part(p.recompute, "recompute"), part(p.host_backward, "waiting for the host"),
                 part(p.offload_backward, "waiting for offload copies")}),
         c.overlap ? "; communication pipelines behind compute" : "");

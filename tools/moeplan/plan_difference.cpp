@@ -13,7 +13,6 @@ void print_plan_difference(const Plan& a, const Plan& b, const std::string& labe
                            const std::string& label_b) {
   const TimeBreakdown& x = a.score.time;
   const TimeBreakdown& y = b.score.time;
-  auto ms = [](Seconds s) { return as_ms(s.value(), 1); };  // as plan's breakdown prints them
   Table t({"term", label_a, label_b, "difference"});
   // The breakdown's terms in its order (an APTMoE plan's loading and CPU experts last).
   static constexpr std::pair<const char*, Seconds TimeBreakdown::*> kTerms[] = {
@@ -33,7 +32,7 @@ void print_plan_difference(const Plan& a, const Plan& b, const std::string& labe
   for (const auto& [name, term] : kTerms) {
     const Seconds u = x.*term, v = y.*term;
     if (std::abs((u - v).value()) < 1e-6 * x.iteration.value()) continue;
-    t.add({name, ms(u), ms(v), ms(u - v)});
+    t.add({name, as_ms(u, 1), as_ms(v, 1), as_ms(u - v, 1)});
   }
   fmt::print("{}", t.render());
   fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),

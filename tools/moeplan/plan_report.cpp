@@ -19,10 +19,6 @@ namespace moe::cli {
 
 namespace {
 
-std::string ms(Seconds s) {
-  return as_ms(s.value(), 1);
-}
-
 // A group whose ranks do not tile the NVLink domain (EP 32 in a 72-GPU rack) straddles two
 // somewhere, and its collectives run at the worst-placed member's NIC share: say so, and what
 // keeps them inside.
@@ -65,9 +61,10 @@ void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
     fmt::print(
         "\nWhere #1 and #2 differ in the planner's terms ({} vs {}; the simulator ordered "
         "them):\n",
-        ms(x.iteration), ms(y.iteration));
+        as_ms(x.iteration, 1), as_ms(y.iteration, 1));
   } else {
-    fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", ms(x.iteration), ms(y.iteration));
+    fmt::print("\nWhy #1 beats #2 ({} vs {} per iteration):\n", as_ms(x.iteration, 1),
+               as_ms(y.iteration, 1));
   }
   fmt::print("  #1 {}\n  #2 {}\n", a.choice.describe(), b.choice.describe());
   print_plan_difference(a, b, "#1", "#2");
@@ -88,7 +85,7 @@ void explain_free_layout(const Plan& yours, const Plan& free, const ParallelConf
                as_gb(free.score.peak_bytes.value()),
                100 * (free.score.peak_bytes / yours.score.peak_bytes - 1));
   } else {
-    fmt::print("  {} vs {} per iteration: {}\n", ms(x), ms(y),
+    fmt::print("  {} vs {} per iteration: {}\n", as_ms(x, 1), as_ms(y, 1),
                y < x ? fmt::format("the search's plan runs {:.2f}x as fast", x / y)
                      : std::string("yours is as fast or faster"));
   }
@@ -153,7 +150,7 @@ void print_ranked_plans(const PlanReport& report) {
                                       std::to_string(p.choice.gpus()),
                                       p.choice.offload ? full : p.choice.parallel.to_string(),
                                       sw,
-                                      ms(p.score.time.iteration),
+                                      as_ms(p.score.time.iteration, 1),
                                       fmt::format("{:.0f}", p.score.tokens_per_second),
                                       fmt::format("{:.1f} %", 100 * p.score.mfu),
                                       fmt::format("{:.0f}", p.score.tgs),
@@ -161,7 +158,7 @@ void print_ranked_plans(const PlanReport& report) {
                                       as_gb(p.score.headroom.value())};
     if (i < verified.size()) {
       const Verified& v = verified[i];
-      cells.push_back(v.oom_events > 0 ? "out of memory" : ms(v.iteration));
+      cells.push_back(v.oom_events > 0 ? "out of memory" : as_ms(v.iteration, 1));
       cells.push_back(fmt::format("{:+.1f} %", 100 * (v.iteration / p.score.time.iteration - 1)));
       cells.push_back(std::to_string(v.planner_rank + 1));
     } else if (!verified.empty()) {
@@ -176,7 +173,7 @@ void print_ranked_plans(const PlanReport& report) {
     fmt::print(
         "APTMoE's offload plans (weights in host memory, cold experts on the CPU; not Megatron-LM) "
         "are slower here: {} at best, {} an iteration ({:.0f} tokens/s)\n\n",
-        a.choice.describe(), ms(a.score.time.iteration), a.score.tokens_per_second);
+        a.choice.describe(), as_ms(a.score.time.iteration, 1), a.score.tokens_per_second);
   }
   if (!verified.empty()) {
     size_t was_first = 0;  // where the planner's #1 went
@@ -189,8 +186,8 @@ void print_ranked_plans(const PlanReport& report) {
                                  "the planner's #1 simulates at {} (shared links, sampled "
                                  "routing and the real schedule, which its closed form prices "
                                  "lower).",
-                                 verified[0].planner_rank + 1, ms(verified[0].iteration),
-                                 ms(verified[was_first].iteration)));
+                                 verified[0].planner_rank + 1, as_ms(verified[0].iteration, 1),
+                                 as_ms(verified[was_first].iteration, 1)));
   }
 }
 
@@ -207,7 +204,7 @@ void print_best_plan_time(const PlanReport& report) {
              b.microbatches == 1 ? "" : "es", schedule_name(best.choice.schedule()));
   Table bt({"term", "time", "share"});
   auto row = [&](const char* name, Seconds s) {
-    bt.add({name, ms(s), fmt::format("{:.1f} %", 100 * s.value() / b.iteration.value())});
+    bt.add({name, as_ms(s, 1), fmt::format("{:.1f} %", 100 * s.value() / b.iteration.value())});
   };
   row("compute", b.compute);
   row("recompute", b.recompute);
@@ -232,10 +229,10 @@ void print_best_plan_time(const PlanReport& report) {
     if (b.dp_reduce_stage >= 0)
       parts.push_back(
           fmt::format("stage {}'s gradient reduce-scatter ({}) behind its last backward",
-                      b.dp_reduce_stage, ms(b.dp_reduce_scatter)));
+                      b.dp_reduce_stage, as_ms(b.dp_reduce_scatter, 1)));
     if (b.dp_gather_stage >= 0)
       parts.push_back(fmt::format("stage {}'s parameter all-gather ({}) before its first forward",
-                                  b.dp_gather_stage, ms(b.dp_all_gather)));
+                                  b.dp_gather_stage, as_ms(b.dp_all_gather, 1)));
     fmt::print(
         "DP comm: {} show most; link sharing and ZeRO-2/3's per-micro-batch syncs add the "
         "rest\n\n",
@@ -245,7 +242,7 @@ void print_best_plan_time(const PlanReport& report) {
     fmt::print(
         "EP comm: {} of it is compute slowed beside the overlapped dispatch and combine, whose "
         "kernels hold {:g} of the GPU's {} SMs\n\n",
-        ms(b.ep_held_sms), ep_comm_sms(ctx, best.choice), ctx.gpu.sms);
+        as_ms(b.ep_held_sms, 1), ep_comm_sms(ctx, best.choice), ctx.gpu.sms);
   const ParallelConfig& bp = best.choice.parallel;
   // The two numbers users compare with first: Megatron-LM's per-iteration log line (an APTMoE
   // offload plan does not run on Megatron-LM).
@@ -325,7 +322,7 @@ void print_launch_arguments(const PlanReport& report) {
           "With the optimizer's states on the CPU instead (Megatron's --optimizer-cpu-offload, "
           "--optimizer-offload 1) it runs more slowly: {} at {} an iteration ({:.0f} tokens/s, {} "
           "a GPU)\n",
-          a.choice.describe(), ms(a.score.time.iteration), a.score.tokens_per_second,
+          a.choice.describe(), as_ms(a.score.time.iteration, 1), a.score.tokens_per_second,
           as_gb(a.score.peak_bytes.value()));
     }
   } else {
@@ -373,7 +370,8 @@ void print_explanations(const PlanReport& report) {
     fmt::print(
         "\nWith DeepEP (--dispatcher deepep: Megatron-Core's flex dispatcher, a token once per "
         "destination node): {} instead of {}, EP comm exposed {} instead of {}\n",
-        ms(t.iteration), ms(best.score.time.iteration), ms(t.ep_comm), ms(best.score.time.ep_comm));
+        as_ms(t.iteration, 1), as_ms(best.score.time.iteration, 1), as_ms(t.ep_comm, 1),
+        as_ms(best.score.time.ep_comm, 1));
   }
 }
 

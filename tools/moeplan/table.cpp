@@ -50,6 +50,9 @@ std::string as_gb(double bytes) {
 std::string as_ms(double seconds, int decimals) {
   return fmt::format("{:.{}f} ms", seconds * 1e3, decimals);
 }
+std::string as_ms(Seconds t, int decimals) {
+  return as_ms(t.value(), decimals);
+}
 std::string as_gbps(double bps) {
   return fmt::format("{:.1f} GB/s", bps / 1e9);
 }

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/units.h"
+
 namespace moe::cli {
 
 class Table {
@@ -23,6 +25,7 @@ std::string as_billions(double count);
 std::string as_gb(double bytes);
 // `decimals` places of milliseconds (3 by default).
 std::string as_ms(double seconds, int decimals = 3);
+std::string as_ms(Seconds t, int decimals = 3);
 std::string as_gbps(double bytes_per_sec);
 
 }  // namespace moe::cli
