@@ -74,7 +74,9 @@ class SyncPricing {
   const StageTimes& stage(int64_t s) const { return pipeline_.stages[static_cast<size_t>(s)]; }
   Seconds chunk_pass(int64_t s, int64_t k, bool backward_pass);
   const DpSync& sync_of(int64_t s) const { return syncs_[static_cast<size_t>(s)]; }
-  Exposed most_exposed(bool backward_pass);
+  // The stage whose sync shows most, once per direction (ZeRO-1 and -2 ask twice).
+  const Exposed& most_exposed(bool backward_pass);
+  Exposed price_most_exposed(bool backward_pass);
   LinkLoads traffic_of(int64_t stage);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
                                      bool backward_pass, double overlapped);
@@ -94,8 +96,7 @@ class SyncPricing {
   const double v_;
   const double later_chunks_;
   const double passes_;
-  // Each model chunk's passes on each stage, priced on first use (interleaved plans only).
-  std::vector<ChunkTimes> chunks_;
+  std::optional<Exposed> exposed_[2];  // most_exposed's: forward, backward
   // Intra-operator overlap's layers priced without it, once, however many windows ask.
   PlanChoice unfused_;
   std::optional<LayerKinds> unfused_kinds_;
@@ -105,12 +106,18 @@ class SyncPricing {
 // interleaving.
 Seconds SyncPricing::chunk_pass(int64_t s, int64_t k, bool backward_pass) {
   if (*p_.vpp == 1) return backward_pass ? stage(s).backward : stage(s).forward;
-  if (chunks_.empty()) chunks_ = chunk_times(ctx_, c_, *pipeline_.kinds);
-  const ChunkTimes& own = chunks_[static_cast<size_t>(s)];
+  if (pipeline_.chunks.empty()) pipeline_.chunks = chunk_times(ctx_, c_, *pipeline_.kinds);
+  const ChunkTimes& own = pipeline_.chunks[static_cast<size_t>(s)];
   return (backward_pass ? own.backward : own.forward)[static_cast<size_t>(k)];
 }
 
-Exposed SyncPricing::most_exposed(bool backward_pass) {
+const Exposed& SyncPricing::most_exposed(bool backward_pass) {
+  std::optional<Exposed>& e = exposed_[backward_pass ? 1 : 0];
+  if (!e) e = price_most_exposed(backward_pass);
+  return *e;
+}
+
+Exposed SyncPricing::price_most_exposed(bool backward_pass) {
   Exposed best{0, Seconds(0), Seconds(-std::numeric_limits<double>::infinity())};
   // Interleaved, a micro-batch goes round every stage once a chunk: chunk k's first forward
   // (last backward) waits for that round of each chunk before it, as well as for this stage's

@@ -46,6 +46,9 @@ struct PricedPipeline {
   Seconds few_walked;
   // The layers priced by kind, for each model chunk's passes where the stages interleave.
   const LayerKinds* kinds = nullptr;
+  // Those passes (chunk_times), where the interleaved schedule was walked; empty otherwise,
+  // and priced from `kinds` when a sync's windows need them.
+  std::vector<ChunkTimes> chunks;
 };
 
 // Adds to `out` (whose microbatches, bubble and pp_comm are set) the syncs' exposure: dp_comm

@@ -576,11 +576,12 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // what an equal pipeline idles, and dense and MoE layers in equal counts are not equal (two
   // MoE layers on one stage of four, eight micro-batches: the closed form was 17 % over).
   const bool uneven_stages = out.microbatches <= 4 * pp && stages_apart;
+  std::vector<ChunkTimes> interleaved_chunks;  // the DP syncs' windows reuse them
   if (pp > 1 && *p.vpp > 1 &&
       (uneven_layout || few || uneven_stages ||
        hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
-    const std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
-    const Seconds walked = schedule_makespan(chunks, out.microbatches, hop, c.gpipe);
+    interleaved_chunks = chunk_times(ctx, c, kinds);
+    const Seconds walked = schedule_makespan(interleaved_chunks, out.microbatches, hop, c.gpipe);
     const Seconds beyond = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
     out.bubble = uneven_layout || few || uneven_stages ? beyond : std::max(out.bubble, beyond);
   }
@@ -596,8 +597,15 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
   if (unsynced + out.optimizer >= bound) return std::nullopt;
-  PricedPipeline pipeline{std::move(stages), slowest_stage,         per_mb,     hop,
-                          walk_few,          std::move(few_chunks), few_walked, &kinds};
+  PricedPipeline pipeline{std::move(stages),
+                          slowest_stage,
+                          per_mb,
+                          hop,
+                          walk_few,
+                          std::move(few_chunks),
+                          few_walked,
+                          &kinds,
+                          std::move(interleaved_chunks)};
   add_dp_sync_exposure(ctx, c, pipeline, syncs, scratch, out);
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
