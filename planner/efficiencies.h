@@ -56,8 +56,11 @@ struct Efficiencies {
   // One retry of PyTorch's caching allocator: an allocation that finds no cached block and no
   // free HBM frees the cache (cudaFree synchronizes the device) and calls cudaMalloc again. The
   // simulator charges it to each allocation past alpha x capacity (MemFine eq. 3's budget)
-  // that still fits the GPU. Calibration constant allocator_retry_us.
-  Seconds allocator_retry = Seconds(10e-3);
+  // that still fits the GPU. On a lent H100 (PyTorch 2.11, tools/allocator_probe.py,
+  // calibrate/data/h100-runs/allocator-probe.json) one retry with 82 GB cached took 39-50 ms
+  // whether in 19 segments or 310, the device idle before it; a busy device adds the wait for
+  // its queued work. Calibration constant allocator_retry_us.
+  Seconds allocator_retry = Seconds(45e-3);
   // Intra-operator overlap (MegaScale-MoE Sec. 4.2) gives "a few SMs" to communication: 8 of
   // the GPU's (GpuSpec::sms; an H800's 132 where the cluster file gives none), so a fused GEMM
   // on an H800 runs 6 % slower while its communication is in flight; a fused pair pays one tile

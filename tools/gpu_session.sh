@@ -18,6 +18,15 @@
 #   attention  fused causal attention's share of the BF16 peak, cuDNN and FlashAttention-2
 #              (tools/attention_probe.py; OUT/attention-probe.json, and OUT/attention.json as a
 #              calibration file for plan --calibration; PyTorch)
+#   sustained  the GEMM curves again with each shape run back to back SUSTAIN seconds (default
+#              10) first, the other curves copied from the calibration: OUT/h100-sustained.json;
+#              the SM clock, power and temperature every 500 ms meanwhile in OUT/clocks.csv
+#   execute-sustained
+#              execute as above against OUT/h100-sustained.json (OUT/execute-sustained.json)
+#   offload    copies to and from pinned host memory beside a GEMM and an HBM-bound add
+#              (tools/offload_probe.py; OUT/offload-probe.json; PyTorch)
+#   allocator  one retry of PyTorch's caching allocator (tools/allocator_probe.py;
+#              OUT/allocator-probe.json; PyTorch)
 # (default: the first five). The calibration is used by the later parts when it exists, in OUT or
 # as calibrate/data/h100.json. Each part's output is in OUT/PART.log; the summary is printed last.
 set -uo pipefail
@@ -86,6 +95,30 @@ for p in "${wanted[@]}"; do
       part gemm-dsv3 "$moeplan" calibrate --only gemm --cluster "$cluster" \
         --model models/hf/deepseek-v3.config.json --out "$out/gemm-deepseek-v3.json" --resume \
         || status=1 ;;
+    sustained)
+      # shellcheck disable=SC2046
+      python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+d["curves"] = {k: v for k, v in d["curves"].items() if not k.startswith("gemm")}
+json.dump(d, open(sys.argv[2], "w"), indent=2)' $(calibration | cut -d" " -f2) "$out/h100-sustained.json"
+      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv \
+        -lms 500 > "$out/clocks.csv" 2>&1 &
+      smi=$!
+      part sustained "$moeplan" calibrate --only gemm --sustain "${SUSTAIN:-10}" \
+        --cluster "$cluster" --model models/mixtral-8x7b.json --out "$out/h100-sustained.json" \
+        --resume || status=1
+      kill $smi ;;
+    execute-sustained)
+      [ -f "$out/plan.json" ] || part plan "$moeplan" plan --model models/mixtral-8x7b.json \
+        --cluster topologies/megascale-h800-240.json --global-batch 256 --gpus 32 \
+        --parallel ep=2 --save "$out/plan.json" || status=1
+      part execute-sustained "$moeplan" execute --model models/mixtral-8x7b.json \
+        --cluster "$cluster" --plan "$out/plan.json" --calibration "$out/h100-sustained.json" \
+        --json "$out/execute-sustained.json" || status=1 ;;
+    offload)
+      part offload python3 tools/offload_probe.py "$out/offload-probe.json" || status=1 ;;
+    allocator)
+      part allocator python3 tools/allocator_probe.py "$out/allocator-probe.json" || status=1 ;;
     host)
       part host python3 tools/host_probe.py "$out/host-probe.json" || status=1 ;;
     attention)
@@ -93,7 +126,7 @@ for p in "${wanted[@]}"; do
         --calibration "$out/attention.json" || status=1 ;;
     *)
       echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity," \
-        "gemm-dsv3, host, attention)" >&2
+        "gemm-dsv3, host, attention, sustained, execute-sustained, offload, allocator)" >&2
       exit 2 ;;
   esac
 done

@@ -70,7 +70,11 @@ plan_row() {
   elif [[ $system == GB* && $ep -gt 1 ]]; then
     switches+=(--dispatcher deepep)
   fi
-  [ -n "${2:-}" ] && switches+=(--calibration "$2")
+  if [ -n "${2:-}" ]; then
+    switches+=(--calibration "$2")
+  elif [[ $system == H100 && -n ${H100_CALIBRATION:-} ]]; then
+    switches+=(--calibration "$H100_CALIBRATION")
+  fi
   [ -n "${3:-}" ] && switches+=(--save "$3")
   "$moeplan" plan --model "${model_file[$model]}" --cluster "$(cluster_of "$system" "$gpus")" --gpus "$gpus" \
     --global-batch "$gbs" --seq-len "$seq" --parallel "$(row_layout "$1")" --megatron-only \

@@ -574,6 +574,51 @@ TEST(Loaders, MeasuredH100Calibrations) {
   EXPECT_GT(aptmoe.reference_flops.at("cpu_expert_ffn").value(), 50e9);
 }
 
+TEST(Loaders, MeasuredH100SustainedGemmsAndHostCopies) {
+  // The lent H100 of 2026-11-27. Its GEMM curves after 2 s back to back of each shape, at the
+  // 700 W limit's clock (SM clock median 1395 MHz above 600 W, 1980 idle), against the cool run.
+  const std::string dir = std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/";
+  const Calibration cool = load_calibration(dir + "h100.json");
+  const Calibration sustained = load_calibration(dir + "h100-sustained.json");
+  EXPECT_EQ(sustained.provenance["gpu"]["name"], "NVIDIA H100 80GB HBM3");
+  for (const char* name : {"gemm", "gemm_fp16", "gemm_fp8"}) {
+    int compared = 0;
+    for (const EfficiencyCurve::Point& p : sustained.curves.at(name).points()) {
+      if (p.size < 5e10 || p.size > 2e12) continue;
+      const double ratio = p.efficiency / cool.curves.at(name).at(p.size);
+      EXPECT_GT(ratio, 0.74) << name << " at " << p.size;
+      EXPECT_LT(ratio, 0.88) << name << " at " << p.size;
+      ++compared;
+    }
+    EXPECT_GE(compared, 9) << name;
+  }
+  // Copies to and from pinned host memory beside a GEMM or an HBM-bound add keep their rate,
+  // and the compute keeps 98 % of its own: the planner's and the simulator's activation
+  // offloading runs them side by side at the pinned-copy rate, the default pcie_h2d curve's.
+  std::ifstream in(dir + "h100-runs/offload-probe.json");
+  const nlohmann::json offload = nlohmann::json::parse(in);
+  ASSERT_EQ(offload["together"].size(), 4u);
+  for (const nlohmann::json& t : offload["together"]) {
+    EXPECT_GT(t["copy_rate_vs_alone"].get<double>(), 0.97) << t["copy"] << " " << t["compute"];
+    EXPECT_GT(t["compute_rate_vs_alone"].get<double>(), 0.97) << t["copy"] << " " << t["compute"];
+  }
+  const Efficiencies defaults = efficiencies();
+  const double pinned = defaults.pcie_h2d.at(Bytes(offload["copy_bytes"].get<double>())) * 63e9;
+  for (const char* way : {"d2h", "h2d"})
+    EXPECT_NEAR(offload["alone"][way]["GBps"].get<double>() * 1e9 / pinned, 1.0, 0.05) << way;
+  // One allocator retry with the HBM cached: the default lies among the measured medians.
+  std::ifstream retry_in(dir + "h100-runs/allocator-probe.json");
+  const nlohmann::json retry = nlohmann::json::parse(retry_in);
+  double low = 1e9, high = 0;
+  for (const nlohmann::json& c : retry["cases"]) {
+    low = std::min(low, c["retry_seconds_median"].get<double>());
+    high = std::max(high, c["retry_seconds_median"].get<double>());
+    for (const nlohmann::json& r : c["runs"]) EXPECT_EQ(r["retries"], 1);
+  }
+  EXPECT_GE(defaults.allocator_retry.value(), low);
+  EXPECT_LE(defaults.allocator_retry.value(), high);
+}
+
 TEST(Loaders, MeasuredH200CurvesAreTheDefaults) {
   // What the lent H200 measured (2026-11-26) and the defaults the planner prices with: the FP8
   // GEMM curves at DeepSeek-V3's shapes of 1e11 FLOPs and up, and cuDNN's fused causal attention
