@@ -172,7 +172,7 @@ LinkLoads SyncPricing::traffic_of(int64_t s) {
   if (c_.intra_overlap && !unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
   const StageTimes traffic =
       c_.intra_overlap ? stage_from(ctx_, unfused_, *unfused_kinds_, s) : stage(s);
-  return link_loads(ctx_, p_, traffic.tp, traffic.ep, traffic.cp);
+  return link_traffic(ctx_, p_, traffic);
 }
 
 // The all-gather behind the first forward (ZeRO 1-2) and ZeRO-1's reduce-scatter behind the
@@ -316,7 +316,7 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
   // time of a backward that is twice as long: Qwen3-30B-A3B with TP = 4 and EP = 8 in the node
   // sends 2.2 ms a layer over NVLink in a forward of 1.3 ms of compute. The NIC carries groups
   // that leave the node, the node's fabric the rest.
-  const LinkLoads traffic = link_loads(ctx_, p_, own.tp, own.ep, own.cp);
+  const LinkLoads traffic = link_traffic(ctx_, p_, own);
   const LinkLoads own_forward{traffic.nic / passes_, traffic.fabric / passes_};
   const LinkLoads own_backward{traffic.nic - own_forward.nic, traffic.fabric - own_forward.fabric};
   LinkLoads forward_links = own_forward, backward_links = own_backward;

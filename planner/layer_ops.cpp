@@ -11,19 +11,21 @@ double gpu_tokens(const TimeContext& ctx, const ParallelConfig& p) {
   return static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.tp * *p.cp);
 }
 
-// An op's time with the work it prices (LayerOp::flops, peak and bytes).
+// An op's time with the work it prices (LayerOp::flops, peak, bytes and latency).
 struct OpWork {
   Seconds time;
   double flops = 0, peak = 0, bytes = 0;
+  Seconds latency{};
   OpWork& operator+=(const OpWork& o) {
     time += o.time;
     flops += o.flops;
     bytes += o.bytes;
+    latency += o.latency;
     if (peak == 0) peak = o.peak;
     return *this;
   }
   friend OpWork operator+(OpWork a, const OpWork& b) { return a += b; }
-  OpWork operator*(double f) const { return {time * f, flops * f, peak, bytes * f}; }
+  OpWork operator*(double f) const { return {time * f, flops * f, peak, bytes * f, latency * f}; }
 };
 
 OpWork gemm(const TimeContext& ctx, const GemmRate& rate, double m, double k, double n,
@@ -38,9 +40,9 @@ OpWork streamed(const TimeContext& ctx, double bytes) {
   return {Bytes(bytes) / (ctx.links.hbm * ctx.eff.memory_bound), 0, 0, bytes};
 }
 
-// A collective of nccl-tests' `size` that takes `time`.
-OpWork sent(Seconds time, Bytes size) {
-  return {time, 0, 0, size.value()};
+// A collective of nccl-tests' `size` that takes `time`, `latency` of it holding no link.
+OpWork sent(Seconds time, Bytes size, Seconds latency = {}) {
+  return {time, 0, 0, size.value(), latency};
 }
 
 // An operator of `kind` priced by `work`, with what it prices.
@@ -49,6 +51,7 @@ LayerOp layer_op(const char* name, OpKind kind, const OpWork& work) {
   op.flops = work.flops;
   op.peak = work.peak;
   op.bytes = work.bytes;
+  if (kind != OpKind::kCompute) op.latency = work.latency;
   return op;
 }
 
@@ -349,7 +352,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // Under FP8 both travel in FP8 (MegaScale Sec. 5: FP8 all-to-all for the forward
   // reduce-scatter, FP8 all-gather for the backward; reductions in FP32).
   auto tp_pair = [&] {
-    return sent(ring_time(ctx, sequence * fp8_wire, t, t), sequence * fp8_wire) * 2.0;
+    return sent(ring_time(ctx, sequence * fp8_wire, t, t), sequence * fp8_wire,
+                ring_latency(ctx, sequence * fp8_wire, t, t)) *
+           2.0;
   };
 
   std::vector<LayerOp> ops;
@@ -401,9 +406,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       gathered = q_in + static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) +
                  (a.sparse() ? h + q_in : 0.0);
     }
-    attention_comm = sent(ring_time(ctx, sequence * (fp8_wire * gathered / h), t, t),
-                          sequence * (fp8_wire * gathered / h)) +
-                     sent(ring_time(ctx, sequence * fp8_wire, t, t), sequence * fp8_wire);
+    const Bytes in = sequence * (fp8_wire * gathered / h), out = sequence * fp8_wire;
+    attention_comm = sent(ring_time(ctx, in, t, t), in, ring_latency(ctx, in, t, t)) +
+                     sent(ring_time(ctx, out, t, t), out, ring_latency(ctx, out, t, t));
   } else if (t > 1) {
     const double ratio =
         static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);
@@ -412,8 +417,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const Bytes buffer(
         megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
         static_cast<double>(cp) * kActivationBytes);
-    attention_comm =
-        sent(alltoall_time(ctx, buffer * (nn / (nn - 1)), t, 1), buffer * (nn / (nn - 1)));
+    const Bytes send = buffer * (nn / (nn - 1));
+    attention_comm = sent(alltoall_time(ctx, send, t, 1), send, alltoall_latency(ctx, send, t, 1));
   }
   const bool fuse_attention = c.intra_overlap && attention_comm.time.value() > 0;
   add(fuse_attention ? "attention projections (fused TP/SP communication)"
@@ -435,9 +440,11 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const Bytes state(b * static_cast<double>(la.value_heads) / static_cast<double>(t) *
                       static_cast<double>(la.key_head_dim * la.value_head_dim) * 4.0);
     const Seconds hand_off = state / ctx.links.ring_link(cp, t) + ctx.links.latency(t * cp);
+    // The scans hold no link either: only the hand-offs' bytes do.
+    const double steps = static_cast<double>(cp - 1);
     add("linear attention CP state hand-off", OpKind::kCp,
-        sent((core * linear_attention_scan_share(m) + hand_off) * static_cast<double>(cp - 1),
-             state * static_cast<double>(cp - 1)));
+        sent((core * linear_attention_scan_share(m) + hand_off) * steps, state * steps,
+             (core * linear_attention_scan_share(m) + ctx.links.latency(t * cp)) * steps));
   } else if (cp > 1) {
     const AttentionSpec& a = m.attention;
     const double kv_width =
@@ -445,9 +452,12 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         static_cast<double>(t);
     const Bytes ring(b * s / static_cast<double>(cp) * kv_width * kActivationBytes *
                      static_cast<double>(cp - 1));
-    const Seconds send =
-        ring / ctx.links.ring_link(cp, t) + ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
-    add("context-parallel K/V ring", OpKind::kCp, sent(std::max(Seconds(0), send - core), ring));
+    const Seconds latency = ctx.links.latency(t * cp) * static_cast<double>(cp - 1);
+    const Seconds send = ring / ctx.links.ring_link(cp, t) + latency;
+    // What shows past core attention: each step's send less its compute, latency in the same
+    // share as in the whole ring.
+    const Seconds shown = std::max(Seconds(0), send - core);
+    add("context-parallel K/V ring", OpKind::kCp, sent(shown, ring, latency * (shown / send)));
   }
   if (!fuse_attention) {
     add(ulysses ? "Ulysses SP all-to-all" : "attention TP all-gather + reduce-scatter", OpKind::kTp,
@@ -482,7 +492,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       if (ep == 1 && etp > 1) {
         // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
         // outputs (MegaScale eq. 4).
-        pair = sent(ring_time(ctx, sequence * wire, etp, etp), sequence * wire) * 2.0;
+        pair = sent(ring_time(ctx, sequence * wire, etp, etp), sequence * wire,
+                    ring_latency(ctx, sequence * wire, etp, etp)) *
+               2.0;
       } else if (ep > 1) {
         const Bytes per_rank(tokens * k * h * kActivationBytes * expert_load * wire);
         if (etp > 1) {
@@ -507,23 +519,29 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
           }
           pair = sent(one, prob.volume) * 2.0;
         } else if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
+          const Bytes rows(tokens * h * kActivationBytes * expert_load * wire);
           pair =
-              sent(deepep_time(ctx, Bytes(tokens * h * kActivationBytes * expert_load * wire), ep),
-                   per_rank) *
-              2.0;
+              sent(deepep_time(ctx, rows, ep), per_rank, alltoall_latency(ctx, rows, ep, 1)) * 2.0;
         } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
           // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
           const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes * wire);
-          pair = sent(ring_time(ctx, total, ep, ep * etp), total) * 2.0;
+          pair = sent(ring_time(ctx, total, ep, ep * etp), total,
+                      ring_latency(ctx, total, ep, ep * etp)) *
+                 2.0;
         } else {
-          pair = sent(alltoall_time(ctx, per_rank, ep, etp), per_rank) * 2.0;
+          pair = sent(alltoall_time(ctx, per_rank, ep, etp), per_rank,
+                      alltoall_latency(ctx, per_rank, ep, etp)) *
+                 2.0;
         }
         // FCDA: every further chunk pays the collective latency again, dispatch and combine,
         // and the dispatcher's preprocessing, host sync and launches of one more
         // dispatch-compute-combine round. MemFine measures fixed c = 8 at 5.4 % below c = 1
         // (Model II, Sec. 5), so chunks are not free.
-        pair.time +=
+        // Neither holds a link.
+        const Seconds rounds =
             (ctx.links.latency(ep * etp) * 2.0 + ctx.eff.dispatch_round_overhead) * (chunks - 1.0);
+        pair.time += rounds;
+        pair.latency += rounds;
       }
       return pair;
     };

@@ -47,6 +47,10 @@ struct LayerOp {
   double flops = 0;
   double peak = 0;  // FLOP/s
   double bytes = 0;
+  // Of a communication op's `time`, what holds no link: per-message latency and per-round
+  // overhead. The simulator waits it out and sends the rest as bytes, so flows sharing the
+  // link stretch only the rest.
+  Seconds latency{};
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP

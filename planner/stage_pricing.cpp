@@ -22,6 +22,10 @@ LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp
   return out;
 }
 
+LinkLoads link_traffic(const TimeContext& ctx, const ParallelConfig& p, const StageTimes& st) {
+  return link_loads(ctx, p, st.tp - st.tp_latency, st.ep - st.ep_latency, st.cp - st.cp_latency);
+}
+
 namespace {
 
 LayerKinds::Times kinds_at(const TimeContext& ctx, const PlanChoice& c) {
@@ -45,6 +49,9 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.tp += from.tp * times;
   to.ep += from.ep * times;
   to.cp += from.cp * times;
+  to.tp_latency += from.tp_latency * times;
+  to.ep_latency += from.ep_latency * times;
+  to.cp_latency += from.cp_latency * times;
   to.ep_held_sms += from.ep_held_sms * times;
   to.host_forward += from.host_forward * times;
   to.host_backward += from.host_backward * times;

@@ -72,5 +72,7 @@ struct LinkLoads {
 };
 LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp, Seconds ep,
                      Seconds cp);
+// A stage's TP, EP and CP communication on its links, less what holds none (its latency).
+LinkLoads link_traffic(const TimeContext& ctx, const ParallelConfig& p, const StageTimes& st);
 
 }  // namespace moe

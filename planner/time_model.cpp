@@ -26,6 +26,9 @@ struct Pass {
   // What selective recompute replays before the backward: compute, and the TP and EP
   // collectives of the modules it replays (mlp, moe).
   Seconds redo_compute, redo_tp, redo_ep;
+  // Of the communication above, what holds no link (LayerOp::latency): the links' loads leave
+  // it out, as the simulator waits it out beside the other flows.
+  Seconds tp_latency, ep_latency, cp_latency, redo_tp_latency, redo_ep_latency;
   // The forward compute before the layer's first communication and after its last: what a
   // rematerializing gather issued behind the layer above's last collective runs beside before
   // this layer's first compute that needs communicated data (the simulator's order).
@@ -113,7 +116,17 @@ Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) 
   // Curves are keyed as nccl-tests prints them: an all-gather's "size" is the gathered total.
   // Callers pass span = n x stride (the group's ranks at their stride).
   const BytesPerSec link = ctx.links.ring_link(n, span / n);
-  return per_step * steps / (link * curve.at(total)) + ctx.links.latency(span) * steps;
+  return per_step * steps / (link * curve.at(total)) + ring_latency(ctx, total, n, span);
+}
+
+Seconds ring_latency(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
+  if (n <= 1 || !(total.value() > 0)) return Seconds(0);
+  return ctx.links.latency(span) * static_cast<double>(n - 1);
+}
+
+Seconds alltoall_latency(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  if (n <= 1 || !(per_rank.value() > 0)) return Seconds(0);
+  return ctx.links.crosses_nodes(n * stride) ? ctx.links.inter_latency : ctx.links.intra_latency;
 }
 
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
@@ -242,6 +255,8 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
     (r.op.kind == OpKind::kCompute ? out.redo_compute
      : r.op.kind == OpKind::kEp    ? out.redo_ep
                                    : out.redo_tp) += r.op.time;
+    if (r.op.kind != OpKind::kCompute)
+      (r.op.kind == OpKind::kEp ? out.redo_ep_latency : out.redo_tp_latency) += r.op.latency;
   }
   for (const LayerOp& op : ops) {
     switch (op.kind) {
@@ -250,12 +265,15 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
         break;
       case OpKind::kTp:
         out.tp += op.time;
+        out.tp_latency += op.latency;
         break;
       case OpKind::kEp:
         out.ep += op.time;
+        out.ep_latency += op.latency;
         break;
       case OpKind::kCp:
         out.cp += op.time;
+        out.cp_latency += op.latency;
         break;
     }
   }
@@ -278,21 +296,24 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   // stage and only for the stage with the most compute, Kimi-Linear-48B on the A800 C1+G4
   // cluster, tp = 2 and ep = 8 on PCIe, came out 19 % under the simulator: the head's stage
   // had the compute, the others the link.)
-  const LinkLoads links = link_loads(ctx, c.parallel, f.tp, f.ep, f.cp);
+  const LinkLoads links =
+      link_loads(ctx, c.parallel, f.tp - f.tp_latency, f.ep - f.ep_latency, f.cp - f.cp_latency);
   // Without overlap a layer's operators run one after another. With it (MegaScale's
   // inter-operator overlap) the layer runs as 1 / kOverlapResidual slices that pipeline over
   // the compute stream and the links, a flow shop of identical jobs: one slice's whole chain,
-  // then the busiest resource for the other slices, max(compute, NIC, fabric) (S - 1) / S.
-  // The simulator runs the same slices. (Hiding TP and EP each behind the whole compute, as
-  // before, counted the compute twice when both exceed it and added them when they ride
-  // different links: MemFine Model II on the A800 cluster, TP = 8 over PCIe and EP = 32 over
-  // the NICs, priced a MoE layer's forward at 151 ms against the simulator's 133.)
+  // then the busiest resource for the other slices, max(compute, NIC, fabric, the busiest
+  // communication stream) (S - 1) / S: a stream holds each collective for its latency too,
+  // which the links do not carry. The simulator runs the same slices. (Hiding TP and EP each behind
+  // the whole compute, as before, counted the compute twice when both exceed it and added them when
+  // they ride different links: MemFine Model II on the A800 cluster, TP = 8 over PCIe and EP = 32
+  // over the NICs, priced a MoE layer's forward at 151 ms against the simulator's 133.)
   const Seconds comm = f.tp + f.ep + f.cp;
-  auto pipelined_over = [&](Seconds compute, Seconds comm, const LinkLoads& links) {
+  auto pipelined_over = [&](Seconds compute, Seconds comm, const LinkLoads& links, Seconds stream) {
     if (!c.overlap) return compute + comm;
     return (compute + comm) * kOverlapResidual +
-           std::max({compute, links.nic, links.fabric}) * (1.0 - kOverlapResidual);
+           std::max({compute, links.nic, links.fabric, stream}) * (1.0 - kOverlapResidual);
   };
+  const Seconds busiest_stream = std::max({f.tp, f.ep, f.cp});
   // Overlapped dispatch and combine hold some of the SMs the compute beside them would use.
   Seconds held_sms;
   auto beside_ep = [&](Seconds compute, Seconds ep) {
@@ -301,7 +322,7 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
     return slowed;
   };
   auto pipelined = [&](Seconds compute) {
-    return pipelined_over(beside_ep(compute, f.ep), comm, links);
+    return pipelined_over(beside_ep(compute, f.ep), comm, links, busiest_stream);
   };
   const Seconds forward = pipelined(f.compute);
   // Backward: twice the compute, the same communication again.
@@ -312,21 +333,25 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   const bool full = c.recompute == Recompute::kFull;
   const bool remat = c.recompute == Recompute::kRematerialize;
   const Seconds redo = full ? f.compute : remat ? f.compute * 0.05 : f.redo_compute;
-  const LinkLoads replayed = link_loads(ctx, c.parallel, f.redo_tp, f.redo_ep, Seconds(0));
+  const LinkLoads replayed = link_loads(ctx, c.parallel, f.redo_tp - f.redo_tp_latency,
+                                        f.redo_ep - f.redo_ep_latency, Seconds(0));
   // MegaScale's rematerialization replays the all-gather/dispatch half of the communication in
   // backward, overlapped with the gradient computation it can run beside: the layer above's
   // after its last collective and this layer's before its first (twice their forward), as
   // the simulator issues it.
-  const Seconds redo_comm = full    ? forward - f.compute
-                            : remat ? exposed((f.tp + f.ep) * 0.5, f.edge_compute * 2.0, true)
-                                    : pipelined_over(beside_ep(f.redo_compute, f.redo_ep),
-                                                     f.redo_tp + f.redo_ep, replayed) -
-                                          f.redo_compute;
+  const Seconds redo_comm =
+      full    ? forward - f.compute
+      : remat ? exposed((f.tp + f.ep) * 0.5, f.edge_compute * 2.0, true)
+              : pipelined_over(beside_ep(f.redo_compute, f.redo_ep), f.redo_tp + f.redo_ep,
+                               replayed, std::max(f.redo_tp, f.redo_ep)) -
+                    f.redo_compute;
   const double passes = traffic_passes(c.recompute);
   StageTimes st;
   st.forward = forward;
-  st.backward = std::max({backward + redo + redo_comm, links.nic * (passes - 1.0) + replayed.nic,
-                          links.fabric * (passes - 1.0) + replayed.fabric});
+  st.backward =
+      std::max({backward + redo + redo_comm, links.nic * (passes - 1.0) + replayed.nic,
+                links.fabric * (passes - 1.0) + replayed.fabric, f.tp * (passes - 1.0) + f.redo_tp,
+                f.ep * (passes - 1.0) + f.redo_ep, f.cp * (passes - 1.0)});
   // Neither pass ends before the host has issued it (host_time.h).
   const LayerHostTime host = layer_host_time(ctx, c, moe_layer);
   const Seconds work_backward = st.backward;
@@ -363,6 +388,9 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   st.tp = f.tp * passes + f.redo_tp;
   st.ep = f.ep * passes + f.redo_ep;
   st.cp = f.cp * passes;
+  st.tp_latency = f.tp_latency * passes + f.redo_tp_latency;
+  st.ep_latency = f.ep_latency * passes + f.redo_ep_latency;
+  st.cp_latency = f.cp_latency * passes;
   st.ep_held_sms = held_sms;
   return st;
 }

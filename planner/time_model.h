@@ -91,6 +91,8 @@ double parameter_bytes(const PlanChoice& c);
 struct StageTimes {
   Seconds forward, backward;               // including exposed communication and recompute
   Seconds compute, recompute, tp, ep, cp;  // forward + backward parts, per micro-batch
+  // Of tp, ep and cp, what holds no link (LayerOp::latency): link_traffic leaves it out.
+  Seconds tp_latency, ep_latency, cp_latency;
   // Compute time the SMs of overlapped EP communication took (overlap_compute_stretch): in
   // forward and backward, not in compute; the breakdown counts it as EP communication.
   Seconds ep_held_sms;
@@ -186,6 +188,11 @@ double gemm_shape_factor(double m, double k, double n);
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
 // All-to-all where each rank scatters `per_rank` bytes over n ranks at stride `stride`.
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
+// The part of ring_time and alltoall_time (deepep_time too) that is per-message latency: the
+// ring's n - 1 steps, the all-to-all's one. It holds no link, so a link's other flows do not
+// stretch it (the simulator waits it out before the bytes start).
+Seconds ring_latency(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
+Seconds alltoall_latency(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
 // DeepEP's dispatch (or combine) of a rank's tokens, `rows` bytes at full width (tokens x h x
 // bytes per element, skew included), over n EP ranks of whole experts (etp = 1): each token
 // once per other rank that holds one of its experts, across nodes once per other node over the

@@ -131,7 +131,7 @@ void GpuStreams::execute(uint32_t id) {
     hooks_.communicate(id, t, [this, id] { finished(id); });
   } else {
     net_.send(
-        t.links, t.bytes, SimTime{}, [this, id](SimTime) { finished(id); }, t.priority);
+        t.links, t.bytes, t.latency, [this, id](SimTime) { finished(id); }, t.priority);
   }
 }
 

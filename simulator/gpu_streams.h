@@ -30,6 +30,7 @@ struct Task {
   SimTime duration;        // compute tasks (no links)
   std::vector<int> links;  // communication tasks: a flow of `bytes` over these
   Bytes bytes;
+  SimTime latency;  // before the flow's bytes start: it holds no link (LayerOp::latency)
   Exchange exchange = Exchange::kRing;  // a collective's pattern, for callers that expand it
   int priority = 0;                     // of its flow (FlowNetwork::send)
   int rank = 0;                         // among a stream's ready tasks, lower goes first (APTMoE's

@@ -59,7 +59,7 @@ void Training::dp_next(int64_t g) {
     join(g, {x.stage, -1, x.dp_serial++, kDpStream, x.group[kDpStream]}, t, 1.0, std::move(landed));
   } else {
     net_->send(
-        t.links, t.bytes, SimTime{}, [landed = std::move(landed)](SimTime) { landed(); },
+        t.links, t.bytes, t.latency, [landed = std::move(landed)](SimTime) { landed(); },
         t.priority);
   }
 }
@@ -164,7 +164,7 @@ void Training::join(int64_t g, CollectiveKey key, const Task& t, double ratio,
   shared->flows_left = flows.size();
   for (const auto& [links, bytes] : flows) {
     net_->send(
-        links, bytes, SimTime{},
+        links, bytes, t.latency,
         [this, shared](SimTime) {
           if (--shared->flows_left > 0) return;
           // Handed back after the members go on: their next collectives take another.
@@ -329,11 +329,13 @@ int Training::priority_of(int stream) const {
 }
 
 // A communication task of `time` on the link its group crosses: sized so that alone it takes
-// exactly the planner's time.
+// exactly the planner's time, `latency` of it waited out before its bytes start.
 Task Training::comm_task(const StageState& st, const char* name, int stream, Seconds time, bool nic,
-                         Exchange exchange) {
+                         Exchange exchange, Seconds latency) {
   if (!std::isfinite(time.value()) || time.value() < 0)
     throw std::logic_error(std::string("communication '") + name + "' has no finite time");
+  latency = std::clamp(latency, Seconds(0), time);
+  time -= latency;
   Task t;
   t.name = name;
   t.stream = stream;
@@ -342,6 +344,7 @@ Task Training::comm_task(const StageState& st, const char* name, int stream, Sec
   t.bytes = Bytes(time.value() * (nic ? ctx_.links.inter : ctx_.links.intra).value());
   t.priority = priority_of(stream);
   t.exchange = exchange;
+  t.latency = to_sim_time(latency);
   return t;
 }
 

@@ -103,7 +103,8 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
                ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
                : comm_task(st, op.name, stream_of(op.kind),
                            (every_gpu() ? op.port_time() : op.time) * scale,
-                           crosses_nodes(ctx_, p_, op.kind), exchange_of(op, backward));
+                           crosses_nodes(ctx_, p_, op.kind), exchange_of(op, backward),
+                           op.latency * scale);
   t.after = std::move(after);
   return append(g, std::move(t));
 }

@@ -171,7 +171,7 @@ class Training {
   void sample_memory(const GpuState& x);
   int priority_of(int stream) const;
   Task comm_task(const StageState& st, const char* name, int stream, Seconds time, bool nic,
-                 Exchange exchange = Exchange::kRing);
+                 Exchange exchange = Exchange::kRing, Seconds latency = Seconds(0));
   static constexpr int kPipelinePriority = 1;
 
   // The GPU's own size of a task of the shared graph (1 off the busiest rank's layers).

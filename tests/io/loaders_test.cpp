@@ -470,7 +470,7 @@ TEST(Loaders, CalibrationConstants) {
       load_calibration(std::string(MOEPLAN_SOURCE_DIR) + "/calibrate/data/memfine-fcda-round.json");
   EXPECT_TRUE(fit.curves.empty());
   const Efficiencies e = efficiencies(fit.curves, fit.constants);
-  EXPECT_DOUBLE_EQ(e.dispatch_round_overhead.value(), 4900e-6);
+  EXPECT_DOUBLE_EQ(e.dispatch_round_overhead.value(), 5350e-6);
   EXPECT_DOUBLE_EQ(e.allocator_retry.value(), 0.54);
   EXPECT_DOUBLE_EQ(e.pipeline_chunk_overhead.value(),
                    efficiencies().pipeline_chunk_overhead.value());

@@ -108,4 +108,48 @@ TEST(LayerWork, Fp8CastsCostWhatEachRecipeRunsInTransformerEngine) {
   EXPECT_NEAR(cast_bytes(Fp8Recipe::kMxfp8) / delayed, (47104.0 + 8192) / 47104, 1e-12);
 }
 
+TEST(LayerWork, CommunicationRecordsTheLatencyThatHoldsNoLink) {
+  // Each collective's latency (LayerOp::latency, which the simulator waits out instead of
+  // sending as bytes): the TP ring's t - 1 steps, the all-to-all's one message, and under FCDA
+  // every further round's two latencies and dispatcher overhead; compute records none.
+  const Inputs s("mixtral-8x7b.json", "h100-256.json");
+  const TimeContext& ctx = s.ctx;
+  auto op_named = [](const std::vector<LayerOp>& ops, const std::string& name) {
+    for (const LayerOp& op : ops)
+      if (op.name == name) return op;
+    ADD_FAILURE() << "no op " << name;
+    return LayerOp{};
+  };
+  const PlanChoice c = choice("tp=4,ep=8,etp=1,cp=1,mbs=1");
+  for (int64_t chunks : {1, 4}) {
+    const std::vector<LayerOp> ops =
+        layer_forward_ops(ctx, c, ctx.params.layers[0], true, 1.0, chunks);
+    for (const LayerOp& op : ops) {
+      if (op.kind == OpKind::kCompute) {
+        EXPECT_EQ(op.latency.value(), 0.0) << op.name;
+      }
+      EXPECT_LT(op.latency.value(), op.time.value()) << op.name;
+    }
+    const LayerOp tp = op_named(ops, "attention TP all-gather + reduce-scatter");
+    EXPECT_NEAR(tp.latency.value(), 2.0 * 3 * ctx.links.intra_latency.value(), 1e-15);
+    const double rounds =
+        (2.0 * ctx.links.latency(8).value() + ctx.eff.dispatch_round_overhead.value()) *
+        static_cast<double>(chunks - 1);
+    // Each half of the dispatch-combine pair: one all-to-all, half of the rounds.
+    EXPECT_NEAR(op_named(ops, "dispatch").latency.value(),
+                ctx.links.latency(8).value() + rounds / 2, 1e-15);
+    EXPECT_NEAR(op_named(ops, "combine").latency.value(), ctx.links.latency(8).value() + rounds / 2,
+                1e-15);
+  }
+  // Context parallelism: what shows of the K/V ring past core attention carries the ring's
+  // latency in the same share.
+  const PlanChoice ring = choice("tp=1,ep=8,etp=1,cp=16,mbs=1,dp=16");
+  const Inputs long_sequence("mixtral-8x7b.json", "h100-256.json", 16384);
+  const LayerOp kv =
+      op_named(layer_forward_ops(long_sequence.ctx, ring, ctx.params.layers[0], true, 1.0, 1),
+               "context-parallel K/V ring");
+  EXPECT_GT(kv.latency.value(), 0.0);
+  EXPECT_LE(kv.latency.value(), 15 * ctx.links.latency(16).value() * (1 + 1e-12));
+}
+
 }  // namespace moe

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace moe::sim {
 
 namespace {
@@ -104,6 +106,27 @@ TEST(GpuStreams, FlowsOfTwoStreamsShareALink) {
   gpu.run({a, b}, [&] { end = q.now(); });
   q.run();
   EXPECT_EQ(end, ms(2));  // each at half the link
+}
+
+TEST(GpuStreams, ALatencyHoldsNoLinkWhileItRuns) {
+  // A 1 ms latency, then 1 MB, beside another stream's 1 MB on the same 1 GB/s link: the other
+  // flow has the link to itself during the latency (done at 1 ms), then the late one's bytes
+  // run alone (done at 2 ms). Were the latency bytes on the link (2 MB), they would share it
+  // throughout: the other done at 2 ms, the late one at 3.
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(BytesPerSec(1e9));
+  std::map<int, SimTime> ends;
+  StreamHooks hooks;
+  hooks.on_end = [&](const Task& t, SimTime, SimTime end) { ends[t.stream] = end; };
+  GpuStreams gpu(q, net, 3, hooks);
+  Task late = comm(link, 1e6), other = comm(link, 1e6);
+  late.latency = ms(1);
+  other.stream = 2;
+  gpu.run({late, other}, [] {});
+  q.run();
+  EXPECT_EQ(ends.at(2), ms(1));
+  EXPECT_EQ(ends.at(1), ms(2));
 }
 
 TEST(GpuStreams, RejectsForwardDependencies) {
