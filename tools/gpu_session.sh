@@ -27,6 +27,9 @@
 #              (tools/offload_probe.py; OUT/offload-probe.json; PyTorch)
 #   allocator  one retry of PyTorch's caching allocator (tools/allocator_probe.py;
 #              OUT/allocator-probe.json; PyTorch)
+#   power      GEMMs filling 25-100 % of the time, the rest idle or an HBM-bound add: their
+#              rate, the SM clock and the power (tools/power_probe.py; OUT/power-probe.json;
+#              PyTorch, nvidia-ml-py)
 # (default: the first five). The calibration is used by the later parts when it exists, in OUT or
 # as calibrate/data/h100.json. Each part's output is in OUT/PART.log; the summary is printed last.
 set -uo pipefail
@@ -119,6 +122,8 @@ json.dump(d, open(sys.argv[2], "w"), indent=2)' $(calibration | cut -d" " -f2) "
       part offload python3 tools/offload_probe.py "$out/offload-probe.json" || status=1 ;;
     allocator)
       part allocator python3 tools/allocator_probe.py "$out/allocator-probe.json" || status=1 ;;
+    power)
+      part power python3 tools/power_probe.py "$out/power-probe.json" || status=1 ;;
     host)
       part host python3 tools/host_probe.py "$out/host-probe.json" || status=1 ;;
     attention)
@@ -126,7 +131,7 @@ json.dump(d, open(sys.argv[2], "w"), indent=2)' $(calibration | cut -d" " -f2) "
         --calibration "$out/attention.json" || status=1 ;;
     *)
       echo "unknown part '$p' (devices, tests, calibrate, quick-calibrate, execute, affinity," \
-        "gemm-dsv3, host, attention, sustained, execute-sustained, offload, allocator)" >&2
+        "gemm-dsv3, host, attention, sustained, execute-sustained, offload, allocator, power)" >&2
       exit 2 ;;
   esac
 done
