@@ -13,13 +13,12 @@ it, is one retry. torch.cuda.memory_stats' num_alloc_retries confirms each. For 
 same request with an empty cache (one cudaMalloc) and again from the cache (no driver call).
 Needs PyTorch and a CUDA GPU; writes OUT.json atomically and prints a table.
 """
-import argparse
-import json
-import os
 import statistics
 import time
 
 import torch
+
+from probe_util import parser, require_gpu, write_json_atomically
 
 MIB = 1 << 20
 
@@ -51,14 +50,12 @@ def one_retry(segment, leave):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out")
+    ap = parser(__doc__)
     ap.add_argument("--segments-mib", default="256,1024,4096")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--leave-mib", type=int, default=1024)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("allocator_probe: no CUDA GPU")
+    require_gpu("allocator_probe")
     torch.empty(1, device="cuda")  # context
     result = {"tool": "tools/allocator_probe.py", "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "hbm_bytes": torch.cuda.mem_get_info()[1], "cases": []}
@@ -80,10 +77,7 @@ def main():
             "cached_seconds_median": statistics.median(cached),
         })
         torch.cuda.empty_cache()
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, args.out)
+    write_json_atomically(args.out, result)
 
     print(f"{'segment':>9} {'segments':>8} {'cached GB':>9} {'request GB':>10} {'retry ms':>9} "
           f"{'retries':>7} {'cudaMalloc ms':>13} {'from cache ms':>13}")

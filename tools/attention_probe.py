@@ -21,12 +21,13 @@ multi-latent calls kept of that curve. --from converts an earlier OUT.json witho
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
 import math
+
+from probe_util import write_json_atomically
 
 
 def make(b, h, s, d_qk, d_v, grad=True):
@@ -75,13 +76,6 @@ def time_case(backend, b, h, s, d_qk, d_v, causal, reps, warmup=3):
                 fwd.append(e0.elapsed_time(e1) * 1e-3)
                 bwd.append(e1.elapsed_time(e2) * 1e-3)
     return statistics.median(fwd), statistics.median(bwd)
-
-
-def write_atomically(path, doc):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(tmp, path)
 
 
 def calibration(result):
@@ -144,7 +138,7 @@ def main():
             doc = calibration(result)
         except (OSError, ValueError, KeyError, TypeError) as e:
             sys.exit(f"attention_probe: {args.source}: {type(e).__name__}: {e}")
-        write_atomically(args.calibration, doc)
+        write_json_atomically(args.calibration, doc)
         return
     if not args.out:
         sys.exit("attention_probe: name OUT.json (or --from an earlier one)")
@@ -211,9 +205,9 @@ def main():
                 print(f"{name:<7} {label:<10} {b:>2} {h:>5} {s:>6} {d_qk:>3}/{d_v:<3} failed: {type(e).__name__}: {str(e)[:80]}")
             result["cases"].append(row)
             torch.cuda.empty_cache()
-    write_atomically(args.out, result)
+    write_json_atomically(args.out, result)
     if args.calibration:
-        write_atomically(args.calibration, calibration(result))
+        write_json_atomically(args.calibration, calibration(result))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ all-to-alls and their bookkeeping add to it. The JSON keeps every number; a tabl
 Needs PyTorch and a CUDA GPU; writes OUT.json atomically.
 """
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +26,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from probe_util import write_json_atomically
 
 
 def cpu_name():
@@ -277,10 +278,7 @@ def main():
             f"{name:<20} {r['forward_ms']:>10.3f} {r['backward_ms']:>11.3f} {r['step_ms']:>8.3f} "
             f"{str(r['kernels']):>8} {('-' if g is None else f'{g:.3f}'):>12}"
         )
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, args.out)
+    write_json_atomically(args.out, result)
 
 
 class _RouterOnly(torch.nn.Module):

@@ -16,12 +16,11 @@ Each side runs for SECONDS with the other side running the whole time, then repo
 beside its rate alone. Inputs are random, never zeros. Needs PyTorch and a CUDA GPU; writes
 OUT.json atomically and prints a table.
 """
-import argparse
-import json
-import os
 import platform
 
 import torch
+
+from probe_util import parser, require_gpu, write_json_atomically
 
 
 def timed(stream, step, seconds):
@@ -63,13 +62,11 @@ def run_together(copy_stream, copy, compute_stream, compute, seconds):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out")
+    ap = parser(__doc__)
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=2.0)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("offload_probe: no CUDA GPU")
+    require_gpu("offload_probe")
     dev = torch.device("cuda")
     n = args.mib << 20
     gpu_buf = torch.randint(0, 255, (n,), dtype=torch.uint8, device=dev)
@@ -121,10 +118,7 @@ def main():
                 "compute_rate_vs_alone": alone_compute / compute_t,
                 "compute_start_lag_s": lag,
             })
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, args.out)
+    write_json_atomically(args.out, result)
 
     print(f"{'copy':5} {'compute':16} {'copy GB/s alone':>15} {'beside':>8} {'copy rate':>9} "
           f"{'compute rate':>12}")

@@ -12,24 +12,21 @@ power through NVML every few milliseconds. Reported per case: the GEMMs' median 
 the second half, and the median SM clock and power over it. Needs PyTorch, nvidia-ml-py and a
 CUDA GPU; writes OUT.json atomically and prints a table.
 """
-import argparse
-import json
-import os
 import statistics
 import time
 
 import pynvml
 import torch
 
+from probe_util import mean_ms, parser, require_gpu, write_json_atomically
+
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out")
+    ap = parser(__doc__)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--period-ms", type=float, default=20.0)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("power_probe: no CUDA GPU")
+    require_gpu("power_probe")
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
     n = 8192
@@ -43,19 +40,8 @@ def main():
     for _ in range(20):
         torch.mm(a, b, out=c)
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        torch.mm(a, b, out=c)
-    end.record()
-    end.synchronize()
-    gemm_ms = start.elapsed_time(end) / 10
-    start.record()
-    for _ in range(10):
-        torch.add(x, y, out=z)
-    end.record()
-    end.synchronize()
-    add_ms = start.elapsed_time(end) / 10
+    gemm_ms = mean_ms(lambda: torch.mm(a, b, out=c), 10)
+    add_ms = mean_ms(lambda: torch.add(x, y, out=z), 10)
 
     cases = [(1.0, "none"), (0.75, "idle"), (0.5, "idle"), (0.25, "idle"), (0.5, "add")]
     result = {"tool": "tools/power_probe.py", "gpu": torch.cuda.get_device_name(),
@@ -96,10 +82,7 @@ def main():
             "power_w_median": statistics.median(w for _, w in late_samples),
         })
         time.sleep(1.0)  # let it cool a little between cases
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, args.out)
+    write_json_atomically(args.out, result)
     print(f"cool GEMM {flops / gemm_ms / 1e9:.0f} TFLOP/s ({gemm_ms:.3f} ms)")
     print(f"{'GEMM duty':>9} {'filler':>6} {'GEMM TFLOP/s':>12} {'SM MHz':>7} {'power W':>8}")
     for r in result["cases"]:
