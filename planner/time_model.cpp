@@ -119,16 +119,6 @@ Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) 
   return per_step * steps / (link * curve.at(total)) + ring_latency(ctx, total, n, span);
 }
 
-Seconds ring_latency(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
-  if (n <= 1 || !(total.value() > 0)) return Seconds(0);
-  return ctx.links.latency(span) * static_cast<double>(n - 1);
-}
-
-Seconds alltoall_latency(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
-  if (n <= 1 || !(per_rank.value() > 0)) return Seconds(0);
-  return ctx.links.crosses_nodes(n * stride) ? ctx.links.inter_latency : ctx.links.intra_latency;
-}
-
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
   if (n <= 1 || !(per_rank.value() > 0)) return Seconds(0);
   const int64_t span = n * stride;

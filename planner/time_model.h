@@ -191,8 +191,15 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
 // The part of ring_time and alltoall_time (deepep_time too) that is per-message latency: the
 // ring's n - 1 steps, the all-to-all's one. It holds no link, so a link's other flows do not
 // stretch it (the simulator waits it out before the bytes start).
-Seconds ring_latency(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
-Seconds alltoall_latency(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
+// (Inline: the search prices them millions of times.)
+inline Seconds ring_latency(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
+  if (n <= 1 || !(total.value() > 0)) return Seconds(0);
+  return ctx.links.latency(span) * static_cast<double>(n - 1);
+}
+inline Seconds alltoall_latency(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  if (n <= 1 || !(per_rank.value() > 0)) return Seconds(0);
+  return ctx.links.crosses_nodes(n * stride) ? ctx.links.inter_latency : ctx.links.intra_latency;
+}
 // DeepEP's dispatch (or combine) of a rank's tokens, `rows` bytes at full width (tokens x h x
 // bytes per element, skew included), over n EP ranks of whole experts (etp = 1): each token
 // once per other rank that holds one of its experts, across nodes once per other node over the
