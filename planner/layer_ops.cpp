@@ -45,6 +45,16 @@ OpWork sent(Seconds time, Bytes size, Seconds latency = {}) {
   return {time, 0, 0, size.value(), latency};
 }
 
+// A ring all-gather or reduce-scatter (ring_time) and an all-to-all (alltoall_time) as sent,
+// with their latency.
+OpWork ring_sent(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
+  return sent(ring_time(ctx, total, n, span), total, ring_latency(ctx, total, n, span));
+}
+OpWork alltoall_sent(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  return sent(alltoall_time(ctx, per_rank, n, stride), per_rank,
+              alltoall_latency(ctx, per_rank, n, stride));
+}
+
 // An operator of `kind` priced by `work`, with what it prices.
 LayerOp layer_op(const char* name, OpKind kind, const OpWork& work) {
   LayerOp op{name, kind, work.time};
@@ -351,11 +361,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // Megatron's TP with sequence parallelism: all-gather before and reduce-scatter after a block.
   // Under FP8 both travel in FP8 (MegaScale Sec. 5: FP8 all-to-all for the forward
   // reduce-scatter, FP8 all-gather for the backward; reductions in FP32).
-  auto tp_pair = [&] {
-    return sent(ring_time(ctx, sequence * fp8_wire, t, t), sequence * fp8_wire,
-                ring_latency(ctx, sequence * fp8_wire, t, t)) *
-           2.0;
-  };
+  auto tp_pair = [&] { return ring_sent(ctx, sequence * fp8_wire, t, t) * 2.0; };
 
   std::vector<LayerOp> ops;
   ops.reserve(24);  // a layer has at most 20: one allocation (the search prices millions)
@@ -406,9 +412,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       gathered = q_in + static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) +
                  (a.sparse() ? h + q_in : 0.0);
     }
-    const Bytes in = sequence * (fp8_wire * gathered / h), out = sequence * fp8_wire;
-    attention_comm = sent(ring_time(ctx, in, t, t), in, ring_latency(ctx, in, t, t)) +
-                     sent(ring_time(ctx, out, t, t), out, ring_latency(ctx, out, t, t));
+    attention_comm = ring_sent(ctx, sequence * (fp8_wire * gathered / h), t, t) +
+                     ring_sent(ctx, sequence * fp8_wire, t, t);
   } else if (t > 1) {
     const double ratio =
         static_cast<double>(m.attention.num_heads) / static_cast<double>(m.attention.num_kv_heads);
@@ -417,8 +422,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     const Bytes buffer(
         megascale::sp_attention_volume(*p.mbs, ctx.seq_len, m.hidden_size, t, ratio) /
         static_cast<double>(cp) * kActivationBytes);
-    const Bytes send = buffer * (nn / (nn - 1));
-    attention_comm = sent(alltoall_time(ctx, send, t, 1), send, alltoall_latency(ctx, send, t, 1));
+    attention_comm = alltoall_sent(ctx, buffer * (nn / (nn - 1)), t, 1);
   }
   const bool fuse_attention = c.intra_overlap && attention_comm.time.value() > 0;
   add(fuse_attention ? "attention projections (fused TP/SP communication)"
@@ -492,9 +496,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
       if (ep == 1 && etp > 1) {
         // Experts split like TP: all-gather the sequence-parallel tokens, reduce-scatter the
         // outputs (MegaScale eq. 4).
-        pair = sent(ring_time(ctx, sequence * wire, etp, etp), sequence * wire,
-                    ring_latency(ctx, sequence * wire, etp, etp)) *
-               2.0;
+        pair = ring_sent(ctx, sequence * wire, etp, etp) * 2.0;
       } else if (ep > 1) {
         const Bytes per_rank(tokens * k * h * kActivationBytes * expert_load * wire);
         if (etp > 1) {
@@ -525,13 +527,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
           // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
           const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes * wire);
-          pair = sent(ring_time(ctx, total, ep, ep * etp), total,
-                      ring_latency(ctx, total, ep, ep * etp)) *
-                 2.0;
+          pair = ring_sent(ctx, total, ep, ep * etp) * 2.0;
         } else {
-          pair = sent(alltoall_time(ctx, per_rank, ep, etp), per_rank,
-                      alltoall_latency(ctx, per_rank, ep, etp)) *
-                 2.0;
+          pair = alltoall_sent(ctx, per_rank, ep, etp) * 2.0;
         }
         // FCDA: every further chunk pays the collective latency again, dispatch and combine,
         // and the dispatcher's preprocessing, host sync and launches of one more

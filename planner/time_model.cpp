@@ -126,7 +126,7 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
   if (!ctx.links.crosses_nodes(span)) {
     return per_rank * ((nn - 1) / nn) /
                (ctx.links.alltoall_bandwidth(n, stride) * ctx.eff.alltoall_intra.at(per_rank)) +
-           ctx.links.intra_latency;
+           alltoall_latency(ctx, per_rank, n, stride);
   }
   // Peers inside the node go over NVLink while the rest leave through the NIC, concurrently.
   const double local = static_cast<double>(ctx.links.local_peers(n, stride));
@@ -134,7 +134,7 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
       per_rank * ((local - 1) / nn) / (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank));
   const Seconds inter =
       per_rank * ((nn - local) / nn) / (ctx.links.inter * ctx.eff.alltoall_inter.at(per_rank));
-  return std::max(intra, inter) + ctx.links.inter_latency;
+  return std::max(intra, inter) + alltoall_latency(ctx, per_rank, n, stride);
 }
 
 Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
@@ -146,7 +146,7 @@ Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
   if (!ctx.links.crosses_nodes(n)) {
     return rows * f.ranks /
                (ctx.links.alltoall_bandwidth(n, 1) * ctx.eff.alltoall_intra.at(message)) +
-           ctx.links.intra_latency;
+           alltoall_latency(ctx, rows, n, 1);
   }
   // A token reaches each other node once, over the NIC, and the GPU there with the sender's
   // local index forwards it to the ranks that hold its experts; the sender's own node gets it
@@ -155,7 +155,7 @@ Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
   const Seconds nvlink = rows * (f.ranks * (local - 1.0) / local) /
                          (ctx.links.intra * ctx.eff.alltoall_intra.at(message));
   const Seconds nic = rows * f.nodes / (ctx.links.inter * ctx.eff.alltoall_inter.at(message));
-  return std::max(nvlink, nic) + ctx.links.inter_latency;
+  return std::max(nvlink, nic) + alltoall_latency(ctx, rows, n, 1);
 }
 
 Seconds alltoall_from_heavy_time(const TimeContext& ctx, Bytes balanced, double load, int64_t n,
