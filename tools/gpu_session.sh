@@ -56,12 +56,25 @@ part() {
   return $rc
 }
 
-calibration() {
+# The calibration later parts use: this call's, else the committed one; nothing when neither is.
+calibration_file() {
   if [ -f "$out/h100.json" ]; then
-    echo "--calibration $out/h100.json"
+    echo "$out/h100.json"
   elif [ -f calibrate/data/h100.json ]; then
-    echo "--calibration calibrate/data/h100.json"
+    echo calibrate/data/h100.json
   fi
+}
+calibration() {
+  local file
+  file=$(calibration_file)
+  [ -n "$file" ] && echo "--calibration $file"
+}
+
+# The Mixtral-8x7B plan at EP = 2 whose MoE layer `execute` runs.
+mixtral_plan() {
+  part plan "$moeplan" plan --model models/mixtral-8x7b.json \
+    --cluster topologies/megascale-h800-240.json --global-batch 256 --gpus 32 \
+    --parallel ep=2 --save "$out/plan.json"
 }
 
 status=0
@@ -78,9 +91,7 @@ for p in "${wanted[@]}"; do
       part "$p" "$moeplan" calibrate --cluster "$cluster" --model models/mixtral-8x7b.json \
         --out "$out/h100.json" --resume "${quick[@]}" || status=1 ;;
     execute)
-      part plan "$moeplan" plan --model models/mixtral-8x7b.json \
-        --cluster topologies/megascale-h800-240.json --global-batch 256 --gpus 32 \
-        --parallel ep=2 --save "$out/plan.json" || status=1
+      mixtral_plan || status=1
       # shellcheck disable=SC2046
       part execute "$moeplan" execute --model models/mixtral-8x7b.json --cluster "$cluster" \
         --plan "$out/plan.json" $(calibration) --json "$out/execute.json" || status=1 ;;
@@ -99,11 +110,10 @@ for p in "${wanted[@]}"; do
         --model models/hf/deepseek-v3.config.json --out "$out/gemm-deepseek-v3.json" --resume \
         || status=1 ;;
     sustained)
-      # shellcheck disable=SC2046
       python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 d["curves"] = {k: v for k, v in d["curves"].items() if not k.startswith("gemm")}
-json.dump(d, open(sys.argv[2], "w"), indent=2)' $(calibration | cut -d" " -f2) "$out/h100-sustained.json"
+json.dump(d, open(sys.argv[2], "w"), indent=2)' "$(calibration_file)" "$out/h100-sustained.json"
       nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv \
         -lms 500 > "$out/clocks.csv" 2>&1 &
       smi=$!
@@ -112,9 +122,7 @@ json.dump(d, open(sys.argv[2], "w"), indent=2)' $(calibration | cut -d" " -f2) "
         --resume || status=1
       kill $smi ;;
     execute-sustained)
-      [ -f "$out/plan.json" ] || part plan "$moeplan" plan --model models/mixtral-8x7b.json \
-        --cluster topologies/megascale-h800-240.json --global-batch 256 --gpus 32 \
-        --parallel ep=2 --save "$out/plan.json" || status=1
+      [ -f "$out/plan.json" ] || mixtral_plan || status=1
       part execute-sustained "$moeplan" execute --model models/mixtral-8x7b.json \
         --cluster "$cluster" --plan "$out/plan.json" --calibration "$out/h100-sustained.json" \
         --json "$out/execute-sustained.json" || status=1 ;;

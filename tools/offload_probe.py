@@ -20,22 +20,17 @@ import platform
 
 import torch
 
-from probe_util import parser, require_gpu, write_json_atomically
+from probe_util import mean_ms, parser, require_gpu, write_json_atomically
 
 
 def timed(stream, step, seconds):
-    """Runs step() on `stream` back to back for about `seconds`; returns (calls, seconds)."""
+    """Enqueues step() on `stream` back to back for about `seconds` without waiting for it;
+    returns the call count and the events around them."""
     with torch.cuda.stream(stream):
         step()  # warm-up
-    stream.synchronize()
-    # Size the batch from one timed call so the loop enqueues without host waits.
+        # Size the batch from one timed call so the loop enqueues without host waits.
+        calls = max(3, int(seconds / max(mean_ms(step, 1) / 1e3, 1e-6)))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.stream(stream):
-        start.record()
-        step()
-        end.record()
-    end.synchronize()
-    calls = max(3, int(seconds / max(start.elapsed_time(end) / 1e3, 1e-6)))
     with torch.cuda.stream(stream):
         start.record()
         for _ in range(calls):

@@ -66,11 +66,9 @@ def main():
             blocks.append((now, s.elapsed_time(e) / gemms))
             samples.append((now, pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
                             pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3))
+            torch.cuda.synchronize()  # the adds, where there are any
             if filler == "idle":
-                torch.cuda.synchronize()
                 time.sleep(rest_ms / 1e3)
-            elif filler == "add":
-                torch.cuda.synchronize()
         half = args.seconds / 2
         late = [ms for t, ms in blocks if t > half]
         late_samples = [(clk, w) for t, clk, w in samples if t > half]
