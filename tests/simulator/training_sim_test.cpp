@@ -348,10 +348,6 @@ TEST(TrainingSim, PastTheBudgetButInsideTheGpuStallsForAllocatorRetries) {
   EXPECT_EQ(past.stages[3].peak_bytes, budget.stages[3].peak_bytes);
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, MontaStrategiesRunAsPipelinedChunks) {
   // MoNTA on 2 x 8 A800, TP = 8, EP = 2, experts tensor-parallel, 64K tokens: the all-to-all,
   // all-gather and D2D copy of each chunk run on their own streams with dependencies. The
@@ -383,10 +379,6 @@ TEST(TrainingSim, MontaStrategiesRunAsPipelinedChunks) {
   EXPECT_LT(simulated[monta::Strategy::kO3], simulated[monta::Strategy::kO1]);
   EXPECT_LE(simulated[monta::Strategy::kO3], simulated[monta::Strategy::kO2]);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, EveryGpuMatchesTheRepresentativeUnderBalancedRouting) {
   // With balanced routing every GPU of a stage does the same work, so simulating all of them
@@ -538,10 +530,6 @@ TEST(TrainingSim, EveryGpuShowsTheLightRanksWaitingForTheBusiestOne) {
   EXPECT_NEAR(s.peak_bytes / one.stages[0].peak_bytes, 1.0, 1e-9);
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, EveryGpuRunsEachOptimizerStepAtItsOwnDuration) {
   // The hottest expert sits on the last EP rank, so GPU 0 of each stage (EP rank 0, the one the
   // trace shows) is light and runs its layer operators scaled below the busiest rank's. The
@@ -569,10 +557,6 @@ TEST(TrainingSim, EveryGpuRunsEachOptimizerStepAtItsOwnDuration) {
   }
   EXPECT_EQ(steps, 2);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, SpReplicatedWeightsSyncInTheNodeThenAcross) {
   // MegaScale App. A.1: with Ulysses SP the attention weights are whole on each of the node's
@@ -616,10 +600,6 @@ TEST(TrainingSim, SpReplicatedWeightsSyncInTheNodeThenAcross) {
               (sync.all_gather - sync.all_gather_in_node).value() * (1 - 1e-9));
   }
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, OverlappedDispatchSlowsTheComputeAsThePlannerPricesIt) {
   // DeepSeekMoE-16B over two H800 nodes (EP = 16 across them), DeepEP overlapped: its
@@ -676,10 +656,6 @@ TEST(TrainingSim, PxnMovesCrossNodeTrafficToTheReceiversRailNic) {
   EXPECT_NEAR(even_on.mean_iteration / even_off.mean_iteration, 1.0, 1e-3);
   EXPECT_GT(even_on.nic_bytes.value(), 0.0);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 // The planner against the simulator where links are shared (issue 4: the simulator is where a
 // plan meets contention; these are cases the planner learnt to see).
@@ -924,10 +900,6 @@ TEST(TrainingSim, Zero3PassesWaitForTheirFirstLayersWeights) {
   EXPECT_LT(std::abs(gap), 0.07) << gap;
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, GroupsStraddlingNodesMatchThePlannersWorstPlacedMember) {
   // Nodes of five GPUs (as 72-GPU NVL72 racks hold 64-rank groups unevenly): EP = 4 puts ranks
   // 4-7 across the first boundary, one and three. The planner prices the worst-placed member
@@ -949,10 +921,6 @@ TEST(TrainingSim, GroupsStraddlingNodesMatchThePlannersWorstPlacedMember) {
   const double gap = relative(ctx, cl, c, true);
   EXPECT_LT(std::abs(gap), 0.05) << gap;
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, TheHostIssuesEachLayerAsThePlannerPricesIt) {
   // Mixtral-8x7B on two 8 x H800 nodes at micro-batch 1: each layer's GPU work is shorter than
@@ -980,10 +948,6 @@ TEST(TrainingSim, TheHostIssuesEachLayerAsThePlannerPricesIt) {
     for (const StageReport& s : graphed.stages) EXPECT_EQ(s.waited[kHostStream].value(), 0.0);
   }
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, RunsTheMtpModulesWhereThePlannerPricesThem) {
   // GLM-4.5's multi-token-prediction module on the last of four stages, after the head: the
@@ -1080,10 +1044,6 @@ TEST(TrainingSim, EveryStagesLastBackwardStretchesTheDrain) {
   EXPECT_GT(estimate_time(ctx, c).dp_comm.value(), 0.3);
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, AVirtualStageWithoutLayersRematerializesNothing) {
   // Megatron's layout can give a virtual stage the embedding alone (layout=E|...). Its backward
   // has no layer to rematerialize: the simulator once read the layer before the chunk's first
@@ -1095,10 +1055,6 @@ TEST(TrainingSim, AVirtualStageWithoutLayersRematerializesNothing) {
                                  [](PlanChoice& c) { c.recompute = Recompute::kRematerialize; })),
             0.05);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, FewMicroBatchesOverUnevenStagesAgreeWithThePlanner) {
   // Two micro-batches over a heavy first stage (20 layers) and a light last one (12): the light
@@ -1114,10 +1070,6 @@ TEST(TrainingSim, FewMicroBatchesOverUnevenStagesAgreeWithThePlanner) {
                            })),
       0.03);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, Zero3GathersOfEveryStageShowWithOneMicroBatch) {
   // One micro-batch over four stages, each expert sharded ZeRO-3 over 64 ranks on eight nodes:
@@ -1142,10 +1094,6 @@ TEST(TrainingSim, Zero3GathersOfEveryStageShowWithOneMicroBatch) {
   }
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, FewMicroBatchesOverInterleavedEndChunksAgreeWithThePlanner) {
   // Megatron's layout with the embedding alone in the first chunk and the head alone in the last
   // (pp = 2, v = 2), two micro-batches, a wide model whose head outweighs a layer: the
@@ -1158,10 +1106,6 @@ TEST(TrainingSim, FewMicroBatchesOverInterleavedEndChunksAgreeWithThePlanner) {
                                  [](PlanChoice&) {})),
             0.03);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, AnEmbeddingOnlyChunkHidesNoneOfItsSync) {
   // Megatron's layout with the embedding alone in stage 0's first chunk (E|t|t|L over pp = 2,
@@ -1181,10 +1125,6 @@ TEST(TrainingSim, AnEmbeddingOnlyChunkHidesNoneOfItsSync) {
             0.05);
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, ALightChunkWaitsForTheHeavyOneOnTheNextStage) {
   // Et|tt|tt|L over pp = 2, v = 2, four micro-batches, ZeRO-1 over PCIe: stage 0's second chunk
   // starts once micro-batch 0 has come round stage 1's heavier first chunk, later than its own
@@ -1201,10 +1141,6 @@ TEST(TrainingSim, ALightChunkWaitsForTheHeavyOneOnTheNextStage) {
                                  })),
             0.03);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, HopsThatShareTheNicsHideNoneOfASync) {
   // Et|t|t|L over pp = 2, four micro-batches, ZeRO-1 over the NICs of the PCIe cluster, whose
@@ -1227,10 +1163,6 @@ TEST(TrainingSim, HopsThatShareTheNicsHideNoneOfASync) {
             0.08);
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, Zero3HeadBackwardRunsBesideTheFirstGather) {
   // One layer under a 129K-vocabulary head, ZeRO-3, one micro-batch: the backward starts with
   // the head's, which needs no layer's weights and runs while the layer's gather is under way,
@@ -1251,10 +1183,6 @@ TEST(TrainingSim, Zero3HeadBackwardRunsBesideTheFirstGather) {
             0.05);
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, InterleavedStagesOfUnequalLayersAgreeWithThePlanner) {
   // A layout of one layer a chunk, two dense layers then five MoE ones, over pp = 4, v = 2: the
   // layout's shape is the search's (equal chunks, ends no heavier), but the stage holding two
@@ -1273,10 +1201,6 @@ TEST(TrainingSim, InterleavedStagesOfUnequalLayersAgreeWithThePlanner) {
             0.03);
 }
 
-}  // namespace moe::sim
-
-namespace moe::sim {
-
 TEST(TrainingSim, OneMicroBatchsDpSyncsRunThroughTheBubble) {
   // One micro-batch over two stages of a dense model, ZeRO-1 across 32 nodes' NICs: stage 0's
   // parameter gather runs on while it waits for stage 1, and its link has the iteration, bubble
@@ -1292,10 +1216,6 @@ TEST(TrainingSim, OneMicroBatchsDpSyncsRunThroughTheBubble) {
                            })),
       0.03);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 TEST(TrainingSim, MactChunksEachStageAsItsOwnMemoryNeeds) {
   // One sequence of 32K tokens over pp = 4 with full recompute: the last stage, which holds the
@@ -1327,10 +1247,6 @@ TEST(TrainingSim, MactChunksEachStageAsItsOwnMemoryNeeds) {
   everywhere.stage_chunks.clear();
   EXPECT_GT(estimate_time(ctx, everywhere).iteration / planned.time.iteration, 1.1);
 }
-
-}  // namespace moe::sim
-
-namespace moe::sim {
 
 // Gaps the random-model hunt (tools/hunt_random_plans.py) found between the planner and the
 // simulator, each on the model and plan that showed it.
