@@ -402,17 +402,20 @@ MemoryReport fit_in_memory(const TimeContext& ctx, const SearchRequest& req, Byt
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   MemoryReport mem;
+  auto at_stage = [&](int stage) {
+    c.zero_stage = stage;
+    return estimate_memory(m, ctx.params, p,
+                           memory_request(ctx, c, capacity, req.alpha, req.static_override));
+  };
   for (uint32_t offload : offload_options(req, m, c.recompute, c.mact)) {
     c.offload_modules = offload;
-    for (c.zero_stage = 1; c.zero_stage <= 3; ++c.zero_stage) {
-      mem = estimate_memory(m, ctx.params, p,
-                            memory_request(ctx, c, capacity, req.alpha, req.static_override));
-      if (mem.fits || (req.zero && *req.zero == c.zero_stage)) break;
-    }
     if (req.zero) {
-      c.zero_stage = *req.zero;
-      mem = estimate_memory(m, ctx.params, p,
-                            memory_request(ctx, c, capacity, req.alpha, req.static_override));
+      mem = at_stage(*req.zero);
+    } else {
+      for (int stage = 1; stage <= 3; ++stage) {
+        mem = at_stage(stage);
+        if (mem.fits) break;
+      }
     }
     if (mem.fits) break;
   }
