@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "planner/errors.h"
+#include "planner/power_limit.h"
 
 namespace moe {
 
@@ -40,12 +41,14 @@ AnchorFit fit_anchor(const TimeContext& ctx, const PlanChoice& plan, Seconds mea
   if (!(measured.value() > 0) || !std::isfinite(measured.value()))
     throw ConfigError("measured iteration: must be a positive number of seconds");
   TimeContext at = ctx;
+  // The clock the power limit leaves follows the curves: slower compute is busier compute.
+  PlanChoice clocked = plan;
   auto predict = [&](double f) {
     at.eff = scale_efficiencies(ctx.eff, f, communication);
-    return estimate_time(at, plan).iteration;
+    return estimate_time_at_power_limit(at, clocked).iteration;
   };
   AnchorFit fit;
-  fit.before = estimate_time(ctx, plan).iteration;
+  fit.before = estimate_time_at_power_limit(ctx, clocked).iteration;
   // In log space: f spans two orders of magnitude.
   double lo = std::log(0.02), hi = std::log(4.0);
   for (int i = 0; i < 60; ++i) {

@@ -20,6 +20,17 @@ const char* dtype_name(Dtype d);
 // Bytes per element as stored (tf32 is stored as fp32).
 double dtype_bytes(Dtype d);
 
+// What a GPU draws, and what its power limit leaves of its clock (planner/power_limit.h). The
+// board draws idle_w with its compute stream empty and busy_w with it running all the time at
+// full clock (GEMMs and element-wise kernels alike: both drew the same on a lent H100); in
+// between, in proportion. Past limit_w the clock falls until the draw is back at the limit, and a
+// stream busy all the time keeps `sustained_rate` of the compute rate it had at full clock.
+// limit_w 0: not given, and the clock never falls.
+struct GpuPower {
+  double limit_w = 0, idle_w = 0, busy_w = 0;
+  double sustained_rate = 1;
+};
+
 struct GpuSpec {
   std::string model;
   std::map<Dtype, FlopsPerSec> peak;  // dense peak per dtype
@@ -28,6 +39,7 @@ struct GpuSpec {
   // Streaming multiprocessors (cudaDeviceProp::multiProcessorCount): what communication
   // kernels running beside compute take their share of. 0: not given, and none is taken.
   int sms = 0;
+  GpuPower power;
 
   // Throws ConfigError when the file did not give this dtype.
   FlopsPerSec peak_for(Dtype d) const;

@@ -115,7 +115,7 @@ namespace {
 OpWork core_attention(const TimeContext& ctx, const PlanChoice& c, bool linear_layer) {
   const ParallelConfig& p = c.parallel;
   const FlopsPerSec peak = reference_peak_of(ctx, c.precision);
-  const GemmRate bf16 = reference_gemm_rate(ctx, c.precision);
+  const GemmRate bf16 = reference_gemm_rate(ctx, c);
   // A Gated DeltaNet layer's recurrence, or the mean softmax layer's attention (windows and
   // DSA's indexer included): per token of this layer kind.
   const ModelSpec& m = *ctx.model;
@@ -127,8 +127,9 @@ OpWork core_attention(const TimeContext& ctx, const PlanChoice& c, bool linear_l
   // ring steps of softmax attention, each local queries against one rank's keys).
   const bool latent = m.attention.kind == AttentionKind::kLatent;
   auto fused = [&](double flops, double calls) {
-    return OpWork{Flops(flops) / (peak * ctx.eff.attention_share(flops / calls, latent)), flops,
-                  peak.value(), 0};
+    return OpWork{
+        Flops(flops) / (peak * (c.compute_clock * ctx.eff.attention_share(flops / calls, latent))),
+        flops, peak.value(), 0};
   };
   if (linear_layer) return fused(ctx.flops.forward_linear.value() / linear_layers * tokens, 1);
   // DSA's indexer runs duplicated on every TP rank over the gathered sequence (Megatron-Core
@@ -170,9 +171,9 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
 LayerOp output_head_op(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
   const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
-  const OpWork head = gemm(ctx, reference_gemm_rate(ctx, c.precision), rows,
-                           static_cast<double>(ctx.model->hidden_size),
-                           static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
+  const OpWork head =
+      gemm(ctx, reference_gemm_rate(ctx, c), rows, static_cast<double>(ctx.model->hidden_size),
+           static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp));
   return layer_op("output head", OpKind::kCompute, head);
 }
 
@@ -330,8 +331,7 @@ WeightShape weight_shape(const TimeContext& ctx, const PlanChoice& c) {
 Seconds mtp_extra_time(const TimeContext& ctx, const PlanChoice& c) {
   const WeightShape weights = weight_shape(ctx, c);
   const double h = static_cast<double>(ctx.model->hidden_size);
-  return gemm_time(ctx, linear_gemm_rate(ctx, c.precision, c.fp8_recipe), weights.rows, 2.0 * h,
-                   h / weights.split) +
+  return gemm_time(ctx, linear_gemm_rate(ctx, c), weights.rows, 2.0 * h, h / weights.split) +
          output_head_time(ctx, c);
 }
 
@@ -345,7 +345,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   const double s = static_cast<double>(ctx.seq_len);
   const double h = static_cast<double>(m.hidden_size);
   const double tokens = gpu_tokens(ctx, p);
-  const GemmRate peak = linear_gemm_rate(ctx, c.precision, c.fp8_recipe);
+  const GemmRate peak = linear_gemm_rate(ctx, c);
   const bool ulysses = c.attention == AttentionMode::kUlysses;
   // Named, not a structured binding: the lambdas below capture them (clang).
   const WeightShape weights = weight_shape(ctx, c);
@@ -645,7 +645,7 @@ std::vector<ReplayedOp> recompute_ops(const TimeContext& ctx, const PlanChoice& 
     const WeightShape weights = weight_shape(ctx, c);
     const double rows = weights.rows;
     const double heads = static_cast<double>(a.num_heads) / weights.split;
-    const GemmRate peak = linear_gemm_rate(ctx, c.precision, c.fp8_recipe);
+    const GemmRate peak = linear_gemm_rate(ctx, c);
     OpWork up = gemm(ctx, peak, rows, static_cast<double>(a.kv_lora_rank),
                      heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));
     if (a.q_lora_rank > 0)

@@ -124,6 +124,10 @@ struct PlanChoice {
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  // read under Precision::kFp8 alone
   CudaGraph cuda_graph = CudaGraph::kNone;
   int64_t seq_len = 4096;
+  // The share of its full-clock compute rate each GPU keeps under its power limit at this plan's
+  // duty (planner/power_limit.h): what its GEMMs and fused attention run at. Not a switch: the
+  // planner derives it, and the simulator, executing the plan, reads it.
+  double compute_clock = 1;
 
   Schedule schedule() const {
     if (offload || gpipe)

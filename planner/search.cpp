@@ -12,6 +12,7 @@
 
 #include "planner/errors.h"
 #include "planner/offload.h"
+#include "planner/power_limit.h"
 #include "planner/workers.h"
 
 namespace moe {
@@ -606,10 +607,15 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       if (static_cast<int>(top.size()) == keep_k)
                         bound = time_to_beat(top.back(), peak);
                       if (layout_best) bound = std::min(bound, time_to_beat(*layout_best, peak));
+                      // Priced at full clock first: a lower bound of the time at the clock
+                      // the power limit leaves (planner/power_limit.h), which follows.
+                      c.compute_clock = 1;
                       std::optional<TimeBreakdown> time;
                       if (bound > 0 && (first_precision || before_syncs[j] < Seconds(bound)))
                         time = estimate_time_below(ctx, c, scratch, Seconds(bound),
                                                    first_precision ? &before_syncs[j] : nullptr);
+                      if (time && time->iteration.value() < bound)
+                        time = at_power_limit(ctx, c, *time, scratch, Seconds(bound));
                       if (!time) {
                         ++stats[w].bounded;
                         continue;

@@ -62,6 +62,18 @@ GemmRate reference_gemm_rate(const TimeContext& ctx, Precision p) {
   return {reference_peak_of(ctx, p), &ctx.eff.gemm};
 }
 
+GemmRate linear_gemm_rate(const TimeContext& ctx, const PlanChoice& c) {
+  GemmRate r = linear_gemm_rate(ctx, c.precision, c.fp8_recipe);
+  r.clock = c.compute_clock;
+  return r;
+}
+
+GemmRate reference_gemm_rate(const TimeContext& ctx, const PlanChoice& c) {
+  GemmRate r = reference_gemm_rate(ctx, c.precision);
+  r.clock = c.compute_clock;
+  return r;
+}
+
 double comm_element_bytes(Precision p) {
   return p == Precision::kFp8 ? 1.0 : kActivationBytes;
 }
@@ -227,7 +239,8 @@ Seconds gemm_time(const TimeContext& ctx, const GemmRate& rate, double m, double
   // GEMM the curve was measured on (K = 176, DeepSeekMoE's expert cut 8 ways: 0.58).
   const double launch = flops * std::clamp(grouped, 1.0, count);
   const Seconds compute =
-      Flops(flops * count) / (rate.peak * rate.curve->at(launch) * gemm_shape_factor(m, k, n));
+      Flops(flops * count) /
+      (rate.peak * (rate.clock * rate.curve->at(launch) * gemm_shape_factor(m, k, n)));
   const Seconds memory = Bytes((m * k + k * n + m * n) * kActivationBytes * count) /
                          (ctx.links.hbm * ctx.eff.memory_bound);
   return std::max(compute, memory);

@@ -158,10 +158,12 @@ std::optional<TimeBreakdown> estimate_time_below(const TimeContext& ctx, const P
 // MoNTA's AllToAll problem for a plan whose experts are tensor-parallel (etp > 1).
 monta::Problem expert_alltoall_problem(const TimeContext& ctx, const PlanChoice& c);
 
-// The peak a GEMM runs at and the curve its efficiency comes from.
+// The peak a GEMM runs at and the curve its efficiency comes from, and the share of its clock the
+// GPU's power limit leaves it (PlanChoice::compute_clock; the peak is the datasheet's).
 struct GemmRate {
   FlopsPerSec peak;
   const EfficiencyCurve* curve = nullptr;
+  double clock = 1;
 };
 // A plan's linear-layer GEMMs: for FP8 plans the FP8 peak and the recipe's curve (blockwise:
 // gemm_fp8_block; delayed, tensorwise and MXFP8: gemm_fp8, MXFP8 unmeasured as no Blackwell was
@@ -169,6 +171,9 @@ struct GemmRate {
 GemmRate linear_gemm_rate(const TimeContext& ctx, Precision p, Fp8Recipe r = Fp8Recipe::kDelayed);
 // What stays in BF16 under FP8 (core attention, the output head): the reference peak and curve.
 GemmRate reference_gemm_rate(const TimeContext& ctx, Precision p);
+// A plan's, at its compute clock: what its layers' GEMMs run at.
+GemmRate linear_gemm_rate(const TimeContext& ctx, const PlanChoice& c);
+GemmRate reference_gemm_rate(const TimeContext& ctx, const PlanChoice& c);
 
 // Roofline of `count` GEMMs [M x K] x [K x N], `grouped` of them per kernel launch (a
 // grouped GEMM over the local experts): the compute time at the GEMM curve's efficiency for one

@@ -39,6 +39,14 @@ GpuSpec read_gpu(ObjectReader g) {
   gpu.sms = static_cast<int>(g.integer_or("sms", 0));
   if (gpu.sms < 0 || gpu.sms > 1024)
     g.fail("sms", fmt::format("{} is not a count of SMs", gpu.sms));
+  if (g.has("power")) {
+    ObjectReader w = g.object("power");
+    gpu.power.limit_w = positive_number(w, "limit_W");
+    gpu.power.idle_w = w.number("idle_W");
+    gpu.power.busy_w = positive_number(w, "busy_W");
+    gpu.power.sustained_rate = positive_number(w, "sustained_rate");
+    w.finish();
+  }
   g.finish();
   return gpu;
 }

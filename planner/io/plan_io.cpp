@@ -11,6 +11,7 @@
 #include "planner/io/json_reader.h"
 #include "planner/megatron_flops.h"
 #include "planner/monta.h"
+#include "planner/power_limit.h"
 
 namespace moe::io {
 
@@ -106,6 +107,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                         {"parallel", parallel_json(ch.parallel)},
                         {"seq_len", ch.seq_len},
                         {"alpha", s.alpha},
+                        {"compute_clock", ch.compute_clock},
                         {"schedule", schedule_name(ch.schedule())},
                         {"switches",
                          {{"recompute", recompute_name(ch.recompute)},
@@ -150,6 +152,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                             {"cpu_experts", t.cpu_experts.value()},
                             {"host", t.host.value()}}},
                           {"ep_comm_held_sms_s", t.ep_held_sms.value()},
+                          {"compute_busy_share", compute_busy_share(t)},
                           {"peak_bytes", s.peak_bytes.value()},
                           {"host_bytes", s.host_bytes.value()},
                           {"headroom_bytes", s.headroom.value()},
@@ -303,6 +306,10 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;
+  // The clock the planner left the GPUs under their power limit (files before it: full).
+  c.compute_clock = r.number_or("compute_clock", 1.0);
+  if (!(c.compute_clock > 0 && c.compute_clock <= 1))
+    r.fail("compute_clock", fmt::format("{} is not a share in (0, 1]", c.compute_clock));
   for (const char* key : {"model", "cluster", "gpus", "alpha", "schedule", "predicted",
                           "cp_expansion", "megatron_args", "megatron_gaps", "deepspeed"})
     r.ignore(key);

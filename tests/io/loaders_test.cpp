@@ -441,6 +441,36 @@ TEST(Loaders, ClusterSmCountIsOptionalAndChecked) {
             std::string::npos);
 }
 
+TEST(Loaders, ClusterPowerLimitIsOptionalAndChecked) {
+  // The shipped H100 file gives the power the lent H100 drew (planner/power_limit.h); without
+  // the object the clock never falls, and a board that draws less busy than idle is refused by
+  // name.
+  const std::string h100 = std::string(MOEPLAN_SOURCE_DIR) + "/topologies/h100-256.json";
+  const GpuPower p = load_cluster(h100).node.gpu.power;
+  EXPECT_EQ(p.limit_w, 700);
+  EXPECT_EQ(p.idle_w, 165);
+  EXPECT_EQ(p.busy_w, 893);
+  EXPECT_EQ(p.sustained_rate, 0.85);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(h100));
+  j["node"]["gpu"].erase("power");
+  EXPECT_EQ(cluster_from_json(j, "c.json").node.gpu.power.limit_w, 0);
+  j["node"]["gpu"]["power"] = {
+      {"limit_W", 700}, {"idle_W", 165}, {"busy_W", 100}, {"sustained_rate", 0.85}};
+  EXPECT_NE(error_of([&] {
+              cluster_from_json(j, "c.json");
+            }).find("c.json: /node/gpu/power/busy_W: must be above idle_W"),
+            std::string::npos);
+  j["node"]["gpu"]["power"]["busy_W"] = 893;
+  j["node"]["gpu"]["power"]["sustained_rate"] = 1.2;
+  EXPECT_NE(error_of([&] {
+              cluster_from_json(j, "c.json");
+            }).find("/node/gpu/power/sustained_rate: must be a share in (0, 1]"),
+            std::string::npos);
+  j["node"]["gpu"]["power"].erase("idle_W");
+  EXPECT_NE(error_of([&] { cluster_from_json(j, "c.json"); }).find("/node/gpu/power/idle_W"),
+            std::string::npos);
+}
+
 TEST(Loaders, CalibrationCurves) {
   const Calibration cal = load_calibration(std::string(MOEPLAN_SOURCE_DIR) +
                                            "/calibrate/data/monta-table8-curves.json");

@@ -1378,4 +1378,21 @@ TEST(TrainingSim, Zero3FirstGatherRunsBeforeThePassTraffic) {
       0.13);
 }
 
+TEST(TrainingSim, RunsAPlanAtTheClockThePowerLimitLeaves) {
+  // The plan's compute clock (planner/power_limit.h) is the simulator's too: Mixtral on one H100
+  // node at 0.85 of full clock runs slower than at full clock, and each agrees with the planner.
+  const ModelSpec m = shipped_model("mixtral-8x7b.json");
+  const ClusterSpec cl = cluster("h100-sxm-8");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096);
+  PlanChoice c = choice(m, "tp=1,pp=1,ep=8,etp=1,dp=8,cp=1,mbs=1,gbs=16");
+  c.recompute = Recompute::kFull;
+  const Seconds full = simulate_training(ctx, cl, c, {}).mean_iteration;
+  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+  c.compute_clock = 0.85;
+  const Seconds slowed = simulate_training(ctx, cl, c, {}).mean_iteration;
+  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.03);
+  EXPECT_GT(slowed / full, 1.05);
+  EXPECT_LT(slowed / full, 1.0 / 0.85);
+}
+
 }  // namespace moe::sim

@@ -9,6 +9,7 @@
 #include "planner/layer_ops.h"
 #include "planner/megatron_flops.h"
 #include "planner/monta.h"
+#include "planner/power_limit.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/explain_layers.h"
@@ -52,6 +53,17 @@ void print_host_bound(const Plan& best) {
       best.choice.cuda_graph == CudaGraph::kNone ? "no CUDA graphs" : "experts issued eagerly",
       best.choice.cuda_graph == CudaGraph::kNone ? "--cuda-graph attn or full"
                                                  : "--cuda-graph full");
+}
+
+// Where the power limit slows the best plan's compute (planner/power_limit.h).
+void print_power_limit(const GpuPower& power, const Plan& best) {
+  if (!(best.choice.compute_clock < 1)) return;
+  fmt::print(
+      "\nnote: at {:.0f} W the power limit holds the GPUs at {:.2f} of their full-clock compute "
+      "rate: the compute stream runs {:.0f} % of the iteration (the clock falls past {:.0f} % "
+      "busy at full clock, to {:.2f} busy all the time; planner/power_limit.h).\n",
+      power.limit_w, best.choice.compute_clock, 100 * compute_busy_share(best.score.time),
+      100 * (power.limit_w - power.idle_w) / (power.busy_w - power.idle_w), power.sustained_rate);
 }
 
 void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
@@ -359,6 +371,7 @@ void print_explanations(const PlanReport& report) {
   if (o.explain) print_layer_explanation(own, best);
   print_straddling_groups(own.links, bp);
   print_host_bound(best);
+  print_power_limit(ctx.gpu.power, best);
   // The search leaves DeepEP out (it needs its own library); where the best plan's experts
   // span nodes, say what it would save.
   if (o.explain && *bp.ep > 1 && *bp.etp == 1 &&
@@ -366,7 +379,7 @@ void print_explanations(const PlanReport& report) {
       crosses_nodes(own, bp, OpKind::kEp)) {
     PlanChoice deepep = best.choice;
     deepep.dispatcher = megascale::Dispatcher::kDeepEp;
-    const TimeBreakdown t = estimate_time(own, deepep);
+    const TimeBreakdown t = estimate_time_at_power_limit(own, deepep);
     fmt::print(
         "\nWith DeepEP (--dispatcher deepep: Megatron-Core's flex dispatcher, a token once per "
         "destination node): {} instead of {}, EP comm exposed {} instead of {}\n",

@@ -11,6 +11,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/offload.h"
+#include "planner/power_limit.h"
 #include "planner/search.h"
 #include "simulator/offload_sim.h"
 #include "simulator/training_sim.h"
@@ -397,6 +398,8 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
       if (gbs > 0) plan.parallel.gbs = gbs;
       check(plan.parallel, m);
       check_sequence(plan.parallel, seq);
+      // The clock the power limit leaves is the point's: its GPU and the plan's busy share there.
+      estimate_time_at_power_limit(ctx, plan);
       const sim::TrainingReport t = sim::simulate_training(ctx, c, plan, {});
       r.iteration_s = t.mean_iteration.value();
       r.tokens_per_s = t.tokens_per_second;

@@ -1,0 +1,42 @@
+#include "planner/power_limit.h"
+
+#include <algorithm>
+
+namespace moe {
+
+double clock_under_power_limit(const GpuPower& p, double busy) {
+  if (!(p.limit_w > 0) || !(p.busy_w > p.limit_w)) return 1.0;
+  const double at_limit = (p.limit_w - p.idle_w) / (p.busy_w - p.idle_w);
+  const double over = (std::clamp(busy, 0.0, 1.0) - at_limit) / (1.0 - at_limit);
+  return over > 0 ? 1.0 - (1.0 - p.sustained_rate) * over : 1.0;
+}
+
+double compute_busy_share(const TimeBreakdown& t) {
+  if (!(t.iteration.value() > 0)) return 0;
+  return std::min(1.0, (t.compute + t.recompute + t.ep_held_sms) / t.iteration);
+}
+
+namespace {
+// Sets c's clock from its full-clock time; whether it fell (and c must be priced again).
+bool set_clock(const TimeContext& ctx, PlanChoice& c, const TimeBreakdown& full_clock) {
+  c.compute_clock =
+      c.offload ? 1.0 : clock_under_power_limit(ctx.gpu.power, compute_busy_share(full_clock));
+  return c.compute_clock < 1;
+}
+}  // namespace
+
+std::optional<TimeBreakdown> at_power_limit(const TimeContext& ctx, PlanChoice& c,
+                                            const TimeBreakdown& full_clock, TimeContext& scratch,
+                                            Seconds bound) {
+  if (!set_clock(ctx, c, full_clock)) return full_clock;
+  return estimate_time_below(ctx, c, scratch, bound);
+}
+
+TimeBreakdown estimate_time_at_power_limit(const TimeContext& ctx, PlanChoice& c) {
+  c.compute_clock = 1;
+  const TimeBreakdown full_clock = estimate_time(ctx, c);
+  if (!set_clock(ctx, c, full_clock)) return full_clock;
+  return estimate_time(ctx, c);
+}
+
+}  // namespace moe

@@ -1,0 +1,50 @@
+// What a GPU's power limit leaves of its compute clock over a training step.
+//
+// On a lent H100 (700 W limit; tools/power_probe.py, calibrate/data/h100-runs/power-probe.json)
+// an 8192^3 BF16 GEMM loop that ran a share of every 20 ms drew 347 W at 25 % and 529 W at 50 %
+// with the clock at 1,980 MHz: 165 W + 728 W x share. At 77 % it reached the limit (697 W) and
+// the clock fell to 1,755 MHz, the GEMMs to 0.98 of their cool rate; all the time, 1,380 MHz and
+// 0.87. GEMMs half the time and element-wise adds in the rest held it at the limit too (0.89):
+// what draws is the compute stream being busy, not GEMMs alone. The same GPU's GEMM sweep, each
+// size held 2 s (calibrate/data/h100-sustained.json), kept 0.77-0.84 of the cool curve from 6e10
+// to 2e12 FLOPs, the sizes training runs: the H100 and H800 cluster files take 0.80 there.
+//
+// The model (GpuPower's fields): a step whose compute stream would be busy a share b of it at
+// full clock draws idle + (busy - idle) b. Up to the limit the clock holds; past it the rate
+// falls in proportion, to sustained_rate at b = 1:
+//   b_limit = (limit - idle) / (busy - idle)
+//   rate(b) = 1                                                      b <= b_limit
+//           = 1 - (1 - sustained_rate) (b - b_limit) / (1 - b_limit)  above
+// The rate divides compute-bound work (GEMMs and fused attention, their FLOPs over the peak);
+// memory-bound work runs at HBM's clock and keeps its time. The probe's shares were counted at
+// the cool rate, so b is read at full clock: the rate needs no fixed point, and the iteration at
+// full clock bounds the one at the rate from below (the search prunes with it).
+#pragma once
+
+#include <optional>
+
+#include "planner/cluster_spec.h"
+#include "planner/plan.h"
+#include "planner/time_model.h"
+
+namespace moe {
+
+// rate(b) above; 1 for a GPU whose file gives no power limit.
+double clock_under_power_limit(const GpuPower& p, double busy);
+
+// The share of the iteration the busiest stage's compute stream runs: its compute, recompute and
+// the compute EP's kernels slowed by holding SMs, over the iteration.
+double compute_busy_share(const TimeBreakdown& t);
+
+// `c` priced at full clock gave `full_clock`; sets c.compute_clock from its busy share and, where
+// that is under 1, prices c again at it. Nothing when the iteration at the clock reaches `bound`
+// (the search's); otherwise the time at c's clock. Offload plans keep clock 1 (their GPUs wait on
+// PCIe and the CPU).
+std::optional<TimeBreakdown> at_power_limit(const TimeContext& ctx, PlanChoice& c,
+                                            const TimeBreakdown& full_clock, TimeContext& scratch,
+                                            Seconds bound);
+// `c` priced at full clock and then as at_power_limit does, with no bound: what a single plan's
+// evaluation (a what-if, an anchor fit) reads, its c.compute_clock set.
+TimeBreakdown estimate_time_at_power_limit(const TimeContext& ctx, PlanChoice& c);
+
+}  // namespace moe

@@ -1,0 +1,103 @@
+#include "planner/power_limit.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/errors.h"
+#include "planner/io/plan_io.h"
+#include "planner/planner_inputs.h"
+#include "planner/search.h"
+
+namespace moe {
+
+namespace {
+// The H100 of the cluster files: 700 W, 165 W idle, 893 W busy at full clock.
+GpuPower h100() {
+  return {700, 165, 893, 0.85};
+}
+
+SearchRequest fixed_layout(const std::string& layout, int64_t gpus, int64_t gbs) {
+  SearchRequest r;
+  r.num_gpus = gpus;
+  r.global_batch = gbs;
+  r.fixed = parse_parallel(layout);
+  r.top_k = 1;
+  return r;
+}
+}  // namespace
+
+TEST(PowerLimit, TheClockHoldsUpToTheLimitAndFallsInProportionPastIt) {
+  const GpuPower p = h100();
+  const double at_limit = (700.0 - 165.0) / (893.0 - 165.0);  // 0.735 busy draws 700 W
+  EXPECT_EQ(clock_under_power_limit(p, 0.0), 1.0);
+  EXPECT_EQ(clock_under_power_limit(p, at_limit), 1.0);
+  EXPECT_DOUBLE_EQ(clock_under_power_limit(p, 1.0), 0.85);
+  EXPECT_NEAR(clock_under_power_limit(p, (at_limit + 1.0) / 2), 0.925, 1e-12);
+  // Busier than all the time (rounding) is all the time.
+  EXPECT_DOUBLE_EQ(clock_under_power_limit(p, 1.2), 0.85);
+  // No limit given, or a limit the busy board never reaches: the clock never falls.
+  EXPECT_EQ(clock_under_power_limit(GpuPower{}, 1.0), 1.0);
+  EXPECT_EQ(clock_under_power_limit({900, 165, 893, 0.5}, 1.0), 1.0);
+}
+
+TEST(PowerLimit, TheBusyShareIsTheComputeStreamsOverTheIteration) {
+  TimeBreakdown t;
+  t.compute = Seconds(6);
+  t.recompute = Seconds(1);
+  t.ep_held_sms = Seconds(1);
+  t.bubble = Seconds(2);
+  t.iteration = Seconds(10);
+  EXPECT_DOUBLE_EQ(compute_busy_share(t), 0.8);
+  EXPECT_EQ(compute_busy_share(TimeBreakdown{}), 0.0);
+}
+
+TEST(PowerLimit, TheSearchPricesABusyPlanAtTheClockItsShareLeaves) {
+  // Llama 3 8B on one H100 node keeps its compute stream busy nearly all the time: the search
+  // prices it at the clock its full-clock busy share leaves, and that is what estimate_time
+  // gives for the plan at that clock, slower than full clock and no slower than the clock alone
+  // could make it.
+  const Inputs s("hf/llama-3-8b.config.json", "h100-sxm-8.json");
+  ASSERT_GT(s.cluster.node.gpu.power.limit_w, 0);
+  const SearchRequest req = fixed_layout("tp=1,pp=1,cp=1,vpp=1,mbs=1", 8, 64);
+  const Plan best = search_plans(s.ctx, req).ranked.at(0);
+  const double clock = best.choice.compute_clock;
+  PlanChoice full = best.choice;
+  full.compute_clock = 1;
+  const TimeBreakdown at_full = estimate_time(s.ctx, full);
+  EXPECT_DOUBLE_EQ(clock, clock_under_power_limit(s.ctx.gpu.power, compute_busy_share(at_full)));
+  EXPECT_LT(clock, 0.95);
+  EXPECT_EQ(estimate_time(s.ctx, best.choice).iteration, best.score.time.iteration);
+  EXPECT_GT(best.score.time.iteration, at_full.iteration);
+  EXPECT_LE(best.score.time.iteration, at_full.iteration / clock);
+  // The same cluster without a power limit: full clock, and the faster plan.
+  Inputs cool = s;
+  cool.ctx.gpu.power = GpuPower{};
+  const Plan unlimited = search_plans(cool.ctx, req).ranked.at(0);
+  EXPECT_EQ(unlimited.choice.compute_clock, 1.0);
+  EXPECT_LT(unlimited.score.time.iteration, best.score.time.iteration);
+  // A single plan's evaluation derives the same clock from any clock it was given.
+  PlanChoice again = best.choice;
+  again.compute_clock = 0.5;
+  EXPECT_EQ(estimate_time_at_power_limit(s.ctx, again).iteration, best.score.time.iteration);
+  EXPECT_EQ(again.compute_clock, clock);
+}
+
+TEST(PowerLimit, APlanFileCarriesItsClock) {
+  const Inputs s("hf/llama-3-8b.config.json", "h100-sxm-8.json");
+  const Plan best =
+      search_plans(s.ctx, fixed_layout("tp=1,pp=1,cp=1,vpp=1,mbs=1", 8, 64)).ranked.at(0);
+  ASSERT_LT(best.choice.compute_clock, 1.0);
+  nlohmann::json j = io::plan_to_json(best, s.model, s.cluster);
+  EXPECT_EQ(io::plan_choice_from_json(j, "plan.json").compute_clock, best.choice.compute_clock);
+  // Files written before the clock read as full clock; a clock outside (0, 1] is refused.
+  j.erase("compute_clock");
+  EXPECT_EQ(io::plan_choice_from_json(j, "plan.json").compute_clock, 1.0);
+  j["compute_clock"] = 1.5;
+  try {
+    io::plan_choice_from_json(j, "plan.json");
+    FAIL() << "a clock of 1.5 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("compute_clock"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace moe
