@@ -143,10 +143,11 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
     EXPECT_LT(ours("memfine", fmt::format("Fig. 4 {} TGS, method 2 (c = 8), iteration 20", model)),
               ours("memfine", fmt::format("Fig. 4 {} TGS, method 3 (MACT), iteration 20", model)));
   }
-  // MegaScale-MoE Table 3: the speedup within 15 % at every scale (the tolerance; -8 %
-  // at 1,440 GPUs, within 6 % elsewhere, with Megatron-LM's gradients reduced in FP32); Fig. 11:
+  // MegaScale-MoE Table 3: the speedup within 15 % at every scale (the tolerance; -12 %
+  // at 240 GPUs, where the H800s' power limit slows MegaScale-MoE's busier GPUs most, -8 % at
+  // 1,440, within 4 % elsewhere, with Megatron-LM's gradients reduced in FP32); Fig. 11:
   // Megatron-LM within 3 points of its -2.74 % per GPU, MegaScale-MoE near linear, the speedups
-  // within 8 % (+0.1 %, -2.6 %); Fig. 13: SP+EP ahead for every model.
+  // within 8 % (-2.9 %, -5.2 %); Fig. 13: SP+EP ahead for every model.
   for (int gpus : {240, 480, 720, 960, 1440})
     within("megascale", fmt::format("Table 3 speedup over Megatron-LM on {} H800", gpus), 0.15);
   // Table 3 anchored on Megatron-LM's measured 39.04 s at 240 GPUs (720 x 8,192 tokens at
@@ -201,12 +202,12 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   within("megascale", "Sec. 6.2 smallest iteration-time cut from intra-operator overlap", 0.20);
   within("megascale", "Sec. 6.2 largest iteration-time cut from intra-operator overlap", 0.30);
   // Fig. 12: MFU falls as compute rises (memory-bound routing, scatter and gather); the
-  // speedup over Megatron-LM within 30 % of the paper's 1.58x (ours 1.99x: TP's collectives
-  // weigh more once element-wise bytes are counted once; 25 % held while they were doubled).
+  // speedup over Megatron-LM within 15 % of the paper's 1.58x (ours 1.74x; 1.95x at full clock,
+  // before the H800's power limit slowed MegaScale-MoE's busier GPUs more than Megatron-LM's).
   EXPECT_EQ(
       ours("megascale", "Fig. 12 MegaScale-MoE MFU falls as compute rises (H800 < A100 < H20)"),
       1.0);
-  within("megascale", "Fig. 12 largest MFU speedup over Megatron-LM (H800, A100, H20)", 0.30);
+  within("megascale", "Fig. 12 largest MFU speedup over Megatron-LM (H800, A100, H20)", 0.15);
   // APTMoE Fig. 14: strong scaling within 20 %.
   for (const char* model : {"MoE-S-64", "MoE-M-16"}) {
     for (int gpus : {8, 16}) {
