@@ -69,7 +69,12 @@ TEST(Cli, TopoSummarises) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("GPU 0 -> host memory"), std::string::npos);
   EXPECT_NE(r.out.find("A800-PCIe-40GB"), std::string::npos);
-  EXPECT_NE(r.out.find("SMs                      108"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" 108\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not given (the clock never falls)"), std::string::npos) << r.out;
+  const nlohmann::json h100 = run_json("topo --cluster topologies/h100-sxm-8.json --json");
+  EXPECT_EQ(h100["gpu"]["sms"].get<int>(), 132);
+  EXPECT_EQ(h100["gpu"]["power"]["limit_W"].get<double>(), 700);
+  EXPECT_EQ(h100["gpu"]["power"]["sustained_rate"].get<double>(), 0.85);
 }
 
 TEST(Cli, TopoListsARackScaleNodesRegularPartsOnce) {

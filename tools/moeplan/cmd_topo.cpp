@@ -54,7 +54,12 @@ void run_topo(const TopoOptions& o) {
           {"peak_flops", peaks},
           {"hbm_bytes", n.gpu.hbm_capacity.value()},
           {"hbm_bandwidth_Bps", n.gpu.hbm_bandwidth.value()},
-          {"sms", n.gpu.sms}}},
+          {"sms", n.gpu.sms},
+          {"power",
+           {{"limit_W", n.gpu.power.limit_w},
+            {"idle_W", n.gpu.power.idle_w},
+            {"busy_W", n.gpu.power.busy_w},
+            {"sustained_rate", n.gpu.power.sustained_rate}}}}},
         {"fabric", n.fabric == Fabric::kNvSwitch ? "nvswitch" : "pcie"},
         {"pcie_bandwidth_Bps", n.pcie_bandwidth().value()},
         {"host_link_bandwidth_Bps", n.host_link_bandwidth().value()},
@@ -76,6 +81,12 @@ void run_topo(const TopoOptions& o) {
   gpu.add({"HBM", as_gb(n.gpu.hbm_capacity.value())});
   gpu.add({"HBM bandwidth", as_gbps(n.gpu.hbm_bandwidth.value())});
   gpu.add({"SMs", n.gpu.sms > 0 ? fmt::format("{}", n.gpu.sms) : "not given"});
+  const GpuPower& w = n.gpu.power;
+  gpu.add({"power limit", w.limit_w > 0
+                              ? fmt::format("{:.0f} W ({:.0f} W idle, {:.0f} W busy at full clock; "
+                                            "{:.2f} of the compute rate busy all the time)",
+                                            w.limit_w, w.idle_w, w.busy_w, w.sustained_rate)
+                              : std::string("not given (the clock never falls)")});
   fmt::print("{}\n", gpu.render());
   Table node({"node", "value"});
   node.add({"intra-node fabric", n.fabric == Fabric::kNvSwitch
