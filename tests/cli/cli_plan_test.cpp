@@ -62,6 +62,24 @@ TEST(Cli, PlanNamesTheStageWhoseDpSyncShows) {
   EXPECT_GT(sync["reduce_scatter"]["seconds"].get<double>(), 0.0);
 }
 
+TEST(Cli, PlanSaysWhereThePowerLimitSlowsItsGpus) {
+  // Llama 3 8B on one H100 node keeps its GPUs computing nearly all the time: the plan says at
+  // what share of full clock, in its note, its layer explanation and its JSON.
+  const std::string args =
+      "plan --model models/hf/llama-3-8b.config.json --cluster topologies/h100-sxm-8.json "
+      "--global-batch 128 --seq-len 8192 --top 1";
+  const Result r = run(args + " --explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("at 700 W the power limit holds the GPUs at 0.8"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("GEMMs and fused attention at 0.8"), std::string::npos);
+  const nlohmann::json j = run_json(args + " --json");
+  const double clock = j["plans"][0]["compute_clock"].get<double>();
+  EXPECT_GE(clock, 0.85);
+  EXPECT_LT(clock, 0.9);
+  EXPECT_GT(j["plans"][0]["predicted"]["compute_busy_share"].get<double>(), 0.95);
+}
+
 TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
   // MoE-S-64 (APTMoE Table I) on four A800-40GB: its weights and gradients alone exceed the
   // GPUs, so Megatron's optimizer offload cannot help, but its weights and Adam states fit the

@@ -103,8 +103,12 @@ void print_layer_explanation(const TimeContext& ctx, const Plan& plan) {
                         static_cast<double>(*c.parallel.tp * *c.parallel.cp);
   fmt::print(
       "\nThe best plan's layers, operator by operator (forward of one micro-batch on one GPU, "
-      "{:.0f} of its tokens; backward runs twice the compute and the same communication):\n",
-      tokens);
+      "{:.0f} of its tokens; backward runs twice the compute and the same communication{}):\n",
+      tokens,
+      c.compute_clock < 1
+          ? fmt::format("; GEMMs and fused attention at {:.2f} of full clock, the power limit's",
+                        c.compute_clock)
+          : "");
   for (const ExplainedLayer& e : explained_layers(ctx, plan)) {
     fmt::print("\nLayer {} ({}){}:\n", e.layer, layer_title(e),
                e.moe ? fmt::format(", the busiest EP rank's experts at {:.2f}x the balanced tokens",
