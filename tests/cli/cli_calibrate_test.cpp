@@ -178,4 +178,23 @@ TEST(Cli, ACalibrationFromAnotherGpuIsWarnedAbout) {
   EXPECT_EQ(same.err.find("warning"), std::string::npos) << same.err;
 }
 
+TEST(Cli, SustainedGemmCurvesOnAPowerLimitedClusterAreWarnedAbout) {
+  // calibrate/data/h100-sustained.json timed its GEMMs after 2 s back to back (provenance
+  // gemm_sustain_s): on the H100 cluster, whose GPUs the planner slows by their power limit, the
+  // limit's clock would count twice, and plan says so; the cool file draws no warning.
+  const std::string plan =
+      "plan --model models/mixtral-8x7b.json --global-batch 256 --seq-len 4096 --top 1 "
+      "--cluster topologies/h100-256.json --calibration calibrate/data/";
+  const Result sustained = run(plan + "h100-sustained.json");
+  ASSERT_EQ(sustained.code, 0) << sustained.err;
+  EXPECT_NE(sustained.err.find("calibrate/data/h100-sustained.json's GEMM curves were timed "
+                               "after 2 s back to back"),
+            std::string::npos)
+      << sustained.err;
+  EXPECT_NE(sustained.err.find("counts twice"), std::string::npos);
+  const Result cool = run(plan + "h100.json");
+  ASSERT_EQ(cool.code, 0) << cool.err;
+  EXPECT_EQ(cool.err.find("warning"), std::string::npos) << cool.err;
+}
+
 }  // namespace moe

@@ -99,6 +99,8 @@ void run_calibrate(const CalibrateOptions& o) {
                        {"host", host},
                        {"cpu", cpu_model()},
                        {"hardware_threads", std::thread::hardware_concurrency()}};
+  // GEMMs timed at the power limit's clock: a plan on a cluster that prices the limit is warned.
+  if (o.sustain > 0) doc["provenance"]["gemm_sustain_s"] = o.sustain;
   if (system) {
     const auto& dev = system->devices.at(static_cast<size_t>(
         std::clamp<int>(o.device, 0, static_cast<int>(system->devices.size()) - 1)));

@@ -161,7 +161,7 @@ void run_execute(const ExecuteCliOptions& o) {
   const CalibrationIn cal = calibration_from(o.calibration);
   const TimeContext ctx =
       make_time_context(m, cl, cal.efficiencies, skew_for(o.skew, m), choice.seq_len);
-  warn_if_calibrated_on_another_gpu(cal, cl);
+  warn_about_calibration(cal, cl);
   if (choice.offload) {
     execute_offload(o, m, cl, choice, ctx, layer);
     return;

@@ -111,7 +111,7 @@ void run_plan(const PlanOptions& o) {
                 free_best->choice.describe(), as_ms(free_best->score.time.iteration, 1))
           : std::string();
   if (r.ranked.empty()) throw_no_fit(ctx, c, req, outcome, free_fits);
-  warn_if_calibrated_on_another_gpu(cal, c);
+  warn_about_calibration(cal, c);
   // --verify: the shortlist through the simulator, ranked by what it measures.
   const size_t verified_count =
       outcome.aptmoe_offloaded

@@ -140,7 +140,7 @@ void run_simulate(const SimulateOptions& o) {
                          "as one steady-state iteration)");
     }
     warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
-    warn_if_calibrated_on_another_gpu(cal, c);
+    warn_about_calibration(cal, c);
     run_offload(o, m, c, choice, ctx);
     return;
   }
@@ -152,7 +152,7 @@ void run_simulate(const SimulateOptions& o) {
   warn_if_planned_for_another(o.plan, io::planned_model(saved), m);
   if (o.iterations < 1)
     throw InputError("--iterations", "", fmt::format("{} must be at least 1", o.iterations));
-  warn_if_calibrated_on_another_gpu(cal, c);
+  warn_about_calibration(cal, c);
 
   sim::TrainingOptions opt;
   opt.iterations = o.iterations;

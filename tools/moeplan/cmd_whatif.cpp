@@ -75,7 +75,7 @@ void run_whatif(const WhatifOptions& given) {
   }
   const CalibrationIn cal = calibration_from(o.calibration);
   const Efficiencies& eff = cal.efficiencies;
-  warn_if_calibrated_on_another_gpu(cal, c);
+  warn_about_calibration(cal, c);
   std::filesystem::create_directories(o.out);
   const std::string csv_path = o.out + "/points.csv";
   const std::map<std::string, PointResult> earlier =

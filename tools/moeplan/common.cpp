@@ -185,8 +185,11 @@ CalibrationIn calibration_from(const std::string& calibration_file) {
   const nlohmann::json& p = cal.provenance;
   const bool named = p.is_object() && p.contains("gpu") && p["gpu"].is_object() &&
                      p["gpu"].contains("name") && p["gpu"]["name"].is_string();
+  const bool sustained =
+      p.is_object() && p.contains("gemm_sustain_s") && p["gemm_sustain_s"].is_number();
   return {calibration_file, efficiencies(cal.curves, cal.constants),
-          named ? p["gpu"]["name"].get<std::string>() : std::string()};
+          named ? p["gpu"]["name"].get<std::string>() : std::string(),
+          sustained ? p["gemm_sustain_s"].get<double>() : 0.0};
 }
 
 std::string gpu_chip(const std::string& name) {
@@ -195,7 +198,14 @@ std::string gpu_chip(const std::string& name) {
   return std::regex_search(name, match, chip) ? match.str() : std::string();
 }
 
-void warn_if_calibrated_on_another_gpu(const CalibrationIn& cal, const ClusterSpec& c) {
+void warn_about_calibration(const CalibrationIn& cal, const ClusterSpec& c) {
+  if (cal.gemm_sustain_s > 0 && c.node.gpu.power.limit_w > 0) {
+    fmt::print(stderr,
+               "warning: {}'s GEMM curves were timed after {} s back to back, at the clock the "
+               "power limit leaves; cluster {} slows its GPUs by their power limit too "
+               "(node.gpu.power), so that clock counts twice: calibrate without --sustain\n",
+               cal.file, cal.gemm_sustain_s, c.name);
+  }
   const std::string chip = gpu_chip(cal.measured_on), cluster_chip = gpu_chip(c.node.gpu.model);
   if (chip.empty() || cluster_chip.empty() || chip == cluster_chip) return;
   fmt::print(stderr,

@@ -49,16 +49,21 @@ RoutingSkew skew_for(const std::string& text, const ModelSpec& m);
 // A calibration file read once: its efficiency curves over the defaults (the defaults alone for
 // ""), and the GPU its provenance says it was measured on (gpu.name, as `calibrate` writes it;
 // empty where it names none).
+// gemm_sustain_s: the seconds each GEMM shape ran back to back before it was timed
+// (provenance gemm_sustain_s, `calibrate --sustain`; 0: timed cool).
 struct CalibrationIn {
   std::string file;
   Efficiencies efficiencies;
   std::string measured_on;
+  double gemm_sustain_s = 0;
 };
 CalibrationIn calibration_from(const std::string& calibration_file);
-// One warning line when the calibration was measured on another GPU than the cluster's: "H100"
-// against "H800". Efficiencies carry over between like GPUs only. Call it after the checks, as
+// A warning line each for a calibration measured on another GPU than the cluster's ("H100"
+// against "H800": efficiencies carry over between like GPUs only), and for GEMM curves timed at
+// the power limit's clock (--sustain) on a cluster whose GPUs the planner slows by their power
+// limit too (node.gpu.power): that clock would count twice. Call it after the checks, as
 // warn_if_planned_for_another.
-void warn_if_calibrated_on_another_gpu(const CalibrationIn& cal, const ClusterSpec& c);
+void warn_about_calibration(const CalibrationIn& cal, const ClusterSpec& c);
 // The chip in a GPU's name: "H100" in "NVIDIA H100 80GB HBM3", "A800" in "A800-PCIe-40GB",
 // "B200" in "B200 (GB200 NVL72)"; empty when none.
 std::string gpu_chip(const std::string& name);
