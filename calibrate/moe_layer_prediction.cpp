@@ -3,12 +3,17 @@
 #include <algorithm>
 
 #include "planner/memfine.h"
+#include "planner/power_limit.h"
 
 namespace moe::calibrate {
 
 LayerPrediction predict_layer(const TimeContext& ctx, const MoeLayerCase& c,
                               const std::vector<ChunkRouting>& routing) {
-  const GemmRate peak = linear_gemm_rate(ctx, Precision::kBf16);
+  // `execute` runs the layer's operators back to back, its compute stream busy all the time:
+  // the GEMMs at the clock the GPU's power limit leaves then (planner/power_limit.h). On the lent
+  // H100 they ran at 0.85-0.93 of the cool curve's rate (calibrate/data/h100-runs/execute-*).
+  GemmRate peak = linear_gemm_rate(ctx, Precision::kBf16);
+  peak.clock = clock_under_power_limit(ctx.gpu.power, 1.0);
   const double h = static_cast<double>(c.hidden), g = static_cast<double>(c.ffn);
   const double up = c.gated ? 2 * g : g;
   const double e = kActivationBytes;

@@ -1,5 +1,6 @@
 // What moeplan's cost model predicts for the layer `execute` runs: each operator's time from the
-// planner's own GEMM roofline (gemm_time, the calibrated curve and shape discount) and its
+// planner's own GEMM roofline (gemm_time, the calibrated curve and shape discount, at the clock
+// the GPU's power limit leaves a stream busy all the time) and its
 // memory-bound rate for the gathers and the activation, and two peaks: MemFine eq. (2)'s
 // received-token term at the chunk's size (what the planner budgets) and the working set the
 // runner's buffers make (moe_layer_run.h frees each as soon as it can).

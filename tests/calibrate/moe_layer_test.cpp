@@ -237,6 +237,33 @@ TEST(MoeLayerRun, PeakIsTheLargestChunksWorkingSet) {
   EXPECT_DOUBLE_EQ(eq2[1] / eq2[4], 4.0);
 }
 
+// `execute` runs the layer back to back, its stream busy all the time: on a GPU with a power
+// limit the GEMMs run at the clock it leaves then (the H100 file's 0.85), and the memory-bound
+// gathers and activation keep their time.
+TEST(MoeLayerRun, PredictionRunsTheGemmsAtThePowerLimitsClock) {
+  MoeLayerCase c = small_case(true);
+  c.hidden = 4096;
+  c.ffn = 14336;
+  c.tokens = 8192;
+  c.expert_rows = {4096, 4096, 4096, 4096};
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  ClusterSpec cl = io::load_cluster(MOEPLAN_SOURCE_DIR "/topologies/h100-1.json");
+  ASSERT_EQ(cl.node.gpu.power.sustained_rate, 0.85);
+  const std::vector<ChunkRouting> r = route_in_chunks(c, 1, 2);
+  const LayerPrediction limited =
+      predict_layer(make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096), c, r);
+  cl.node.gpu.power = GpuPower{};
+  const LayerPrediction cool =
+      predict_layer(make_time_context(m, cl, efficiencies(), RoutingSkew{}, 4096), c, r);
+  const auto ratio = [&](LayerOp op) {
+    return limited.seconds[static_cast<size_t>(op)] / cool.seconds[static_cast<size_t>(op)];
+  };
+  for (LayerOp op : {LayerOp::kUpProjection, LayerOp::kDownProjection, LayerOp::kUpBackward})
+    EXPECT_NEAR(ratio(op), 1 / 0.85, 1e-9) << static_cast<int>(op);
+  for (LayerOp op : {LayerOp::kDispatch, LayerOp::kActivation, LayerOp::kCombine})
+    EXPECT_DOUBLE_EQ(ratio(op), 1.0) << static_cast<int>(op);
+}
+
 // On a GPU: the BF16 layer agrees with the CPU reference, every operator takes time, and the
 // pool's high-water mark is the buffers the prediction counts (the pool rounds each allocation
 // up, so within 2 MiB per live buffer). Without one: the device says so, and the test skips.
