@@ -123,9 +123,10 @@ void validate(const ClusterSpec& c) {
   if (const GpuPower& w = n.gpu.power; w.limit_w > 0) {
     require_field(w.idle_w >= 0 && w.idle_w < w.limit_w, "node/gpu/power/idle_W",
                   "must be at least 0 and below limit_W");
-    require_field(w.busy_w > w.idle_w, "node/gpu/power/busy_W", "must be above idle_W");
-    require_field(w.sustained_rate > 0 && w.sustained_rate <= 1, "node/gpu/power/sustained_rate",
-                  "must be a share in (0, 1]");
+    require_field(w.busy_w > w.limit_w, "node/gpu/power/busy_W",
+                  "must be above limit_W (a board that never reaches its limit needs no entry)");
+    require_field(w.sustained_rate > 0 && w.sustained_rate < 1, "node/gpu/power/sustained_rate",
+                  "must be a share in (0, 1): the rate a board past its limit keeps");
   }
   if (n.fabric == Fabric::kNvSwitch) {
     require_field(n.nvlink_bandwidth > BytesPerSec(0), "node/intra_node/bandwidth_GBps",

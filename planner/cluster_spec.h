@@ -23,12 +23,14 @@ double dtype_bytes(Dtype d);
 // What a GPU draws, and what its power limit leaves of its clock (planner/power_limit.h). The
 // board draws idle_w with its compute stream empty and busy_w with it running all the time at
 // full clock (GEMMs and element-wise kernels alike: both drew the same on a lent H100); in
-// between, in proportion. Past limit_w the clock falls until the draw is back at the limit, and a
-// stream busy all the time keeps `sustained_rate` of the compute rate it had at full clock.
-// limit_w 0: not given, and the clock never falls.
+// between, in proportion. Past limit_w the clock falls until the draw is back at the limit: a
+// stream busy all the time under the limit it was measured at (rated_limit_w; 0: limit_w) keeps
+// `sustained_rate` of the compute rate it had at full clock. A cap (whatif's power-limit-W)
+// moves limit_w alone. limit_w 0: not given, and the clock never falls.
 struct GpuPower {
   double limit_w = 0, idle_w = 0, busy_w = 0;
   double sustained_rate = 1;
+  double rated_limit_w = 0;
 };
 
 struct GpuSpec {

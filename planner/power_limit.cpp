@@ -1,14 +1,17 @@
 #include "planner/power_limit.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace moe {
 
 double clock_under_power_limit(const GpuPower& p, double busy) {
-  if (!(p.limit_w > 0) || !(p.busy_w > p.limit_w)) return 1.0;
-  const double at_limit = (p.limit_w - p.idle_w) / (p.busy_w - p.idle_w);
-  const double over = (std::clamp(busy, 0.0, 1.0) - at_limit) / (1.0 - at_limit);
-  return over > 0 ? 1.0 - (1.0 - p.sustained_rate) * over : 1.0;
+  if (!(p.limit_w > 0) || !(p.busy_w > p.limit_w) || !(busy > 0)) return 1.0;
+  const double dynamic = p.busy_w - p.idle_w;
+  const double rated = p.rated_limit_w > 0 ? p.rated_limit_w : p.limit_w;
+  const double k = std::log((rated - p.idle_w) / dynamic) / std::log(p.sustained_rate);
+  const double room = (p.limit_w - p.idle_w) / (dynamic * std::min(busy, 1.0));
+  return room >= 1 ? 1.0 : std::pow(room, 1.0 / k);
 }
 
 double compute_busy_share(const TimeBreakdown& t) {

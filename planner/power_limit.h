@@ -10,15 +10,19 @@
 // to 2e12 FLOPs, the sizes training runs: the H100 and H800 cluster files take 0.80 there.
 //
 // The model (GpuPower's fields): a step whose compute stream would be busy a share b of it at
-// full clock draws idle + (busy - idle) b. Up to the limit the clock holds; past it the rate
-// falls in proportion, to sustained_rate at b = 1:
-//   b_limit = (limit - idle) / (busy - idle)
-//   rate(b) = 1                                                      b <= b_limit
-//           = 1 - (1 - sustained_rate) (b - b_limit) / (1 - b_limit)  above
-// The rate divides compute-bound work (GEMMs and fused attention, their FLOPs over the peak);
-// memory-bound work runs at HBM's clock and keeps its time. The probe's shares were counted at
-// the cool rate, so b is read at full clock: the rate needs no fixed point, and the iteration at
-// full clock bounds the one at the rate from below (the search prunes with it).
+// full clock draws idle + (busy - idle) b. Up to the limit the clock holds; past it the clock
+// falls until the dynamic power is back within the limit, the dynamic power going as the compute
+// rate to a power k (voltage falls with the clock):
+//   rate(b) = min(1, ((limit - idle) / ((busy - idle) b))^(1/k))
+//   k = ln((rated - idle) / (busy - idle)) / ln(sustained_rate)
+// so that a stream busy all the time under the limit the rate was measured at (rated) keeps
+// sustained_rate: the H100's 700 W leaves 0.735 of the 728 W, and 0.85 of the rate, k = 1.9.
+// A lower cap (whatif's power-limit-W) slows it further: 500 W leaves 0.66 at b = 1, and the
+// clock falls from b = 0.46. Between the knee and b = 1 the curve is within 0.01 of a straight
+// line. The rate divides compute-bound work (GEMMs and fused attention, their FLOPs over the
+// peak); memory-bound work runs at HBM's clock and keeps its time. The probe's shares were
+// counted at the cool rate, so b is read at full clock: the rate needs no fixed point, and the
+// iteration at full clock bounds the one at the rate from below (the search prunes with it).
 #pragma once
 
 #include <optional>

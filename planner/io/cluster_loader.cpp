@@ -45,6 +45,7 @@ GpuSpec read_gpu(ObjectReader g) {
     gpu.power.idle_w = w.number("idle_W");
     gpu.power.busy_w = positive_number(w, "busy_W");
     gpu.power.sustained_rate = positive_number(w, "sustained_rate");
+    gpu.power.rated_limit_w = gpu.power.limit_w;
     w.finish();
   }
   g.finish();

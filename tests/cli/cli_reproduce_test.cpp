@@ -147,7 +147,7 @@ TEST(Cli, ReproduceWritesThePapersNumbersBesideOurs) {
   // at 240 GPUs, where the H800s' power limit slows MegaScale-MoE's busier GPUs most, -8 % at
   // 1,440, within 4 % elsewhere, with Megatron-LM's gradients reduced in FP32); Fig. 11:
   // Megatron-LM within 3 points of its -2.74 % per GPU, MegaScale-MoE near linear, the speedups
-  // within 8 % (-2.9 %, -5.2 %); Fig. 13: SP+EP ahead for every model.
+  // within 8 % (-3.4 %, -5.7 %); Fig. 13: SP+EP ahead for every model.
   for (int gpus : {240, 480, 720, 960, 1440})
     within("megascale", fmt::format("Table 3 speedup over Megatron-LM on {} H800", gpus), 0.15);
   // Table 3 anchored on Megatron-LM's measured 39.04 s at 240 GPUs (720 x 8,192 tokens at

@@ -345,7 +345,34 @@ TEST(Cli, WhatifRunsAnOffloadPlanInTheOffloadSimulator) {
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace moe
+TEST(Cli, WhatifSweepsThePowerLimit) {
+  // Llama 3 8B on one H100 node keeps its GPUs computing nearly all the time: a lower power cap
+  // slows it (the clock falls from a lower busy share), and a cap above what the busy board draws
+  // at full clock (893 W) leaves it at full clock. A GPU without a power entry has none to cap.
+  const std::string dir = temp_path("moeplan_whatif_power");
+  std::filesystem::remove_all(dir);
+  const std::string model = " --model models/hf/llama-3-8b.config.json --seq-len 8192";
+  const Result r = run("whatif" + model +
+                       " --cluster topologies/h100-sxm-8.json --search --global-batch 128 "
+                       "--sweep power-limit-W=500,700,900 --out " +
+                       dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, double> tokens;
+  for (const auto& f : csv_rows(read_file(dir + "/points.csv"))) {
+    // point, power-limit-W, status, iteration_s, tokens_per_s, ...
+    ASSERT_GE(f.size(), 5u) << f[0];
+    EXPECT_EQ(f[2], "ok") << f[0];
+    tokens[f[1]] = std::stod(f[4]);
+  }
+  ASSERT_EQ(tokens.size(), 3u);
+  EXPECT_LT(tokens["500"], tokens["700"]);
+  EXPECT_LT(tokens["700"] * 1.1, tokens["900"]);
+  expect_one_line_error(run("whatif" + model +
+                            " --cluster topologies/aptmoe-4x-a800-40gb-c1g4.json --search "
+                            "--global-batch 128 --sweep power-limit-W=300 --out " +
+                            dir + "/none"),
+                        "has no power entry (node.gpu.power) to cap");
+}
 
 TEST(Cli, WhatifSweepsTheOptimizersCpuShare) {
   // Mixtral-8x7B on 8 H100 as Megatron runs it: half the optimizer states on the CPU does not
@@ -374,3 +401,5 @@ TEST(Cli, WhatifSweepsTheOptimizersCpuShare) {
                             " --sweep optimizer-offload=2 --out " + dir + "/bad"),
                         "'2' is not a share between 0 and 1");
 }
+
+}  // namespace moe

@@ -451,6 +451,7 @@ TEST(Loaders, ClusterPowerLimitIsOptionalAndChecked) {
   EXPECT_EQ(p.idle_w, 165);
   EXPECT_EQ(p.busy_w, 893);
   EXPECT_EQ(p.sustained_rate, 0.85);
+  EXPECT_EQ(p.rated_limit_w, 700);
   nlohmann::json j = nlohmann::json::parse(std::ifstream(h100));
   j["node"]["gpu"].erase("power");
   EXPECT_EQ(cluster_from_json(j, "c.json").node.gpu.power.limit_w, 0);
@@ -458,13 +459,13 @@ TEST(Loaders, ClusterPowerLimitIsOptionalAndChecked) {
       {"limit_W", 700}, {"idle_W", 165}, {"busy_W", 100}, {"sustained_rate", 0.85}};
   EXPECT_NE(error_of([&] {
               cluster_from_json(j, "c.json");
-            }).find("c.json: /node/gpu/power/busy_W: must be above idle_W"),
+            }).find("c.json: /node/gpu/power/busy_W: must be above limit_W"),
             std::string::npos);
   j["node"]["gpu"]["power"]["busy_W"] = 893;
   j["node"]["gpu"]["power"]["sustained_rate"] = 1.2;
   EXPECT_NE(error_of([&] {
               cluster_from_json(j, "c.json");
-            }).find("/node/gpu/power/sustained_rate: must be a share in (0, 1]"),
+            }).find("/node/gpu/power/sustained_rate: must be a share in (0, 1)"),
             std::string::npos);
   j["node"]["gpu"]["power"].erase("idle_W");
   EXPECT_NE(error_of([&] { cluster_from_json(j, "c.json"); }).find("/node/gpu/power/idle_W"),

@@ -34,6 +34,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "nvlink-GBps",
                                         "nic-Gbps",
                                         "pcie-gen",
+                                        "power-limit-W",
                                         "cpu-cores-per-gpu",
                                         "chunks",
                                         "recompute",
@@ -138,6 +139,19 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     if (axis == "nvlink-GBps") node.nvlink_bandwidth = gigabytes_per_sec(positive_number(axis, v));
     if (axis == "nic-Gbps") {
       for (Nic& nic : node.nics) nic.bandwidth = BytesPerSec(positive_number(axis, v) * 1e9 / 8);
+    }
+    // A power cap below the board's: the clock falls from a lower busy share (power_limit.h).
+    if (axis == "power-limit-W") {
+      GpuPower& w = node.gpu.power;
+      if (!(w.limit_w > 0))
+        throw InputError(
+            "--sweep", axis,
+            fmt::format("GPU {} has no power entry (node.gpu.power) to cap", node.gpu.model));
+      const double limit = positive_number(axis, v);
+      if (!(limit > w.idle_w))
+        throw InputError("--sweep", axis,
+                         fmt::format("{} W is not above the GPU's idle {} W", v, w.idle_w));
+      w.limit_w = limit;
     }
     if (axis == "pcie-gen") {
       node.pcie_generation = static_cast<int>(positive(axis, v));
