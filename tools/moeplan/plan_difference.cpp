@@ -35,6 +35,10 @@ void print_plan_difference(const Plan& a, const Plan& b, const std::string& labe
     t.add({name, as_ms(u, 1), as_ms(v, 1), as_ms(u - v, 1)});
   }
   fmt::print("{}", t.render());
+  // A busier plan runs its GEMMs at a lower clock under the power limit (power_limit.h).
+  if (std::abs(a.choice.compute_clock - b.choice.compute_clock) >= 5e-4)
+    fmt::print("  compute clock under the power limit {:.3f} vs {:.3f}\n", a.choice.compute_clock,
+               b.choice.compute_clock);
   fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
              as_gb(b.score.peak_bytes.value()));
 }
