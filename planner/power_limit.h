@@ -7,7 +7,8 @@
 // 0.87. GEMMs half the time and element-wise adds in the rest held it at the limit too (0.89):
 // what draws is the compute stream being busy, not GEMMs alone. The same GPU's GEMM sweep, each
 // size held 2 s (calibrate/data/h100-sustained.json), kept 0.77-0.84 of the cool curve from 6e10
-// to 2e12 FLOPs, the sizes training runs: the H100 and H800 cluster files take 0.80 there.
+// to 2e12 FLOPs, and a Mixtral layer's GEMMs run back to back by `execute` 0.85-0.93
+// (calibrate/data/h100-runs/execute-*): the H100 and H800 cluster files take 0.85 at b = 1.
 //
 // The model (GpuPower's fields): a step whose compute stream would be busy a share b of it at
 // full clock draws idle + (busy - idle) b. Up to the limit the clock holds; past it the clock
