@@ -78,6 +78,16 @@ TEST(Cli, PlanSaysWhereThePowerLimitSlowsItsGpus) {
   EXPECT_GE(clock, 0.85);
   EXPECT_LT(clock, 0.9);
   EXPECT_GT(j["plans"][0]["predicted"]["compute_busy_share"].get<double>(), 0.95);
+  // The saved plan carries the clock, and simulate runs it there and says so.
+  const std::string saved = temp_path("moeplan_power_plan.json");
+  ASSERT_EQ(run(args + " --save " + saved).code, 0);
+  const nlohmann::json sim = run_json(
+      "simulate --model models/hf/llama-3-8b.config.json --cluster topologies/h100-sxm-8.json "
+      "--plan " +
+      saved + " --json");
+  EXPECT_DOUBLE_EQ(sim["compute_clock"].get<double>(), clock);
+  EXPECT_LT(std::abs(sim["relative_difference"].get<double>()), 0.01);
+  std::filesystem::remove(saved);
   // Where #1 and #2 keep their GPUs busy for different shares, --explain sets their clocks side
   // by side (DeepSeekMoE-16B on 256 H100: 0.925 against 0.926).
   const Result two =

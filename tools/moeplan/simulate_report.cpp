@@ -67,6 +67,7 @@ void print_simulation_json(const SimulatedRun& run) {
   for (Seconds t : r.iteration_times) iterations.push_back(t.value());
   print_json({{"model", m.name},
               {"plan", choice.describe()},
+              {"compute_clock", choice.compute_clock},
               {"routing", run.routing},
               {"seed", run.seed},
               {"iteration_s", iterations},
@@ -104,9 +105,15 @@ void print_simulation_text(const SimulatedRun& run) {
   const Seconds total = iteration * static_cast<double>(run.iterations);
   const double error = iteration / run.predicted.iteration - 1.0;
   fmt::print("{} on {}: {}\n", m.name, c.name, choice.describe());
-  fmt::print("routing {}; {} iteration(s), seed {}; {}\n\n", run.routing, run.iterations, run.seed,
+  fmt::print("routing {}; {} iteration(s), seed {}; {}{}\n\n", run.routing, run.iterations,
+             run.seed,
              run.every_gpu ? fmt::format("every GPU simulated ({})", r.gpus_simulated)
-                           : std::string("one representative GPU per stage"));
+                           : std::string("one representative GPU per stage"),
+             choice.compute_clock < 1
+                 ? fmt::format("; GEMMs and fused attention at the plan's {:.2f} of full clock "
+                               "(its GPUs' power limit)",
+                               choice.compute_clock)
+                 : "");
   Table t({"", "iteration", "tokens/s", "MFU", "TGS", "TFLOP/s/GPU (Megatron log)"});
   const double tokens = static_cast<double>(*choice.parallel.gbs * choice.seq_len);
   const PlanScore planned = [&] {
