@@ -57,6 +57,7 @@ AnchorFit fit_anchor(const TimeContext& ctx, const PlanChoice& plan, Seconds mea
   }
   fit.scale = std::exp(0.5 * (lo + hi));
   fit.after = predict(fit.scale);
+  fit.compute_clock = clocked.compute_clock;
   fit.converged = std::abs(fit.after / measured - 1.0) < 1e-3;
   return fit;
 }

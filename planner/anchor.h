@@ -21,6 +21,9 @@ struct AnchorFit {
   double scale = 1;        // f
   Seconds before, after;   // the plan's predicted iteration at f = 1 and at f
   bool converged = false;  // |after - measured| within 0.1 % (caps can stop it short)
+  // The clock the GPUs' power limit leaves the plan at f (planner/power_limit.h): slower compute
+  // is busier compute, so part of a slow run can be the limit rather than the curves.
+  double compute_clock = 1;
 };
 
 // The f in [0.02, 4] that makes estimate_time(ctx with scaled efficiencies, plan) equal

@@ -76,11 +76,13 @@ void run_anchor(const AnchorOptions& o) {
       {"measured_iteration_ms", measured_ms},
       {"predicted_before_ms", fit.before.value() * 1e3},
       {"scale", fit.scale},
+      {"compute_clock", fit.compute_clock},
       {"scope", o.scope},
       {"base_calibration", o.calibration.empty() ? "built-in defaults" : o.calibration}};
   io::write_file_atomically(o.out, io::calibration_to_json(out).dump(2) + "\n");
   if (o.json) {
     print_json({{"scale", fit.scale},
+                {"compute_clock", fit.compute_clock},
                 {"scope", o.scope},
                 {"predicted_before_s", fit.before.value()},
                 {"measured_s", measured.value()},
@@ -91,9 +93,13 @@ void run_anchor(const AnchorOptions& o) {
   fmt::print("{} on {}: {}\n", m.name, c.name, choice.describe());
   fmt::print("measured {:.1f} ms per iteration; moeplan predicted {:.1f} ms ({:+.1f} %)\n",
              measured_ms, fit.before.value() * 1e3, 100 * (fit.before / measured - 1.0));
-  fmt::print("{} efficiencies scaled by {:.3f}: the plan now predicts {:.1f} ms\n",
+  fmt::print("{} efficiencies scaled by {:.3f}: the plan now predicts {:.1f} ms{}\n",
              communication ? "every (compute and communication)" : "compute", fit.scale,
-             fit.after.value() * 1e3);
+             fit.after.value() * 1e3,
+             fit.compute_clock < 1
+                 ? fmt::format(", its GEMMs at {:.2f} of full clock under the GPUs' power limit",
+                               fit.compute_clock)
+                 : "");
   fmt::print("written to {}; plan, simulate and whatif read it with --calibration\n", o.out);
 }
 
