@@ -218,7 +218,8 @@ PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity
                              memory_request(ctx, c, capacity, alpha, static_override));
   PlanChoice timed = c;
   settle_mact_chunks(timed, s.memory);
-  return complete_score(ctx, c, s.memory, estimate_time(ctx, timed), capacity, alpha);
+  const TimeBreakdown time = estimate_time_at_power_limit(ctx, timed);
+  return complete_score(ctx, c, s.memory, time, capacity, alpha);
 }
 
 PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const MemoryReport& memory,

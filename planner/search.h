@@ -115,7 +115,9 @@ struct SearchResult {
 MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes capacity,
                              double alpha, std::optional<Bytes> static_override = {});
 
-// Scores one fully specified choice (memory, time, MFU, TGS, headroom).
+// Scores one fully specified choice (memory, time, MFU, TGS, headroom), at the clock its GPUs'
+// power limit leaves it (planner/power_limit.h), as the search does, whatever c.compute_clock
+// says: the clock is the hardware's answer to the plan, not a choice.
 PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity, double alpha,
                      std::optional<Bytes> static_override = {});
 

@@ -14,6 +14,7 @@
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
 #include "planner/offload.h"
+#include "planner/power_limit.h"
 #include "planner/search.h"
 #include "planner/time_model.h"
 #include "simulator/offload_sim.h"
@@ -125,7 +126,7 @@ void run_simulate(const SimulateOptions& o) {
   const ModelSpec m = io::load_model(o.model);
   const ClusterSpec c = io::load_cluster(o.cluster);
   const nlohmann::json saved = io::read_json_file(o.plan);  // read once: choice and model
-  const PlanChoice choice = io::plan_choice_from_json(saved, o.plan);
+  PlanChoice choice = io::plan_choice_from_json(saved, o.plan);
   const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
   const CalibrationIn cal = calibration_from(o.calibration);
   const TimeContext ctx =
@@ -161,9 +162,12 @@ void run_simulate(const SimulateOptions& o) {
   if (o.static_override_gb) opt.static_override = gigabytes(*o.static_override_gb);
   // The budget the plan was sized to, unless the command line sets another.
   opt.alpha = o.given.count("--alpha") > 0 ? o.alpha : io::planned_alpha(saved, o.plan);
-  // Priced as the search prices it: MACT's chunk count per stage from the memory at this budget.
+  // Priced as the search prices it: MACT's chunk count per stage from the memory at this budget,
+  // at the clock this cluster's power limit leaves the plan under these curves (the plan file's
+  // compute_clock is what the planner derived where it planned), which the simulator runs at.
   const TimeBreakdown predicted =
       score_plan(ctx, choice, c.node.gpu.hbm_capacity, opt.alpha, opt.static_override).time;
+  estimate_time_at_power_limit(ctx, choice);
   opt.record_trace = !o.trace.empty();
   opt.comm_priorities = o.comm_priorities;
   opt.every_gpu = o.every_gpu;
