@@ -1,7 +1,11 @@
 #include "planner/power_limit.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+
+#include "planner/errors.h"
 
 namespace moe {
 
@@ -12,6 +16,16 @@ double clock_under_power_limit(const GpuPower& p, double busy) {
   const double k = std::log((rated - p.idle_w) / dynamic) / std::log(p.sustained_rate);
   const double room = (p.limit_w - p.idle_w) / (dynamic * std::min(busy, 1.0));
   return room >= 1 ? 1.0 : std::pow(room, 1.0 / k);
+}
+
+void cap_power_limit(GpuSpec& gpu, double watts) {
+  GpuPower& p = gpu.power;
+  if (!(p.limit_w > 0))
+    throw ConfigError(fmt::format("GPU {} has no power entry (node.gpu.power) to cap", gpu.model));
+  if (!(watts > p.idle_w))
+    throw ConfigError(fmt::format("{} W is not above the GPU's idle {} W", watts, p.idle_w));
+  if (!(p.rated_limit_w > 0)) p.rated_limit_w = p.limit_w;
+  p.limit_w = watts;
 }
 
 double compute_busy_share(const TimeBreakdown& t) {

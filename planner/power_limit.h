@@ -34,6 +34,10 @@
 
 namespace moe {
 
+// A power cap below (or above) the board's rated limit: `limit` moves, the curve (k) stays.
+// Throws ConfigError for a GPU with no power entry, or a cap not above its idle draw.
+void cap_power_limit(GpuSpec& gpu, double watts);
+
 // rate(b) above; 1 for a GPU whose file gives no power limit.
 double clock_under_power_limit(const GpuPower& p, double busy);
 

@@ -171,6 +171,8 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   if (ch.offload_modules != 0)
     out["switches"]["offload_modules"] = offload_module_names(ch.offload_modules);
   if (ch.optimizer_offload > 0) out["switches"]["optimizer_offload"] = ch.optimizer_offload;
+  // The power limit the clock was derived under (the cluster's, or plan --power-limit's cap).
+  if (c.node.gpu.power.limit_w > 0) out["power_limit_W"] = c.node.gpu.power.limit_w;
   // Whose once-per-iteration DP sync shows most (absent when none runs).
   if (t.dp_reduce_stage >= 0) {
     out["predicted"]["dp_sync"]["reduce_scatter"] = {{"stage", t.dp_reduce_stage},
@@ -310,8 +312,9 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   c.compute_clock = r.number_or("compute_clock", 1.0);
   if (!(c.compute_clock > 0 && c.compute_clock <= 1))
     r.fail("compute_clock", fmt::format("{} is not a share in (0, 1]", c.compute_clock));
-  for (const char* key : {"model", "cluster", "gpus", "alpha", "schedule", "predicted",
-                          "cp_expansion", "megatron_args", "megatron_gaps", "deepspeed"})
+  for (const char* key :
+       {"model", "cluster", "gpus", "alpha", "power_limit_W", "schedule", "predicted",
+        "cp_expansion", "megatron_args", "megatron_gaps", "deepspeed"})
     r.ignore(key);
   r.finish();
   return c;
@@ -328,6 +331,17 @@ double planned_alpha(const nlohmann::json& plan, const std::string& source) {
     r.fail("alpha", fmt::format("{} is not a share in (0, 1]", alpha));
   r.ignore_rest();
   return alpha;
+}
+
+std::optional<double> planned_power_limit(const nlohmann::json& plan, const std::string& source) {
+  ObjectReader r(plan, source, "");
+  if (!r.has("power_limit_W")) {
+    r.ignore_rest();
+    return std::nullopt;
+  }
+  const double watts = positive_number(r, "power_limit_W");
+  r.ignore_rest();
+  return watts;
 }
 
 std::string planned_model(const nlohmann::json& plan) {

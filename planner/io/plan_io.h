@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "planner/cluster_spec.h"
@@ -26,6 +27,10 @@ PlanChoice load_plan_choice(const std::string& path);
 // The share of GPU memory a plan file was sized to (`plan --alpha`; 1 where absent). Throws
 // InputError naming the file and field when it is not in (0, 1].
 double planned_alpha(const nlohmann::json& plan, const std::string& source);
+// The GPUs' power limit a plan file was priced under (`power_limit_W`: the cluster's, or
+// `plan --power-limit`'s cap); nothing where the file gives none. Throws InputError naming the
+// file and field when it is not a positive number.
+std::optional<double> planned_power_limit(const nlohmann::json& plan, const std::string& source);
 // The model a plan file names (its "model", empty where absent): what it was planned for, which
 // a reader pricing it for another model says.
 std::string planned_model(const nlohmann::json& plan);

@@ -97,6 +97,36 @@ TEST(Cli, PlanSaysWhereThePowerLimitSlowsItsGpus) {
   EXPECT_NE(two.out.find("compute clock under the power limit 0.9"), std::string::npos) << two.out;
 }
 
+TEST(Cli, PlanAndSimulateTakeAPowerCap) {
+  // --power-limit caps the H100s below their 700 W: Llama 3 8B keeps them busy, so at 500 W
+  // its clock falls further (0.66 busy all the time, power_limit.h). The plan file records the
+  // cap; simulate takes it from there unless told another, and refuses a cap the GPU cannot
+  // have.
+  const std::string pair =
+      "--model models/hf/llama-3-8b.config.json --cluster topologies/h100-sxm-8.json";
+  const std::string args = "plan " + pair + " --global-batch 128 --seq-len 8192 --top 1";
+  const nlohmann::json rated = run_json(args + " --json")["plans"][0];
+  const std::string saved = temp_path("moeplan_capped_plan.json");
+  ASSERT_EQ(run(args + " --power-limit 500 --save " + saved).code, 0);
+  const nlohmann::json capped = nlohmann::json::parse(read_file(saved));
+  EXPECT_EQ(capped["power_limit_W"].get<double>(), 500);
+  EXPECT_EQ(rated["power_limit_W"].get<double>(), 700);
+  const double clock = capped["compute_clock"].get<double>();
+  EXPECT_LT(clock, 0.75);
+  EXPECT_GT(capped["predicted"]["iteration_s"].get<double>(),
+            rated["predicted"]["iteration_s"].get<double>() * 1.1);
+  const std::string simulate = "simulate " + pair + " --plan " + saved + " --json";
+  EXPECT_DOUBLE_EQ(run_json(simulate)["compute_clock"].get<double>(), clock);
+  EXPECT_GT(run_json(simulate + " --power-limit 700")["compute_clock"].get<double>(), 0.8);
+  expect_one_line_error(run(args + " --power-limit 100"),
+                        "--power-limit: 100 W is not above the GPU's idle 165 W");
+  expect_one_line_error(
+      run("plan --model models/aptmoe-moe-s-8.json --cluster "
+          "topologies/aptmoe-4x-a800-40gb-c1g2.json --global-batch 8 --power-limit 300"),
+      "has no power entry (node.gpu.power) to cap");
+  std::filesystem::remove(saved);
+}
+
 TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
   // MoE-S-64 (APTMoE Table I) on four A800-40GB: its weights and gradients alone exceed the
   // GPUs, so Megatron's optimizer offload cannot help, but its weights and Adam states fit the

@@ -61,7 +61,7 @@ std::vector<Verified> verify_plans(const TimeContext& ctx, const ClusterSpec& c,
 
 void run_plan(const PlanOptions& o) {
   const ModelSpec m = io::load_model(o.model);
-  const ClusterSpec c = io::load_cluster(o.cluster);
+  const ClusterSpec c = capped(io::load_cluster(o.cluster), o.power_limit_w);
   const RoutingSkew skew = skew_for(o.skew, m);
   const CalibrationIn cal = calibration_from(o.calibration);
   const TimeContext ctx = make_time_context(m, c, cal.efficiencies, skew, o.seq_len);
@@ -150,6 +150,10 @@ void add_plan(CommandLine& cli) {
              "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it); "
              "layout=Et|(tt|)*30mL gives Megatron's --pipeline-model-parallel-layout");
   cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
+  cmd.option("--power-limit", o->power_limit_w,
+             "cap the GPUs' power at W watts (a GPU with a node.gpu.power entry): the clock "
+             "falls from a lower compute share")
+      .positive();
   cmd.option("--skew", o->skew,
              "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
   cmd.option("--objective", o->objective,

@@ -34,6 +34,7 @@ struct SimulateOptions {
   int64_t iterations = 1;
   uint64_t seed = 1;
   std::optional<double> static_override_gb;
+  std::optional<double> power_limit_w;
   double alpha = 1.0;
   bool json = false;
   bool comm_priorities = false;
@@ -124,8 +125,13 @@ void run_simulate(const SimulateOptions& o) {
   if (o.pxn && !o.every_gpu)
     throw InputError("--pxn", "", "routes the every-GPU simulation's traffic: add --every-gpu");
   const ModelSpec m = io::load_model(o.model);
-  const ClusterSpec c = io::load_cluster(o.cluster);
   const nlohmann::json saved = io::read_json_file(o.plan);  // read once: choice and model
+  // The cap the plan was priced under, unless the command line sets another; a cluster without
+  // a power entry has none to take.
+  ClusterSpec c = io::load_cluster(o.cluster);
+  const std::optional<double> planned_cap = io::planned_power_limit(saved, o.plan);
+  if (o.power_limit_w || (planned_cap && c.node.gpu.power.limit_w > 0))
+    c = capped(std::move(c), o.power_limit_w ? o.power_limit_w : planned_cap);
   PlanChoice choice = io::plan_choice_from_json(saved, o.plan);
   const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
   const CalibrationIn cal = calibration_from(o.calibration);
@@ -227,6 +233,9 @@ void add_simulate(CommandLine& cli) {
   cmd.option("--cluster", o->cluster, "cluster file").required();
   cmd.option("--plan", o->plan, "plan file from `moeplan plan --save`").required();
   cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
+  cmd.option("--power-limit", o->power_limit_w,
+             "cap the GPUs' power at W watts (a GPU with a node.gpu.power entry)")
+      .positive();
   cmd.option("--iterations", o->iterations, "training iterations to simulate (default 1)");
   cmd.option("--seed", o->seed, "seed of the routing noise (default 1)").non_negative();
   cmd.option("--skew", o->skew,

@@ -12,6 +12,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/power_limit.h"
 #include "tools/moeplan/table.h"
 
 namespace moe::cli {
@@ -190,6 +191,16 @@ CalibrationIn calibration_from(const std::string& calibration_file) {
   return {calibration_file, efficiencies(cal.curves, cal.constants),
           named ? p["gpu"]["name"].get<std::string>() : std::string(),
           sustained ? p["gemm_sustain_s"].get<double>() : 0.0};
+}
+
+ClusterSpec capped(ClusterSpec c, std::optional<double> watts) {
+  if (!watts) return c;
+  try {
+    cap_power_limit(c.node.gpu, *watts);
+  } catch (const ConfigError& e) {
+    throw InputError("--power-limit", "", e.what());
+  }
+  return c;
 }
 
 std::string gpu_chip(const std::string& name) {

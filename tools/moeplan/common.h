@@ -58,6 +58,8 @@ struct CalibrationIn {
   double gemm_sustain_s = 0;
 };
 CalibrationIn calibration_from(const std::string& calibration_file);
+// The cluster with its GPUs' power capped at `watts` (--power-limit), or as it is without.
+ClusterSpec capped(ClusterSpec c, std::optional<double> watts);
 // A warning line each for a calibration measured on another GPU than the cluster's ("H100"
 // against "H800": efficiencies carry over between like GPUs only), and for GEMM curves timed at
 // the power limit's clock (--sustain) on a cluster whose GPUs the planner slows by their power

@@ -142,16 +142,11 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     }
     // A power cap below the board's: the clock falls from a lower busy share (power_limit.h).
     if (axis == "power-limit-W") {
-      GpuPower& w = node.gpu.power;
-      if (!(w.limit_w > 0))
-        throw InputError(
-            "--sweep", axis,
-            fmt::format("GPU {} has no power entry (node.gpu.power) to cap", node.gpu.model));
-      const double limit = positive_number(axis, v);
-      if (!(limit > w.idle_w))
-        throw InputError("--sweep", axis,
-                         fmt::format("{} W is not above the GPU's idle {} W", v, w.idle_w));
-      w.limit_w = limit;
+      try {
+        cap_power_limit(node.gpu, positive_number(axis, v));
+      } catch (const ConfigError& e) {
+        throw InputError("--sweep", axis, e.what());
+      }
     }
     if (axis == "pcie-gen") {
       node.pcie_generation = static_cast<int>(positive(axis, v));
