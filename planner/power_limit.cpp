@@ -28,6 +28,12 @@ void cap_power_limit(GpuSpec& gpu, double watts) {
   p.limit_w = watts;
 }
 
+double gpu_power_w(const GpuPower& p, double busy, double clock) {
+  if (!(p.limit_w > 0)) return 0;
+  if (clock < 1) return p.limit_w;
+  return std::min(p.limit_w, p.idle_w + (p.busy_w - p.idle_w) * std::clamp(busy, 0.0, 1.0));
+}
+
 double compute_busy_share(const TimeBreakdown& t) {
   if (!(t.iteration.value() > 0)) return 0;
   return std::min(1.0, (t.compute + t.recompute + t.ep_held_sms) / t.iteration);

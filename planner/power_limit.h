@@ -41,6 +41,11 @@ void cap_power_limit(GpuSpec& gpu, double watts);
 // rate(b) above; 1 for a GPU whose file gives no power limit.
 double clock_under_power_limit(const GpuPower& p, double busy);
 
+// The board's mean draw over a step whose compute stream runs `busy` of it at `clock`: the
+// limit where the clock fell, else idle + (busy - idle) x busy; 0 without a power entry. The
+// GPU board alone (no host, network or cooling).
+double gpu_power_w(const GpuPower& p, double busy, double clock);
+
 // The share of the iteration the busiest stage's compute stream runs: its compute, recompute and
 // the compute EP's kernels slowed by holding SMs, over the iteration.
 double compute_busy_share(const TimeBreakdown& t);

@@ -171,8 +171,15 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   if (ch.offload_modules != 0)
     out["switches"]["offload_modules"] = offload_module_names(ch.offload_modules);
   if (ch.optimizer_offload > 0) out["switches"]["optimizer_offload"] = ch.optimizer_offload;
-  // The power limit the clock was derived under (the cluster's, or plan --power-limit's cap).
-  if (c.node.gpu.power.limit_w > 0) out["power_limit_W"] = c.node.gpu.power.limit_w;
+  // The power limit the clock was derived under (the cluster's, or plan --power-limit's cap),
+  // and what the boards draw: the busiest stage's, for every GPU of the plan.
+  if (c.node.gpu.power.limit_w > 0 && !ch.offload) {
+    out["power_limit_W"] = c.node.gpu.power.limit_w;
+    const double watts = gpu_power_w(c.node.gpu.power, compute_busy_share(t), ch.compute_clock);
+    out["predicted"]["gpu_power_W"] = watts;
+    out["predicted"]["tokens_per_joule"] =
+        s.tokens_per_second / (watts * static_cast<double>(ch.gpus()));
+  }
   // Whose once-per-iteration DP sync shows most (absent when none runs).
   if (t.dp_reduce_stage >= 0) {
     out["predicted"]["dp_sync"]["reduce_scatter"] = {{"stage", t.dp_reduce_stage},

@@ -115,6 +115,11 @@ TEST(Cli, PlanAndSimulateTakeAPowerCap) {
   EXPECT_LT(clock, 0.75);
   EXPECT_GT(capped["predicted"]["iteration_s"].get<double>(),
             rated["predicted"]["iteration_s"].get<double>() * 1.1);
+  // Both hold their boards at the limit; the capped one does more work a joule.
+  EXPECT_EQ(capped["predicted"]["gpu_power_W"].get<double>(), 500);
+  EXPECT_EQ(rated["predicted"]["gpu_power_W"].get<double>(), 700);
+  EXPECT_GT(capped["predicted"]["tokens_per_joule"].get<double>(),
+            rated["predicted"]["tokens_per_joule"].get<double>());
   const std::string simulate = "simulate " + pair + " --plan " + saved + " --json";
   EXPECT_DOUBLE_EQ(run_json(simulate)["compute_clock"].get<double>(), clock);
   EXPECT_GT(run_json(simulate + " --power-limit 700")["compute_clock"].get<double>(), 0.8);

@@ -53,6 +53,15 @@ TEST(PowerLimit, TheClockHoldsUpToTheLimitAndFallsPastIt) {
   EXPECT_EQ(clock_under_power_limit({900, 165, 893, 0.5}, 1.0), 1.0);
 }
 
+TEST(PowerLimit, TheBoardDrawsInProportionToItsBusyShareUpToTheLimit) {
+  const GpuPower p = h100();
+  EXPECT_DOUBLE_EQ(gpu_power_w(p, 0.5, 1.0), 165 + 728 * 0.5);  // the probe's 529 W
+  EXPECT_DOUBLE_EQ(gpu_power_w(p, 0.25, 1.0), 165 + 728 * 0.25);
+  // Where the clock fell, the board draws its limit.
+  EXPECT_DOUBLE_EQ(gpu_power_w(p, 1.0, 0.85), 700);
+  EXPECT_DOUBLE_EQ(gpu_power_w(GpuPower{}, 1.0, 1.0), 0);
+}
+
 TEST(PowerLimit, TheBusyShareIsTheComputeStreamsOverTheIteration) {
   TimeBreakdown t;
   t.compute = Seconds(6);
