@@ -34,6 +34,15 @@ double gpu_power_w(const GpuPower& p, double busy, double clock) {
   return std::min(p.limit_w, p.idle_w + (p.busy_w - p.idle_w) * std::clamp(busy, 0.0, 1.0));
 }
 
+BoardEnergy board_energy(const GpuPower& p, const Plan& plan) {
+  BoardEnergy e;
+  e.watts = gpu_power_w(p, compute_busy_share(plan.score.time), plan.choice.compute_clock);
+  if (e.watts > 0)
+    e.tokens_per_joule =
+        plan.score.tokens_per_second / (e.watts * static_cast<double>(plan.choice.gpus()));
+  return e;
+}
+
 double compute_busy_share(const TimeBreakdown& t) {
   if (!(t.iteration.value() > 0)) return 0;
   return std::min(1.0, (t.compute + t.recompute + t.ep_held_sms) / t.iteration);

@@ -45,6 +45,12 @@ double clock_under_power_limit(const GpuPower& p, double busy);
 // limit where the clock fell, else idle + (busy - idle) x busy; 0 without a power entry. The
 // GPU board alone (no host, network or cooling).
 double gpu_power_w(const GpuPower& p, double busy, double clock);
+// A scored plan's boards: what each draws (gpu_power_w at the plan's busy share and clock) and
+// the tokens the plan trains a joule of what all of them draw; zeros without a power entry.
+struct BoardEnergy {
+  double watts = 0, tokens_per_joule = 0;
+};
+BoardEnergy board_energy(const GpuPower& p, const Plan& plan);
 
 // The share of the iteration the busiest stage's compute stream runs: its compute, recompute and
 // the compute EP's kernels slowed by holding SMs, over the iteration.

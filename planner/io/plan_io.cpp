@@ -175,10 +175,9 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   // and what the boards draw: the busiest stage's, for every GPU of the plan.
   if (c.node.gpu.power.limit_w > 0 && !ch.offload) {
     out["power_limit_W"] = c.node.gpu.power.limit_w;
-    const double watts = gpu_power_w(c.node.gpu.power, compute_busy_share(t), ch.compute_clock);
-    out["predicted"]["gpu_power_W"] = watts;
-    out["predicted"]["tokens_per_joule"] =
-        s.tokens_per_second / (watts * static_cast<double>(ch.gpus()));
+    const BoardEnergy e = board_energy(c.node.gpu.power, plan);
+    out["predicted"]["gpu_power_W"] = e.watts;
+    out["predicted"]["tokens_per_joule"] = e.tokens_per_joule;
   }
   // Whose once-per-iteration DP sync shows most (absent when none runs).
   if (t.dp_reduce_stage >= 0) {

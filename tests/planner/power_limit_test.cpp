@@ -60,6 +60,17 @@ TEST(PowerLimit, TheBoardDrawsInProportionToItsBusyShareUpToTheLimit) {
   // Where the clock fell, the board draws its limit.
   EXPECT_DOUBLE_EQ(gpu_power_w(p, 1.0, 0.85), 700);
   EXPECT_DOUBLE_EQ(gpu_power_w(GpuPower{}, 1.0, 1.0), 0);
+  // A plan on 8 such boards, held at the limit, training 88,000 tokens a second: 15.7 a joule.
+  Plan plan;
+  plan.choice.parallel =
+      resolve(parse_parallel("tp=1,pp=1,ep=1,etp=1,cp=1,vpp=1,mbs=1,dp=8,gbs=8"));
+  plan.choice.compute_clock = 0.85;
+  plan.score.time.compute = plan.score.time.iteration = Seconds(1);
+  plan.score.tokens_per_second = 88000;
+  const BoardEnergy e = board_energy(p, plan);
+  EXPECT_DOUBLE_EQ(e.watts, 700);
+  EXPECT_DOUBLE_EQ(e.tokens_per_joule, 88000.0 / (700 * 8));
+  EXPECT_DOUBLE_EQ(board_energy(GpuPower{}, plan).tokens_per_joule, 0);
 }
 
 TEST(PowerLimit, TheBusyShareIsTheComputeStreamsOverTheIteration) {

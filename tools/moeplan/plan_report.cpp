@@ -58,17 +58,15 @@ void print_host_bound(const Plan& best) {
 // Where the power limit slows the best plan's compute (planner/power_limit.h).
 void print_power_limit(const GpuPower& power, const Plan& best) {
   if (!(power.limit_w > 0)) return;
-  const double busy = compute_busy_share(best.score.time);
-  const double watts = gpu_power_w(power, busy, best.choice.compute_clock);
-  fmt::print("\nGPU boards: {:.0f} W each, {:.2f} tokens per joule ({} GPUs, boards only)\n", watts,
-             best.score.tokens_per_second / (watts * static_cast<double>(best.choice.gpus())),
-             best.choice.gpus());
+  const BoardEnergy e = board_energy(power, best);
+  fmt::print("\nGPU boards: {:.0f} W each, {:.2f} tokens per joule ({} GPUs, boards only)\n",
+             e.watts, e.tokens_per_joule, best.choice.gpus());
   if (!(best.choice.compute_clock < 1)) return;
   fmt::print(
       "note: at {:.0f} W the power limit holds the GPUs at {:.2f} of their full-clock compute "
       "rate: the compute stream runs {:.0f} % of the iteration (the clock falls past {:.0f} % "
       "busy at full clock, to {:.2f} busy all the time; planner/power_limit.h).\n",
-      power.limit_w, best.choice.compute_clock, 100 * busy,
+      power.limit_w, best.choice.compute_clock, 100 * compute_busy_share(best.score.time),
       100 * (power.limit_w - power.idle_w) / (power.busy_w - power.idle_w),
       clock_under_power_limit(power, 1.0));
 }
