@@ -9,12 +9,16 @@
 
 namespace moe {
 
+double busy_at_limit(const GpuPower& p) {
+  return (p.limit_w - p.idle_w) / (p.busy_w - p.idle_w);
+}
+
 double clock_under_power_limit(const GpuPower& p, double busy) {
   if (!(p.limit_w > 0) || !(p.busy_w > p.limit_w) || !(busy > 0)) return 1.0;
   const double dynamic = p.busy_w - p.idle_w;
   const double rated = p.rated_limit_w > 0 ? p.rated_limit_w : p.limit_w;
   const double k = std::log((rated - p.idle_w) / dynamic) / std::log(p.sustained_rate);
-  const double room = (p.limit_w - p.idle_w) / (dynamic * std::min(busy, 1.0));
+  const double room = busy_at_limit(p) / std::min(busy, 1.0);
   return room >= 1 ? 1.0 : std::pow(room, 1.0 / k);
 }
 

@@ -38,6 +38,9 @@ namespace moe {
 // Throws ConfigError for a GPU with no power entry, or a cap not above its idle draw.
 void cap_power_limit(GpuSpec& gpu, double watts);
 
+// b_knee = (limit - idle) / (busy - idle): the busy share at which the board reaches its limit
+// at full clock (0.735 on the H100 files).
+double busy_at_limit(const GpuPower& p);
 // rate(b) above; 1 for a GPU whose file gives no power limit.
 double clock_under_power_limit(const GpuPower& p, double busy);
 

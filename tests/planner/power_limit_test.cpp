@@ -30,6 +30,7 @@ SearchRequest fixed_layout(const std::string& layout, int64_t gpus, int64_t gbs)
 TEST(PowerLimit, TheClockHoldsUpToTheLimitAndFallsPastIt) {
   const GpuPower p = h100();
   const double at_limit = (700.0 - 165.0) / (893.0 - 165.0);  // 0.735 busy draws 700 W
+  EXPECT_DOUBLE_EQ(busy_at_limit(p), at_limit);
   EXPECT_EQ(clock_under_power_limit(p, 0.0), 1.0);
   EXPECT_EQ(clock_under_power_limit(p, at_limit), 1.0);
   EXPECT_DOUBLE_EQ(clock_under_power_limit(p, 1.0), 0.85);

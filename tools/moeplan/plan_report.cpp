@@ -67,8 +67,7 @@ void print_power_limit(const GpuPower& power, const Plan& best) {
       "rate: the compute stream runs {:.0f} % of the iteration (the clock falls past {:.0f} % "
       "busy at full clock, to {:.2f} busy all the time; planner/power_limit.h).\n",
       power.limit_w, best.choice.compute_clock, 100 * compute_busy_share(best.score.time),
-      100 * (power.limit_w - power.idle_w) / (power.busy_w - power.idle_w),
-      clock_under_power_limit(power, 1.0));
+      100 * busy_at_limit(power), clock_under_power_limit(power, 1.0));
 }
 
 void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
