@@ -127,6 +127,7 @@ std::string PlanChoice::describe() const {
   if (!overlap) out += " no-overlap";
   if (cuda_graph != CudaGraph::kNone) out += fmt::format(" graphs={}", cuda_graph_name(cuda_graph));
   if (precision == Precision::kFp8) out += fmt::format(" fp8={}", fp8_recipe_name(fp8_recipe));
+  if (power_cap_w > 0) out += fmt::format(" cap={:.0f}W", power_cap_w);
   return out;
 }
 

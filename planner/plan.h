@@ -128,6 +128,10 @@ struct PlanChoice {
   // duty (planner/power_limit.h): what its GEMMs and fused attention run at. Not a switch: the
   // planner derives it, and the simulator, executing the plan, reads it.
   double compute_clock = 1;
+  // A power cap the plan sets on its GPUs (nvidia-smi -pl) below their board's limit; 0: the
+  // board's own. The energy objective chooses it (planner/power_limit.h); a lower cap trades
+  // compute clock for joules per token.
+  double power_cap_w = 0;
 
   Schedule schedule() const {
     if (offload || gpipe)

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "planner/cluster_spec.h"
 #include "planner/plan.h"
@@ -38,6 +39,10 @@ namespace moe {
 // Throws ConfigError for a GPU with no power entry, or a cap not above its idle draw.
 void cap_power_limit(GpuSpec& gpu, double watts);
 
+// The board as a plan runs it: its limit lowered to the plan's own cap (PlanChoice::power_cap_w)
+// where that is below it, the curve (k) kept.
+GpuPower power_under_cap(const GpuPower& board, const PlanChoice& c);
+
 // b_knee = (limit - idle) / (busy - idle): the busy share at which the board reaches its limit
 // at full clock (0.735 on the H100 files).
 double busy_at_limit(const GpuPower& p);
@@ -48,8 +53,9 @@ double clock_under_power_limit(const GpuPower& p, double busy);
 // limit where the clock fell, else idle + (busy - idle) x busy; 0 without a power entry. The
 // GPU board alone (no host, network or cooling).
 double gpu_power_w(const GpuPower& p, double busy, double clock);
-// A scored plan's boards: what each draws (gpu_power_w at the plan's busy share and clock) and
-// the tokens the plan trains a joule of what all of them draw; zeros without a power entry.
+// A scored plan's boards: what each draws (gpu_power_w at the plan's busy share and clock, under
+// its cap) and the tokens the plan trains a joule of what all of them draw; zeros without a
+// power entry.
 struct BoardEnergy {
   double watts = 0, tokens_per_joule = 0;
 };
@@ -69,5 +75,35 @@ std::optional<TimeBreakdown> at_power_limit(const TimeContext& ctx, PlanChoice& 
 // `c` priced at full clock and then as at_power_limit does, with no bound: what a single plan's
 // evaluation (a what-if, an anchor fit) reads, its c.compute_clock set.
 TimeBreakdown estimate_time_at_power_limit(const TimeContext& ctx, PlanChoice& c);
+
+// The caps the energy objective weighs below a board's limit: 95 % of it down to 50 % in steps
+// of 5 %, whole watts, those above its idle draw. At 50 % an H100 (k = 1.9) busy all the time
+// keeps 0.48 of its rate, where its joules per token bottom out: the dynamic energy of a FLOP
+// falls as rate^(k - 1) while the idle draw runs longer, so the least energy is at
+// rate^k = idle / ((k - 1) x (busy - idle)), 348 W. Lower caps only cost time and energy.
+std::vector<double> energy_power_caps(const GpuPower& board);
+
+// One cap on a plan's boards, priced: what `plan --objective energy` tabulates for its best plan.
+struct CapPoint {
+  double cap_w = 0;  // the board's limit for the first point
+  double compute_clock = 1;
+  Seconds iteration;
+  double tokens_per_second = 0, watts = 0, tokens_per_joule = 0;
+};
+// The choice `c` under the board's own limit and under each of `caps` (an iteration of `tokens`).
+std::vector<CapPoint> energy_by_cap(const TimeContext& ctx, const PlanChoice& c, double tokens,
+                                    const std::vector<double>& caps);
+
+// The energy objective's cap for a choice `c` (cap 0) priced at full clock (`full_clock`), whose
+// boards draw `joules` a token at their own limit over an iteration of `tokens`: each cap of
+// `caps`, highest first, that slows the clock is priced while the joules per token keep falling
+// and the time stays within `time_limit` (0: none; each pricing is bounded by it and by the time
+// that would draw as many joules as the best so far). Sets
+// c.power_cap_w and c.compute_clock to the best cap's and returns its time; nothing when no cap
+// draws fewer joules per token than the board's limit.
+std::optional<TimeBreakdown> at_energy_power_cap(const TimeContext& ctx, PlanChoice& c,
+                                                 const TimeBreakdown& full_clock, double joules,
+                                                 double tokens, const std::vector<double>& caps,
+                                                 Seconds time_limit, TimeContext& scratch);
 
 }  // namespace moe

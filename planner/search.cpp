@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -25,6 +26,8 @@ const char* objective_name(Objective o) {
       return "memory";
     case Objective::kCost:
       return "cost";
+    case Objective::kEnergy:
+      return "energy";
   }
   return "?";
 }
@@ -68,7 +71,8 @@ bool ranks_before(const Ranked& a, const Ranked& b) {
   return a.order < b.order;
 }
 
-double objective_key(const Plan& p, Objective o, int64_t gpus, int64_t tokens) {
+double objective_key(const Plan& p, Objective o, int64_t gpus, int64_t tokens,
+                     const GpuPower& power) {
   switch (o) {
     case Objective::kThroughput:
       return p.score.time.iteration.value();
@@ -77,6 +81,9 @@ double objective_key(const Plan& p, Objective o, int64_t gpus, int64_t tokens) {
     case Objective::kCost:
       return p.score.time.iteration.value() * static_cast<double>(gpus) /
              static_cast<double>(tokens);
+    case Objective::kEnergy:
+      return board_energy(power, p).watts * static_cast<double>(gpus) *
+             p.score.time.iteration.value() / static_cast<double>(tokens);
   }
   return 0;
 }
@@ -507,7 +514,15 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
   // where the memory objective's keys tie the faster plan goes first (ranks_before); a later
   // candidate never wins a full tie, which enumeration order breaks. Nothing (0) when the
   // candidate needs more memory than `r` does under --objective memory.
+  // Under the energy objective a board draws at least its idle power, so a plan of r.key joules a
+  // token ran for no longer than r.key x tokens / (idle x GPUs).
+  const bool energy = req.objective == Objective::kEnergy;
+  const double idle_w = ctx.gpu.power.idle_w;
   auto time_to_beat = [&](const Ranked& r, double peak) {
+    if (energy)
+      return idle_w > 0 ? r.key * static_cast<double>(tokens_per_iter) /
+                              (idle_w * static_cast<double>(world))
+                        : std::numeric_limits<double>::infinity();
     if (req.objective != Objective::kMemory) return r.tiebreak;
     return peak < r.key    ? std::numeric_limits<double>::infinity()
            : peak == r.key ? r.tiebreak
@@ -608,6 +623,9 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       if (static_cast<int>(top.size()) == keep_k)
                         bound = time_to_beat(top.back(), peak);
                       if (layout_best) bound = std::min(bound, time_to_beat(*layout_best, peak));
+                      // Nothing past the time budget, and nothing at it (a bound is exclusive).
+                      if (req.time_limit.value() > 0)
+                        bound = std::min(bound, std::nextafter(req.time_limit.value(), 1e300));
                       // Priced at full clock first: a lower bound of the time at the clock
                       // the power limit leaves (planner/power_limit.h), which follows.
                       c.compute_clock = 1;
@@ -615,6 +633,10 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       if (bound > 0 && (first_precision || before_syncs[j] < Seconds(bound)))
                         time = estimate_time_below(ctx, c, scratch, Seconds(bound),
                                                    first_precision ? &before_syncs[j] : nullptr);
+                      // The energy objective weighs lower caps from the full-clock time.
+                      std::optional<TimeBreakdown> full_clock;
+                      if (time && energy && !req.power_caps.empty()) full_clock = time;
+                      c.power_cap_w = 0;
                       if (time && time->iteration.value() < bound)
                         time = at_power_limit(ctx, c, *time, scratch, Seconds(bound));
                       if (!time) {
@@ -626,10 +648,20 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       plan.choice = c;
                       plan.score.memory = mem;
                       plan.score.time = *time;
-                      plan.score =
-                          complete_score(ctx, c, mem, plan.score.time, capacity, req.alpha);
-                      Ranked r{objective_key(plan, req.objective, world, tokens_per_iter),
-                               plan.score.time.iteration.value(), L.order * 100000 + inner,
+                      if (full_clock) {
+                        const double at_limit = objective_key(plan, req.objective, world,
+                                                              tokens_per_iter, ctx.gpu.power);
+                        if (std::optional<TimeBreakdown> t =
+                                at_energy_power_cap(ctx, plan.choice, *full_clock, at_limit,
+                                                    static_cast<double>(tokens_per_iter),
+                                                    req.power_caps, req.time_limit, scratch))
+                          plan.score.time = *t;
+                      }
+                      plan.score = complete_score(ctx, plan.choice, mem, plan.score.time, capacity,
+                                                  req.alpha);
+                      const double key =
+                          objective_key(plan, req.objective, world, tokens_per_iter, ctx.gpu.power);
+                      Ranked r{key, plan.score.time.iteration.value(), L.order * 100000 + inner,
                                std::move(plan)};
                       if (!layout_best || ranks_before(r, *layout_best)) layout_best = std::move(r);
                     }
@@ -773,8 +805,8 @@ SearchResult search_gpu_counts(const TimeContext& ctx, const SearchRequest& req,
   if (all.empty() && !out.closest && last_error) throw *last_error;
   const int64_t tokens = req.global_batch * ctx.seq_len;
   std::stable_sort(all.begin(), all.end(), [&](const Plan& a, const Plan& b) {
-    return objective_key(a, Objective::kCost, a.choice.gpus(), tokens) <
-           objective_key(b, Objective::kCost, b.choice.gpus(), tokens);
+    return objective_key(a, Objective::kCost, a.choice.gpus(), tokens, ctx.gpu.power) <
+           objective_key(b, Objective::kCost, b.choice.gpus(), tokens, ctx.gpu.power);
   });
   if (static_cast<int>(all.size()) > req.top_k) all.resize(req.top_k);
   out.ranked = std::move(all);

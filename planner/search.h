@@ -21,7 +21,9 @@
 
 namespace moe {
 
-enum class Objective { kThroughput, kMemory, kCost };
+// kEnergy: the fewest joules a trained token on the GPU boards (planner/power_limit.h), with
+// the power cap (SearchRequest::power_caps) a dimension of the search.
+enum class Objective { kThroughput, kMemory, kCost, kEnergy };
 // Under the memory objective, peaks within this share of the least rank by iteration time.
 inline constexpr double kMemoryTie = 0.005;
 const char* objective_name(Objective o);
@@ -69,6 +71,11 @@ struct SearchRequest {
   std::optional<bool> dp_bf16_compression;
   bool gpipe = false;  // GPipe schedule instead of (interleaved) 1F1B
   Objective objective = Objective::kThroughput;
+  // Under the energy objective, the caps below the board's limit each candidate weighs
+  // (energy_power_caps); empty: the board's limit alone.
+  std::vector<double> power_caps;
+  // No plan slower than this is kept (the energy objective's time budget; 0: none).
+  Seconds time_limit;
   Precision precision = Precision::kBf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  // FP8 plans' scaling (PlanChoice::fp8_recipe)
   int top_k = 5;

@@ -171,10 +171,15 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   if (ch.offload_modules != 0)
     out["switches"]["offload_modules"] = offload_module_names(ch.offload_modules);
   if (ch.optimizer_offload > 0) out["switches"]["optimizer_offload"] = ch.optimizer_offload;
+  // The cap the plan sets on its boards, and the command that sets it (as root, on each node).
+  if (ch.power_cap_w > 0) {
+    out["switches"]["power_cap_W"] = ch.power_cap_w;
+    out["nvidia_smi"] = fmt::format("nvidia-smi -pl {:.0f}", ch.power_cap_w);
+  }
   // The power limit the clock was derived under (the cluster's, or plan --power-limit's cap),
   // and what the boards draw: the busiest stage's, for every GPU of the plan.
   if (c.node.gpu.power.limit_w > 0 && !ch.offload) {
-    out["power_limit_W"] = c.node.gpu.power.limit_w;
+    out["power_limit_W"] = power_under_cap(c.node.gpu.power, ch).limit_w;
     const BoardEnergy e = board_energy(c.node.gpu.power, plan);
     out["predicted"]["gpu_power_W"] = e.watts;
     out["predicted"]["tokens_per_joule"] = e.tokens_per_joule;
@@ -266,6 +271,10 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
       s.fail("offload_modules", fmt::format("activations are not offloaded under recompute {}",
                                             recompute_name(c.recompute)));
   }
+  if (s.has("power_cap_W")) {
+    c.power_cap_w = s.number("power_cap_W");
+    if (!(c.power_cap_w > 0)) s.fail("power_cap_W", "must be a positive number of watts");
+  }
   if (s.has("optimizer_offload")) {
     c.optimizer_offload = s.number("optimizer_offload");
     if (!(c.optimizer_offload >= 0 && c.optimizer_offload <= 1))
@@ -320,7 +329,7 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
     r.fail("compute_clock", fmt::format("{} is not a share in (0, 1]", c.compute_clock));
   for (const char* key :
        {"model", "cluster", "gpus", "alpha", "power_limit_W", "schedule", "predicted",
-        "cp_expansion", "megatron_args", "megatron_gaps", "deepspeed"})
+        "cp_expansion", "megatron_args", "megatron_gaps", "deepspeed", "nvidia_smi"})
     r.ignore(key);
   r.finish();
   return c;

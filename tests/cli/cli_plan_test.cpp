@@ -132,6 +132,53 @@ TEST(Cli, PlanAndSimulateTakeAPowerCap) {
   std::filesystem::remove(saved);
 }
 
+TEST(Cli, PlanWeighsPowerCapsUnderTheEnergyObjective) {
+  // --objective energy ranks by joules a token on the boards and picks each plan's power cap;
+  // --max-slowdown keeps it within a share of the fastest plan's time. The plan says how to set
+  // the cap, tabulates the trade, and simulate runs the saved plan under its cap.
+  const std::string pair =
+      "--model models/hf/llama-3-8b.config.json --cluster topologies/h100-sxm-8.json";
+  const std::string args = "plan " + pair + " --global-batch 128 --seq-len 8192 --top 2";
+  const nlohmann::json fastest = run_json(args + " --json")["plans"][0];
+  const std::string saved = temp_path("moeplan_energy_plan.json");
+  const nlohmann::json frugal =
+      run_json(args + " --objective energy --max-slowdown 10 --json --save " + saved);
+  ASSERT_EQ(frugal["objective"], "energy");
+  const nlohmann::json& best = frugal["plans"][0];
+  const double cap = best["switches"]["power_cap_W"].get<double>();
+  EXPECT_GT(cap, 350);
+  EXPECT_LT(cap, 700);
+  EXPECT_EQ(best["power_limit_W"].get<double>(), cap);
+  EXPECT_EQ(best["nvidia_smi"].get<std::string>(), fmt::format("nvidia-smi -pl {:.0f}", cap));
+  const double budget = frugal["time_budget_s"].get<double>();
+  EXPECT_NEAR(budget, 1.1 * fastest["predicted"]["iteration_s"].get<double>(), 1e-9);
+  EXPECT_LE(best["predicted"]["iteration_s"].get<double>(), budget);
+  EXPECT_GT(best["predicted"]["tokens_per_joule"].get<double>(),
+            fastest["predicted"]["tokens_per_joule"].get<double>() * 1.03);
+  const nlohmann::json& by_cap = frugal["energy_by_cap"];
+  ASSERT_EQ(by_cap.size(), 11u);
+  EXPECT_EQ(by_cap[0]["power_limit_W"].get<double>(), 700);
+  EXPECT_EQ(by_cap[10]["power_limit_W"].get<double>(), 350);
+  // The saved plan simulates under its cap.
+  const nlohmann::json sim = run_json("simulate " + pair + " --plan " + saved + " --json");
+  EXPECT_DOUBLE_EQ(sim["compute_clock"].get<double>(), best["compute_clock"].get<double>());
+  const Result text = run(args + " --objective energy --max-slowdown 10");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find(fmt::format("  nvidia-smi -pl {:.0f}\n", cap)), std::string::npos);
+  EXPECT_NE(text.out.find("The best layout's joules against its boards' power cap"),
+            std::string::npos);
+  EXPECT_NE(text.out.find(fmt::format("* {:.0f} W", cap)), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("time budget:"), std::string::npos);
+  // Without a power entry there are no joules to count; a budget needs the energy objective.
+  expect_one_line_error(
+      run("plan --model models/aptmoe-moe-s-8.json --cluster "
+          "topologies/aptmoe-4x-a800-40gb-c1g2.json --global-batch 8 --objective energy"),
+      "--objective: energy needs the GPUs' power entry");
+  expect_one_line_error(run(args + " --max-slowdown 10"),
+                        "--max-slowdown: bounds the energy objective's time");
+  std::filesystem::remove(saved);
+}
+
 TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
   // MoE-S-64 (APTMoE Table I) on four A800-40GB: its weights and gradients alone exceed the
   // GPUs, so Megatron's optimizer offload cannot help, but its weights and Adam states fit the

@@ -1,5 +1,6 @@
 #include "planner/power_limit.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,6 +134,81 @@ TEST(PowerLimit, APlanFileCarriesItsClock) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("compute_clock"), std::string::npos) << e.what();
   }
+}
+
+TEST(PowerLimit, ACapLowersTheLimitTheCurveKeeps) {
+  // The caps the energy objective weighs: 95 % of 700 W down to 50 %, all above idle.
+  const std::vector<double> caps = energy_power_caps(h100());
+  ASSERT_EQ(caps.size(), 10u);
+  EXPECT_EQ(caps.front(), 665);
+  EXPECT_EQ(caps.back(), 350);
+  EXPECT_TRUE(energy_power_caps(GpuPower{}).empty());
+  // A plan's cap lowers the board's limit, never raises it; the curve keeps the rated limit.
+  PlanChoice c;
+  c.power_cap_w = 500;
+  const GpuPower capped = power_under_cap(h100(), c);
+  EXPECT_EQ(capped.limit_w, 500);
+  EXPECT_EQ(capped.rated_limit_w, 700);
+  // As the command line's --power-limit caps the board.
+  GpuSpec board;
+  board.power = h100();
+  cap_power_limit(board, 500);
+  EXPECT_EQ(board.power.limit_w, capped.limit_w);
+  EXPECT_EQ(board.power.rated_limit_w, capped.rated_limit_w);
+  c.power_cap_w = 800;
+  EXPECT_EQ(power_under_cap(h100(), c).limit_w, 700);
+  // Busy all the time the 500 W board keeps (335 / 728)^(1 / 1.9) of its rate.
+  const double k = std::log(535.0 / 728.0) / std::log(0.85);
+  EXPECT_NEAR(clock_under_power_limit(capped, 1.0), std::pow(335.0 / 728.0, 1 / k), 1e-12);
+}
+
+TEST(PowerLimit, TheEnergyObjectiveTradesClockForJoules) {
+  // Llama 3 8B on one H100 node is compute-bound: the fewest joules a token come at a low cap
+  // (a FLOP's dynamic energy falls as rate^0.9 while the idle draw runs longer), the plan slower
+  // than at the board's limit. A time budget keeps it within the budget, at a higher cap.
+  const Inputs s("hf/llama-3-8b.config.json", "h100-sxm-8.json");
+  SearchRequest req = fixed_layout("tp=1,pp=1,cp=1,vpp=1,mbs=1", 8, 64);
+  const Plan fastest = search_plans(s.ctx, req).ranked.at(0);
+  EXPECT_EQ(fastest.choice.power_cap_w, 0);
+  req.objective = Objective::kEnergy;
+  req.power_caps = energy_power_caps(s.ctx.gpu.power);
+  const Plan frugal = search_plans(s.ctx, req).ranked.at(0);
+  ASSERT_GT(frugal.choice.power_cap_w, 0);
+  EXPECT_LE(frugal.choice.power_cap_w, 420);
+  EXPECT_GT(frugal.score.time.iteration, fastest.score.time.iteration * 1.2);
+  const BoardEnergy at_limit = board_energy(s.ctx.gpu.power, fastest);
+  const BoardEnergy at_cap = board_energy(s.ctx.gpu.power, frugal);
+  EXPECT_EQ(at_cap.watts, frugal.choice.power_cap_w);
+  EXPECT_GT(at_cap.tokens_per_joule, at_limit.tokens_per_joule * 1.15);
+  // The plan as priced is what its cap gives a single evaluation.
+  PlanChoice again = frugal.choice;
+  EXPECT_EQ(estimate_time_at_power_limit(s.ctx, again).iteration, frugal.score.time.iteration);
+  EXPECT_EQ(again.compute_clock, frugal.choice.compute_clock);
+  // The table over caps: the board's limit first, then each cap; joules fall, time rises.
+  const double tokens = 64.0 * static_cast<double>(s.ctx.seq_len);
+  const std::vector<CapPoint> points = energy_by_cap(s.ctx, frugal.choice, tokens, req.power_caps);
+  ASSERT_EQ(points.size(), 11u);
+  EXPECT_EQ(points[0].cap_w, 700);
+  for (size_t i = 1; i < points.size(); ++i) {
+    EXPECT_GT(points[i].tokens_per_joule, points[i - 1].tokens_per_joule) << i;
+    EXPECT_GT(points[i].iteration, points[i - 1].iteration) << i;
+  }
+  // Within 10 % of the fastest: the most frugal cap whose time holds.
+  req.time_limit = fastest.score.time.iteration * 1.1;
+  const Plan budgeted = search_plans(s.ctx, req).ranked.at(0);
+  EXPECT_LE(budgeted.score.time.iteration, req.time_limit);
+  EXPECT_GT(budgeted.choice.power_cap_w, frugal.choice.power_cap_w);
+  for (const CapPoint& p : points) {
+    if (p.cap_w < budgeted.choice.power_cap_w) {
+      EXPECT_GT(p.iteration, req.time_limit) << p.cap_w;
+    }
+  }
+  // The plan file carries the cap, as power_limit_W and the command that sets it.
+  const nlohmann::json j = io::plan_to_json(budgeted, s.model, s.cluster);
+  EXPECT_EQ(j["power_limit_W"].get<double>(), budgeted.choice.power_cap_w);
+  EXPECT_EQ(j["nvidia_smi"].get<std::string>(),
+            fmt::format("nvidia-smi -pl {:.0f}", budgeted.choice.power_cap_w));
+  EXPECT_EQ(io::plan_choice_from_json(j, "plan.json").power_cap_w, budgeted.choice.power_cap_w);
 }
 
 }  // namespace moe

@@ -85,6 +85,20 @@ void run_plan(const PlanOptions& o) {
   auto search = [&](const SearchRequest& q) {
     return counts.size() == 1 ? search_plans(ctx, q) : search_gpu_counts(ctx, q, counts);
   };
+  // The energy objective's time budget, from the fastest plan of the same space.
+  std::optional<Plan> fastest;
+  if (o.max_slowdown_percent) {
+    SearchRequest quick = req;
+    quick.objective = Objective::kThroughput;
+    quick.power_caps.clear();
+    quick.top_k = 1;
+    quick.progress = nullptr;
+    SearchResult f = search(quick);
+    if (!f.ranked.empty()) {
+      fastest = std::move(f.ranked.front());
+      req.time_limit = fastest->score.time.iteration * (1 + *o.max_slowdown_percent / 100);
+    }
+  }
   SearchResult first = search(req);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");
   PlanOutcome outcome = search_with_fallbacks(ctx, c, req, search, std::move(first));
@@ -158,7 +172,11 @@ void add_plan(CommandLine& cli) {
              "routing skew: balanced | capacity=F | G=x | worst | a popularity file (.json)");
   cmd.option("--objective", o->objective,
              "throughput | memory (the least peak memory a GPU; plans within 0.5 % of it by "
-             "time) | cost");
+             "time) | cost | energy (the fewest joules a token on the GPU boards, with a "
+             "power cap searched below their limit unless --power-limit fixes it)");
+  cmd.option("--max-slowdown", o->max_slowdown_percent,
+             "with --objective energy: keep to plans at most PCT % slower than the fastest")
+      .range(0.0, 1000.0);
   cmd.option("--recompute", o->recompute,
              "fix recompute: none | selective | full | sar (MegaScale rematerialization)");
   cmd.option("--recompute-modules", o->recompute_modules,

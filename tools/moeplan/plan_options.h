@@ -19,6 +19,8 @@ struct PlanOptions {
   std::vector<std::string> offload_modules;
   std::optional<double> optimizer_offload;
   std::optional<double> power_limit_w;  // a power cap on the cluster's GPUs (power_limit.h)
+  // The energy objective's time budget: at most this many percent slower than the fastest plan.
+  std::optional<double> max_slowdown_percent;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
                          attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",

@@ -56,9 +56,10 @@ void print_host_bound(const Plan& best) {
 }
 
 // Where the power limit slows the best plan's compute (planner/power_limit.h).
-void print_power_limit(const GpuPower& power, const Plan& best) {
-  if (!(power.limit_w > 0)) return;
-  const BoardEnergy e = board_energy(power, best);
+void print_power_limit(const GpuPower& board, const Plan& best) {
+  if (!(board.limit_w > 0)) return;
+  const BoardEnergy e = board_energy(board, best);
+  const GpuPower power = power_under_cap(board, best.choice);
   fmt::print("\nGPU boards: {:.0f} W each, {:.2f} tokens per joule ({} GPUs, boards only)\n",
              e.watts, e.tokens_per_joule, best.choice.gpus());
   if (!(best.choice.compute_clock < 1)) return;
@@ -68,6 +69,37 @@ void print_power_limit(const GpuPower& power, const Plan& best) {
       "busy at full clock, to {:.2f} busy all the time; planner/power_limit.h).\n",
       power.limit_w, best.choice.compute_clock, 100 * compute_busy_share(best.score.time),
       100 * busy_at_limit(power), clock_under_power_limit(power, 1.0));
+}
+
+// The energy objective's trade for its best plan: the board's limit and each cap it weighed.
+void print_energy_by_cap(const TimeContext& ctx, const PlanOptions& o, const SearchRequest& req,
+                         const Plan& best) {
+  const double tokens = static_cast<double>(*best.choice.parallel.gbs * ctx.seq_len);
+  const std::vector<CapPoint> points =
+      energy_by_cap(ctx, best.choice, tokens, energy_power_caps(ctx.gpu.power));
+  if (points.empty() || req.power_caps.empty()) return;
+  fmt::print("\nThe best layout's joules against its boards' power cap (nvidia-smi -pl):\n");
+  Table t({"cap", "clock", "iteration", "tokens/s", "W a GPU", "tokens/J", "vs limit"});
+  for (const CapPoint& p : points) {
+    const bool chosen = p.cap_w == power_under_cap(ctx.gpu.power, best.choice).limit_w;
+    t.add({fmt::format("{}{:.0f} W", chosen ? "* " : "", p.cap_w),
+           fmt::format("{:.3f}", p.compute_clock), as_ms(p.iteration, 1),
+           fmt::format("{:.0f}", p.tokens_per_second), fmt::format("{:.0f}", p.watts),
+           fmt::format("{:.2f}", p.tokens_per_joule),
+           fmt::format(
+               "{:+.1f} % time, {:+.1f} % J{}", 100 * (p.iteration / points[0].iteration - 1),
+               100 * (points[0].tokens_per_joule / p.tokens_per_joule - 1),
+               req.time_limit.value() > 0 && p.iteration > req.time_limit ? ", over the time budget"
+                                                                          : "")});
+  }
+  fmt::print("{}", t.render());
+  if (o.max_slowdown_percent)
+    fmt::print("time budget: {} an iteration, {:g} % over the fastest plan's {}\n",
+               as_ms(req.time_limit, 1), *o.max_slowdown_percent,
+               as_ms(req.time_limit / (1 + *o.max_slowdown_percent / 100), 1));
+  fmt::print(
+      "(* the search's cap; the clock curve is measured at the board's limit and extrapolated "
+      "below it: planner/power_limit.h)\n");
 }
 
 void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
@@ -328,6 +360,12 @@ void print_launch_arguments(const PlanReport& report) {
   const std::vector<std::string> args = megatron_arguments(best, m, c.node.num_gpus);
   // Before the arguments, so that they stay one paste-able command.
   for (const std::string& gap : megatron_gaps(best, m)) fmt::print("Megatron-LM gap: {}\n", gap);
+  if (best.choice.power_cap_w > 0) {
+    fmt::print(
+        "Power cap (as root on every node before the launch; the boards' limit is {:.0f} W):\n"
+        "  nvidia-smi -pl {:.0f}\n\n",
+        c.node.gpu.power.limit_w, best.choice.power_cap_w);
+  }
   if (args.empty()) {
     fmt::print(
         "Megatron-LM arguments: none (Megatron-LM cannot run experts on the CPU; APTMoE or the "
@@ -376,6 +414,7 @@ void print_explanations(const PlanReport& report) {
   print_straddling_groups(own.links, bp);
   print_host_bound(best);
   print_power_limit(ctx.gpu.power, best);
+  if (req.objective == Objective::kEnergy) print_energy_by_cap(own, o, req, best);
   // The search leaves DeepEP out (it needs its own library); where the best plan's experts
   // span nodes, say what it would save.
   if (o.explain && *bp.ep > 1 && *bp.etp == 1 &&
@@ -419,6 +458,21 @@ void print_plan_json(const PlanReport& report) {
     }
     plans.push_back(std::move(j));
   }
+  // The energy objective's trade for the best plan (print_energy_by_cap's table).
+  nlohmann::json by_cap = nlohmann::json::array();
+  if (report.request.objective == Objective::kEnergy && !best.choice.offload) {
+    TimeContext own = report.ctx;
+    own.links.world = best.choice.parallel.world();
+    const double tokens = static_cast<double>(*best.choice.parallel.gbs * own.seq_len);
+    for (const CapPoint& p :
+         energy_by_cap(own, best.choice, tokens, energy_power_caps(own.gpu.power)))
+      by_cap.push_back({{"power_limit_W", p.cap_w},
+                        {"compute_clock", p.compute_clock},
+                        {"iteration_s", p.iteration.value()},
+                        {"tokens_per_s", p.tokens_per_second},
+                        {"gpu_power_W", p.watts},
+                        {"tokens_per_joule", p.tokens_per_joule}});
+  }
   print_json({{"model", m.name},
               {"cluster", c.name},
               {"gpus", report.request.num_gpus},
@@ -436,7 +490,9 @@ void print_plan_json(const PlanReport& report) {
               {"plans", plans},
               {"megatron_alternative", plan_json(report.outcome.megatron_alternative)},
               {"aptmoe_alternative", plan_json(report.outcome.aptmoe_alternative)},
-              {"free_layout_best", plan_json(report.free_best)}});
+              {"free_layout_best", plan_json(report.free_best)},
+              {"time_budget_s", report.request.time_limit.value()},
+              {"energy_by_cap", by_cap}});
 }
 
 void print_plan_text(const PlanReport& report) {

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "planner/errors.h"
+#include "planner/power_limit.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/plan_options.h"
 
@@ -12,8 +13,9 @@ Objective parse_objective(const std::string& s) {
   if (s == "throughput") return Objective::kThroughput;
   if (s == "memory") return Objective::kMemory;
   if (s == "cost") return Objective::kCost;
+  if (s == "energy") return Objective::kEnergy;
   throw InputError("--objective", "",
-                   fmt::format("'{}' is not one of throughput, memory, cost", s));
+                   fmt::format("'{}' is not one of throughput, memory, cost, energy", s));
 }
 
 }  // namespace
@@ -34,6 +36,19 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
         fmt::format("gbs={} contradicts --global-batch {}", *req.fixed.gbs, o.global_batch));
   }
   req.objective = parse_objective(o.objective);
+  if (req.objective == Objective::kEnergy) {
+    if (!(c.node.gpu.power.limit_w > 0))
+      throw InputError("--objective", "",
+                       fmt::format("energy needs the GPUs' power entry (node.gpu.power: limit_W, "
+                                   "idle_W, busy_W, sustained_rate) in cluster {}'s file",
+                                   c.name));
+    // A cap on the command line is the user's; without one the search weighs caps below the
+    // board's limit.
+    if (!o.power_limit_w) req.power_caps = energy_power_caps(c.node.gpu.power);
+  } else if (o.max_slowdown_percent) {
+    throw InputError("--max-slowdown", "",
+                     "bounds the energy objective's time: add --objective energy");
+  }
   req.top_k = o.top;
   req.alpha = o.alpha;
   req.threads = o.threads;

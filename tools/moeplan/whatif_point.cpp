@@ -405,6 +405,9 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
       PlanChoice plan = replanned_layout(*fixed, in);
       plan.seq_len = seq;
       if (gbs > 0) plan.parallel.gbs = gbs;
+      // A swept power limit replaces the cap the plan set on its boards.
+      for (const auto& at : p.at)
+        if (at.first == "power-limit-W") plan.power_cap_w = 0;
       check(plan.parallel, m);
       check_sequence(plan.parallel, seq);
       // The clock the power limit leaves is the point's: its GPU and the plan's busy share there.
