@@ -39,6 +39,13 @@ void print_plan_difference(const Plan& a, const Plan& b, const std::string& labe
   if (std::abs(a.choice.compute_clock - b.choice.compute_clock) >= 5e-4)
     fmt::print("  compute clock under the power limit {:.3f} vs {:.3f}\n", a.choice.compute_clock,
                b.choice.compute_clock);
+  // The energy objective's caps (0: the board's own limit).
+  if (a.choice.power_cap_w != b.choice.power_cap_w) {
+    auto cap = [](double w) {
+      return w > 0 ? fmt::format("{:.0f} W", w) : std::string("the board's limit");
+    };
+    fmt::print("  power cap {} vs {}\n", cap(a.choice.power_cap_w), cap(b.choice.power_cap_w));
+  }
   fmt::print("  peak memory {} vs {}\n", as_gb(a.score.peak_bytes.value()),
              as_gb(b.score.peak_bytes.value()));
 }
