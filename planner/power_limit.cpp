@@ -22,13 +22,25 @@ double busy_at_limit(const GpuPower& p) {
   return (p.limit_w - p.idle_w) / (p.busy_w - p.idle_w);
 }
 
+namespace {
+// k: the dynamic power goes as the compute rate to this power.
+double dynamic_exponent(const GpuPower& p) {
+  const double rated = p.rated_limit_w > 0 ? p.rated_limit_w : p.limit_w;
+  return std::log((rated - p.idle_w) / (p.busy_w - p.idle_w)) / std::log(p.sustained_rate);
+}
+}  // namespace
+
 double clock_under_power_limit(const GpuPower& p, double busy) {
   if (!(p.limit_w > 0) || !(p.busy_w > p.limit_w) || !(busy > 0)) return 1.0;
-  const double dynamic = p.busy_w - p.idle_w;
-  const double rated = p.rated_limit_w > 0 ? p.rated_limit_w : p.limit_w;
-  const double k = std::log((rated - p.idle_w) / dynamic) / std::log(p.sustained_rate);
   const double room = busy_at_limit(p) / std::min(busy, 1.0);
-  return room >= 1 ? 1.0 : std::pow(room, 1.0 / k);
+  return room >= 1 ? 1.0 : std::pow(room, 1.0 / dynamic_exponent(p));
+}
+
+double stage_power_w(const GpuPower& p, double busy_at_clock, double clock) {
+  if (!(p.limit_w > 0)) return 0;
+  const double busy = std::clamp(busy_at_clock, 0.0, 1.0);
+  const double rate = clock < 1 && p.busy_w > p.limit_w ? std::pow(clock, dynamic_exponent(p)) : 1;
+  return std::min(p.limit_w, p.idle_w + (p.busy_w - p.idle_w) * busy * rate);
 }
 
 void cap_power_limit(GpuSpec& gpu, double watts) {

@@ -53,6 +53,11 @@ double clock_under_power_limit(const GpuPower& p, double busy);
 // limit where the clock fell, else idle + (busy - idle) x busy; 0 without a power entry. The
 // GPU board alone (no host, network or cooling).
 double gpu_power_w(const GpuPower& p, double busy, double clock);
+// What a board draws whose compute stream was busy `busy_at_clock` of a step at `clock` (as a
+// simulation measures it): computing at rate r it draws r^k of the dynamic power, so
+// idle + (busy - idle) x busy_at_clock x r^k, up to the limit. At clock 1, gpu_power_w's; on a
+// stage busy all the time at the clock its limit leaves, the limit.
+double stage_power_w(const GpuPower& p, double busy_at_clock, double clock);
 // A scored plan's boards: what each draws (gpu_power_w at the plan's busy share and clock, under
 // its cap) and the tokens the plan trains a joule of what all of them draw; zeros without a
 // power entry.

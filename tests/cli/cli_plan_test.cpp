@@ -162,6 +162,12 @@ TEST(Cli, PlanWeighsPowerCapsUnderTheEnergyObjective) {
   // The saved plan simulates under its cap.
   const nlohmann::json sim = run_json("simulate " + pair + " --plan " + saved + " --json");
   EXPECT_DOUBLE_EQ(sim["compute_clock"].get<double>(), best["compute_clock"].get<double>());
+  // It draws the cap, by the planner and by the simulated busy shares alike.
+  EXPECT_DOUBLE_EQ(sim["energy"]["predicted_gpu_power_W"].get<double>(), cap);
+  EXPECT_NEAR(sim["energy"]["simulated_gpu_power_W"].get<double>(), cap, 0.01 * cap);
+  EXPECT_NEAR(sim["energy"]["simulated_tokens_per_joule"].get<double>(),
+              best["predicted"]["tokens_per_joule"].get<double>(),
+              0.02 * best["predicted"]["tokens_per_joule"].get<double>());
   const Result text = run(args + " --objective energy --max-slowdown 10");
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find(fmt::format("  nvidia-smi -pl {:.0f}\n", cap)), std::string::npos);

@@ -28,9 +28,10 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
   size_t charts = 0;
   for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
     ++charts;
-  // tokens/s, MFU, iteration, exposed communication, peak memory against each of the two axes;
-  // the stacked breakdown.
-  EXPECT_EQ(charts, 11u);
+  // tokens/s, MFU, iteration, exposed communication, peak memory and (the H100s giving their
+  // power) tokens per joule against each of the two axes; the stacked breakdown.
+  EXPECT_EQ(charts, 13u);
+  EXPECT_NE(html.find("Tokens per joule (GPU boards) vs seq-len"), std::string::npos);
   EXPECT_NE(html.find("<h2>Against skew</h2>"), std::string::npos);
   EXPECT_NE(html.find("MFU vs seq-len"), std::string::npos);
   EXPECT_NE(html.find("MFU vs skew"), std::string::npos);
@@ -40,7 +41,8 @@ TEST(Cli, WhatifSweepsWritesCsvAndHtmlAndResumes) {
   EXPECT_NE(html.find("<rect"), std::string::npos);
   // Every point's split: compute, exposed communication, bubble and host wait add up to at most
   // the iteration, and compute is most of it.
-  EXPECT_NE(csv.find("peak_memory_GB,compute_s,exposed_comm_s,bubble_s,host_s,plan"),
+  EXPECT_NE(csv.find("peak_memory_GB,compute_s,exposed_comm_s,bubble_s,host_s,gpu_power_W,"
+                     "tokens_per_joule,plan"),
             std::string::npos);
   for (const auto& f : csv_rows(csv)) {
     ASSERT_GE(f.size(), 12u) << f[0];
@@ -357,16 +359,27 @@ TEST(Cli, WhatifSweepsThePowerLimit) {
                        "--sweep power-limit-W=500,700,900 --out " +
                        dir);
   ASSERT_EQ(r.code, 0) << r.err;
-  std::map<std::string, double> tokens;
+  std::map<std::string, double> tokens, watts, per_joule;
   for (const auto& f : csv_rows(read_file(dir + "/points.csv"))) {
-    // point, power-limit-W, status, iteration_s, tokens_per_s, ...
-    ASSERT_GE(f.size(), 5u) << f[0];
+    // point, power-limit-W, status, iteration_s, tokens_per_s, ..., gpu_power_W,
+    // tokens_per_joule, plan
+    ASSERT_GE(f.size(), 14u) << f[0];
     EXPECT_EQ(f[2], "ok") << f[0];
     tokens[f[1]] = std::stod(f[4]);
+    watts[f[1]] = std::stod(f[11]);
+    per_joule[f[1]] = std::stod(f[12]);
   }
   ASSERT_EQ(tokens.size(), 3u);
   EXPECT_LT(tokens["500"], tokens["700"]);
   EXPECT_LT(tokens["700"] * 1.1, tokens["900"]);
+  // The capped boards draw their cap, and train more tokens a joule the lower it is; uncapped
+  // (900 W) a board busy nearly all the time draws nearly its full 893 W.
+  EXPECT_DOUBLE_EQ(watts["500"], 500);
+  EXPECT_DOUBLE_EQ(watts["700"], 700);
+  EXPECT_GT(watts["900"], 850);
+  EXPECT_GT(per_joule["500"], per_joule["700"]);
+  EXPECT_GT(per_joule["700"], per_joule["900"]);
+  EXPECT_NE(read_file(dir + "/report.html").find("Tokens per joule"), std::string::npos);
   expect_one_line_error(run("whatif" + model +
                             " --cluster topologies/aptmoe-4x-a800-40gb-c1g4.json --search "
                             "--global-batch 128 --sweep power-limit-W=300 --out " +

@@ -136,6 +136,17 @@ TEST(PowerLimit, APlanFileCarriesItsClock) {
   }
 }
 
+TEST(PowerLimit, ASimulatedStageDrawsByItsBusyShareAtItsClock) {
+  // At full clock a stage draws what gpu_power_w gives for its share; under the limit's clock a
+  // stage busy all the time draws the limit, and a less busy one less.
+  const GpuPower p = h100();
+  EXPECT_DOUBLE_EQ(stage_power_w(p, 0.5, 1.0), gpu_power_w(p, 0.5, 1.0));
+  const double clock = clock_under_power_limit(p, 1.0);
+  EXPECT_NEAR(stage_power_w(p, 1.0, clock), 700, 1e-9);
+  EXPECT_NEAR(stage_power_w(p, 0.5, clock), 165 + 0.5 * 535, 1e-9);
+  EXPECT_EQ(stage_power_w(GpuPower{}, 1.0, 1.0), 0);
+}
+
 TEST(PowerLimit, ACapLowersTheLimitTheCurveKeeps) {
   // The caps the energy objective weighs: 95 % of 700 W down to 50 %, all above idle.
   const std::vector<double> caps = energy_power_caps(h100());

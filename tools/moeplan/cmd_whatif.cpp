@@ -132,15 +132,18 @@ void run_whatif(const WhatifOptions& given) {
     if (results[i]) done_rows.push_back({points[i], *results[i]});
   io::write_file_atomically(o.out + "/report.html", html_report(o, m, c, axes, done_rows));
 
-  fmt::print("{:<40} {:>14} {:>12} {:>8} {:>10}  {}\n", "point", "iteration", "tokens/s", "MFU",
-             "peak GB", "status");
+  fmt::print("{:<40} {:>14} {:>12} {:>8} {:>10} {:>9}  {}\n", "point", "iteration", "tokens/s",
+             "MFU", "peak GB", "tokens/J", "status");
   for (const auto& [p, r] : done_rows) {
     if (!std::isfinite(r.iteration_s)) {  // the status says why the point has no numbers
-      fmt::print("{:<40} {:>14} {:>12} {:>8} {:>10}  {}\n", p.key(), "-", "-", "-", "-", r.status);
+      fmt::print("{:<40} {:>14} {:>12} {:>8} {:>10} {:>9}  {}\n", p.key(), "-", "-", "-", "-", "-",
+                 r.status);
       continue;
     }
-    fmt::print("{:<40} {:>12.4f} s {:>12.0f} {:>6.1f} % {:>10.2f}  {}\n", p.key(), r.iteration_s,
-               r.tokens_per_s, 100 * r.mfu, r.peak_gb, r.status);
+    fmt::print("{:<40} {:>12.4f} s {:>12.0f} {:>6.1f} % {:>10.2f} {:>9}  {}\n", p.key(),
+               r.iteration_s, r.tokens_per_s, 100 * r.mfu, r.peak_gb,
+               std::isfinite(r.tokens_per_joule) ? fmt::format("{:.2f}", r.tokens_per_joule) : "-",
+               r.status);
   }
   fmt::print("{} point(s) computed, {} kept from the earlier run; {} and {}\n", finished, kept,
              csv_path, o.out + "/report.html");

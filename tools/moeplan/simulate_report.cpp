@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "planner/megatron_flops.h"
+#include "planner/power_limit.h"
+#include "simulator/board_power.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/table.h"
@@ -22,6 +24,30 @@ double logged_tflops(const SimulatedRun& run, Seconds t) {
   const PlanChoice& choice = run.choice;
   return megatron_logged_tflops(run.model, choice.seq_len, *choice.parallel.gbs,
                                 *choice.parallel.tp, choice.gpus(), t);
+}
+
+// What the GPU boards draw and the tokens trained a joule, the planner's beside the
+// simulator's (planner/power_limit.h); zeros where the cluster gives no power entry.
+struct BoardDraw {
+  double predicted_w = 0, predicted_tokens_per_joule = 0;
+  double simulated_w = 0, simulated_tokens_per_joule = 0;
+};
+BoardDraw board_draw(const SimulatedRun& run) {
+  BoardDraw d;
+  const PlanChoice& choice = run.choice;
+  const sim::BoardDraw simulated = sim::simulated_board_draw(run.ctx.gpu.power, choice, run.report);
+  if (!(simulated.watts > 0)) return d;
+  Plan planned;
+  planned.choice = choice;
+  planned.score.time = run.predicted;
+  planned.score.tokens_per_second =
+      static_cast<double>(*choice.parallel.gbs * choice.seq_len) / run.predicted.iteration.value();
+  const BoardEnergy e = board_energy(run.ctx.gpu.power, planned);
+  d.predicted_w = e.watts;
+  d.predicted_tokens_per_joule = e.tokens_per_joule;
+  d.simulated_w = simulated.watts;
+  d.simulated_tokens_per_joule = simulated.tokens_per_joule;
+  return d;
 }
 
 }  // namespace
@@ -65,7 +91,15 @@ void print_simulation_json(const SimulatedRun& run) {
   }
   nlohmann::json iterations = nlohmann::json::array();
   for (Seconds t : r.iteration_times) iterations.push_back(t.value());
+  nlohmann::json energy;
+  if (const BoardDraw d = board_draw(run); d.simulated_w > 0) {
+    energy = {{"predicted_gpu_power_W", d.predicted_w},
+              {"simulated_gpu_power_W", d.simulated_w},
+              {"predicted_tokens_per_joule", d.predicted_tokens_per_joule},
+              {"simulated_tokens_per_joule", d.simulated_tokens_per_joule}};
+  }
   print_json({{"model", m.name},
+              {"energy", energy},
               {"plan", choice.describe()},
               {"compute_clock", choice.compute_clock},
               {"routing", run.routing},
@@ -114,7 +148,18 @@ void print_simulation_text(const SimulatedRun& run) {
                                "(its GPUs' power limit)",
                                choice.compute_clock)
                  : "");
-  Table t({"", "iteration", "tokens/s", "MFU", "TGS", "TFLOP/s/GPU (Megatron log)"});
+  // Where the cluster gives the boards' power, what they draw and the tokens a joule.
+  const BoardDraw draw = board_draw(run);
+  const bool powered = draw.simulated_w > 0;
+  std::vector<std::string> columns = {"",    "iteration", "tokens/s",
+                                      "MFU", "TGS",       "TFLOP/s/GPU (Megatron log)"};
+  if (powered) columns.insert(columns.end(), {"W a GPU", "tokens/J"});
+  Table t(columns);
+  auto energy = [&](std::vector<std::string> row, double watts, double per_joule) {
+    if (powered)
+      row.insert(row.end(), {fmt::format("{:.0f}", watts), fmt::format("{:.2f}", per_joule)});
+    return row;
+  };
   const double tokens = static_cast<double>(*choice.parallel.gbs * choice.seq_len);
   const PlanScore planned = [&] {
     PlanScore s;
@@ -123,13 +168,15 @@ void print_simulation_text(const SimulatedRun& run) {
     s.tgs = r.tgs * (iteration / run.predicted.iteration);
     return s;
   }();
-  t.add({"planner (closed form)", as_ms(run.predicted.iteration.value()),
-         fmt::format("{:.0f}", planned.tokens_per_second),
-         fmt::format("{:.1f} %", 100 * planned.mfu), fmt::format("{:.0f}", planned.tgs),
-         fmt::format("{:.1f}", logged_tflops(run, run.predicted.iteration))});
-  t.add({fmt::format("simulator (mean of {})", run.iterations), as_ms(iteration.value()),
-         fmt::format("{:.0f}", r.tokens_per_second), fmt::format("{:.1f} %", 100 * r.mfu),
-         fmt::format("{:.0f}", r.tgs), fmt::format("{:.1f}", logged_tflops(run, iteration))});
+  t.add(energy({"planner (closed form)", as_ms(run.predicted.iteration.value()),
+                fmt::format("{:.0f}", planned.tokens_per_second),
+                fmt::format("{:.1f} %", 100 * planned.mfu), fmt::format("{:.0f}", planned.tgs),
+                fmt::format("{:.1f}", logged_tflops(run, run.predicted.iteration))},
+               draw.predicted_w, draw.predicted_tokens_per_joule));
+  t.add(energy({fmt::format("simulator (mean of {})", run.iterations), as_ms(iteration.value()),
+                fmt::format("{:.0f}", r.tokens_per_second), fmt::format("{:.1f} %", 100 * r.mfu),
+                fmt::format("{:.0f}", r.tgs), fmt::format("{:.1f}", logged_tflops(run, iteration))},
+               draw.simulated_w, draw.simulated_tokens_per_joule));
   fmt::print("{}", t.render());
   fmt::print("difference {:+.2f} %\n", 100 * error);
   if (run.iterations > 1) {

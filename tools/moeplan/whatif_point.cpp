@@ -13,6 +13,7 @@
 #include "planner/offload.h"
 #include "planner/power_limit.h"
 #include "planner/search.h"
+#include "simulator/board_power.h"
 #include "simulator/offload_sim.h"
 #include "simulator/training_sim.h"
 #include "tools/moeplan/common.h"
@@ -433,6 +434,10 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
         r.host_s = busiest->waited[sim::kHostStream].value() / runs;
         r.exposed_comm_s = std::max(0.0, r.iteration_s - r.compute_s - r.bubble_s - r.host_s);
       }
+      if (const sim::BoardDraw d = sim::simulated_board_draw(ctx.gpu.power, plan, t); d.watts > 0) {
+        r.gpu_power_w = d.watts;
+        r.tokens_per_joule = d.tokens_per_joule;
+      }
       r.plan = plan.describe();
       if (t.oom_count > 0) r.status = fmt::format("OOM x{}", t.oom_count);
       return r;
@@ -475,6 +480,10 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     r.exposed_comm_s = (b.tp_comm + b.ep_comm + b.cp_comm + b.pp_comm + b.dp_comm).value();
     r.bubble_s = b.bubble.value();
     r.host_s = b.host.value();
+    if (const BoardEnergy e = board_energy(ctx.gpu.power, best); e.watts > 0) {
+      r.gpu_power_w = e.watts;
+      r.tokens_per_joule = e.tokens_per_joule;
+    }
     r.plan = best.choice.describe();
   } catch (const ConfigError& e) {
     return PointResult::failed(e.what());

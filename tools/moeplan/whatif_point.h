@@ -54,6 +54,9 @@ struct PointResult {
   // bubble, GPUs waiting for the host to issue kernels; the rest (the optimizer step where the
   // planner prices it, offload loading) is iteration minus these.
   double compute_s = NAN, exposed_comm_s = NAN, bubble_s = NAN, host_s = NAN;
+  // What a GPU board draws and the tokens trained a joule (planner/power_limit.h); NAN where the
+  // point's GPU has no power entry.
+  double gpu_power_w = NAN, tokens_per_joule = NAN;
   std::string plan;
 };
 

@@ -42,13 +42,13 @@ std::string points_csv(const std::vector<Axis>& axes,
   for (const Axis& a : axes) out += "," + a.name;
   out +=
       ",status,iteration_s,tokens_per_s,mfu,peak_memory_GB,compute_s,exposed_comm_s,bubble_s,"
-      "host_s,plan\n";
+      "host_s,gpu_power_W,tokens_per_joule,plan\n";
   for (const auto& [p, r] : rows) {
     out += csv_field(p.key());
     for (const Axis& a : axes) out += "," + csv_field(p.at.at(a.name));
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.iteration_s,
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(r.status), r.iteration_s,
                        r.tokens_per_s, r.mfu, r.peak_gb, r.compute_s, r.exposed_comm_s, r.bubble_s,
-                       r.host_s, csv_field(r.plan));
+                       r.host_s, r.gpu_power_w, r.tokens_per_joule, csv_field(r.plan));
   }
   return out;
 }
@@ -60,7 +60,7 @@ std::map<std::string, PointResult> earlier_results(const std::string& path, size
   std::getline(in, line);  // header
   while (std::getline(in, line)) {
     const std::vector<std::string> f = csv_fields(line);
-    if (f.size() != axes + 11) continue;  // a row of another version is computed again
+    if (f.size() != axes + 13) continue;  // a row of another version is computed again
     PointResult r;
     r.status = f[axes + 1];
     auto number = [](const std::string& v) { return finite_number(v).value_or(NAN); };
@@ -72,7 +72,9 @@ std::map<std::string, PointResult> earlier_results(const std::string& path, size
     r.exposed_comm_s = number(f[axes + 7]);
     r.bubble_s = number(f[axes + 8]);
     r.host_s = number(f[axes + 9]);
-    r.plan = f[axes + 10];
+    r.gpu_power_w = number(f[axes + 10]);
+    r.tokens_per_joule = number(f[axes + 11]);
+    r.plan = f[axes + 12];
     rows[f[0]] = r;
   }
   return rows;
@@ -132,6 +134,11 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
   for (const Axis& x : axes) {
     if (axes.size() > 1) body += fmt::format("<h2>Against {}</h2>\n", html_escape(x.name));
     for (const Metric& k : metrics) body += metric_chart(k, x);
+    // Joules where the GPUs' power is known at some point.
+    if (std::any_of(rows.begin(), rows.end(),
+                    [](const auto& row) { return std::isfinite(row.second.tokens_per_joule); }))
+      body += metric_chart(
+          {"Tokens per joule (GPU boards)", "tokens/J", &PointResult::tokens_per_joule, 1.0}, x);
   }
   // Where each point's iteration goes, one stacked bar per point (numbered as in the table).
   StackedBars split{"Iteration time breakdown",
@@ -153,7 +160,7 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
   body += svg_stacked_bars(split);
   std::string table =
       "<table><tr><th>#</th><th>point</th><th>status</th><th>iteration</th><th>tokens/s</th>"
-      "<th>MFU</th><th>peak GB</th><th>plan</th></tr>\n";
+      "<th>MFU</th><th>peak GB</th><th>W a GPU</th><th>tokens/J</th><th>plan</th></tr>\n";
   size_t number = 0;
   for (const auto& [p, r] : rows) {
     // A point that did not run has its reason in the status and dashes for numbers.
@@ -161,12 +168,15 @@ std::string html_report(const WhatifOptions& o, const ModelSpec& m, const Cluste
     auto number_or_dash = [&](const std::string& text) { return ran ? text : std::string("-"); };
     table += fmt::format(
         "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td></tr>\n",
+        "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
         ++number, html_escape(p.key()), html_escape(r.status),
         number_or_dash(fmt::format("{:.4g} s", r.iteration_s)),
         number_or_dash(fmt::format("{:.0f}", r.tokens_per_s)),
         number_or_dash(fmt::format("{:.1f} %", 100 * r.mfu)),
-        number_or_dash(fmt::format("{:.2f}", r.peak_gb)), html_escape(r.plan));
+        number_or_dash(fmt::format("{:.2f}", r.peak_gb)),
+        std::isfinite(r.gpu_power_w) ? fmt::format("{:.0f}", r.gpu_power_w) : "-",
+        std::isfinite(r.tokens_per_joule) ? fmt::format("{:.2f}", r.tokens_per_joule) : "-",
+        html_escape(r.plan));
   }
   return html_page(
       fmt::format("moeplan whatif: {}", m.name),
