@@ -175,6 +175,11 @@ TEST(Cli, PlanWeighsPowerCapsUnderTheEnergyObjective) {
             std::string::npos);
   EXPECT_NE(text.out.find(fmt::format("* {:.0f} W", cap)), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("time budget:"), std::string::npos);
+  // --explain weighs fixed sizes against the search's by joules under this objective.
+  const Result fixed = run(args + " --objective energy --parallel tp=8 --explain");
+  ASSERT_EQ(fixed.code, 0) << fixed.err;
+  EXPECT_NE(fixed.out.find("tokens per joule: the search's plan draws"), std::string::npos)
+      << fixed.out;
   // Without a power entry there are no joules to count; a budget needs the energy objective.
   expect_one_line_error(
       run("plan --model models/aptmoe-moe-s-8.json --cluster "

@@ -119,7 +119,7 @@ void explain_difference(const Plan& a, const Plan& b, bool simulated_order) {
 }
 
 void explain_free_layout(const Plan& yours, const Plan& free, const ParallelConfig& fixed,
-                         Objective objective) {
+                         Objective objective, const GpuPower& power) {
   const Seconds x = yours.score.time.iteration, y = free.score.time.iteration;
   fmt::print("\nYour sizes ({}) against the search's best with them free and the same switches:\n",
              fixed.to_string());
@@ -128,7 +128,14 @@ void explain_free_layout(const Plan& yours, const Plan& free, const ParallelConf
     fmt::print("  the same plan: the search keeps your layout\n");
     return;
   }
-  if (objective == Objective::kMemory) {
+  if (objective == Objective::kEnergy) {
+    const double x_j = board_energy(power, yours).tokens_per_joule;
+    const double y_j = board_energy(power, free).tokens_per_joule;
+    fmt::print("  {:.2f} vs {:.2f} tokens per joule: {}\n", x_j, y_j,
+               y_j > x_j ? fmt::format("the search's plan draws {:.1f} % fewer joules a token",
+                                       100 * (1 - x_j / y_j))
+                         : std::string("yours draws as few or fewer"));
+  } else if (objective == Objective::kMemory) {
     fmt::print("  peak memory {} vs {} ({:+.1f} %)\n", as_gb(yours.score.peak_bytes.value()),
                as_gb(free.score.peak_bytes.value()),
                100 * (free.score.peak_bytes / yours.score.peak_bytes - 1));
@@ -406,7 +413,7 @@ void print_explanations(const PlanReport& report) {
   if (o.explain && r.ranked.size() > 1)
     explain_difference(r.ranked[0], r.ranked[1], verified.size() > 1);
   if (o.explain && free_best && fits_as_is)
-    explain_free_layout(best, *free_best, req.fixed, req.objective);
+    explain_free_layout(best, *free_best, req.fixed, req.objective, ctx.gpu.power);
   if (best.choice.offload) return;
   TimeContext own = ctx;  // the best plan's GPUs decide which groups straddle nodes
   own.links.world = bp.world();
