@@ -201,6 +201,9 @@ struct PlanScore {
   // chunks, or MACT's largest bin.
   double oom_received_tokens = 0;
   Bytes host_bytes;  // offload: weights and optimizer states per node in host memory
+  // The compute clock `time` was priced at (PlanChoice::compute_clock): score_plan derives it
+  // for its context, which a caller that runs the plan elsewhere (the simulator) takes.
+  double compute_clock = 1;
 };
 
 struct Plan {

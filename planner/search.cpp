@@ -226,7 +226,9 @@ PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity
   PlanChoice timed = c;
   settle_mact_chunks(timed, s.memory);
   const TimeBreakdown time = estimate_time_at_power_limit(ctx, timed);
-  return complete_score(ctx, c, s.memory, time, capacity, alpha);
+  PlanScore out = complete_score(ctx, c, s.memory, time, capacity, alpha);
+  out.compute_clock = timed.compute_clock;
+  return out;
 }
 
 PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const MemoryReport& memory,
@@ -255,6 +257,7 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
       static_cast<double>(c.mact ? memory.largest_chunk_bin : std::max<int64_t>(c.fcda_chunks, 1));
   s.headroom = capacity * alpha - s.peak_bytes;
   s.alpha = alpha;
+  s.compute_clock = c.compute_clock;
   return s;
 }
 

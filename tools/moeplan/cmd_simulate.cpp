@@ -172,9 +172,10 @@ void run_simulate(const SimulateOptions& o) {
   // Priced as the search prices it: MACT's chunk count per stage from the memory at this budget,
   // at the clock this cluster's power limit leaves the plan under these curves (the plan file's
   // compute_clock is what the planner derived where it planned), which the simulator runs at.
-  const TimeBreakdown predicted =
-      score_plan(ctx, choice, c.node.gpu.hbm_capacity, opt.alpha, opt.static_override).time;
-  estimate_time_at_power_limit(ctx, choice);
+  const PlanScore scored =
+      score_plan(ctx, choice, c.node.gpu.hbm_capacity, opt.alpha, opt.static_override);
+  const TimeBreakdown& predicted = scored.time;
+  choice.compute_clock = scored.compute_clock;
   opt.record_trace = !o.trace.empty();
   opt.comm_priorities = o.comm_priorities;
   opt.every_gpu = o.every_gpu;
