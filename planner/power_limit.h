@@ -86,6 +86,10 @@ TimeBreakdown estimate_time_at_power_limit(const TimeContext& ctx, PlanChoice& c
 // keeps 0.48 of its rate, where its joules per token bottom out: the dynamic energy of a FLOP
 // falls as rate^(k - 1) while the idle draw runs longer, so the least energy is at
 // rate^k = idle / ((k - 1) x (busy - idle)), 348 W. Lower caps only cost time and energy.
+// The draw counts the compute stream alone: communication kernels (their SMs and HBM traffic)
+// were not measured, so a step whose compute hides behind communication draws more than this
+// model says, and a cap slows it more than the model's few percent; and the curve below the
+// rated limit is extrapolated from measurements at it.
 std::vector<double> energy_power_caps(const GpuPower& board);
 
 // One cap on a plan's boards, priced: what `plan --objective energy` tabulates for its best plan.
