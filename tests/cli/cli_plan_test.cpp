@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -187,6 +188,45 @@ TEST(Cli, PlanWeighsPowerCapsUnderTheEnergyObjective) {
       "--objective: energy needs the GPUs' power entry");
   expect_one_line_error(run(args + " --max-slowdown 10"),
                         "--max-slowdown: bounds the energy objective's time");
+  std::filesystem::remove(saved);
+}
+
+TEST(Cli, PlanSpendsAPowerBudgetOnTheFastestClusterSize) {
+  // 100 kW for Llama 3 70B's boards on 256 H100: 128 GPUs at their 700 W draw 89.6 kW, 256 must
+  // be capped at 390 W each and still train faster. The plan names the size, its cap and what
+  // each size would do; simulate runs it under the cap.
+  const std::string pair =
+      "--model models/hf/llama-3-70b.config.json --cluster topologies/h100-256.json";
+  const std::string args = "plan " + pair + " --global-batch 512 --seq-len 8192 --top 2";
+  const std::string saved = temp_path("moeplan_budget_plan.json");
+  const nlohmann::json j = run_json(args + " --power-budget-kW 100 --json --save " + saved);
+  ASSERT_EQ(j["power_budget"]["kW"].get<double>(), 100);
+  const nlohmann::json& sizes = j["power_budget"]["sizes"];
+  ASSERT_EQ(sizes.size(), 6u);  // 8, 16, ..., 256
+  std::map<int64_t, nlohmann::json> by_gpus;
+  for (const nlohmann::json& size : sizes) by_gpus[size["gpus"].get<int64_t>()] = size;
+  EXPECT_EQ(by_gpus[128]["power_cap_W"].get<double>(), 0);
+  EXPECT_EQ(by_gpus[256]["power_cap_W"].get<double>(), 390);
+  EXPECT_TRUE(by_gpus[8].contains("why"));
+  EXPECT_LE(by_gpus[256]["gpu_power_W"].get<double>(), 100e3);
+  EXPECT_GT(by_gpus[256]["tokens_per_s"].get<double>(),
+            1.2 * by_gpus[128]["tokens_per_s"].get<double>());
+  const nlohmann::json& best = j["plans"][0];
+  EXPECT_EQ(best["gpus"].get<int64_t>(), 256);
+  EXPECT_EQ(best["switches"]["power_cap_W"].get<double>(), 390);
+  EXPECT_EQ(best["nvidia_smi"].get<std::string>(), "nvidia-smi -pl 390");
+  EXPECT_LE(best["predicted"]["gpu_power_W"].get<double>() * 256, 100e3);
+  const nlohmann::json sim = run_json("simulate " + pair + " --plan " + saved + " --json");
+  EXPECT_DOUBLE_EQ(sim["compute_clock"].get<double>(), best["compute_clock"].get<double>());
+  const Result text = run(args + " --power-budget-kW 100");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("Under 100 kW for the GPU boards"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  nvidia-smi -pl 390\n"), std::string::npos);
+  expect_one_line_error(run(args + " --power-budget-kW 1"), "no cluster size runs within 1.0 kW");
+  expect_one_line_error(run(args + " --power-budget-kW 100 --power-limit 500"),
+                        "--power-budget-kW: caps each board at its share of the budget");
+  expect_one_line_error(run(args + " --power-budget-kW 100 --objective energy"),
+                        "--power-budget-kW: ranks cluster sizes by throughput");
   std::filesystem::remove(saved);
 }
 

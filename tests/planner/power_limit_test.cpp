@@ -8,6 +8,7 @@
 #include "planner/errors.h"
 #include "planner/io/plan_io.h"
 #include "planner/planner_inputs.h"
+#include "planner/power_budget.h"
 #include "planner/search.h"
 
 namespace moe {
@@ -220,6 +221,50 @@ TEST(PowerLimit, TheEnergyObjectiveTradesClockForJoules) {
   EXPECT_EQ(j["nvidia_smi"].get<std::string>(),
             fmt::format("nvidia-smi -pl {:.0f}", budgeted.choice.power_cap_w));
   EXPECT_EQ(io::plan_choice_from_json(j, "plan.json").power_cap_w, budgeted.choice.power_cap_w);
+}
+
+TEST(PowerLimit, APowerBudgetCapsEachSizesBoardsAtTheirShare) {
+  // Llama 3 8B, 8 kW for the boards: 8 H100 at their 700 W limit draw 5.6 kW, so they run
+  // uncapped; 16 share it at 500 W each and, their clock falling less than their count doubles,
+  // train faster; 64 would have 125 W a board, below its idle 165 W.
+  const Inputs s("hf/llama-3-8b.config.json", "h100-256.json");
+  SearchRequest req;
+  req.global_batch = 128;
+  req.top_k = 3;
+  const BudgetSearch b = search_power_budget(s.ctx, req, {8, 16, 64}, 8000);
+  ASSERT_EQ(b.points.size(), 3u);
+  EXPECT_EQ(b.points[0].cap_w, 0);
+  EXPECT_EQ(b.points[1].cap_w, 500);
+  EXPECT_FALSE(b.points[2].planned);
+  EXPECT_NE(b.points[2].why.find("not above its idle"), std::string::npos) << b.points[2].why;
+  ASSERT_TRUE(b.points[0].planned && b.points[1].planned);
+  EXPECT_GT(b.points[1].tokens_per_second, b.points[0].tokens_per_second * 1.3);
+  EXPECT_LE(b.points[1].draw_w, 8000);
+  EXPECT_NEAR(b.points[0].draw_w,
+              8 * board_energy(s.ctx.gpu.power,
+                               [&] {
+                                 SearchRequest one = req;
+                                 one.num_gpus = 8;
+                                 return search_plans(s.ctx, one).ranked.at(0);
+                               }())
+                      .watts,
+              1e-6);
+  // The fastest first, each plan carrying its size's cap, priced under it.
+  const Plan& best = b.result.ranked.at(0);
+  EXPECT_EQ(best.choice.gpus(), 16);
+  EXPECT_EQ(best.choice.power_cap_w, 500);
+  PlanChoice again = best.choice;
+  EXPECT_EQ(estimate_time_at_power_limit(s.ctx, again).iteration, best.score.time.iteration);
+  for (size_t i = 1; i < b.result.ranked.size(); ++i)
+    EXPECT_GE(b.result.ranked[i].score.time.iteration, b.result.ranked[i - 1].score.time.iteration);
+  // A budget no size can run under is an error naming why.
+  try {
+    search_power_budget(s.ctx, req, {8}, 1000);
+    FAIL() << "1 kW for 8 boards was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no cluster size runs within 1.0 kW"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace moe

@@ -7,6 +7,7 @@
 
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/power_budget.h"
 #include "planner/search.h"
 #include "simulator/training_sim.h"
 #include "tools/moeplan/commands.h"
@@ -77,12 +78,20 @@ void run_plan(const PlanOptions& o) {
   // The cost objective without --gpus weighs cluster sizes too: whole nodes in powers of two,
   // and the whole cluster.
   std::vector<int64_t> counts = {req.num_gpus};
-  if (req.objective == Objective::kCost && !o.gpus) {
+  if ((req.objective == Objective::kCost || o.power_budget_kw) && !o.gpus) {
     counts.clear();
     for (int64_t n = c.node.num_gpus; n < c.num_gpus(); n *= 2) counts.push_back(n);
     counts.push_back(c.num_gpus());
   }
+  // Under a power budget, each size's boards capped at their share (the first search's sizes
+  // are reported).
+  std::vector<BudgetPoint> budget_points;
   auto search = [&](const SearchRequest& q) {
+    if (o.power_budget_kw) {
+      BudgetSearch b = search_power_budget(ctx, q, counts, *o.power_budget_kw * 1e3);
+      if (budget_points.empty()) budget_points = std::move(b.points);
+      return std::move(b.result);
+    }
     return counts.size() == 1 ? search_plans(ctx, q) : search_gpu_counts(ctx, q, counts);
   };
   // The energy objective's time budget, from the fastest plan of the same space.
@@ -139,8 +148,8 @@ void run_plan(const PlanOptions& o) {
   if (!o.save.empty())
     io::write_file_atomically(o.save, io::plan_to_json(best, m, c).dump(2) + "\n");
 
-  const PlanReport report{o,       m,        c,         ctx,       skew,         req,
-                          outcome, verified, free_best, free_fits, counts.size()};
+  const PlanReport report{o,       m,        c,         ctx,       skew,          req,
+                          outcome, verified, free_best, free_fits, counts.size(), budget_points};
   if (o.json)
     print_plan_json(report);
   else
@@ -174,6 +183,11 @@ void add_plan(CommandLine& cli) {
              "throughput | memory (the least peak memory a GPU; plans within 0.5 % of it by "
              "time) | cost | energy (the fewest joules a token on the GPU boards, with a "
              "power cap searched below their limit unless --power-limit fixes it)");
+  cmd.option("--power-budget-kW", o->power_budget_kw,
+             "what all the job's GPU boards may draw: each cluster size (whole nodes in powers "
+             "of two, and the whole cluster, unless --gpus fixes it) runs with its boards capped "
+             "at their share, and the fastest wins")
+      .positive();
   cmd.option("--max-slowdown", o->max_slowdown_percent,
              "with --objective energy: keep to plans at most PCT % slower than the fastest")
       .range(0.0, 1000.0);

@@ -21,6 +21,9 @@ struct PlanOptions {
   std::optional<double> power_limit_w;  // a power cap on the cluster's GPUs (power_limit.h)
   // The energy objective's time budget: at most this many percent slower than the fastest plan.
   std::optional<double> max_slowdown_percent;
+  // What all the job's GPU boards may draw, in kW: each size's boards capped at their share
+  // (planner/power_budget.h).
+  std::optional<double> power_budget_kw;
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
                          attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",

@@ -71,6 +71,27 @@ void print_power_limit(const GpuPower& board, const Plan& best) {
       100 * busy_at_limit(power), clock_under_power_limit(power, 1.0));
 }
 
+// Under --power-budget-kW: what each cluster size's share of the budget leaves its boards, and
+// the fastest plan it runs.
+void print_power_budget(const PlanReport& report) {
+  if (report.budget.empty()) return;
+  fmt::print("Under {:g} kW for the GPU boards (each size's boards capped at their share):\n",
+             *report.options.power_budget_kw);
+  Table t({"GPUs", "cap a board", "iteration", "tokens/s", "boards draw"});
+  for (const BudgetPoint& p : report.budget) {
+    const std::string cap =
+        p.cap_w > 0 ? fmt::format("{:.0f} W", p.cap_w)
+                    : fmt::format("none ({:.0f} W)", report.cluster.node.gpu.power.limit_w);
+    if (!p.planned) {
+      t.add({std::to_string(p.gpus), cap, "-", "-", p.why});
+      continue;
+    }
+    t.add({std::to_string(p.gpus), cap, as_ms(p.iteration, 1),
+           fmt::format("{:.0f}", p.tokens_per_second), fmt::format("{:.1f} kW", p.draw_w / 1e3)});
+  }
+  fmt::print("{}\n", t.render());
+}
+
 // The energy objective's trade for its best plan: the board's limit and each cap it weighed.
 void print_energy_by_cap(const TimeContext& ctx, const PlanOptions& o, const SearchRequest& req,
                          const Plan& best) {
@@ -480,7 +501,24 @@ void print_plan_json(const PlanReport& report) {
                         {"gpu_power_W", p.watts},
                         {"tokens_per_joule", p.tokens_per_joule}});
   }
+  nlohmann::json budget;
+  if (!report.budget.empty()) {
+    budget["kW"] = *report.options.power_budget_kw;
+    budget["sizes"] = nlohmann::json::array();
+    for (const BudgetPoint& p : report.budget) {
+      nlohmann::json size = {{"gpus", p.gpus}, {"power_cap_W", p.cap_w}};
+      if (p.planned) {
+        size["iteration_s"] = p.iteration.value();
+        size["tokens_per_s"] = p.tokens_per_second;
+        size["gpu_power_W"] = p.draw_w;
+      } else {
+        size["why"] = p.why;
+      }
+      budget["sizes"].push_back(size);
+    }
+  }
   print_json({{"model", m.name},
+              {"power_budget", budget},
               {"cluster", c.name},
               {"gpus", report.request.num_gpus},
               {"global_batch", report.options.global_batch},
@@ -504,6 +542,7 @@ void print_plan_json(const PlanReport& report) {
 
 void print_plan_text(const PlanReport& report) {
   print_ranked_plans(report);
+  print_power_budget(report);
   print_best_plan_time(report);
   print_memory_by_stage(report);
   print_launch_arguments(report);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/power_budget.h"
 #include "planner/routing_skew.h"
 #include "planner/search.h"
 #include "planner/time_model.h"
@@ -36,6 +37,8 @@ struct PlanReport {
   const std::optional<Plan>& free_best;
   const std::string& free_fits;
   size_t gpu_counts = 1;  // cluster sizes the search weighed (the cost objective's)
+  // Under --power-budget-kW: each size's cap and best plan.
+  const std::vector<BudgetPoint>& budget;
 };
 
 void print_plan_json(const PlanReport& report);

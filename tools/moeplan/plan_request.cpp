@@ -45,7 +45,21 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
     // A cap on the command line is the user's; without one the search weighs caps below the
     // board's limit.
     if (!o.power_limit_w) req.power_caps = energy_power_caps(c.node.gpu.power);
-  } else if (o.max_slowdown_percent) {
+  }
+  if (o.power_budget_kw) {
+    if (req.objective != Objective::kThroughput)
+      throw InputError("--power-budget-kW", "",
+                       "ranks cluster sizes by throughput under the budget: drop --objective");
+    if (o.power_limit_w)
+      throw InputError("--power-budget-kW", "",
+                       "caps each board at its share of the budget: drop --power-limit");
+    if (!(c.node.gpu.power.limit_w > 0))
+      throw InputError("--power-budget-kW", "",
+                       fmt::format("needs the GPUs' power entry (node.gpu.power) in cluster {}'s "
+                                   "file",
+                                   c.name));
+  }
+  if (req.objective != Objective::kEnergy && o.max_slowdown_percent) {
     throw InputError("--max-slowdown", "",
                      "bounds the energy objective's time: add --objective energy");
   }
