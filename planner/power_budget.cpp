@@ -44,13 +44,7 @@ BudgetSearch search_power_budget(const TimeContext& ctx, const SearchRequest& re
       out.points.push_back(point);
       continue;
     }
-    out.result.stats.layouts += r.stats.layouts;
-    out.result.stats.pruned_by_memory += r.stats.pruned_by_memory;
-    out.result.stats.evaluated += r.stats.evaluated;
-    out.result.stats.bounded += r.stats.bounded;
-    out.result.stats.seconds += r.stats.seconds;
-    if (r.closest && (!out.result.closest || r.closest->needed < out.result.closest->needed))
-      out.result.closest = r.closest;
+    add_search_counts(out.result, r);
     if (r.ranked.empty()) {
       point.why = "nothing fits";
     } else {

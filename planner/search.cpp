@@ -781,6 +781,16 @@ std::vector<Plan> offload_plans(const TimeContext& ctx, const ClusterSpec& clust
   return out;
 }
 
+void add_search_counts(SearchResult& into, const SearchResult& one) {
+  into.stats.layouts += one.stats.layouts;
+  into.stats.pruned_by_memory += one.stats.pruned_by_memory;
+  into.stats.evaluated += one.stats.evaluated;
+  into.stats.bounded += one.stats.bounded;
+  into.stats.seconds += one.stats.seconds;
+  if (one.closest && (!into.closest || one.closest->needed < into.closest->needed))
+    into.closest = one.closest;
+}
+
 SearchResult search_gpu_counts(const TimeContext& ctx, const SearchRequest& req,
                                const std::vector<int64_t>& counts) {
   SearchResult out;
@@ -796,13 +806,7 @@ SearchResult search_gpu_counts(const TimeContext& ctx, const SearchRequest& req,
       last_error = e;
       continue;
     }
-    out.stats.layouts += r.stats.layouts;
-    out.stats.pruned_by_memory += r.stats.pruned_by_memory;
-    out.stats.evaluated += r.stats.evaluated;
-    out.stats.bounded += r.stats.bounded;
-    out.stats.seconds += r.stats.seconds;
-    if (r.closest && (!out.closest || r.closest->needed < out.closest->needed))
-      out.closest = r.closest;
+    add_search_counts(out, r);
     for (Plan& p : r.ranked) all.push_back(std::move(p));
   }
   if (all.empty() && !out.closest && last_error) throw *last_error;

@@ -135,6 +135,10 @@ PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const Memo
 
 SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req);
 
+// Adds one search's counts to `into`'s, and its closest miss where it is the closer (a search
+// over several sizes or caps reports them as one).
+void add_search_counts(SearchResult& into, const SearchResult& one);
+
 // The cost objective over several cluster sizes: searches each GPU count and ranks every plan
 // by GPU-seconds per token. Counts with no valid layout are skipped; ConfigError if none has one.
 SearchResult search_gpu_counts(const TimeContext& ctx, const SearchRequest& req,
