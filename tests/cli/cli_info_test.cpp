@@ -127,6 +127,9 @@ TEST(Cli, BadInputsGiveOneLineAndNonZeroExit) {
                         "--top: Value 0 not in range 1 to 100", 2);
   expect_one_line_error(run(plan + "--global-batch 64 --alpha 1.5"), "--alpha: Value 1.5 not in",
                         2);
+  // A range holds no nan (CLI11's Range let it through: no comparison with nan fails).
+  expect_one_line_error(run(plan + "--global-batch 64 --alpha nan"),
+                        "--alpha: 'nan' is not a number", 2);
   expect_one_line_error(run("a2a --cluster topologies/h100-sxm-8.json --bytes 1 "
                             "--chunk-overhead-us -1"),
                         "--chunk-overhead-us: must be zero or more, got -1", 2);

@@ -54,7 +54,16 @@ Flag& Flag::range(int64_t min, int64_t max) {
 }
 
 Flag& Flag::range(double min, double max) {
-  option_->check(CLI::Range(min, max));
+  // CLI::Range lets nan through (no comparison with it fails); a number must be finite first.
+  option_->check(CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        const std::optional<double> v = finite_number(text);
+        if (!v) return fmt::format("'{}' is not a number", text);
+        if (*v < min || *v > max)
+          return fmt::format("Value {} not in range {:g} to {:g}", text, min, max);
+        return "";
+      },
+      "RANGE"));
   return *this;
 }
 
