@@ -176,6 +176,13 @@ TEST(Cli, PlanWeighsPowerCapsUnderTheEnergyObjective) {
             std::string::npos);
   EXPECT_NE(text.out.find(fmt::format("* {:.0f} W", cap)), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("time budget:"), std::string::npos);
+  // --verify ranks the shortlist by the simulator's joules a token.
+  const nlohmann::json verified = run_json(args + " --objective energy --verify 2 --json");
+  ASSERT_EQ(verified["plans"].size(), 2u);
+  const double first = verified["plans"][0]["simulated"]["tokens_per_joule"].get<double>();
+  const double second = verified["plans"][1]["simulated"]["tokens_per_joule"].get<double>();
+  EXPECT_GT(first, 0);
+  EXPECT_GE(first, second);
   // --explain weighs fixed sizes against the search's by joules under this objective.
   const Result fixed = run(args + " --objective energy --parallel tp=8 --explain");
   ASSERT_EQ(fixed.code, 0) << fixed.err;

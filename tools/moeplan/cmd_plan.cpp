@@ -9,6 +9,7 @@
 #include "planner/io/plan_io.h"
 #include "planner/power_budget.h"
 #include "planner/search.h"
+#include "simulator/board_power.h"
 #include "simulator/training_sim.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
@@ -29,13 +30,14 @@ bool fixes_sizes(const ParallelConfig& p) {
   return false;
 }
 
-// Simulates the first `count` plans for one iteration each and, for the throughput objective,
-// reorders them by simulated time (a plan that runs out of memory in simulation goes last):
-// contention, the pipeline's real order and sampled routing can swap plans the closed form
-// put within a few percent. Returns the results aligned with the new order.
+// Simulates the first `count` plans for one iteration each and, for the throughput and energy
+// objectives, reorders them by simulated time or simulated joules a token (a plan that runs out
+// of memory in simulation goes last): contention, the pipeline's real order and sampled routing
+// can swap plans the closed form put within a few percent. Returns the results aligned with the
+// new order.
 std::vector<Verified> verify_plans(const TimeContext& ctx, const ClusterSpec& c,
                                    const SearchRequest& req, std::vector<Plan>& ranked,
-                                   size_t count, bool reorder, bool tty) {
+                                   size_t count, bool tty) {
   sim::TrainingOptions opt;
   opt.alpha = req.alpha;
   opt.static_override = req.static_override;
@@ -43,12 +45,15 @@ std::vector<Verified> verify_plans(const TimeContext& ctx, const ClusterSpec& c,
   for (size_t i = 0; i < count; ++i) {
     if (tty) fmt::print(stderr, "\rsimulating plan {} of {}", i + 1, count);
     const sim::TrainingReport r = sim::simulate_training(ctx, c, ranked[i].choice, opt);
-    runs.push_back({ranked[i], {r.mean_iteration, r.oom_count, i}});
+    const sim::BoardDraw draw = sim::simulated_board_draw(ctx.gpu.power, ranked[i].choice, r);
+    runs.push_back({ranked[i], {r.mean_iteration, draw.tokens_per_joule, r.oom_count, i}});
   }
   if (tty) fmt::print(stderr, "\r                          \r");
-  if (reorder) {
-    std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+  const bool energy = req.objective == Objective::kEnergy;
+  if (req.objective == Objective::kThroughput || energy) {
+    std::stable_sort(runs.begin(), runs.end(), [&](const auto& a, const auto& b) {
       if ((a.second.oom_events > 0) != (b.second.oom_events > 0)) return b.second.oom_events > 0;
+      if (energy) return a.second.tokens_per_joule > b.second.tokens_per_joule;
       return a.second.iteration < b.second.iteration;
     });
   }
@@ -142,8 +147,7 @@ void run_plan(const PlanOptions& o) {
           : std::min(r.ranked.size(), static_cast<size_t>(std::max(o.verify, 0)));
   const std::vector<Verified> verified =
       verified_count == 0 ? std::vector<Verified>{}
-                          : verify_plans(ctx, c, req, r.ranked, verified_count,
-                                         req.objective == Objective::kThroughput, tty && !o.json);
+                          : verify_plans(ctx, c, req, r.ranked, verified_count, tty && !o.json);
   const Plan& best = r.ranked.front();
   if (!o.save.empty())
     io::write_file_atomically(o.save, io::plan_to_json(best, m, c).dump(2) + "\n");

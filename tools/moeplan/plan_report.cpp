@@ -254,10 +254,15 @@ void print_ranked_plans(const PlanReport& report) {
   if (!verified.empty()) {
     size_t was_first = 0;  // where the planner's #1 went
     while (verified[was_first].planner_rank != 0) ++was_first;
+    const bool energy = report.request.objective == Objective::kEnergy;
     fmt::print("Simulated the first {} plans, one iteration each (moeplan simulate); {}\n\n",
                verified.size(),
-               verified[0].planner_rank == 0
-                   ? std::string("the simulator agrees on the best.")
+               verified[0].planner_rank == 0 ? std::string("the simulator agrees on the best.")
+               : energy
+                   ? fmt::format("its most frugal is the planner's #{} ({:.2f} tokens per joule), "
+                                 "shown first and saved; the planner's #1 simulates at {:.2f}.",
+                                 verified[0].planner_rank + 1, verified[0].tokens_per_joule,
+                                 verified[was_first].tokens_per_joule)
                    : fmt::format("its fastest is the planner's #{} ({}), shown first and saved; "
                                  "the planner's #1 simulates at {} (shared links, sampled "
                                  "routing and the real schedule, which its closed form prices "
@@ -483,6 +488,7 @@ void print_plan_json(const PlanReport& report) {
       j["simulated"] = {{"iteration_s", v.iteration.value()},
                         {"oom_events", v.oom_events},
                         {"planner_rank", v.planner_rank + 1}};
+      if (v.tokens_per_joule > 0) j["simulated"]["tokens_per_joule"] = v.tokens_per_joule;
     }
     plans.push_back(std::move(j));
   }

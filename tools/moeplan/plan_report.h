@@ -19,6 +19,7 @@ namespace moe::cli {
 // A ranked plan run through the discrete-event simulator (--verify).
 struct Verified {
   Seconds iteration;
+  double tokens_per_joule = 0;  // the simulated boards' (0: no power entry)
   int64_t oom_events = 0;
   size_t planner_rank = 0;  // 0-based, before the simulator reordered them
 };
