@@ -350,10 +350,18 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // Named, not a structured binding: the lambdas below capture them (clang).
   const WeightShape weights = weight_shape(ctx, c);
   const double rows = weights.rows, split = weights.split;
+  // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers) hides TP's all-gather and
+  // reduce-scatter by running each TP-sharded GEMM beside them in t pieces of rows / t, one per
+  // ring step (ring_exchange, what the Llama 3 recipes use; the older `pipeline` method cut 4):
+  // the pieces run at the GEMM curve's efficiency for their own size.
+  const double tp_pieces =
+      t > 1 && !ulysses && c.overlap && !c.intra_overlap ? static_cast<double>(t) : 1.0;
+  auto tp_gemm = [&](double k, double n) {
+    return gemm(ctx, peak, rows / tp_pieces, k, n, tp_pieces);
+  };
   auto ffn = [&](double width) {
     // Gate and up projections fused ([h] -> [2w] gated), then the down projection ([w] -> [h]).
-    return gemm(ctx, peak, rows, h, (m.gated_ffn ? 2.0 : 1.0) * width / split) +
-           gemm(ctx, peak, rows, width / split, h);
+    return tp_gemm(h, (m.gated_ffn ? 2.0 : 1.0) * width / split) + tp_gemm(width / split, h);
   };
   const Bytes sequence(b * s / static_cast<double>(cp) * h * kActivationBytes);
   // What FP8 does to the bytes TP collectives and the expert dispatch move (1 otherwise).
@@ -396,7 +404,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // DSA's indexer projections run whole on the gathered sequence on every TP rank.
   const double indexer_weights = lp.linear ? 0.0 : indexer_params(m);
   const OpWork projections =
-      gemm(ctx, peak, rows, h, ((lp.attention - indexer_weights) / split + indexer_weights) / h);
+      tp_gemm(h, ((lp.attention - indexer_weights) / split + indexer_weights) / h);
   OpWork attention_comm;
   if (t > 1 && !ulysses) {
     // An all-gather of h before attention and a reduce-scatter of h after, but multi-latent

@@ -395,24 +395,23 @@ TEST(Cli, AnchorFitsTheModelToAMeasuredIteration) {
 }
 
 TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
-  // Phi-3.5-MoE on 240 H800: the planner's top eight are within 2 % of each other, its #1, #2,
-  // #5, #7 and #8 interleaved (pp = 2, vpp = 4, two micro-batches a replica, the schedule
-  // walked) and its #3, #4 and #6 a single stage with EP = 16 across two nodes, whose
-  // overlapped all-to-all the planner prices with its SM share all the way. --verify simulates
-  // the shortlist and puts the simulator's fastest (the planner's #2, 361.9 ms against #1's
-  // 372.3) first, and saves it. (It was MemFine Model II on the A800
+  // Mixtral-8x7B on 240 H800: the planner's top eight are within 2 % of each other, its #1, #4
+  // and #5 with the experts tensor-parallel (etp = 2, MoNTA's all-to-all), the rest with whole
+  // experts. --verify simulates the shortlist and puts the simulator's fastest (the planner's
+  // #6, 603.1 ms, against #1's 615.1: the simulator runs MoNTA's pieces on shared links) first,
+  // and saves it. (It was Phi-3.5-MoE, whose #2 the simulator put 2.8 % ahead of #1, until the
+  // planner priced --tp-comm-overlap's GEMM pieces; before that MemFine Model II on the A800
   // cluster, whose ZeRO-2 plans the planner ranked first at 30.7 s against 26.1 s simulated for
   // its #3, until it learnt that ZeRO-2's reduce-scatters share the backward's NICs.) Priced
   // as MegaScale's system (reproduce's paper_era_efficiencies), from a calibration file: no host
-  // time (with it the planner picks micro-batches of 4-8, whose three best the simulator keeps
-  // in order) and attention at a constant half of peak (the measured curve reorders them too).
+  // time and attention at a constant half of peak.
   const std::string path = temp_path("moeplan_cli_verified.json");
   const std::string cal = temp_path("moeplan_cli_no_host.json");
   std::ofstream(cal) << R"({"format": "moeplan-calibration/1", "constants": {
     "attention_core": 0.5, "host_attention_us": 0, "host_router_us": 0, "host_dense_ffn_us": 0,
     "host_experts_alltoall_us": 0, "host_experts_flex_us": 0, "host_experts_allgather_us": 0}})";
   const std::string base =
-      "plan --model models/phi-3.5-moe.json --cluster "
+      "plan --model models/mixtral-8x7b.json --cluster "
       "topologies/megascale-h800-240.json --global-batch 240 --top 8 --calibration " +
       cal;
   const auto plain = nlohmann::json::parse(run(base + " --json").out);
@@ -443,9 +442,22 @@ TEST(Cli, PlanVerifiesItsShortlistInTheSimulator) {
   const std::string fastest = "its fastest is the planner's #" +
                               std::to_string(j["plans"][0]["simulated"]["planner_rank"].get<int>());
   EXPECT_NE(text.out.find(fastest), std::string::npos) << text.out;
-  // Of the first three alone the simulator's fastest is the same plan; of the first alone it
-  // agrees.
-  EXPECT_NE(run(base + " --verify 3").out.find(fastest), std::string::npos);
+  // Of the first three alone the simulator's fastest is the fastest of them in the run of
+  // eight; of the first alone it agrees.
+  int of_three = 0;
+  double best_of_three = 1e300;
+  for (const auto& p : j["plans"]) {
+    const int was = p["simulated"]["planner_rank"].get<int>();
+    const double t = p["simulated"]["iteration_s"].get<double>();
+    if (was <= 3 && t < best_of_three) {
+      best_of_three = t;
+      of_three = was;
+    }
+  }
+  ASSERT_GT(of_three, 1);  // the simulator reorders the first three too
+  EXPECT_NE(run(base + " --verify 3")
+                .out.find("its fastest is the planner's #" + std::to_string(of_three)),
+            std::string::npos);
   EXPECT_NE(run(base + " --verify 1").out.find("the simulator agrees on the best"),
             std::string::npos);
   expect_one_line_error(run(base + " --verify 0"), "--verify", 2);

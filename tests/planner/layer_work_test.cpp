@@ -152,4 +152,42 @@ TEST(LayerWork, CommunicationRecordsTheLatencyThatHoldsNoLink) {
   EXPECT_LE(kv.latency.value(), 15 * ctx.links.latency(16).value() * (1 + 1e-12));
 }
 
+TEST(LayerWork, TpCommOverlapRunsTheShardedGemmsInPieces) {
+  // Megatron's --tp-comm-overlap (userbuffers' ring exchange) runs each TP-sharded GEMM beside
+  // the all-gather or reduce-scatter in t pieces of rows / t: the attention projections and the
+  // dense FFN of Llama 3 70B at tp = 8 take what eight GEMMs of an eighth of the rows take, more
+  // than the whole GEMM without overlap; the FLOPs stay the same. Ulysses SP and TP = 1 keep
+  // them whole.
+  const Inputs s("hf/llama-3-70b.config.json", "h100-256.json");
+  PlanChoice c = choice("tp=8,ep=1,etp=1,edp=8,cp=1,mbs=1");
+  auto op = [&](const PlanChoice& x, const std::string& name) {
+    for (const LayerOp& o : layer_forward_ops(s.ctx, x, s.ctx.params.layers[0], false, 1.0, 1))
+      if (o.name == name) return o;
+    ADD_FAILURE() << name;
+    return LayerOp{};
+  };
+  c.overlap = false;
+  const LayerOp whole = op(c, "attention projections");
+  const LayerOp ffn_whole = op(c, "dense FFN");
+  c.overlap = true;
+  const LayerOp pieces = op(c, "attention projections");
+  const LayerOp ffn_pieces = op(c, "dense FFN");
+  EXPECT_DOUBLE_EQ(pieces.flops, whole.flops);
+  EXPECT_GT(pieces.time, whole.time * 1.02);
+  EXPECT_GT(ffn_pieces.time, ffn_whole.time * 1.02);
+  const double h = static_cast<double>(s.ctx.model->hidden_size);
+  const double rows = static_cast<double>(s.ctx.seq_len);
+  const double width = s.ctx.params.layers[0].attention / h / 8.0;
+  EXPECT_NEAR(pieces.time.value(),
+              (gemm_time(s.ctx, linear_gemm_rate(s.ctx, c), rows / 8, h, width) * 8.0).value(),
+              1e-12);
+  c.attention = AttentionMode::kUlysses;
+  EXPECT_DOUBLE_EQ(op(c, "attention projections").flops, whole.flops);
+  PlanChoice one = choice("tp=1,ep=1,etp=1,cp=1,mbs=1");
+  one.overlap = true;
+  const LayerOp alone = op(one, "attention projections");
+  one.overlap = false;
+  EXPECT_EQ(op(one, "attention projections").time, alone.time);
+}
+
 }  // namespace moe
