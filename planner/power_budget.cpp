@@ -45,16 +45,16 @@ BudgetSearch search_power_budget(const TimeContext& ctx, const SearchRequest& re
       continue;
     }
     add_search_counts(out.result, r);
+    for (Plan& p : r.ranked) p.choice.power_cap_w = point.cap_w;
     if (r.ranked.empty()) {
       point.why = "nothing fits";
     } else {
+      const Plan& best = r.ranked.front();
       point.planned = true;
-      point.iteration = r.ranked.front().score.time.iteration;
-      point.tokens_per_second = r.ranked.front().score.tokens_per_second;
+      point.iteration = best.score.time.iteration;
+      point.tokens_per_second = best.score.tokens_per_second;
+      point.draw_w = board_energy(board, best).watts * static_cast<double>(n);
     }
-    for (Plan& p : r.ranked) p.choice.power_cap_w = point.cap_w;
-    if (point.planned)
-      point.draw_w = board_energy(board, r.ranked.front()).watts * static_cast<double>(n);
     for (Plan& p : r.ranked) all.push_back(std::move(p));
     out.points.push_back(point);
   }

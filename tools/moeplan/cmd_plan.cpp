@@ -100,18 +100,15 @@ void run_plan(const PlanOptions& o) {
     return counts.size() == 1 ? search_plans(ctx, q) : search_gpu_counts(ctx, q, counts);
   };
   // The energy objective's time budget, from the fastest plan of the same space.
-  std::optional<Plan> fastest;
   if (o.max_slowdown_percent) {
     SearchRequest quick = req;
     quick.objective = Objective::kThroughput;
     quick.power_caps.clear();
     quick.top_k = 1;
     quick.progress = nullptr;
-    SearchResult f = search(quick);
-    if (!f.ranked.empty()) {
-      fastest = std::move(f.ranked.front());
-      req.time_limit = fastest->score.time.iteration * (1 + *o.max_slowdown_percent / 100);
-    }
+    const SearchResult f = search(quick);
+    if (!f.ranked.empty())
+      req.time_limit = f.ranked.front().score.time.iteration * (1 + *o.max_slowdown_percent / 100);
   }
   SearchResult first = search(req);
   if (tty && !o.json) fmt::print(stderr, "\r                 \r");

@@ -93,16 +93,31 @@ void print_power_budget(const PlanReport& report) {
 }
 
 // The energy objective's trade for its best plan: the board's limit and each cap it weighed.
-void print_energy_by_cap(const TimeContext& ctx, const PlanOptions& o, const SearchRequest& req,
-                         const Plan& best) {
-  const double tokens = static_cast<double>(*best.choice.parallel.gbs * ctx.seq_len);
-  const std::vector<CapPoint> points =
-      energy_by_cap(ctx, best.choice, tokens, energy_power_caps(ctx.gpu.power));
-  if (points.empty() || req.power_caps.empty()) return;
+// The energy objective's trade for its best plan: its time and joules under the board's limit
+// and under each cap the search weighed (none where --power-limit fixed the cap, or for an
+// offload plan). The text's table and the JSON's energy_by_cap.
+std::vector<CapPoint> best_plan_by_cap(const PlanReport& report) {
+  const SearchRequest& req = report.request;
+  const Plan& best = report.outcome.result.ranked.front();
+  if (req.objective != Objective::kEnergy || req.power_caps.empty() || best.choice.offload)
+    return {};
+  TimeContext own = report.ctx;  // the best plan's GPUs decide which groups straddle nodes
+  own.links.world = best.choice.parallel.world();
+  const double tokens = static_cast<double>(*best.choice.parallel.gbs * own.seq_len);
+  return energy_by_cap(own, best.choice, tokens, req.power_caps);
+}
+
+void print_energy_by_cap(const PlanReport& report) {
+  const PlanOptions& o = report.options;
+  const SearchRequest& req = report.request;
+  const Plan& best = report.outcome.result.ranked.front();
+  const GpuPower& board = report.ctx.gpu.power;
+  const std::vector<CapPoint> points = best_plan_by_cap(report);
+  if (points.empty()) return;
   fmt::print("\nThe best layout's joules against its boards' power cap (nvidia-smi -pl):\n");
   Table t({"cap", "clock", "iteration", "tokens/s", "W a GPU", "tokens/J", "vs limit"});
   for (const CapPoint& p : points) {
-    const bool chosen = p.cap_w == power_under_cap(ctx.gpu.power, best.choice).limit_w;
+    const bool chosen = p.cap_w == power_under_cap(board, best.choice).limit_w;
     t.add({fmt::format("{}{:.0f} W", chosen ? "* " : "", p.cap_w),
            fmt::format("{:.3f}", p.compute_clock), as_ms(p.iteration, 1),
            fmt::format("{:.0f}", p.tokens_per_second), fmt::format("{:.0f}", p.watts),
@@ -447,7 +462,7 @@ void print_explanations(const PlanReport& report) {
   print_straddling_groups(own.links, bp);
   print_host_bound(best);
   print_power_limit(ctx.gpu.power, best);
-  if (req.objective == Objective::kEnergy) print_energy_by_cap(own, o, req, best);
+  print_energy_by_cap(report);
   // The search leaves DeepEP out (it needs its own library); where the best plan's experts
   // span nodes, say what it would save.
   if (o.explain && *bp.ep > 1 && *bp.etp == 1 &&
@@ -492,21 +507,14 @@ void print_plan_json(const PlanReport& report) {
     }
     plans.push_back(std::move(j));
   }
-  // The energy objective's trade for the best plan (print_energy_by_cap's table).
   nlohmann::json by_cap = nlohmann::json::array();
-  if (report.request.objective == Objective::kEnergy && !best.choice.offload) {
-    TimeContext own = report.ctx;
-    own.links.world = best.choice.parallel.world();
-    const double tokens = static_cast<double>(*best.choice.parallel.gbs * own.seq_len);
-    for (const CapPoint& p :
-         energy_by_cap(own, best.choice, tokens, energy_power_caps(own.gpu.power)))
-      by_cap.push_back({{"power_limit_W", p.cap_w},
-                        {"compute_clock", p.compute_clock},
-                        {"iteration_s", p.iteration.value()},
-                        {"tokens_per_s", p.tokens_per_second},
-                        {"gpu_power_W", p.watts},
-                        {"tokens_per_joule", p.tokens_per_joule}});
-  }
+  for (const CapPoint& p : best_plan_by_cap(report))
+    by_cap.push_back({{"power_limit_W", p.cap_w},
+                      {"compute_clock", p.compute_clock},
+                      {"iteration_s", p.iteration.value()},
+                      {"tokens_per_s", p.tokens_per_second},
+                      {"gpu_power_W", p.watts},
+                      {"tokens_per_joule", p.tokens_per_joule}});
   nlohmann::json budget;
   if (!report.budget.empty()) {
     budget["kW"] = *report.options.power_budget_kw;

@@ -36,12 +36,16 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
         fmt::format("gbs={} contradicts --global-batch {}", *req.fixed.gbs, o.global_batch));
   }
   req.objective = parse_objective(o.objective);
-  if (req.objective == Objective::kEnergy) {
+  // What counts joules or watts needs the board's draw.
+  auto need_power_entry = [&](const char* option, const char* what) {
     if (!(c.node.gpu.power.limit_w > 0))
-      throw InputError("--objective", "",
-                       fmt::format("energy needs the GPUs' power entry (node.gpu.power: limit_W, "
+      throw InputError(option, "",
+                       fmt::format("{} needs the GPUs' power entry (node.gpu.power: limit_W, "
                                    "idle_W, busy_W, sustained_rate) in cluster {}'s file",
-                                   c.name));
+                                   what, c.name));
+  };
+  if (req.objective == Objective::kEnergy) {
+    need_power_entry("--objective", "energy");
     // A cap on the command line is the user's; without one the search weighs caps below the
     // board's limit.
     if (!o.power_limit_w) req.power_caps = energy_power_caps(c.node.gpu.power);
@@ -53,11 +57,7 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
     if (o.power_limit_w)
       throw InputError("--power-budget-kW", "",
                        "caps each board at its share of the budget: drop --power-limit");
-    if (!(c.node.gpu.power.limit_w > 0))
-      throw InputError("--power-budget-kW", "",
-                       fmt::format("needs the GPUs' power entry (node.gpu.power) in cluster {}'s "
-                                   "file",
-                                   c.name));
+    need_power_entry("--power-budget-kW", "a power budget");
   }
   if (req.objective != Objective::kEnergy && o.max_slowdown_percent) {
     throw InputError("--max-slowdown", "",
