@@ -97,6 +97,21 @@ Seconds core_attention_time(const TimeContext& ctx, const PlanChoice& c, bool li
 // The output head (vocab-parallel over TP) of the last stage, forward, one micro-batch.
 LayerOp output_head_op(const TimeContext& ctx, const PlanChoice& c);
 Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c);
+// The loss over the head's logits (PlanChoice::cross_entropy), one micro-batch: memory-bound
+// passes over this rank's logits (tokens x vocabulary / t), forward (`op`) and backward. TE's
+// kernel moves 3 activation elements a logit forward and 2 backward; Megatron's native one 24
+// bytes more forward (an FP32 copy shifted, exponentiated and normalised in place, its sum read)
+// and 12 more backward (the FP32 gradient scaled, then cast back). The vocab-parallel
+// all-reduces of each token's max, sum and target logit are a few bytes a token: left out.
+struct LossPasses {
+  LayerOp forward;
+  Seconds backward;
+  // What one micro-batch's loss keeps on the GPU from its forward to its backward, at the
+  // forward's peak: TE's, the BF16 logits (holding the gradient); native's, the FP32 softmax
+  // beside the BF16 logits.
+  Bytes held;
+};
+LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c);
 // What one multi-token-prediction module (DeepSeek-V3; Megatron's --mtp-num-layers) adds on the
 // last stage beside its transformer layer, which is priced as the model's last layer: the
 // projection of the two normed streams [2h -> h] and its own pass through the shared output

@@ -414,6 +414,12 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
       return layer_offloaded(report.moe_shape, moe, m, tokens, chunks, r.recompute,
                              r.recompute_modules, r.offload_modules);
     };
+    // The loss's logits on the stages with an output head; a measured static memory (MemFine
+    // Table 4) holds them already, as it holds the checkpoints.
+    const double heads =
+        r.static_override ? 0.0 : static_cast<double>((stage == *p.pp - 1 ? 1 : 0) + mtp);
+    const Bytes loss = r.loss_bytes * heads *
+                       static_cast<double>(r.gpipe_microbatches ? *r.gpipe_microbatches : 1);
     auto activation_at = [&](int64_t chunks) {
       Bytes largest, sum, most_offloaded;
       for (const bool moe : {true, false}) {
@@ -427,8 +433,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ModelParams& all, const P
         most_offloaded = std::max(most_offloaded, off);
         sum += (a - off) * count;
       }
-      if (full) return largest;
-      return sum * (s.m_g / static_cast<double>(*p.vpp)) + most_offloaded * 2.0;
+      if (full) return largest + loss;
+      return sum * (s.m_g / static_cast<double>(*p.vpp)) + most_offloaded * 2.0 + loss;
     };
     s.offloaded_per_layer = std::max(offloaded_at(true, report.received_tokens, 1),
                                      offloaded_at(false, report.received_tokens, 1));

@@ -114,6 +114,11 @@ struct MemoryRequest {
   // GPipe runs every micro-batch's forward before any backward: each stage holds all of them
   // (this count) instead of 1F1B's in-flight few.
   std::optional<int64_t> gpipe_microbatches;
+  // What one micro-batch's loss keeps of its logits between its forward and backward, per
+  // output head (planner/layer_ops.h, cross_entropy_passes): the last stage's and each MTP
+  // module's. The last stage runs a micro-batch's backward right after its forward, so it holds
+  // one micro-batch's (GPipe: all of them).
+  Bytes loss_bytes;
 };
 
 struct StageMemory {

@@ -36,6 +36,14 @@ std::span<const EnumName<AttentionKernel>> attention_kernel_names() {
 const char* attention_kernel_name(AttentionKernel k) {
   return name_in(attention_kernel_names(), k);
 }
+std::span<const EnumName<CrossEntropy>> cross_entropy_names() {
+  static constexpr EnumName<CrossEntropy> names[] = {{"te", CrossEntropy::kTe},
+                                                     {"native", CrossEntropy::kNative}};
+  return names;
+}
+const char* cross_entropy_name(CrossEntropy k) {
+  return name_in(cross_entropy_names(), k);
+}
 const char* schedule_name(Schedule s) {
   switch (s) {
     case Schedule::kOneFOneB:
@@ -122,6 +130,8 @@ std::string PlanChoice::describe() const {
   if (intra_overlap) out += " intra-overlap";
   if (!permute_fusion) out += " unfused-permute";
   if (attention_kernel == AttentionKernel::kUnfused) out += " unfused-attention";
+  if (cross_entropy != CrossEntropy::kTe)
+    out += fmt::format(" ce={}", cross_entropy_name(cross_entropy));
   if (gpipe) out += " gpipe";
   if (zero_stage != 1) out += fmt::format(" zero={}", zero_stage);
   if (!overlap) out += " no-overlap";
@@ -291,6 +301,8 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   if (c.overlap && *p.tp > 1 && c.attention == AttentionMode::kTensor)
     a.push_back("--tp-comm-overlap");
   if (c.attention_kernel == AttentionKernel::kUnfused) a.push_back("--attention-backend unfused");
+  a.push_back("--cross-entropy-loss-fusion");
+  a.push_back(fmt::format("--cross-entropy-fusion-impl {}", cross_entropy_name(c.cross_entropy)));
   if (c.cuda_graph == CudaGraph::kAttention) {
     a.push_back("--cuda-graph-impl transformer_engine");
     a.push_back(m.is_moe() ? "--cuda-graph-scope attn moe_router moe_preprocess"

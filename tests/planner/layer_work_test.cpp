@@ -6,6 +6,7 @@
 #include "planner/layer_ops.h"
 #include "planner/model_stats.h"
 #include "planner/parallel.h"
+#include "planner/search.h"
 #include "tests/planner/planner_inputs.h"
 
 namespace moe {
@@ -188,6 +189,61 @@ TEST(LayerWork, TpCommOverlapRunsTheShardedGemmsInPieces) {
   const LayerOp alone = op(one, "attention projections");
   one.overlap = false;
   EXPECT_EQ(op(one, "attention projections").time, alone.time);
+}
+
+TEST(LayerWork, TheLossPassesOverTheLogitsAndKeepsThemOnTheLastStage) {
+  // Llama 3 8B's 128,256-entry vocabulary, 8K tokens a micro-batch on one GPU: 1.05e9 logits.
+  // Transformer Engine's kernel reads them twice and writes the gradient once in forward and
+  // scales it in backward (BF16: 6 and 4 bytes a logit), keeping the BF16 logits; Megatron's
+  // native one moves 26 and 14 and keeps the FP32 softmax beside them (6 bytes).
+  const Inputs s("hf/llama-3-8b.config.json", "h100-sxm-8.json", 8192);
+  PlanChoice c = choice("tp=1,pp=2,cp=1,mbs=1,dp=4,gbs=64");
+  const double logits = 8192.0 * 128256.0;
+  const double hbm = s.ctx.links.hbm.value() * s.ctx.eff.memory_bound;
+  const LossPasses te = cross_entropy_passes(s.ctx, c);
+  EXPECT_NEAR(te.forward.bytes, 6.0 * logits, 1.0);
+  EXPECT_NEAR(te.forward.time.value(), 6.0 * logits / hbm, 1e-12);
+  EXPECT_NEAR(te.backward.value(), 4.0 * logits / hbm, 1e-12);
+  EXPECT_NEAR(te.held.value(), 2.0 * logits, 1.0);
+  c.cross_entropy = CrossEntropy::kNative;
+  const LossPasses native = cross_entropy_passes(s.ctx, c);
+  EXPECT_NEAR(native.forward.time / te.forward.time, 26.0 / 6.0, 1e-9);
+  EXPECT_NEAR(native.backward / te.backward, 14.0 / 4.0, 1e-9);
+  EXPECT_NEAR(native.held.value(), 6.0 * logits, 1.0);
+  // TP splits the vocabulary, CP the tokens.
+  PlanChoice split = choice("tp=2,pp=2,cp=2,mbs=1,dp=1,gbs=64");
+  EXPECT_NEAR(cross_entropy_passes(s.ctx, split).held.value(), 0.5 * logits, 1.0);
+
+  // The last stage's passes carry the loss, the first's do not.
+  c.cross_entropy = CrossEntropy::kTe;
+  PlanChoice heavy = c;
+  heavy.cross_entropy = CrossEntropy::kNative;
+  const StageTimes last = stage_times(s.ctx, c, 1), last_native = stage_times(s.ctx, heavy, 1);
+  EXPECT_NEAR((last_native.forward - last.forward).value(),
+              (native.forward.time - te.forward.time).value(), 1e-12);
+  EXPECT_NEAR((last_native.backward - last.backward).value(),
+              (native.backward - te.backward).value(), 1e-12);
+  EXPECT_EQ(stage_times(s.ctx, c, 0).forward, stage_times(s.ctx, heavy, 0).forward);
+
+  // Memory: the last stage keeps one micro-batch's logits (1F1B runs its backward next); GPipe
+  // keeps every micro-batch's; a measured static memory holds them already.
+  const Bytes cap = s.cluster.node.gpu.hbm_capacity;
+  auto stage_bytes = [&](const PlanChoice& p, int64_t stage, std::optional<Bytes> measured = {}) {
+    const MemoryRequest r = memory_request(s.ctx, p, cap, 1.0, measured);
+    return estimate_memory(s.model, s.ctx.params, p.parallel, r)
+        .stages[static_cast<size_t>(stage)]
+        .activation_bytes;
+  };
+  EXPECT_NEAR((stage_bytes(heavy, 1) - stage_bytes(c, 1)).value(), 4.0 * logits, 1.0);
+  EXPECT_EQ(stage_bytes(heavy, 0), stage_bytes(c, 0));
+  PlanChoice gpipe = c;
+  gpipe.gpipe = true;
+  PlanChoice gpipe_native = gpipe;
+  gpipe_native.cross_entropy = CrossEntropy::kNative;
+  const double microbatches = 64.0 / 4.0;
+  EXPECT_NEAR((stage_bytes(gpipe_native, 1) - stage_bytes(gpipe, 1)).value(),
+              4.0 * logits * microbatches, 16.0);
+  EXPECT_EQ(stage_bytes(heavy, 1, gigabytes(20.0)), stage_bytes(c, 1, gigabytes(20.0)));
 }
 
 }  // namespace moe

@@ -86,6 +86,7 @@ TEST(PlannerRepro, DenseGptMatchesMegatronLm2021) {
     req.overlap = false;
     req.attention = AttentionMode::kTensor;
     req.attention_kernel = AttentionKernel::kUnfused;
+    req.cross_entropy = CrossEntropy::kNative;  // Megatron's own loss: TE's came later
     req.threads = 1;
     const SearchResult r = search_plans(ctx, req);
     ASSERT_FALSE(r.ranked.empty()) << row.model;

@@ -331,10 +331,13 @@ TEST(TimeModel, GatedDeltaNetLayersArePricedAsTheirOwnKind) {
     }
     return sum;
   };
-  // Forward and twice for backward; the last stage also runs the output head.
+  // Forward and twice for backward; the last stage also runs the output head and the loss.
   EXPECT_NEAR(stage_times(ctx, c, 0).compute.value(), 3.0 * compute_of(0).value(), 1e-12);
+  const LossPasses loss = cross_entropy_passes(ctx, c);
   EXPECT_NEAR(stage_times(ctx, c, 1).compute.value(),
-              3.0 * (compute_of(4) + output_head_time(ctx, c)).value(), 1e-12);
+              (3.0 * (compute_of(4) + output_head_time(ctx, c)) + loss.forward.time + loss.backward)
+                  .value(),
+              1e-12);
   EXPECT_LT(compute_of(0).value(), compute_of(4).value());
   EXPECT_LT(core_attention_time(ctx, c, true).value(),
             0.1 * core_attention_time(ctx, c, false).value());
@@ -675,9 +678,11 @@ TEST(TimeModel, MtpModulesRunOnTheLastStageAfterTheHead) {
   const StageTimes a = stage_times(with.ctx, c, 7), b = stage_times(without, c, 7);
   EXPECT_NEAR((a.forward - b.forward).value(), mtp.forward.value(), 1e-12);
   EXPECT_NEAR((a.backward - b.backward).value(), mtp.backward.value(), 1e-12);
-  // One of the last stage's five MoE layers, plus the projection and the head pass.
-  const Seconds layer = b.forward - output_head_time(without, c);
-  EXPECT_NEAR((mtp.forward - mtp_extra_time(with.ctx, c)).value(), (layer / 5.0).value(), 1e-9);
+  // One of the last stage's five MoE layers, plus the projection, the head pass and its loss.
+  const Seconds loss = cross_entropy_passes(without, c).forward.time;
+  const Seconds layer = b.forward - output_head_time(without, c) - loss;
+  EXPECT_NEAR((mtp.forward - mtp_extra_time(with.ctx, c) - loss).value(), (layer / 5.0).value(),
+              1e-9);
   EXPECT_GT(mtp_extra_time(with.ctx, c), output_head_time(with.ctx, c));
   EXPECT_EQ(stage_times(with.ctx, c, 3).forward, stage_times(without, c, 3).forward);
 

@@ -1219,10 +1219,11 @@ TEST(TrainingSim, OneMicroBatchsDpSyncsRunThroughTheBubble) {
 
 TEST(TrainingSim, MactChunksEachStageAsItsOwnMemoryNeeds) {
   // One sequence of 32K tokens over pp = 4 with full recompute: the last stage, which holds the
-  // head and the MTP module, must chunk its dispatch 8 ways and the others need not. The
+  // head and the MTP module (and the logits both heads' losses keep, 2.2 GB each at this
+  // 68,100-entry vocabulary), must chunk its dispatch 8 ways and the others need not. The
   // simulator's MACT picks each layer's count from its stage's memory; the planner priced every
   // stage at the largest (17 % over the simulator) until it priced each at its own.
-  const ModelSpec m = sized_model("deep", 61, 2048, 129280, 8, 1, 96, {{"gated", false}},
+  const ModelSpec m = sized_model("deep", 61, 2048, 68100, 8, 1, 96, {{"gated", false}},
                                   {{"routed_experts", 60}, {"expert_size", 2048}, {"top_k", 2}},
                                   {{"mtp_layers", 1}});
   const ClusterSpec cl = cluster("h100-sxm-8");

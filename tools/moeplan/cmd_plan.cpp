@@ -244,6 +244,10 @@ void add_plan(CommandLine& cli) {
              "core attention: fused (FlashAttention or cuDNN, default) | unfused (Megatron "
              "--attention-backend unfused, and Megatron-LM before FlashAttention: the s x s "
              "scores in HBM)");
+  cmd.option("--cross-entropy", o->cross_entropy,
+             "the loss kernel (Megatron --cross-entropy-fusion-impl): te (Transformer Engine's, "
+             "default: the BF16 logits hold the gradient) | native (Megatron's: FP32 softmax "
+             "kept for backward, more HBM passes)");
   cmd.option("--alpha", o->alpha, "usable fraction of GPU memory").range(0.01, 1.0);
   cmd.option("--static-override", o->static_override_gb,
              "measured static memory per GPU in GB (MemFine Table 4)")

@@ -123,6 +123,11 @@ AttentionKernel parse_attention_kernel(const std::string& value, const std::stri
   return *named(option, value, attention_kernel_names(), false, where);
 }
 
+CrossEntropy parse_cross_entropy(const std::string& value, const std::string& option,
+                                 const std::string& where) {
+  return *named(option, value, cross_entropy_names(), false, where);
+}
+
 ParallelConfig layout_for(const std::string& text, const ModelSpec& m, int64_t seq_len) {
   try {
     ParallelConfig p = resolve(parse_parallel(text));

@@ -138,6 +138,8 @@ std::optional<megascale::Dispatcher> parse_dispatcher(const std::string& value,
                                                       const std::string& where = "");
 AttentionKernel parse_attention_kernel(const std::string& value, const std::string& option,
                                        const std::string& where = "");
+CrossEntropy parse_cross_entropy(const std::string& value, const std::string& option,
+                                 const std::string& where = "");
 
 // APTMoE's split run on GPU `device` and `threads` CPU threads (0: hardware threads - 1) beside
 // loading every expert, predicted and measured as JSON (affinity --execute, and execute on an

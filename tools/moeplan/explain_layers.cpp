@@ -143,6 +143,7 @@ void print_layer_explanation(const TimeContext& ctx, const Plan& plan) {
         c.overlap ? "; communication pipelines behind compute" : "");
   }
   const LayerOp head = output_head_op(ctx, c);
+  const LossPasses loss = cross_entropy_passes(ctx, c);
   fmt::print(
       "\nOnce a micro-batch, on the last stage{}:\n{}",
       ctx.model->mtp_layers > 0
@@ -151,7 +152,10 @@ void print_layer_explanation(const TimeContext& ctx, const Plan& plan) {
                             ? std::string("the MTP module")
                             : fmt::format("each of the {} MTP modules", ctx.model->mtp_layers))
           : "",
-      op_table(ctx, {head}, head.time).render());
+      op_table(ctx, {head, loss.forward}, head.time + loss.forward.time).render());
+  fmt::print(
+      "  the loss ({} kernel) takes {} in backward and keeps {:.2f} GB of logits until then\n",
+      cross_entropy_name(c.cross_entropy), as_ms(loss.backward), loss.held.value() / 1e9);
 }
 
 nlohmann::json layer_explanation_json(const TimeContext& ctx, const Plan& plan) {
@@ -172,8 +176,12 @@ nlohmann::json layer_explanation_json(const TimeContext& ctx, const Plan& plan) 
                       {"host_wait_s", e.passes.host().value()},
                       {"offload_wait_s", e.passes.offload().value()}});
   }
+  const LossPasses loss = cross_entropy_passes(ctx, plan.choice);
   return {{"layers", std::move(layers)},
-          {"output_head", op_json(output_head_op(ctx, plan.choice))}};
+          {"output_head", op_json(output_head_op(ctx, plan.choice))},
+          {"loss", op_json(loss.forward)},
+          {"loss_backward_s", loss.backward.value()},
+          {"loss_held_GB", loss.held.value() / 1e9}};
 }
 
 }  // namespace moe::cli

@@ -27,7 +27,7 @@ struct PlanOptions {
   std::string recompute, precision = "bf16", overlap = "search", attention = "search",
                          intra_overlap = "off", schedule = "1f1b", permute_fusion = "on",
                          attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",
-                         grad_reduce = "search";
+                         grad_reduce = "search", cross_entropy = "te";
   std::optional<std::string> fp8_recipe;
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;

@@ -112,6 +112,7 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
                      "--megatron-only leaves it out");
   req.permute_fusion = *parse_on_off(o.permute_fusion, "--permute-fusion", false);
   req.attention_kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
+  req.cross_entropy = parse_cross_entropy(o.cross_entropy, "--cross-entropy");
   req.cuda_graph = parse_cuda_graph(o.cuda_graph, "--cuda-graph");
   req.attention = parse_attention(o.attention, "--attention", true);
   req.dispatcher = parse_dispatcher(o.dispatcher, "--dispatcher", true);

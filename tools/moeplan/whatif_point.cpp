@@ -48,6 +48,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "intra-overlap",
                                         "attention",
                                         "attention-kernel",
+                                        "cross-entropy",
                                         "dispatcher",
                                         "permute-fusion",
                                         "cuda-graph",
@@ -111,6 +112,7 @@ struct PointInputs {
   std::optional<bool> overlap, intra_overlap;
   std::optional<AttentionMode> attention;
   std::optional<AttentionKernel> attention_kernel;
+  std::optional<CrossEntropy> cross_entropy;
   std::optional<megascale::Dispatcher> dispatcher;
   std::optional<bool> permute_fusion;
   std::optional<CudaGraph> cuda_graph;
@@ -197,6 +199,7 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
     if (axis == "attention") in.attention = parse_attention(v, "--sweep", false, axis);
     if (axis == "attention-kernel")
       in.attention_kernel = parse_attention_kernel(v, "--sweep", axis);
+    if (axis == "cross-entropy") in.cross_entropy = parse_cross_entropy(v, "--sweep", axis);
     if (axis == "permute-fusion") in.permute_fusion = parse_on_off(v, "--sweep", false, axis);
     if (axis == "cuda-graph") in.cuda_graph = parse_cuda_graph(v, "--sweep", axis);
     if (axis == "dispatcher") in.dispatcher = parse_dispatcher(v, "--sweep", false, axis);
@@ -259,6 +262,7 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
   if (in.intra_overlap) plan.intra_overlap = *in.intra_overlap;
   if (in.attention) plan.attention = *in.attention;
   if (in.attention_kernel) plan.attention_kernel = *in.attention_kernel;
+  if (in.cross_entropy) plan.cross_entropy = *in.cross_entropy;
   if (in.permute_fusion) plan.permute_fusion = *in.permute_fusion;
   if (in.cuda_graph) plan.cuda_graph = *in.cuda_graph;
   if (in.dispatcher) plan.dispatcher = *in.dispatcher;
@@ -297,6 +301,7 @@ PointResult evaluate_offload(PlanChoice plan, const PointInputs& in, const TimeC
       {"intra-overlap", in.intra_overlap.has_value()},
       {"attention", in.attention.has_value()},
       {"attention-kernel", in.attention_kernel.has_value()},
+      {"cross-entropy", in.cross_entropy.has_value()},
       {"dispatcher", in.dispatcher.has_value()},
       {"permute-fusion", in.permute_fusion.has_value()},
       {"cuda-graph", in.cuda_graph.has_value()},
@@ -462,6 +467,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     if (in.intra_overlap) req.intra_overlap = in.intra_overlap;
     req.attention = in.attention;
     if (in.attention_kernel) req.attention_kernel = *in.attention_kernel;
+    if (in.cross_entropy) req.cross_entropy = *in.cross_entropy;
     if (in.permute_fusion) req.permute_fusion = *in.permute_fusion;
     if (in.cuda_graph) req.cuda_graph = *in.cuda_graph;
     req.dispatcher = in.dispatcher;
