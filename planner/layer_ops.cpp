@@ -181,15 +181,20 @@ Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
   return output_head_op(ctx, c).time;
 }
 
+LossPasses cross_entropy_over(const TimeContext& ctx, CrossEntropy kernel, double element_bytes,
+                              double logits) {
+  const double e = element_bytes;
+  const bool te = kernel == CrossEntropy::kTe;
+  const double forward = te ? 3.0 * e : e + 24.0, backward = te ? 2.0 * e : e + 12.0;
+  return {layer_op("loss (cross entropy)", OpKind::kCompute, streamed(ctx, forward * logits)),
+          streamed(ctx, backward * logits).time, Bytes((te ? e : e + 4.0) * logits)};
+}
+
 LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
   const double logits = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp) *
                         static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp);
-  const double e = activation_bytes(c).per_element;
-  const bool te = c.cross_entropy == CrossEntropy::kTe;
-  const double forward = te ? 3.0 * e : e + 24.0, backward = te ? 2.0 * e : e + 12.0;
-  return {layer_op("loss (cross entropy)", OpKind::kCompute, streamed(ctx, forward * logits)),
-          streamed(ctx, backward * logits).time, Bytes((te ? e : e + 4.0) * logits)};
+  return cross_entropy_over(ctx, c.cross_entropy, activation_bytes(c).per_element, logits);
 }
 
 namespace {

@@ -112,6 +112,9 @@ struct LossPasses {
   Bytes held;
 };
 LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c);
+// The same over `logits` logits with activations of `element_bytes` (an offload plan's pass).
+LossPasses cross_entropy_over(const TimeContext& ctx, CrossEntropy kernel, double element_bytes,
+                              double logits);
 // What one multi-token-prediction module (DeepSeek-V3; Megatron's --mtp-num-layers) adds on the
 // last stage beside its transformer layer, which is priced as the model's last layer: the
 // projection of the two normed streams [2h -> h] and its own pass through the shared output

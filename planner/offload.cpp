@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/aptmoe.h"
+#include "planner/layer_ops.h"
 #include "planner/memfine.h"
 #include "planner/memory_model.h"
 
@@ -124,8 +125,13 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
   // head's GEMM runs after the last layer.
   const Seconds edge_load = rates.load_time(
       Bytes(offload_edge_params(ctx.params, layer, m.num_layers, stages) * weight_bytes));
-  if (layer == m.num_layers - 1)
+  if (layer == m.num_layers - 1) {
     t.gpu += gpu_time(2.0 * static_cast<double>(m.hidden_size * m.vocab_size) * tokens) * factor;
+    // The loss over the logits (Transformer Engine's kernel, activations as the precision's).
+    const LossPasses loss = cross_entropy_over(ctx, CrossEntropy::kTe, weight_bytes,
+                                               tokens * static_cast<double>(m.vocab_size));
+    t.gpu += backward ? loss.backward : loss.forward.time;
+  }
   Seconds expert_gpu;  // the routed experts the GPU runs, at eq. (1)'s cost for the pass
   if (!m.moe_layer[layer]) {
     t.load =
