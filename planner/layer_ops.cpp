@@ -181,6 +181,22 @@ Seconds output_head_time(const TimeContext& ctx, const PlanChoice& c) {
   return output_head_op(ctx, c).time;
 }
 
+LayerOp embedding_gradient_op(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  const double h = static_cast<double>(ctx.model->hidden_size);
+  const double entries =
+      static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp) * h;
+  const double rows = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp);
+  const double e = activation_bytes(c).per_element;
+  // Zero-fill, the add's read of it and its read and write of an FP32 main_grad (Megatron's
+  // default; BF16 under --grad-reduce-in-bf16 moves 4 bytes an entry less, which we leave in so
+  // that the search can reuse a layout's passes across gradient precisions); each token's row
+  // read and added in.
+  const double bytes = entries * (2.0 * e + 8.0) + rows * h * 3.0 * e;
+  return layer_op("embedding gradient (dense, into main_grad)", OpKind::kCompute,
+                  streamed(ctx, bytes));
+}
+
 LossPasses cross_entropy_over(const TimeContext& ctx, CrossEntropy kernel, double element_bytes,
                               double logits) {
   const double e = element_bytes;

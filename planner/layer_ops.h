@@ -115,6 +115,13 @@ LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c);
 // The same over `logits` logits with activations of `element_bytes` (an offload plan's pass).
 LossPasses cross_entropy_over(const TimeContext& ctx, CrossEntropy kernel, double element_bytes,
                               double logits);
+// The word embedding's gradient, one micro-batch's backward on a stage that looks tokens up
+// (the first, and each MTP module's stage): PyTorch's embedding backward builds a dense
+// gradient of this rank's whole vocabulary slice (vocabulary / t x h, zero-filled, then each
+// token's row added), and Megatron's DDP hook adds it into the main-grad buffer (FP32) and
+// frees it. The linear layers' weight gradients go into main_grad inside their GEMMs (gradient
+// accumulation fusion); this one cannot.
+LayerOp embedding_gradient_op(const TimeContext& ctx, const PlanChoice& c);
 // What one multi-token-prediction module (DeepSeek-V3; Megatron's --mtp-num-layers) adds on the
 // last stage beside its transformer layer, which is priced as the model's last layer: the
 // projection of the two normed streams [2h -> h] and its own pass through the shared output

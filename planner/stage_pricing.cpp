@@ -68,6 +68,14 @@ void add_gemm_block(StageTimes& st, Seconds t) {
   st.compute += t * 3.0;
 }
 
+// The embedding's dense gradient into main_grad, `lookups` times, in backward.
+void add_embedding_gradient(StageTimes& st, const TimeContext& ctx, const PlanChoice& c,
+                            double lookups) {
+  const Seconds t = embedding_gradient_op(ctx, c).time * lookups;
+  st.backward += t;
+  st.compute += t;
+}
+
 // An output head's loss, `heads` times (the model's and each MTP module's).
 void add_loss(StageTimes& st, const TimeContext& ctx, const PlanChoice& c, double heads) {
   const LossPasses loss = cross_entropy_passes(ctx, c);
@@ -102,6 +110,7 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   }
   forward += edge_forward;
   backward += edge_backward;
+  if (s == 0 && k == 0) backward += embedding_gradient_op(ctx, c).time;
   if (k == v - 1) {
     const StageTimes tail = after_last_layer(ctx, c, kinds, s);
     forward += tail.forward;
@@ -154,6 +163,7 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   add(st, kinds.of(ctx, mtp_stage(c.parallel), static_cast<size_t>(m.num_layers - 1)), modules);
   add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
   add_loss(st, ctx, c, modules);
+  add_embedding_gradient(st, ctx, c, modules);
   return st;
 }
 
@@ -181,6 +191,7 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
     if (layers[k] > 0) add(st, kinds.at(stage)[k], static_cast<double>(layers[k]));
   }
   add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
+  if (stage == 0) add_embedding_gradient(st, ctx, c, 1.0);
   add_offload_edges(st, static_cast<double>(*p.vpp));
   return st;
 }

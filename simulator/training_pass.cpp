@@ -394,6 +394,10 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       chain(l, true, 2.0, -1, 0, 0, a_release, host);
       if (l > begin) rematerialize(l - 1);
     }
+    // The first stage's backward ends in the embedding, whose dense gradient goes into
+    // main_grad (the planner's embedding_gradient_op).
+    if (id.stage == 0 && id.chunk == 0)
+      head_task("embedding gradient", embedding_gradient_op(ctx_, plan_).time);
   }
 
   // Data-parallel synchronisation, asynchronous as Megatron overlaps it: ZeRO-1 reduce-

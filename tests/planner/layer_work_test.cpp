@@ -246,4 +246,24 @@ TEST(LayerWork, TheLossPassesOverTheLogitsAndKeepsThemOnTheLastStage) {
   EXPECT_EQ(stage_bytes(heavy, 1, gigabytes(20.0)), stage_bytes(c, 1, gigabytes(20.0)));
 }
 
+TEST(LayerWork, TheFirstStagesBackwardBuildsTheEmbeddingsDenseGradient) {
+  // Llama 3 8B, 8K tokens: PyTorch's embedding backward zero-fills a gradient of the whole
+  // vocabulary slice (128,256 x 4,096 BF16 entries) and Megatron's DDP hook adds it into the
+  // FP32 main_grad (2 + 2 + 4 + 4 bytes an entry), beside each token's row (6 bytes an element).
+  const Inputs s("hf/llama-3-8b.config.json", "h100-sxm-8.json", 8192);
+  const PlanChoice c = choice("tp=1,pp=4,cp=1,mbs=1,dp=2,gbs=64");
+  const double entries = 128256.0 * 4096.0, rows = 8192.0 * 4096.0;
+  const LayerOp op = embedding_gradient_op(s.ctx, c);
+  EXPECT_NEAR(op.bytes, 12.0 * entries + 6.0 * rows, 1.0);
+  EXPECT_NEAR(op.time.value(), op.bytes / (s.ctx.links.hbm.value() * s.ctx.eff.memory_bound),
+              1e-12);
+  // TP splits the vocabulary; every rank's backward sees every token (its own rows masked in).
+  EXPECT_NEAR(embedding_gradient_op(s.ctx, choice("tp=2,pp=4,cp=1,mbs=1,dp=1,gbs=64")).bytes,
+              6.0 * entries + 6.0 * rows, 1.0);
+  // Stages 0 and 1 hold eight layers each; only the first looks tokens up.
+  const StageTimes first = stage_times(s.ctx, c, 0), second = stage_times(s.ctx, c, 1);
+  EXPECT_NEAR((first.backward - second.backward).value(), op.time.value(), 1e-12);
+  EXPECT_NEAR((first.forward - second.forward).value(), 0.0, 1e-12);
+}
+
 }  // namespace moe

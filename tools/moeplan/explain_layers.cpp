@@ -156,6 +156,10 @@ void print_layer_explanation(const TimeContext& ctx, const Plan& plan) {
   fmt::print(
       "  the loss ({} kernel) takes {} in backward and keeps {:.2f} GB of logits until then\n",
       cross_entropy_name(c.cross_entropy), as_ms(loss.backward), loss.held.value() / 1e9);
+  const LayerOp embedding = embedding_gradient_op(ctx, c);
+  fmt::print("\nOnce a micro-batch's backward, on the first stage{}:\n{}",
+             ctx.model->mtp_layers > 0 ? " (and once a module, on the MTP modules' stage)" : "",
+             op_table(ctx, {embedding}, embedding.time).render());
 }
 
 nlohmann::json layer_explanation_json(const TimeContext& ctx, const Plan& plan) {
@@ -181,7 +185,8 @@ nlohmann::json layer_explanation_json(const TimeContext& ctx, const Plan& plan) 
           {"output_head", op_json(output_head_op(ctx, plan.choice))},
           {"loss", op_json(loss.forward)},
           {"loss_backward_s", loss.backward.value()},
-          {"loss_held_GB", loss.held.value() / 1e9}};
+          {"loss_held_GB", loss.held.value() / 1e9},
+          {"embedding_gradient", op_json(embedding_gradient_op(ctx, plan.choice))}};
 }
 
 }  // namespace moe::cli
