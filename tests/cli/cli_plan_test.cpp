@@ -748,7 +748,8 @@ TEST(Cli, PlanPricesTheLossKernelItPrints) {
   const std::string pair =
       " --model models/hf/llama-3-8b.config.json --cluster topologies/h100-sxm-8.json";
   const std::string base = "plan" + pair +
-                           " --global-batch 64 --seq-len 8192 --parallel tp=1,pp=2,cp=1,mbs=1 "
+                           " --global-batch 64 --seq-len 8192 --parallel "
+                           "tp=1,pp=2,cp=1,mbs=1,pp_first=16,pp_last=16 "
                            "--top 1 --json";
   const nlohmann::json te = run_json(base + " --save " + dir + "/te.json")["plans"][0];
   const nlohmann::json native =
@@ -781,6 +782,17 @@ TEST(Cli, PlanPricesTheLossKernelItPrints) {
               0.01 * logits);
   expect_one_line_error(run(base + " --cross-entropy fused"),
                         "--cross-entropy: 'fused' is not one of te, native");
+  // moeplan memory counts the same logits on the layout's last stage.
+  const std::string memory = "memory" + pair +
+                             " --parallel tp=1,pp=2,cp=1,mbs=1,dp=4,pp_first=16,pp_last=16 "
+                             "--seq-len 8192 --cross-entropy ";
+  for (const auto& [kernel, plan] : {std::pair{"te", te}, {"native", native}}) {
+    const nlohmann::json mem = run_json(memory + kernel + " --json");
+    EXPECT_NEAR(mem["stages"][1]["activation_bytes"].get<double>(), stage_activation(plan, 1), 1e3)
+        << kernel;
+  }
+  EXPECT_NE(run(memory + "te --explain").out.find("the last stage's loss keeps"),
+            std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

@@ -8,6 +8,7 @@
 #include "planner/errors.h"
 #include "planner/io/loaders.h"
 #include "planner/io/plan_io.h"
+#include "planner/layer_ops.h"
 #include "planner/memory_model.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
@@ -19,7 +20,8 @@ namespace {
 
 struct MemoryOptions {
   std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto";
-  std::string dtype = "bf16", weights = "bf16", grads = "fp32", attention_kernel = "fused";
+  std::string dtype = "bf16", weights = "bf16", grads = "fp32", attention_kernel = "fused",
+              cross_entropy = "te";
   int64_t seq_len = 4096;
   std::optional<double> received_tokens;
   std::optional<double> static_override_gb;
@@ -44,6 +46,12 @@ void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m
   if (s.score_bytes > 0) {
     fmt::print("  unfused attention scores  {} x b (a/t) (s/c) s = {} per layer\n", s.score_bytes,
                as_gb(attention_score_bytes(s).value()));
+  }
+  if (req.loss_bytes.value() > 0 && !req.static_override) {
+    fmt::print(
+        "  the last stage's loss keeps one micro-batch's b (s/c) (V/t) logits (--cross-entropy te: "
+        "D_t bytes each; native: D_t + 4) = {}\n",
+        as_gb(req.loss_bytes.value()));
   }
   fmt::print("  received tokens s'' = {:.0f} ({})\n", r.received_tokens,
              req.received_tokens ? "given" : "balanced: s x top-k");
@@ -174,6 +182,7 @@ void print_memory_text(const MemoryOptions& o, const ModelSpec& m, const Cluster
 
 void run_memory(const MemoryOptions& o) {
   const AttentionKernel kernel = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
+  const CrossEntropy loss = parse_cross_entropy(o.cross_entropy, "--cross-entropy");
   // Flags first: a bad one is the only line printed, not after the layout's warning.
   std::optional<int64_t> chunks;
   if (o.chunks != "auto") {
@@ -210,6 +219,11 @@ void run_memory(const MemoryOptions& o) {
   req.host_capacity = c.node.host_memory_per_gpu();
   req.alpha = o.alpha;
   if (kernel == AttentionKernel::kUnfused) req.score_bytes = kUnfusedAttentionScoreBytes;
+  // The loss's logits on the last stage, one micro-batch's (planner/layer_ops.h).
+  req.loss_bytes =
+      cross_entropy_held(loss, req.bytes_per_element,
+                         static_cast<double>(*p.mbs * o.seq_len) / static_cast<double>(*p.cp),
+                         static_cast<double>(m.vocab_size) / static_cast<double>(*p.tp));
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (o.received_tokens) {
     req.received_tokens = *o.received_tokens;
@@ -269,6 +283,9 @@ void add_memory(CommandLine& cli) {
   cmd.option("--grads", o->grads, "gradient precision for static memory (eq. 1): fp32, bf16");
   cmd.option("--attention-kernel", o->attention_kernel,
              "core attention: fused (default) | unfused (keeps 5 bytes per s x s score)");
+  cmd.option("--cross-entropy", o->cross_entropy,
+             "the loss kernel: te (default: keeps the logits, 2 bytes each) | native (keeps "
+             "the FP32 softmax beside them)");
   cmd.flag("--json", o->json, "print one JSON document (bytes)");
   cmd.flag("--explain", o->explain, "show the equations and inputs behind the numbers");
   cmd.on_run([o] { run_memory(*o); });
