@@ -12,8 +12,11 @@
 # (scripts/performance/configs/*/..._workload_base_configs.py) has a preset with the same layout,
 # its recompute modules, dispatcher (HybridEP and DeepEP as --dispatcher deepep), EP overlap
 # (moe_a2a_overlap) and CUDA graphs (attn, or full_iteration as full) are passed; otherwise the
-# search picks them (`searched`), and the Blackwell MoE rows take HybridEP, which every Blackwell
-# MoE preset uses. The presets are today's where one still matches the layout, else an earlier
+# search picks them (`searched`), and the Blackwell MoE rows take HybridEP, which the Blackwell
+# Qwen3 and DeepSeek-V3 presets use. A run whose preset names no flex backend dispatches as its
+# model provider says: all-to-all (moe_token_dispatcher_type of the GPT-OSS, Qwen3 MoE and
+# DeepSeek providers; GPT-OSS's H100 and GB300 presets add none, its GB200 GBS-1280 one adds
+# HybridEP). The presets are today's where one still matches the layout, else an earlier
 # version's (Qwen3-30B-A3B's H100 FP8-CS preset had pp 2, vpp 12, EP 8, the all-to-all
 # dispatcher and moe_a2a_overlap before it moved to EP 16 and HybridEP): a preset with the
 # run's layout is the nearest record of what ran. Routing is balanced: the MoE runs
@@ -69,6 +72,11 @@ plan_row() {
     switches+=("${extra[@]}")
   elif [[ $system == GB* && $ep -gt 1 ]]; then
     switches+=(--dispatcher deepep)
+  fi
+  # A run whose preset names no flex backend dispatches as its model provider says: all-to-all
+  # for every MoE provider here (moe_token_dispatcher_type = "alltoall").
+  if [[ $ep -gt 1 && " ${switches[*]} " != *" --dispatcher "* ]]; then
+    switches+=(--dispatcher alltoall)
   fi
   if [ -n "${2:-}" ]; then
     switches+=(--calibration "$2")
@@ -164,7 +172,7 @@ ROWS_BEGIN
 25.11 GB200 dsv3-no-mtp 256 FP8-MX 4096 1 4096 0 1 8 1 4 32 4018 1003 -
 26.02 GB200 dsv3 256 FP8-MX 4096 1 4096 0 1 4 1 4 64 3955 1028 --recompute-modules,mla_up_proj,--dispatcher,deepep,--overlap,on,--cuda-graph,full
 25.11 GB200 gpt-oss-120b 64 BF16 1280 1 8192 0 1 1 1 1 64 15876 488 -
-26.02 GB200 gpt-oss-120b 64 BF16 1280 4 4096 0 1 1 1 1 64 15784 428 --recompute-modules,layernorm,moe_act,--overlap,on
+26.02 GB200 gpt-oss-120b 64 BF16 1280 4 4096 0 1 1 1 1 64 15784 428 --recompute-modules,layernorm,moe_act,--dispatcher,deepep,--overlap,on
 25.11 GB200 qwen3-30b 8 FP8-MX 512 4 4096 0 1 1 1 1 8 23766 547 --dispatcher,deepep
 25.11 GB200 qwen3-235b 256 BF16 8192 1 4096 0 1 8 1 3 32 4916 728 --dispatcher,deepep,--cuda-graph,attn
 25.11 GB300 llama3-8b 8 FP8-CS 128 2 8192 0 1 1 1 n/a 1 37556 1933 -
