@@ -203,14 +203,11 @@ LossPasses cross_entropy_over(const TimeContext& ctx, CrossEntropy kernel, doubl
   const bool te = kernel == CrossEntropy::kTe;
   const double forward = te ? 3.0 * e : e + 24.0, backward = te ? 2.0 * e : e + 12.0;
   return {layer_op("loss (cross entropy)", OpKind::kCompute, streamed(ctx, forward * logits)),
-          streamed(ctx, backward * logits).time,
-          cross_entropy_held(kernel, element_bytes, logits, 1.0)};
+          streamed(ctx, backward * logits).time, cross_entropy_held(kernel, element_bytes, logits)};
 }
 
-Bytes cross_entropy_held(CrossEntropy kernel, double element_bytes, double tokens,
-                         double vocab_slice) {
-  const double per_logit = kernel == CrossEntropy::kTe ? element_bytes : element_bytes + 4.0;
-  return Bytes(per_logit * tokens * vocab_slice);
+Bytes cross_entropy_held(CrossEntropy kernel, double element_bytes, double logits) {
+  return Bytes((kernel == CrossEntropy::kTe ? element_bytes : element_bytes + 4.0) * logits);
 }
 
 LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c) {

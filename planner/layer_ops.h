@@ -115,10 +115,8 @@ LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c);
 // The same over `logits` logits with activations of `element_bytes` (an offload plan's pass).
 LossPasses cross_entropy_over(const TimeContext& ctx, CrossEntropy kernel, double element_bytes,
                               double logits);
-// LossPasses::held alone, for one micro-batch of `tokens` tokens on a rank with `vocab_slice`
-// vocabulary entries (moeplan memory's, which prices no time).
-Bytes cross_entropy_held(CrossEntropy kernel, double element_bytes, double tokens,
-                         double vocab_slice);
+// LossPasses::held alone (moeplan memory's, which prices no time).
+Bytes cross_entropy_held(CrossEntropy kernel, double element_bytes, double logits);
 // The word embedding's gradient, one micro-batch's backward on a stage that looks tokens up
 // (the first, and each MTP module's stage): PyTorch's embedding backward builds a dense
 // gradient of this rank's whole vocabulary slice (vocabulary / t x h, zero-filled, then each
