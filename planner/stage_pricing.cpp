@@ -110,7 +110,7 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   }
   forward += edge_forward;
   backward += edge_backward;
-  if (s == 0 && k == 0) backward += embedding_gradient_op(ctx, c).time;
+  if (k == 0) backward += before_first_layer(ctx, c, s).backward;
   if (k == v - 1) {
     const StageTimes tail = after_last_layer(ctx, c, kinds, s);
     forward += tail.forward;
@@ -167,6 +167,12 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   return st;
 }
 
+StageTimes before_first_layer(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
+  StageTimes st;
+  if (stage == 0) add_embedding_gradient(st, ctx, c, 1.0);
+  return st;
+}
+
 StageTimes after_last_layer(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                             int64_t stage) {
   StageTimes st;
@@ -190,8 +196,8 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   for (size_t k = 0; k < LayerKinds::kCount; ++k) {
     if (layers[k] > 0) add(st, kinds.at(stage)[k], static_cast<double>(layers[k]));
   }
+  add(st, before_first_layer(ctx, c, stage), 1.0);
   add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
-  if (stage == 0) add_embedding_gradient(st, ctx, c, 1.0);
   add_offload_edges(st, static_cast<double>(*p.vpp));
   return st;
 }

@@ -44,6 +44,9 @@ LayerKinds layer_kinds(const TimeContext& ctx, const PlanChoice& c);
 // head and MTP modules where they sit, and activation offloading's copies at each pass's edges.
 StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                       int64_t stage);
+// What a stage's first chunk runs besides its layers, one micro-batch: on the first stage the
+// embedding's dense gradient at the end of the backward (layer_ops.h, embedding_gradient_op).
+StageTimes before_first_layer(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
 // What a stage's last chunk runs after its layers, one micro-batch: on the last stage the
 // output head (vocab-parallel over TP) and its loss, and the MTP modules where they sit (the
 // last stage, unless a layout puts them on another).

@@ -154,10 +154,6 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       if (t >= 0) out.push_back(static_cast<uint32_t>(t));
     return out;
   };
-  // The loss's logits, held from a micro-batch's forward to its backward (a measured static
-  // memory holds them already, as the planner's memory model has it).
-  LossPasses loss = cross_entropy_passes(ctx_, plan_);
-  if (o_.static_override) loss.held = Bytes(0);
   auto head_task = [&](const char* name, Seconds time) {
     if (time.value() <= 0) return;
     Task t = compute_task(name, kCompute, time);
@@ -173,7 +169,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     head_task(forward ? "MTP modules" : "MTP modules backward",
               forward ? mtp_.forward : mtp_.backward);
     const LayerState& L = layers_.back();
-    const Bytes held = ((full ? L.checkpoint : L.sequence_part + L.token_part) + loss.held) *
+    const Bytes held = ((full ? L.checkpoint : L.sequence_part + L.token_part) + loss_.held) *
                        static_cast<double>(m_.mtp_layers);
     const int64_t last = m_.num_layers - 1;
     g.back().tag = add_action(st, forward ? MemAction{last, id.micro, L.chunks, held, Bytes(0)}
@@ -333,17 +329,18 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     }
     if (head_here) {
       // The loss keeps the micro-batch's logits (as its kernel stores them) until its backward.
-      head_task("output head + loss", output_head_time(ctx_, plan_) + loss.forward.time);
-      g.back().tag =
-          add_action(st, {m_.num_layers - 1, id.micro, layers_.back().chunks, loss.held, Bytes(0)});
+      head_task("output head + loss", output_head_time(ctx_, plan_) + loss_.forward.time);
+      g.back().tag = add_action(
+          st, {m_.num_layers - 1, id.micro, layers_.back().chunks, loss_.held, Bytes(0)});
     }
     if (mtp_here) mtp_task(true);
   } else {
     if (mtp_here) mtp_task(false);
     if (head_here) {
-      head_task("output head + loss backward", output_head_time(ctx_, plan_) * 2.0 + loss.backward);
-      g.back().tag =
-          add_action(st, {m_.num_layers - 1, id.micro, layers_.back().chunks, Bytes(0), loss.held});
+      head_task("output head + loss backward",
+                output_head_time(ctx_, plan_) * 2.0 + loss_.backward);
+      g.back().tag = add_action(
+          st, {m_.num_layers - 1, id.micro, layers_.back().chunks, Bytes(0), loss_.held});
     }
     rematerialize(end - 1);
     // The top layer's inputs come back from the pass's start.
@@ -396,8 +393,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     }
     // The first stage's backward ends in the embedding, whose dense gradient goes into
     // main_grad (the planner's embedding_gradient_op).
-    if (id.stage == 0 && id.chunk == 0)
-      head_task("embedding gradient", embedding_gradient_op(ctx_, plan_).time);
+    if (id.stage == 0 && id.chunk == 0) head_task("embedding gradient", embedding_gradient_);
   }
 
   // Data-parallel synchronisation, asynchronous as Megatron overlaps it: ZeRO-1 reduce-

@@ -218,6 +218,11 @@ class Training {
   MemoryReport memory_;
   memfine::LayerShape shape_;
   StageTimes mtp_;  // the MTP modules' passes on the last stage (planner's mtp_stage_times)
+  // The head's loss (its logits held from a micro-batch's forward to its backward, none under a
+  // measured static memory, which holds them already, as the planner's memory model has it) and
+  // the first stage's embedding gradient, one micro-batch each (planner/layer_ops.h).
+  LossPasses loss_;
+  Seconds embedding_gradient_;
   int64_t microbatches_ = 1;
   TrainingReport report_;
 

@@ -45,6 +45,9 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   shape_ = memory_.moe_shape;  // with the request's FP8 input and score bytes
   settle_mact_chunks(plan_, memory_);
   mtp_ = mtp_stage_times(ctx, plan_);
+  loss_ = cross_entropy_passes(ctx, plan_);
+  if (o.static_override) loss_.held = Bytes(0);
+  embedding_gradient_ = embedding_gradient_op(ctx, plan_).time;
   microbatches_ = *p_.gbs / (*p_.mbs * *p_.dp);
   per_stage_ = o.every_gpu ? p_.world() / *p_.pp : 1;
   gpus_per_node_ = std::max<int64_t>(cluster.node.num_gpus, 1);
