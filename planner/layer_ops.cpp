@@ -210,11 +210,14 @@ Bytes cross_entropy_held(CrossEntropy kernel, double element_bytes, double logit
   return Bytes((kernel == CrossEntropy::kTe ? element_bytes : element_bytes + 4.0) * logits);
 }
 
+double loss_logits(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len) {
+  return static_cast<double>(*p.mbs * seq_len) / static_cast<double>(*p.cp) *
+         static_cast<double>(m.vocab_size) / static_cast<double>(*p.tp);
+}
+
 LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c) {
-  const ParallelConfig& p = c.parallel;
-  const double logits = static_cast<double>(*p.mbs * ctx.seq_len) / static_cast<double>(*p.cp) *
-                        static_cast<double>(ctx.model->vocab_size) / static_cast<double>(*p.tp);
-  return cross_entropy_over(ctx, c.cross_entropy, activation_bytes(c).per_element, logits);
+  return cross_entropy_over(ctx, c.cross_entropy, activation_bytes(c).per_element,
+                            loss_logits(*ctx.model, c.parallel, ctx.seq_len));
 }
 
 namespace {

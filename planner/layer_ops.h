@@ -112,10 +112,12 @@ struct LossPasses {
   Bytes held;
 };
 LossPasses cross_entropy_passes(const TimeContext& ctx, const PlanChoice& c);
+// The logits one micro-batch's loss runs over on a rank: tokens / cp x vocabulary / t.
+double loss_logits(const ModelSpec& m, const ParallelConfig& p, int64_t seq_len);
 // The same over `logits` logits with activations of `element_bytes` (an offload plan's pass).
 LossPasses cross_entropy_over(const TimeContext& ctx, CrossEntropy kernel, double element_bytes,
                               double logits);
-// LossPasses::held alone (moeplan memory's, which prices no time).
+// LossPasses::held alone (the memory model's and moeplan memory's, which price no time).
 Bytes cross_entropy_held(CrossEntropy kernel, double element_bytes, double logits);
 // The word embedding's gradient, one micro-batch's backward on a stage that looks tokens up
 // (the first, and each MTP module's stage): PyTorch's embedding backward builds a dense

@@ -215,7 +215,8 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   if (!c.mact) r.chunks = 1;
   r.static_override = static_override;
   if (c.gpipe) r.gpipe_microbatches = *c.parallel.gbs / (*c.parallel.mbs * *c.parallel.dp);
-  r.loss_bytes = cross_entropy_passes(ctx, c).held;
+  r.loss_bytes = cross_entropy_held(c.cross_entropy, b.per_element,
+                                    loss_logits(*ctx.model, c.parallel, ctx.seq_len));
   return r;
 }
 

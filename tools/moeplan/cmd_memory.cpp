@@ -220,10 +220,7 @@ void run_memory(const MemoryOptions& o) {
   req.alpha = o.alpha;
   if (kernel == AttentionKernel::kUnfused) req.score_bytes = kUnfusedAttentionScoreBytes;
   // The loss's logits on the last stage, one micro-batch's (planner/layer_ops.h).
-  req.loss_bytes =
-      cross_entropy_held(loss, req.bytes_per_element,
-                         static_cast<double>(*p.mbs * o.seq_len) / static_cast<double>(*p.cp) *
-                             static_cast<double>(m.vocab_size) / static_cast<double>(*p.tp));
+  req.loss_bytes = cross_entropy_held(loss, req.bytes_per_element, loss_logits(m, p, o.seq_len));
   if (o.static_override_gb) req.static_override = moe::gigabytes(*o.static_override_gb);
   if (o.received_tokens) {
     req.received_tokens = *o.received_tokens;
