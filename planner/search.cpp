@@ -110,11 +110,11 @@ struct LayerSplit {
 // Et*4|(t*4|)*14tmL at pp 4 x vpp 4), where the user fixes vpp; without them a model whose
 // layers pp x vpp do not divide could not interleave at all. What the user fixed is kept.
 std::vector<LayerSplit> layer_splits(int64_t layers, int64_t pp, int64_t vpp, int64_t mtp,
-                                     const ParallelConfig& f) {
+                                     const ParallelConfig& f, bool even_split) {
   if (!f.layout.empty()) return {{std::nullopt, std::nullopt, f.layout}};
   if (f.pp_first || f.pp_last) return {{f.pp_first, f.pp_last, {}}};
   std::vector<LayerSplit> out = {{}};
-  if (pp < 2) return out;
+  if (pp < 2 || even_split) return out;
   if (vpp > 1) {
     const int64_t stages = pp * vpp;
     if (layers % stages != 0) out.clear();
@@ -300,7 +300,8 @@ std::vector<Layout> valid_layouts(const TimeContext& ctx, const SearchRequest& r
             if ((tp * cp * dp) % (etp * ep) != 0) continue;
             for (int64_t vpp : options(f.vpp, vpps)) {
               if (vpp > 1 && (pp == 1 || req.gpipe)) continue;
-              for (const LayerSplit& split : layer_splits(m.num_layers, pp, vpp, m.mtp_layers, f)) {
+              for (const LayerSplit& split :
+                   layer_splits(m.num_layers, pp, vpp, m.mtp_layers, f, req.even_split)) {
                 for (int64_t mbs : options(f.mbs, mbss)) {
                   ParallelConfig p;
                   p.tp = tp, p.cp = cp, p.pp = pp, p.dp = dp, p.ep = ep, p.etp = etp, p.vpp = vpp,

@@ -31,7 +31,11 @@ const char* objective_name(Objective o);
 struct SearchRequest {
   int64_t num_gpus = 0;
   int64_t global_batch = 0;
-  ParallelConfig fixed;                // any subset; unset sizes are searched
+  ParallelConfig fixed;  // any subset; unset sizes are searched
+  // The layers split evenly over the pipeline's stages (and virtual stages), as a Megatron
+  // launch without --decoder-first/last-pipeline-num-layers or a layout runs them: no lighter
+  // end stages tried.
+  bool even_split = false;
   std::optional<Recompute> recompute;  // fixed, or searched
   // Search only what Megatron-Core runs: MegaScale-MoE's rematerialization and MemFine's FCDA
   // chunking are left out (the intra-operator overlap is off unless asked anyway).

@@ -33,13 +33,17 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
   }
 }
 
-nlohmann::json read_json_file(const std::string& path) {
+std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open file");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw InputError(path, "", "cannot read file");
-  return parse_json_text(text.str(), path);
+  return text.str();
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  return parse_json_text(read_text_file(path), path);
 }
 
 namespace {

@@ -19,6 +19,8 @@
 
 namespace moe::io {
 
+// A whole file as text (any file); one that cannot be opened or read is an InputError.
+std::string read_text_file(const std::string& path);
 // Parses a file; a missing file or malformed JSON becomes an InputError naming the line.
 nlohmann::json read_json_file(const std::string& path);
 nlohmann::json parse_json_text(const std::string& text, const std::string& source);

@@ -1120,3 +1120,55 @@ TEST(Cli, PlanComparesFixedSizesWithTheSearchsBest) {
             std::string::npos)
       << none.err;
 }
+
+TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
+  // A user's Megatron-LM launch, read back by --megatron-args: the plan's own printed arguments,
+  // in a torchrun script with the flags a real one carries beside them, evaluate to the same plan
+  // (sizes, switches, iteration) without --global-batch, --seq-len or --gpus, which the script
+  // gives.
+  const std::string model = "--model models/mixtral-8x7b.json --cluster topologies/h100-256.json ";
+  const nlohmann::json searched =
+      run_json("plan " + model + "--gpus 32 --global-batch 256 --megatron-only --top 1 --json");
+  const nlohmann::json& best = searched["plans"][0];
+  std::string script =
+      "#!/bin/bash\n# Mixtral on 4 nodes\nDISTRIBUTED_ARGS=(--nproc_per_node 8 --nnodes 4 "
+      "--master_addr $MASTER_ADDR)\ntorchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\\n"
+      "    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --lr 1e-4 \\\n";
+  for (const auto& a : best["megatron_args"]) script += "    " + a.get<std::string>() + " \\\n";
+  script += "    --data-path $DATA --no-position-embedding\n";
+  const std::string file = temp_path("train_mixtral.sh");
+  std::ofstream(file) << script;
+  const nlohmann::json read = run_json("plan " + model + "--megatron-args " + file + " --json");
+  const nlohmann::json& plan = read["plans"][0];
+  EXPECT_EQ(read["search"]["layouts"], 1);
+  EXPECT_EQ(read["gpus"], 32);
+  EXPECT_EQ(read["global_batch"], 256);
+  EXPECT_EQ(plan["parallel"], best["parallel"]);
+  EXPECT_EQ(plan["switches"], best["switches"]);
+  EXPECT_DOUBLE_EQ(plan["predicted"]["iteration_s"].get<double>(),
+                   best["predicted"]["iteration_s"].get<double>());
+  EXPECT_EQ(read["megatron_args"]["not_priced"],
+            nlohmann::json::array({"--no-position-embedding"}));
+  // As text: what the launch fixed, and with --explain the search's best beside it.
+  const Result text = run("plan " + model + "--megatron-args " + file + " --explain");
+  ASSERT_EQ(text.code, 0) << text.err;
+  for (const char* needle :
+       {"Megatron-LM launch read from ", "not priced: --no-position-embedding", "  yours   tp="})
+    EXPECT_NE(text.out.find(needle), std::string::npos) << needle << "\n" << text.out;
+  // The command line overrides the launch: a micro-batch by --parallel, the recompute by its
+  // option.
+  const nlohmann::json changed = run_json("plan " + model + "--megatron-args " + file +
+                                          " --parallel mbs=1 --recompute full --json");
+  EXPECT_EQ(changed["plans"][0]["parallel"]["mbs"], 1);
+  EXPECT_EQ(changed["plans"][0]["switches"]["recompute"], "full");
+  // A launch for another model, and no batch anywhere, are one-line errors.
+  std::ofstream(file) << "--num-layers 40 --tensor-model-parallel-size 2\n";
+  expect_one_line_error(run("plan " + model + "--megatron-args " + file + " --global-batch 64"),
+                        "--num-layers: says 40, model Mixtral-8x7B has 32 layers");
+  std::ofstream(file) << "--tensor-model-parallel-size 2\n";
+  expect_one_line_error(run("plan " + model + "--megatron-args " + file),
+                        "--global-batch: required");
+  expect_one_line_error(run("plan " + model + "--megatron-args /no/such/file --global-batch 8"),
+                        "/no/such/file: cannot open file");
+  std::remove(file.c_str());
+}

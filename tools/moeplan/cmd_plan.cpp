@@ -65,8 +65,12 @@ std::vector<Verified> verify_plans(const TimeContext& ctx, const ClusterSpec& c,
   return out;
 }
 
-void run_plan(const PlanOptions& o) {
+void run_plan(PlanOptions o) {
   const ModelSpec m = io::load_model(o.model);
+  if (!o.megatron_args.empty()) apply_megatron_arguments(o, m);
+  if (o.global_batch <= 0)
+    throw InputError("--global-batch", "",
+                     "required (or --global-batch-size in the --megatron-args launch)");
   const ClusterSpec c = capped(io::load_cluster(o.cluster), o.power_limit_w);
   const RoutingSkew skew = skew_for(o.skew, m);
   const CalibrationIn cal = calibration_from(o.calibration);
@@ -123,6 +127,7 @@ void run_plan(const PlanOptions& o) {
   if (sizes_fixed && (o.explain || !fits_as_is)) {
     SearchRequest free = req;
     free.fixed = ParallelConfig{};
+    free.even_split = false;
     free.top_k = 1;
     free.progress = nullptr;
     SearchResult f = search(free);
@@ -165,14 +170,18 @@ void add_plan(CommandLine& cli) {
       "plan", "Search the parallelism space; print ranked plans and launch arguments");
   cmd.option("--model", o->model, "model file").required();
   cmd.option("--cluster", o->cluster, "cluster file").required();
-  cmd.option("--global-batch", o->global_batch, "global batch size in sequences")
-      .required()
+  cmd.option("--global-batch", o->global_batch,
+             "global batch size in sequences (required unless --megatron-args gives it)")
       .positive();
   cmd.option("--seq-len", o->seq_len, "sequence length").positive();
   cmd.option("--gpus", o->gpus, "GPUs to use (default: the whole cluster)").positive();
   cmd.option("--parallel", o->parallel,
              "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it); "
              "layout=Et|(tt|)*30mL gives Megatron's --pipeline-model-parallel-layout");
+  cmd.option("--megatron-args", o->megatron_args,
+             "a Megatron-LM launch (a script or argument list; - for standard input) whose "
+             "layout and switches to evaluate, Megatron's defaults where a flag is absent; "
+             "--parallel's sizes and the options given override it");
   cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
   cmd.option("--power-limit", o->power_limit_w,
              "cap the GPUs' power at W watts (a GPU with a node.gpu.power entry): the clock "
@@ -265,7 +274,10 @@ void add_plan(CommandLine& cli) {
            "search only what Megatron-Core runs (no MegaScale-MoE rematerialization or "
            "intra-operator overlap, no MemFine chunking), so the printed arguments run the "
            "plan as priced");
-  cmd.on_run([o] { run_plan(*o); });
+  cmd.on_run([o, cmd] {
+    o->given = cmd.given();
+    run_plan(*o);
+  });
 }
 
 }  // namespace moe::cli

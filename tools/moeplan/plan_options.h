@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,13 @@
 #include "planner/search.h"
 
 namespace moe::cli {
+
+// What --megatron-args read: the sizes and switches it fixed, as --parallel and plan's options
+// spell them, and how it took what moeplan prices approximately (notes) or not at all (ignored).
+struct MegatronReading {
+  std::string source, fixed;
+  std::vector<std::string> notes, ignored;
+};
 
 struct PlanOptions {
   std::string model, cluster, parallel, calibration, skew = "balanced", objective = "throughput",
@@ -36,7 +44,16 @@ struct PlanOptions {
   std::optional<double> static_override_gb;
   std::optional<int> zero;
   bool json = false, explain = false, megatron_only = false;
+  std::string megatron_args;  // a Megatron-LM launch's arguments (a file, or - for stdin)
+  std::optional<MegatronReading> megatron;  // what apply_megatron_arguments read from it
+  std::set<std::string> given;              // the options set on the command line
+  bool even_split = false;                  // SearchRequest::even_split
 };
+
+// Fixes the sizes and switches a Megatron-LM launch sets (planner/io/megatron_args.h), where
+// the command line leaves them open: --parallel's sizes and the options given override the
+// launch's. Records what it read in `o.megatron`.
+void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m);
 
 // The search the options ask for, checked against the model and cluster: an InputError naming
 // the option (and field) for anything out of range or contradictory.

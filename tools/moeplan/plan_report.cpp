@@ -203,6 +203,13 @@ void print_ranked_plans(const PlanReport& report) {
   auto counted = [](int64_t n, const char* noun) {
     return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
   };
+  if (o.megatron) {
+    // What the launch fixed, and how the flags priced otherwise were taken.
+    fmt::print("Megatron-LM launch read from {}: {}\n", o.megatron->source, o.megatron->fixed);
+    for (const std::string& note : o.megatron->notes) fmt::print("  {}\n", note);
+    if (!o.megatron->ignored.empty())
+      fmt::print("  not priced: {}\n", fmt::join(o.megatron->ignored, " "));
+  }
   fmt::print(
       "searched {} ({} cut by the memory bound), weighed {} ({} cut by the time bound before "
       "their DP syncs were priced) in {:.2f} s\n\n",
@@ -531,7 +538,14 @@ void print_plan_json(const PlanReport& report) {
       budget["sizes"].push_back(size);
     }
   }
+  nlohmann::json launch;
+  if (const std::optional<MegatronReading>& read = report.options.megatron)
+    launch = {{"source", read->source},
+              {"fixed", read->fixed},
+              {"notes", read->notes},
+              {"not_priced", read->ignored}};
   print_json({{"model", m.name},
+              {"megatron_args", launch},
               {"power_budget", budget},
               {"cluster", c.name},
               {"gpus", report.request.num_gpus},

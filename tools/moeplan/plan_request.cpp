@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "planner/errors.h"
+#include "planner/io/megatron_args.h"
 #include "planner/power_limit.h"
 #include "tools/moeplan/common.h"
 #include "tools/moeplan/plan_options.h"
@@ -20,6 +21,88 @@ Objective parse_objective(const std::string& s) {
 
 }  // namespace
 
+void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
+  const io::MegatronRun r = io::load_megatron_arguments(o.megatron_args, m);
+  MegatronReading reading{o.megatron_args == "-" ? "standard input" : o.megatron_args, "", r.notes,
+                          r.ignored};
+  auto open = [&](const char* option) { return !o.given.count(option); };
+  std::vector<std::string> fixed;  // the options the launch set, as plan spells them
+  // --parallel's sizes override the launch's; a layout and a vpp replace each other.
+  ParallelConfig p = r.parallel;
+  const ParallelConfig own = parse_parallel(o.parallel);
+  for (const ParallelField& f : parallel_fields())
+    if (own.*f.member) p.*f.member = own.*f.member;
+  if (!own.layout.empty()) p.layout = own.layout;
+  if (own.vpp && own.layout.empty()) p.layout = {};
+  if (p.gbs && open("--global-batch")) o.global_batch = *p.gbs;
+  p.gbs.reset();  // --global-batch carries it
+  o.parallel = p.to_string();
+  // A launch without uneven stages or a layout splits its layers evenly.
+  o.even_split = !p.pp_first && !p.pp_last && p.layout.empty();
+  if (r.seq_len && open("--seq-len")) o.seq_len = *r.seq_len;
+  if (r.capacity_factor && open("--skew")) {
+    o.skew = fmt::format("capacity={}", *r.capacity_factor);
+    fixed.push_back("--skew " + o.skew);
+  }
+  if (r.gpus && open("--gpus")) o.gpus = r.gpus;
+  auto set = [&](const char* option, std::string& into, const std::string& value) {
+    if (!open(option)) return;
+    into = value;
+    fixed.push_back(fmt::format("{} {}", option, value));
+  };
+  set("--attention", o.attention, attention_mode_name(r.attention));
+  if (open("--recompute") && open("--recompute-modules")) {
+    set("--recompute", o.recompute, recompute_name(r.recompute));
+    if (r.recompute == Recompute::kSelective) {
+      o.recompute_modules = recompute_module_names(r.recompute_modules);
+      fixed.push_back(fmt::format("--recompute-modules {}", fmt::join(o.recompute_modules, " ")));
+    }
+  }
+  if (r.offload_modules != 0 && open("--offload-modules")) {
+    o.offload_modules = offload_module_names(r.offload_modules);
+    fixed.push_back(fmt::format("--offload-modules {}", fmt::join(o.offload_modules, " ")));
+  }
+  if (r.optimizer_offload > 0 && open("--optimizer-offload")) {
+    o.optimizer_offload = r.optimizer_offload;
+    fixed.push_back(fmt::format("--optimizer-offload {}", r.optimizer_offload));
+  }
+  set("--precision", o.precision, precision_name(r.precision));
+  if (r.precision == Precision::kFp8 && open("--fp8-recipe") && open("--precision")) {
+    o.fp8_recipe = fp8_recipe_name(r.fp8_recipe);
+    fixed.push_back(fmt::format("--fp8-recipe {}", *o.fp8_recipe));
+  }
+  if (open("--zero")) {
+    o.zero = r.zero_stage;
+    fixed.push_back(fmt::format("--zero {}", r.zero_stage));
+  }
+  set("--grad-reduce", o.grad_reduce, r.grad_reduce_bf16 ? "bf16" : "fp32");
+  // Megatron's all-gather dispatcher with both EP and expert TP is not priced as such.
+  megascale::Dispatcher dispatcher = r.dispatcher;
+  if (m.is_moe() &&
+      !megascale::dispatcher_priced(dispatcher, p.ep.value_or(1), p.etp.value_or(1))) {
+    reading.notes.push_back(
+        fmt::format("--moe-token-dispatcher-type {} with ep {} and etp {}: "
+                    "priced as alltoall",
+                    megascale::dispatcher_name(dispatcher), p.ep.value_or(1), p.etp.value_or(1)));
+    dispatcher = megascale::Dispatcher::kAllToAll;
+  }
+  if (m.is_moe()) set("--dispatcher", o.dispatcher, megascale::dispatcher_name(dispatcher));
+  set("--overlap", o.overlap, r.overlap ? "on" : "off");
+  set("--intra-overlap", o.intra_overlap, "off");
+  if (m.is_moe()) set("--permute-fusion", o.permute_fusion, r.permute_fusion ? "on" : "off");
+  set("--attention-kernel", o.attention_kernel, attention_kernel_name(r.attention_kernel));
+  set("--cross-entropy", o.cross_entropy, cross_entropy_name(r.cross_entropy));
+  set("--cuda-graph", o.cuda_graph, cuda_graph_name(r.cuda_graph));
+  set("--schedule", o.schedule, "1f1b");
+  // The launch is Megatron's: no MegaScale-MoE or MemFine mechanism, unless the command line
+  // asks for one of MegaScale-MoE's beside it.
+  if (open("--intra-overlap") && !(o.recompute == "sar" && !open("--recompute")))
+    o.megatron_only = true;
+  reading.fixed =
+      fmt::format("{}{}{}", o.parallel, fixed.empty() ? "" : " ", fmt::join(fixed, " "));
+  o.megatron = std::move(reading);
+}
+
 SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const ClusterSpec& c) {
   SearchRequest req;
   req.num_gpus = o.gpus.value_or(c.num_gpus());
@@ -30,6 +113,7 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
   }
   req.global_batch = o.global_batch;
   req.fixed = parse_parallel(o.parallel);
+  req.even_split = o.even_split;
   if (req.fixed.gbs && *req.fixed.gbs != o.global_batch) {
     throw InputError(
         "--parallel", "gbs",

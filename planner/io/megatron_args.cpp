@@ -1,0 +1,685 @@
+#include "planner/io/megatron_args.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "planner/errors.h"
+#include "planner/io/json_reader.h"
+
+namespace moe::io {
+
+namespace {
+
+// What a flag takes: nothing (a switch), one value, or every word up to the next flag.
+enum class Arity { kNone, kOne, kList };
+
+// The flags read, by name (megatron/training/arguments.py; torchrun's --nnodes and
+// --nproc-per-node).
+const std::map<std::string, Arity, std::less<>>& known_flags() {
+  static const std::map<std::string, Arity, std::less<>> flags = {
+      // Layout and batch.
+      {"--tensor-model-parallel-size", Arity::kOne},
+      {"--pipeline-model-parallel-size", Arity::kOne},
+      {"--context-parallel-size", Arity::kOne},
+      {"--expert-model-parallel-size", Arity::kOne},
+      {"--expert-tensor-parallel-size", Arity::kOne},
+      {"--num-layers-per-virtual-pipeline-stage", Arity::kOne},
+      {"--num-virtual-stages-per-pipeline-rank", Arity::kOne},
+      {"--pipeline-model-parallel-layout", Arity::kOne},
+      {"--decoder-first-pipeline-num-layers", Arity::kOne},
+      {"--decoder-last-pipeline-num-layers", Arity::kOne},
+      {"--cp-comm-type", Arity::kList},
+      {"--hierarchical-context-parallel-sizes", Arity::kList},
+      {"--sequence-parallel", Arity::kNone},
+      {"--micro-batch-size", Arity::kOne},
+      {"--global-batch-size", Arity::kOne},
+      {"--seq-length", Arity::kOne},
+      {"--nnodes", Arity::kOne},
+      {"--nproc-per-node", Arity::kOne},
+      {"--nproc_per_node", Arity::kOne},
+      // Precision, optimizer and data parallelism.
+      {"--bf16", Arity::kNone},
+      {"--fp16", Arity::kNone},
+      {"--fp8-format", Arity::kOne},
+      {"--fp8-recipe", Arity::kOne},
+      {"--use-distributed-optimizer", Arity::kNone},
+      {"--use-megatron-fsdp", Arity::kNone},
+      {"--data-parallel-sharding-strategy", Arity::kOne},
+      {"--grad-reduce-in-bf16", Arity::kNone},
+      {"--optimizer-cpu-offload", Arity::kNone},
+      {"--optimizer-offload-fraction", Arity::kOne},
+      // Recompute and activation offloading.
+      {"--recompute-granularity", Arity::kOne},
+      {"--recompute-method", Arity::kOne},
+      {"--recompute-num-layers", Arity::kOne},
+      {"--recompute-modules", Arity::kList},
+      {"--fine-grained-activation-offloading", Arity::kNone},
+      {"--offload-modules", Arity::kList},
+      // MoE, overlap, kernels.
+      {"--moe-token-dispatcher-type", Arity::kOne},
+      {"--moe-flex-dispatcher-backend", Arity::kOne},
+      {"--moe-permute-fusion", Arity::kNone},
+      {"--moe-grouped-gemm", Arity::kNone},
+      {"--overlap-moe-expert-parallel-comm", Arity::kNone},
+      {"--tp-comm-overlap", Arity::kNone},
+      {"--attention-backend", Arity::kOne},
+      {"--cross-entropy-loss-fusion", Arity::kNone},
+      {"--cross-entropy-fusion-impl", Arity::kOne},
+      {"--cuda-graph-impl", Arity::kOne},
+      {"--cuda-graph-scope", Arity::kList},
+      {"--enable-cuda-graph", Arity::kNone},
+      {"--external-cuda-graph", Arity::kNone},
+      // The model, checked against the model file.
+      {"--num-layers", Arity::kOne},
+      {"--hidden-size", Arity::kOne},
+      {"--ffn-hidden-size", Arity::kOne},
+      {"--num-attention-heads", Arity::kOne},
+      {"--group-query-attention", Arity::kNone},
+      {"--num-query-groups", Arity::kOne},
+      {"--multi-latent-attention", Arity::kNone},
+      {"--kv-lora-rank", Arity::kOne},
+      {"--q-lora-rank", Arity::kOne},
+      {"--num-experts", Arity::kOne},
+      {"--moe-ffn-hidden-size", Arity::kOne},
+      {"--moe-router-topk", Arity::kOne},
+      {"--moe-shared-expert-intermediate-size", Arity::kOne},
+      {"--mtp-num-layers", Arity::kOne},
+      {"--moe-router-num-groups", Arity::kOne},
+      {"--moe-router-group-topk", Arity::kOne},
+      {"--qk-head-dim", Arity::kOne},
+      {"--qk-pos-emb-head-dim", Arity::kOne},
+      {"--v-head-dim", Arity::kOne},
+      {"--kv-channels", Arity::kOne},
+      // Priced as moeplan always runs them, or with a note when absent.
+      {"--overlap-grad-reduce", Arity::kNone},
+      {"--overlap-param-gather", Arity::kNone},
+      {"--fp8-param-gather", Arity::kNone},
+      {"--use-precision-aware-optimizer", Arity::kNone},
+      {"--overlap-cpu-optimizer-d2h-h2d", Arity::kNone},
+      {"--moe-expert-capacity-factor", Arity::kOne},
+      {"--moe-pad-expert-input-to-capacity", Arity::kNone},
+  };
+  return flags;
+}
+
+// Flags that change neither time nor memory (hyperparameters, data, checkpoints, logging) and
+// model flags this reader does not check: read past without a word.
+bool silent(std::string_view flag) {
+  static constexpr std::string_view kPrefixes[] = {"--lr",
+                                                   "--min-lr",
+                                                   "--weight-decay",
+                                                   "--clip-grad",
+                                                   "--adam-",
+                                                   "--sgd-",
+                                                   "--init-method",
+                                                   "--train-iters",
+                                                   "--train-samples",
+                                                   "--eval-",
+                                                   "--data-",
+                                                   "--split",
+                                                   "--tokenizer-",
+                                                   "--vocab-",
+                                                   "--merge-file",
+                                                   "--save",
+                                                   "--load",
+                                                   "--no-load-",
+                                                   "--ckpt-",
+                                                   "--dist-ckpt-",
+                                                   "--log-",
+                                                   "--tensorboard-",
+                                                   "--wandb-",
+                                                   "--exit-",
+                                                   "--seed",
+                                                   "--finetune",
+                                                   "--distributed-timeout-minutes",
+                                                   "--distributed-backend",
+                                                   "--use-mcore-models",
+                                                   "--transformer-impl",
+                                                   "--no-gradient-accumulation-fusion",
+                                                   "--moe-aux-loss-coeff",
+                                                   "--moe-z-loss-coeff",
+                                                   "--moe-router-load-balancing-type",
+                                                   "--moe-router-score-function",
+                                                   "--moe-router-topk-scaling-factor",
+                                                   "--moe-router-enable-expert-bias",
+                                                   "--moe-router-bias-update-rate",
+                                                   "--moe-router-dtype",
+                                                   "--moe-layer-freq",
+                                                   "--normalization",
+                                                   "--norm-epsilon",
+                                                   "--swiglu",
+                                                   "--position-embedding-type",
+                                                   "--rotary-",
+                                                   "--max-position-embeddings",
+                                                   "--untie-embeddings-and-output-weights",
+                                                   "--disable-bias-linear",
+                                                   "--add-qkv-bias",
+                                                   "--make-vocab-size-divisible-by",
+                                                   "--attention-dropout",
+                                                   "--hidden-dropout",
+                                                   "--qk-layernorm",
+                                                   "--window-size",
+                                                   "--window-attn-skip-freq",
+                                                   "--experimental-attention-variant",
+                                                   "--dsa-indexer-",
+                                                   "--linear-",
+                                                   "--attention-output-gate",
+                                                   "--mock-data",
+                                                   "--no-create-attention-mask-in-dataloader",
+                                                   "--manual-gc",
+                                                   "--use-flash-attn",
+                                                   "--bias-",
+                                                   "--no-bias-",
+                                                   "--masked-softmax-fusion",
+                                                   "--no-masked-softmax-fusion",
+                                                   "--apply-layernorm-1p",
+                                                   "--use-rotary-position-embeddings",
+                                                   "--rope-",
+                                                   "--master-",
+                                                   "--node-rank",
+                                                   "--node_rank",
+                                                   "--master_",
+                                                   "--max_restarts",
+                                                   "--rdzv_",
+                                                   "--rdzv-",
+                                                   "--standalone",
+                                                   "--timing-log-level",
+                                                   "--profile"};
+  return std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
+                     [&](std::string_view p) { return flag.starts_with(p); });
+}
+
+bool is_flag(const std::string& word) {
+  return word.size() > 2 && word.starts_with("--");
+}
+
+// A list value's words: names and numbers, not the ")" closing an args array.
+bool is_list_word(const std::string& word) {
+  return !word.empty() && std::all_of(word.begin(), word.end(), [](unsigned char ch) {
+    return std::isalnum(ch) || ch == '_' || ch == '+' || ch == '-' || ch == '.';
+  });
+}
+
+// The flags given, each with its values (a switch has none); the last of a repeated flag wins,
+// as argparse takes it.
+struct Given {
+  std::map<std::string, std::vector<std::string>, std::less<>> values;
+  std::vector<std::string> unknown;
+
+  bool has(std::string_view flag) const { return values.find(flag) != values.end(); }
+  const std::string* one(std::string_view flag) const {
+    const auto it = values.find(flag);
+    return it == values.end() || it->second.empty() ? nullptr : &it->second.front();
+  }
+  const std::vector<std::string>* list(std::string_view flag) const {
+    const auto it = values.find(flag);
+    return it == values.end() ? nullptr : &it->second;
+  }
+};
+
+Given read_flags(const std::vector<std::string>& words, const std::string& source) {
+  Given g;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (!is_flag(words[i])) continue;  // the launcher, the script, an array's brackets
+    std::string flag = words[i];
+    std::vector<std::string> values;
+    if (const size_t eq = flag.find('='); eq != std::string::npos) {
+      values.push_back(flag.substr(eq + 1));
+      flag.resize(eq);
+    }
+    const auto known = known_flags().find(flag);
+    if (known == known_flags().end()) {
+      if (!silent(flag) && std::find(g.unknown.begin(), g.unknown.end(), flag) == g.unknown.end())
+        g.unknown.push_back(flag);
+      continue;  // its values, if any, are words that are not flags: passed over above
+    }
+    const Arity arity = known->second;
+    if (arity == Arity::kNone && !values.empty())
+      throw InputError(source, flag, fmt::format("takes no value, got '{}'", values.front()));
+    if (arity == Arity::kOne && values.empty()) {
+      if (i + 1 >= words.size() || is_flag(words[i + 1]))
+        throw InputError(source, flag, "has no value");
+      values.push_back(words[++i]);
+    }
+    if (arity == Arity::kList && values.empty()) {
+      while (i + 1 < words.size() && is_list_word(words[i + 1]) && !is_flag(words[i + 1]))
+        values.push_back(words[++i]);
+      if (values.empty()) throw InputError(source, flag, "has no value");
+    }
+    g.values[flag] = std::move(values);
+  }
+  return g;
+}
+
+int64_t positive_value(const std::string& text, std::string_view flag, const std::string& source) {
+  if (text.starts_with('$'))
+    throw InputError(source, std::string(flag),
+                     fmt::format("'{}' is a shell variable: give its value", text));
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v <= 0)
+    throw InputError(source, std::string(flag),
+                     fmt::format("'{}' is not a positive integer", text));
+  return v;
+}
+
+// A number at least `low` ((0, 1] shares take low = 0 and a cap of 1 below).
+double number_value(const std::string& text, std::string_view flag, const std::string& source,
+                    double low, double high) {
+  size_t used = 0;
+  double v = NAN;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != text.size() || !(v > low && v <= high))
+    throw InputError(source, std::string(flag),
+                     fmt::format("'{}' is not a number in ({}, {}]", text, low, high));
+  return v;
+}
+
+double share_or_more(const std::string& text, std::string_view flag, const std::string& source) {
+  return number_value(text, flag, source, 0.0, 1e6);
+}
+
+int64_t positive(const Given& g, std::string_view flag, const std::string& source) {
+  return positive_value(*g.one(flag), flag, source);
+}
+
+std::optional<int64_t> positive_if(const Given& g, std::string_view flag,
+                                   const std::string& source) {
+  if (!g.one(flag)) return std::nullopt;
+  return positive(g, flag, source);
+}
+
+// One of `choices`, or an InputError that lists them.
+std::string choice(const Given& g, std::string_view flag, std::string fallback,
+                   std::initializer_list<const char*> choices, const std::string& source) {
+  const std::string* v = g.one(flag);
+  if (!v) return fallback;
+  for (const char* c : choices)
+    if (*v == c) return *v;
+  throw InputError(source, std::string(flag),
+                   fmt::format("'{}' is not one of {}", *v, fmt::join(choices, ", ")));
+}
+
+// A model flag against the model file's value.
+void check_model(const Given& g, std::string_view flag, int64_t model_value, const char* what,
+                 const ModelSpec& m, const std::string& source) {
+  const std::optional<int64_t> v = positive_if(g, flag, source);
+  if (v && *v != model_value)
+    throw InputError(source, std::string(flag),
+                     fmt::format("says {}, model {} has {} {}: arguments for another model?", *v,
+                                 m.name, model_value, what));
+}
+
+void check_model_flags(const Given& g, const ModelSpec& m, const std::string& source) {
+  const AttentionSpec& a = m.attention;
+  check_model(g, "--num-layers", m.num_layers, "layers", m, source);
+  check_model(g, "--hidden-size", m.hidden_size, "as its hidden size", m, source);
+  check_model(g, "--num-attention-heads", a.num_heads, "attention heads", m, source);
+  if (m.dense_ffn_size > 0)
+    check_model(g, "--ffn-hidden-size", m.dense_ffn_size, "as its dense FFN width", m, source);
+  const bool latent = a.kind == AttentionKind::kLatent;
+  if (g.has("--multi-latent-attention") && !latent)
+    throw InputError(source, "--multi-latent-attention",
+                     fmt::format("model {} has no multi-latent attention", m.name));
+  if (latent) {
+    check_model(g, "--kv-lora-rank", a.kv_lora_rank, "as its KV LoRA rank", m, source);
+    check_model(g, "--q-lora-rank", a.q_lora_rank, "as its Q LoRA rank", m, source);
+    check_model(g, "--qk-head-dim", a.qk_nope_head_dim, "as its QK head width", m, source);
+    check_model(g, "--qk-pos-emb-head-dim", a.qk_rope_head_dim, "as its rotary head width", m,
+                source);
+    check_model(g, "--v-head-dim", a.v_head_dim, "as its V head width", m, source);
+  } else {
+    check_model(g, "--kv-channels", a.head_dim, "as its head width", m, source);
+    if (g.has("--group-query-attention")) {
+      // Megatron's default is one group.
+      const int64_t groups = positive_if(g, "--num-query-groups", source).value_or(1);
+      if (groups != a.num_kv_heads)
+        throw InputError(
+            source, "--num-query-groups",
+            fmt::format("says {}, model {} has {} KV heads", groups, m.name, a.num_kv_heads));
+    } else if (g.has("--num-attention-heads") && a.num_kv_heads != a.num_heads) {
+      throw InputError(source, "--group-query-attention",
+                       fmt::format("absent, so every head has its own K and V; model {} has {} "
+                                   "KV heads for {}",
+                                   m.name, a.num_kv_heads, a.num_heads));
+    }
+  }
+  if (g.has("--num-experts") && !m.is_moe())
+    throw InputError(source, "--num-experts", fmt::format("model {} is dense", m.name));
+  if (m.is_moe()) {
+    check_model(g, "--num-experts", m.num_routed_experts, "routed experts", m, source);
+    check_model(g, "--moe-ffn-hidden-size", m.expert_ffn_size, "as its expert width", m, source);
+    check_model(g, "--moe-router-topk", m.top_k, "as its top-k", m, source);
+    check_model(g, "--moe-router-num-groups", m.router_groups, "router groups", m, source);
+    check_model(g, "--moe-router-group-topk", m.router_group_topk, "as its group top-k", m, source);
+    if (m.shared_ffn_total() > 0)
+      check_model(g, "--moe-shared-expert-intermediate-size", m.shared_ffn_total(),
+                  "as its shared experts' width", m, source);
+  }
+  if (m.mtp_layers > 0) check_model(g, "--mtp-num-layers", m.mtp_layers, "MTP modules", m, source);
+}
+
+// The layout: sizes, Megatron's all-to-all context parallelism as Ulysses SP, the virtual
+// pipeline.
+void read_layout(const Given& g, const ModelSpec& m, const std::string& source, MegatronRun& r) {
+  ParallelConfig& p = r.parallel;
+  int64_t tp = positive_if(g, "--tensor-model-parallel-size", source).value_or(1);
+  int64_t cp = positive_if(g, "--context-parallel-size", source).value_or(1);
+  // Megatron's all-to-all context parallelism is MegaScale-MoE's SP attention (Ulysses) over
+  // those ranks (megatron_arguments writes it so); a2a+p2p nests the all-to-all inside the
+  // ring, --hierarchical-context-parallel-sizes A B giving the all-to-all's A.
+  const std::vector<std::string>* comm = g.list("--cp-comm-type");
+  const std::string cp_comm = comm ? comm->front() : "p2p";
+  if (cp > 1 && comm && comm->size() > 1 &&
+      std::any_of(comm->begin(), comm->end(), [&](const std::string& c) { return c != cp_comm; }))
+    r.notes.push_back(
+        fmt::format("--cp-comm-type: every layer priced as the first's, {}", cp_comm));
+  if (cp > 1 && (cp_comm == "a2a" || cp_comm == "a2a+p2p")) {
+    if (tp > 1)
+      throw InputError(source, "--cp-comm-type",
+                       fmt::format("{} beside --tensor-model-parallel-size {}: moeplan prices "
+                                   "all-to-all context parallelism as SP attention, with TP 1",
+                                   cp_comm, tp));
+    int64_t a2a = cp;
+    if (cp_comm == "a2a+p2p") {
+      const std::vector<std::string>* sizes = g.list("--hierarchical-context-parallel-sizes");
+      if (!sizes || sizes->size() != 2)
+        throw InputError(source, "--hierarchical-context-parallel-sizes",
+                         "a2a+p2p needs the two sizes, all-to-all then ring");
+      const char* flag = "--hierarchical-context-parallel-sizes";
+      a2a = positive_value((*sizes)[0], flag, source);
+      if (a2a * positive_value((*sizes)[1], flag, source) != cp)
+        throw InputError(
+            source, "--hierarchical-context-parallel-sizes",
+            fmt::format("{} x {} is not --context-parallel-size {}", (*sizes)[0], (*sizes)[1], cp));
+    }
+    r.attention = AttentionMode::kUlysses;
+    tp = a2a;
+    cp /= a2a;
+  } else if (cp > 1 && cp_comm != "p2p") {
+    r.notes.push_back(fmt::format("--cp-comm-type {}: priced as the ring (p2p)", cp_comm));
+  }
+  p.tp = tp;
+  p.cp = cp;
+  p.pp = positive_if(g, "--pipeline-model-parallel-size", source).value_or(1);
+  if (m.is_moe()) {
+    p.ep = positive_if(g, "--expert-model-parallel-size", source).value_or(1);
+    // Megatron's expert TP defaults to the attention's.
+    p.etp = positive_if(g, "--expert-tensor-parallel-size", source)
+                .value_or(g.one("--tensor-model-parallel-size")
+                              ? positive(g, "--tensor-model-parallel-size", source)
+                              : 1);
+  } else if (g.has("--expert-model-parallel-size") &&
+             positive(g, "--expert-model-parallel-size", source) > 1) {
+    throw InputError(source, "--expert-model-parallel-size",
+                     fmt::format("model {} is dense", m.name));
+  }
+  p.mbs = positive_if(g, "--micro-batch-size", source);
+  p.gbs = positive_if(g, "--global-batch-size", source);
+  p.pp_first = positive_if(g, "--decoder-first-pipeline-num-layers", source);
+  p.pp_last = positive_if(g, "--decoder-last-pipeline-num-layers", source);
+  const int split_flags = g.has("--pipeline-model-parallel-layout") +
+                          g.has("--num-layers-per-virtual-pipeline-stage") +
+                          g.has("--num-virtual-stages-per-pipeline-rank");
+  if (split_flags > 1)
+    throw InputError(source, "--pipeline-model-parallel-layout",
+                     "Megatron takes one of it, --num-layers-per-virtual-pipeline-stage and "
+                     "--num-virtual-stages-per-pipeline-rank");
+  if (const std::string* layout = g.one("--pipeline-model-parallel-layout")) {
+    p.layout = parse_pipeline_layout(*layout, source, "--pipeline-model-parallel-layout");
+    try {
+      apply_layout(p);
+    } catch (const ConfigError& e) {
+      throw InputError(source, "--pipeline-model-parallel-layout", e.what());
+    }
+  } else if (const std::optional<int64_t> per =
+                 positive_if(g, "--num-layers-per-virtual-pipeline-stage", source)) {
+    if (m.num_layers % (*p.pp * *per) != 0)
+      throw InputError(source, "--num-layers-per-virtual-pipeline-stage",
+                       fmt::format("{} layers a virtual stage over {} stages do not divide "
+                                   "model {}'s {} layers",
+                                   *per, *p.pp, m.name, m.num_layers));
+    p.vpp = m.num_layers / (*p.pp * *per);
+  } else {
+    p.vpp = positive_if(g, "--num-virtual-stages-per-pipeline-rank", source).value_or(1);
+  }
+  r.seq_len = positive_if(g, "--seq-length", source);
+  // torchrun's sizes, where the script gives them as numbers (a shell variable leaves --gpus).
+  for (const char* flag : {"--nproc-per-node", "--nproc_per_node", "--nnodes"}) {
+    const std::string* v = g.one(flag);
+    if (v && v->starts_with('$')) {
+      r.notes.push_back(fmt::format("{} {}: a shell variable, so the GPUs are --gpus's", flag, *v));
+      return;
+    }
+  }
+  const std::optional<int64_t> per_node = g.one("--nproc-per-node")
+                                              ? positive_if(g, "--nproc-per-node", source)
+                                              : positive_if(g, "--nproc_per_node", source);
+  if (per_node) r.gpus = *per_node * positive_if(g, "--nnodes", source).value_or(1);
+}
+
+void read_precision(const Given& g, const std::string& source, MegatronRun& r) {
+  r.precision = g.has("--bf16") || g.has("--fp16") ? Precision::kBf16 : Precision::kFp32;
+  if (g.has("--fp16")) r.notes.push_back("--fp16: priced as BF16 (the same bytes and peak)");
+  if (g.has("--fp8-format")) {
+    choice(g, "--fp8-format", "", {"e4m3", "hybrid"}, source);
+    r.precision = Precision::kFp8;
+    const std::string recipe = choice(g, "--fp8-recipe", "delayed",
+                                      {"delayed", "tensorwise", "blockwise", "mxfp8"}, source);
+    for (const EnumName<Fp8Recipe>& n : fp8_recipe_names())
+      if (recipe == n.name) r.fp8_recipe = n.value;
+  }
+  // ZeRO: Megatron-FSDP's sharding strategy, else the distributed optimizer (ZeRO-1), else DDP.
+  if (g.has("--use-megatron-fsdp")) {
+    const std::string s =
+        choice(g, "--data-parallel-sharding-strategy", "optim_grads_params",
+               {"no_shard", "optim", "optim_grads", "optim_grads_params"}, source);
+    r.zero_stage = s == "no_shard" ? 0 : s == "optim" ? 1 : s == "optim_grads" ? 2 : 3;
+  } else {
+    r.zero_stage = g.has("--use-distributed-optimizer") ? 1 : 0;
+  }
+  r.grad_reduce_bf16 = g.has("--grad-reduce-in-bf16");
+  if (!g.has("--overlap-grad-reduce"))
+    r.notes.push_back(
+        "no --overlap-grad-reduce: priced with the gradient reduction behind the backward");
+  if (g.has("--optimizer-cpu-offload")) {
+    r.optimizer_offload = 1.0;
+    if (const std::string* f = g.one("--optimizer-offload-fraction"))
+      r.optimizer_offload = number_value(*f, "--optimizer-offload-fraction", source, 0.0, 1.0);
+  }
+  // moeplan's FP8 plans gather FP8 weights where Megatron allows it (planner/plan.h).
+  const bool fp8_weights = r.precision == Precision::kFp8 &&
+                           (r.optimizer_offload == 0 || r.fp8_recipe == Fp8Recipe::kDelayed);
+  if (fp8_weights && !g.has("--fp8-param-gather"))
+    r.notes.push_back(
+        "no --fp8-param-gather: priced with FP8 weights, a byte a parameter less than the BF16 "
+        "ones this run keeps");
+}
+
+uint32_t module_mask(const Given& g, std::string_view flag, bool recompute,
+                     const std::string& source, MegatronRun& r) {
+  std::vector<std::string> names = *g.list(flag);
+  if (recompute) {
+    const auto shared = std::find(names.begin(), names.end(), "shared_experts");
+    if (shared != names.end()) {
+      names.erase(shared);
+      r.notes.push_back(
+          "--recompute-modules shared_experts: not priced (the memory model holds no shared-"
+          "expert activations)");
+    }
+  }
+  std::string unknown;
+  const std::optional<uint32_t> mask = recompute ? recompute_modules_from_names(names, &unknown)
+                                                 : offload_modules_from_names(names, &unknown);
+  if (!mask)
+    throw InputError(source, std::string(flag), fmt::format("'{}' is not a module", unknown));
+  return *mask;
+}
+
+void read_recompute(const Given& g, const std::string& source, MegatronRun& r) {
+  const std::string granularity =
+      choice(g, "--recompute-granularity", "none", {"full", "selective"}, source);
+  if (granularity == "full") {
+    r.recompute = Recompute::kFull;
+    const std::string method =
+        choice(g, "--recompute-method", "uniform", {"uniform", "block"}, source);
+    const int64_t layers = positive_if(g, "--recompute-num-layers", source).value_or(1);
+    if (method == "block" || layers != 1)
+      r.notes.push_back(
+          fmt::format("--recompute-method {} --recompute-num-layers {}: priced as "
+                      "every layer recomputing its own forward",
+                      method, layers));
+  } else if (granularity == "selective") {
+    r.recompute = Recompute::kSelective;
+    if (g.has("--recompute-modules"))
+      r.recompute_modules = module_mask(g, "--recompute-modules", true, source, r);
+    if (r.recompute_modules == 0) r.recompute = Recompute::kNone;
+  }
+  if (g.has("--fine-grained-activation-offloading")) {
+    if (!g.has("--offload-modules"))
+      throw InputError(source, "--offload-modules",
+                       "--fine-grained-activation-offloading names no modules");
+    r.offload_modules = module_mask(g, "--offload-modules", false, source, r);
+  }
+}
+
+void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string& source,
+                          MegatronRun& r) {
+  const std::string dispatcher = choice(g, "--moe-token-dispatcher-type", "allgather",
+                                        {"allgather", "alltoall", "flex", "alltoall_seq"}, source);
+  if (dispatcher == "alltoall_seq")
+    r.notes.push_back("--moe-token-dispatcher-type alltoall_seq: priced as alltoall");
+  r.dispatcher = dispatcher == "allgather" ? megascale::Dispatcher::kAllGather
+                 : dispatcher == "flex"    ? megascale::Dispatcher::kDeepEp
+                                           : megascale::Dispatcher::kAllToAll;
+  if (const std::string* f = g.one("--moe-expert-capacity-factor")) {
+    r.capacity_factor = share_or_more(*f, "--moe-expert-capacity-factor", source);
+    if (!g.has("--moe-pad-expert-input-to-capacity"))
+      r.notes.push_back(
+          "--moe-expert-capacity-factor without padding: priced at the capacity, the most a "
+          "rank can receive");
+  }
+  if (m.is_moe() && !g.has("--moe-grouped-gemm"))
+    r.notes.push_back("no --moe-grouped-gemm: priced as one grouped GEMM a layer all the same");
+  // Dense layers have no permutation: the default stands.
+  r.permute_fusion = !m.is_moe() || g.has("--moe-permute-fusion");
+  // One overlap switch covers what the flags overlap: the expert all-to-all and the TP
+  // collectives. A run with neither to overlap keeps it on (context parallelism's ring always
+  // overlaps its K/V exchange in Megatron).
+  const ParallelConfig& p = r.parallel;
+  const bool ep_overlap = m.is_moe() && p.ep.value_or(1) > 1;
+  const bool tp_overlap = *p.tp > 1 && r.attention == AttentionMode::kTensor;
+  const bool ep_flag = g.has("--overlap-moe-expert-parallel-comm"),
+             tp_flag = g.has("--tp-comm-overlap");
+  if (ep_overlap || tp_overlap) {
+    r.overlap = (ep_overlap && ep_flag) || (tp_overlap && tp_flag);
+    if (r.overlap && ep_overlap && tp_overlap && ep_flag != tp_flag)
+      r.notes.push_back(
+          fmt::format("{} alone: priced with the {} overlapped too",
+                      ep_flag ? "--overlap-moe-expert-parallel-comm" : "--tp-comm-overlap",
+                      ep_flag ? "TP collectives" : "expert all-to-all"));
+  }
+  const std::string backend = choice(g, "--attention-backend", "auto",
+                                     {"auto", "flash", "fused", "unfused", "local"}, source);
+  r.attention_kernel = backend == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFused;
+  // Without the fusion Megatron's own loss runs, as the native kernel's passes.
+  r.cross_entropy =
+      g.has("--cross-entropy-loss-fusion") &&
+              choice(g, "--cross-entropy-fusion-impl", "native", {"native", "te"}, source) == "te"
+          ? CrossEntropy::kTe
+          : CrossEntropy::kNative;
+  const std::string impl =
+      choice(g, "--cuda-graph-impl", "none", {"none", "local", "transformer_engine"}, source);
+  const std::vector<std::string>* scope = g.list("--cuda-graph-scope");
+  const bool full_iteration =
+      scope && std::find(scope->begin(), scope->end(), "full_iteration") != scope->end();
+  if (full_iteration) {
+    r.cuda_graph = CudaGraph::kFullIteration;
+  } else if (impl != "none" || g.has("--enable-cuda-graph") || g.has("--external-cuda-graph")) {
+    r.cuda_graph = CudaGraph::kAttention;
+    const bool attention_scope =
+        scope && std::find(scope->begin(), scope->end(), "attn") != scope->end();
+    if (!attention_scope)
+      r.notes.push_back(
+          "CUDA graphs of another scope than attn or full_iteration: priced as attention and "
+          "router captured (attn)");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> launch_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream in(line);
+    std::string word;
+    while (in >> word) {
+      if (word.starts_with('#')) break;  // a comment to the end of the line
+      // A flag that opens an assignment's array or string: ARGS=(--x or ARGS="--x.
+      if (const size_t flag = word.find("--");
+          flag != std::string::npos && flag > 0 &&
+          std::string_view("(\"'").find(word[flag - 1]) != std::string_view::npos)
+        word.erase(0, flag);
+      // Quotes and the continuation backslash around the word, and an array's closing
+      // bracket (one the word does not open).
+      auto unbalanced = [&](std::string_view w) {
+        return std::count(w.begin(), w.end(), ')') > std::count(w.begin(), w.end(), '(');
+      };
+      size_t begin = 0, end = word.size();
+      auto trim = [](char ch) { return ch == '"' || ch == '\'' || ch == '\\'; };
+      while (begin < end && trim(word[begin])) ++begin;
+      while (end > begin && (trim(word[end - 1]) ||
+                             (word[end - 1] == ')' &&
+                              unbalanced(std::string_view(word).substr(begin, end - begin)))))
+        --end;
+      if (begin < end) words.push_back(word.substr(begin, end - begin));
+    }
+  }
+  return words;
+}
+
+MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
+                                    const std::string& source) {
+  const Given g = read_flags(launch_words(text), source);
+  if (g.values.empty())
+    throw InputError(source, "",
+                     "no Megatron-LM argument in it (--tensor-model-parallel-size, ...)");
+  check_model_flags(g, m, source);
+  MegatronRun r;
+  read_layout(g, m, source, r);
+  read_precision(g, source, r);
+  read_recompute(g, source, r);
+  read_moe_and_kernels(g, m, source, r);
+  if (*r.parallel.tp > 1 && r.attention == AttentionMode::kTensor && !g.has("--sequence-parallel"))
+    r.notes.push_back(
+        "no --sequence-parallel beside TP: priced with it (norms and dropout on a TP rank's "
+        "share of the tokens)");
+  if (m.mtp_layers > 0 && !g.has("--mtp-num-layers"))
+    r.notes.push_back(
+        fmt::format("model {}'s {} MTP module(s) priced; Megatron trains them only "
+                    "with --mtp-num-layers",
+                    m.name, m.mtp_layers));
+  r.ignored = g.unknown;
+  return r;
+}
+
+MegatronRun load_megatron_arguments(const std::string& path, const ModelSpec& m) {
+  if (path != "-") return read_megatron_arguments(read_text_file(path), m, path);
+  std::ostringstream text;
+  text << std::cin.rdbuf();
+  return read_megatron_arguments(text.str(), m, "standard input");
+}
+
+}  // namespace moe::io

@@ -1,0 +1,71 @@
+// A Megatron-LM launch read back: the arguments of a pretrain_gpt.py command line (or a script
+// that holds one, torchrun's options included) as the layout and switches moeplan prices. It is
+// the inverse of megatron_arguments() (planner/plan.h): a plan's printed arguments read back
+// give the plan.
+//
+// A command line describes one run, so a flag it leaves out means Megatron's default, not "any":
+// no --tensor-model-parallel-size is TP 1, no --use-distributed-optimizer is plain DDP (ZeRO 0),
+// no --bf16 is FP32, no --moe-token-dispatcher-type is allgather, no --moe-permute-fusion is the
+// unfused permutation, --expert-tensor-parallel-size defaults to TP, selective recompute without
+// --recompute-modules replays core_attn, and the fused loss runs the native kernel. Only the
+// micro-batch and global batch stay open when absent (Megatron requires them).
+//
+// Model flags the arguments state (--num-layers, --hidden-size, --num-experts, ...) are checked
+// against the model file, so arguments meant for another model are refused. Flags moeplan does
+// not price are listed (`ignored`); those it prices only approximately say how (`notes`).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/megascale.h"
+#include "planner/memory_model.h"
+#include "planner/model_spec.h"
+#include "planner/parallel.h"
+#include "planner/plan.h"
+
+namespace moe::io {
+
+struct MegatronRun {
+  // tp, pp, cp, ep and etp (MoE models), vpp or the layout, pp_first/pp_last, and mbs and gbs
+  // where given; dp follows from the GPUs.
+  ParallelConfig parallel;
+  std::optional<int64_t> seq_len;  // --seq-length
+  std::optional<int64_t> gpus;     // torchrun's --nnodes x --nproc-per-node
+  AttentionMode attention = AttentionMode::kTensor;
+  Recompute recompute = Recompute::kNone;
+  uint32_t recompute_modules = kRecomputeCoreAttn;
+  uint32_t offload_modules = 0;
+  double optimizer_offload = 0;
+  Precision precision = Precision::kFp32;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
+  int zero_stage = 0;
+  bool grad_reduce_bf16 = false;
+  megascale::Dispatcher dispatcher = megascale::Dispatcher::kAllGather;
+  bool overlap = true;
+  bool permute_fusion = true;
+  AttentionKernel attention_kernel = AttentionKernel::kFused;
+  CrossEntropy cross_entropy = CrossEntropy::kNative;
+  CudaGraph cuda_graph = CudaGraph::kNone;
+  // --moe-expert-capacity-factor: the busiest expert rank receives at most this many times its
+  // balanced share (the rest is dropped), priced as routing skew capacity=F.
+  std::optional<double> capacity_factor;
+  std::vector<std::string> ignored;  // flags read past, unpriced
+  std::vector<std::string> notes;    // how an approximately priced flag was taken
+};
+
+// The whitespace-separated words of a launch script or argument list: comments (# to the end
+// of the line) dropped, and the quotes and line-continuation backslashes around a word taken
+// off, so that a flag reads the same in `--x 1 \`, `"--x" '1'` and an args array.
+std::vector<std::string> launch_words(const std::string& text);
+
+// Reads the arguments in `text` for model `m`. Throws InputError(source, flag, problem) for a
+// value that is not one, a model flag that contradicts `m`, or sizes Megatron itself refuses.
+MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
+                                    const std::string& source);
+// The same from a file, or from standard input for "-".
+MegatronRun load_megatron_arguments(const std::string& path, const ModelSpec& m);
+
+}  // namespace moe::io

@@ -1,0 +1,260 @@
+#include "planner/io/megatron_args.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "planner/errors.h"
+#include "planner/io/loaders.h"
+#include "test_models.h"
+#include "test_paths.h"
+
+namespace moe::io {
+
+namespace {
+
+std::string error_of(const std::string& text, const ModelSpec& m) {
+  try {
+    read_megatron_arguments(text, m, "train.sh");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A plan's printed arguments as a launch script holds them: one flag a line, continued.
+std::string script_of(const PlanChoice& c, const ModelSpec& m, int nvlink_domain = 8) {
+  Plan plan;
+  plan.choice = c;
+  std::string text = "torchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py \\\n";
+  for (const std::string& a : megatron_arguments(plan, m, nvlink_domain)) text += a + " \\\n";
+  return text;
+}
+
+PlanChoice choice(const std::string& layout) {
+  PlanChoice c;
+  c.parallel = parse_parallel(layout);
+  return c;
+}
+
+// The switches and sizes a launch carries, as the plan has them.
+void expect_same_run(const PlanChoice& c, const MegatronRun& r) {
+  const ParallelConfig& p = c.parallel;
+  EXPECT_EQ(r.parallel.tp, p.tp);
+  EXPECT_EQ(r.parallel.pp, p.pp);
+  EXPECT_EQ(r.parallel.cp, p.cp);
+  EXPECT_EQ(r.parallel.ep, p.ep);
+  EXPECT_EQ(r.parallel.etp, p.etp);
+  EXPECT_EQ(r.parallel.mbs, p.mbs);
+  EXPECT_EQ(r.parallel.gbs, p.gbs);
+  EXPECT_EQ(r.parallel.vpp.value_or(1), p.vpp.value_or(1));
+  EXPECT_EQ(r.parallel.pp_first, p.pp_first);
+  EXPECT_EQ(r.parallel.pp_last, p.pp_last);
+  EXPECT_EQ(r.parallel.layout, p.layout);
+  EXPECT_EQ(r.seq_len, c.seq_len);
+  EXPECT_EQ(r.gpus, 32);
+  EXPECT_EQ(r.attention, c.attention);
+  EXPECT_EQ(r.recompute, c.recompute);
+  if (c.recompute == Recompute::kSelective) {
+    EXPECT_EQ(r.recompute_modules, c.recompute_modules);
+  }
+  EXPECT_EQ(r.offload_modules, c.offload_modules);
+  EXPECT_DOUBLE_EQ(r.optimizer_offload, c.optimizer_offload);
+  EXPECT_EQ(r.precision, c.precision);
+  if (c.precision == Precision::kFp8) {
+    EXPECT_EQ(r.fp8_recipe, c.fp8_recipe);
+  }
+  EXPECT_EQ(r.zero_stage, c.zero_stage);
+  EXPECT_EQ(r.grad_reduce_bf16, c.dp_bf16_compression);
+  EXPECT_EQ(r.dispatcher, c.dispatcher);
+  EXPECT_EQ(r.overlap, c.overlap);
+  EXPECT_EQ(r.permute_fusion, c.permute_fusion);
+  EXPECT_EQ(r.attention_kernel, c.attention_kernel);
+  EXPECT_EQ(r.cross_entropy, c.cross_entropy);
+  EXPECT_EQ(r.cuda_graph, c.cuda_graph);
+  EXPECT_TRUE(r.ignored.empty()) << fmt::format("{}", fmt::join(r.ignored, " "));
+}
+
+}  // namespace
+
+TEST(MegatronArgs, APlansPrintedArgumentsReadBackAsThePlan) {
+  const ModelSpec mixtral = testing_models::mixtral_8x7b();
+  const ModelSpec v3 =
+      io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v3.config.json");
+  struct Case {
+    const ModelSpec* model;
+    std::string layout;
+    void (*tweak)(PlanChoice&);
+  };
+  const std::vector<Case> cases = {
+      // TP with sequence parallelism, the all-to-all dispatcher overlapped, selective recompute.
+      {&mixtral, "tp=2,pp=4,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=256",
+       [](PlanChoice& c) {
+         c.recompute = Recompute::kSelective;
+         c.recompute_modules = kRecomputeMoeAct | kRecomputeLayernorm | kRecomputeCoreAttn;
+         c.dp_bf16_compression = true;
+       }},
+      // Uneven stages, full recompute, FP8, ZeRO-3 on Megatron-FSDP, no overlap, the native loss.
+      {&mixtral, "tp=1,pp=4,ep=4,etp=1,cp=2,vpp=1,mbs=2,gbs=512,pp_first=7,pp_last=7",
+       [](PlanChoice& c) {
+         c.recompute = Recompute::kFull;
+         c.precision = Precision::kFp8;
+         c.fp8_recipe = Fp8Recipe::kTensorwise;
+         c.zero_stage = 3;
+         c.overlap = false;
+         c.cross_entropy = CrossEntropy::kNative;
+         c.permute_fusion = false;
+       }},
+      // SP attention (Megatron's all-to-all context parallelism), the all-gather dispatcher, the
+      // optimizer's and activations' offload, CUDA graphs, plain DDP, expert TP.
+      {&mixtral, "tp=4,pp=1,ep=2,etp=4,cp=1,vpp=1,mbs=1,gbs=64",
+       [](PlanChoice& c) {
+         c.attention = AttentionMode::kUlysses;
+         c.dispatcher = megascale::Dispatcher::kAllToAll;
+         c.optimizer_offload = 0.5;
+         c.offload_modules = kOffloadExpertFc1 | kOffloadMoeAct;
+         c.cuda_graph = CudaGraph::kAttention;
+         c.zero_stage = 0;
+         c.attention_kernel = AttentionKernel::kUnfused;
+       }},
+      // Ulysses nested in a ring (a2a+p2p), interleaved by layers a virtual stage.
+      {&mixtral, "tp=2,pp=2,ep=8,etp=1,cp=2,vpp=4,mbs=1,gbs=128",
+       [](PlanChoice& c) {
+         c.attention = AttentionMode::kUlysses;
+         c.dispatcher = megascale::Dispatcher::kAllGather;
+       }},
+      // DeepSeek-V3 as its recipe runs it: the layout, blockwise FP8, DeepEP, the full graph.
+      {&v3, "tp=2,pp=8,ep=64,etp=1,cp=1,mbs=1,gbs=8192,layout=Et|(tt|)*30mL",
+       [](PlanChoice& c) {
+         c.precision = Precision::kFp8;
+         c.fp8_recipe = Fp8Recipe::kBlockwise;
+         c.dispatcher = megascale::Dispatcher::kDeepEp;
+         c.recompute = Recompute::kSelective;
+         c.recompute_modules = kRecomputeMlaUpProj | kRecomputeMlp;
+         c.cuda_graph = CudaGraph::kFullIteration;
+       }},
+  };
+  for (const Case& k : cases) {
+    PlanChoice c = choice(k.layout);
+    c.seq_len = 4096;
+    k.tweak(c);
+    if (!c.parallel.layout.empty()) apply_layout(c.parallel);
+    const std::string text = script_of(c, *k.model);
+    SCOPED_TRACE(text);
+    const MegatronRun r = read_megatron_arguments(text, *k.model, "train.sh");
+    expect_same_run(c, r);
+  }
+}
+
+TEST(MegatronArgs, AFlagLeftOutIsMegatronsDefault) {
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const MegatronRun r = read_megatron_arguments(
+      "--tensor-model-parallel-size 2 --expert-model-parallel-size 4 --recompute-granularity "
+      "selective --cross-entropy-loss-fusion --fp16",
+      m, "train.sh");
+  EXPECT_EQ(r.parallel.tp, 2);
+  EXPECT_EQ(r.parallel.pp, 1);
+  EXPECT_EQ(r.parallel.cp, 1);
+  EXPECT_EQ(r.parallel.etp, 2);  // expert TP follows TP
+  EXPECT_EQ(r.parallel.vpp, 1);
+  EXPECT_FALSE(r.parallel.mbs);  // Megatron requires it: left to the search
+  EXPECT_FALSE(r.parallel.gbs);
+  EXPECT_EQ(r.zero_stage, 0);
+  EXPECT_FALSE(r.grad_reduce_bf16);
+  EXPECT_EQ(r.precision, Precision::kBf16);  // FP16, priced as BF16
+  EXPECT_EQ(r.dispatcher, megascale::Dispatcher::kAllGather);
+  EXPECT_FALSE(r.permute_fusion);
+  EXPECT_FALSE(r.overlap);
+  EXPECT_EQ(r.recompute, Recompute::kSelective);
+  EXPECT_EQ(r.recompute_modules, kRecomputeCoreAttn);
+  EXPECT_EQ(r.cross_entropy, CrossEntropy::kNative);
+  EXPECT_EQ(r.cuda_graph, CudaGraph::kNone);
+  EXPECT_FALSE(r.gpus);
+  auto noted = [&](const std::string& what) {
+    return std::any_of(r.notes.begin(), r.notes.end(),
+                       [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(noted("--fp16"));
+  EXPECT_TRUE(noted("--sequence-parallel"));
+  EXPECT_TRUE(noted("--moe-grouped-gemm"));
+  EXPECT_TRUE(noted("--overlap-grad-reduce"));
+  // No flag at all: FP32, as Megatron trains without --bf16.
+  EXPECT_EQ(read_megatron_arguments("--micro-batch-size 1", m, "x").precision, Precision::kFp32);
+}
+
+TEST(MegatronArgs, AScriptReadsAsItsShellWouldPassIt) {
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const std::string script = R"(#!/bin/bash
+GPUS_PER_NODE=8
+DISTRIBUTED_ARGS=(--nproc-per-node=8 --nnodes 2 --master_addr $MASTER_ADDR)
+MODEL_ARGS=(
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32
+    --group-query-attention --num-query-groups 8   # GQA
+    --seq-length 8192 --lr 1e-4 --swiglu
+)
+PARALLEL="--tensor-model-parallel-size 4 \
+  --pipeline-model-parallel-size=2 \
+  --expert-model-parallel-size '8' --expert-tensor-parallel-size 1 \
+  --num-layers-per-virtual-pipeline-stage 4 --sequence-parallel \
+  --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity \
+  --no-position-embedding --some-new-flag 3"
+# --pipeline-model-parallel-size 8   (an old setting, commented out)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} $PARALLEL --bf16
+)";
+  const MegatronRun r = read_megatron_arguments(script, m, "train.sh");
+  EXPECT_EQ(r.parallel.tp, 4);
+  EXPECT_EQ(r.parallel.pp, 2);
+  EXPECT_EQ(r.parallel.ep, 8);
+  EXPECT_EQ(r.parallel.etp, 1);
+  EXPECT_EQ(r.parallel.vpp, 4);  // 32 layers, 4 a virtual stage, over 2 stages
+  EXPECT_EQ(r.seq_len, 8192);
+  EXPECT_EQ(r.gpus, 16);
+  EXPECT_EQ(r.capacity_factor, 1.25);
+  EXPECT_EQ(r.precision, Precision::kBf16);
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"--no-position-embedding", "--some-new-flag"}));
+}
+
+TEST(MegatronArgs, ArgumentsThatCannotRunHereAreRefusedWithTheirFlag) {
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  auto refuses = [&](const std::string& text, const std::string& expected) {
+    const std::string e = error_of(text, m);
+    EXPECT_NE(e.find(expected), std::string::npos) << text << " -> '" << e << "'";
+  };
+  refuses("--tensor-model-parallel-size $TP",
+          "train.sh: --tensor-model-parallel-size: '$TP' is a shell variable");
+  refuses("--micro-batch-size two", "--micro-batch-size: 'two' is not a positive integer");
+  refuses("--micro-batch-size --bf16", "--micro-batch-size: has no value");
+  refuses("--bf16=yes", "--bf16: takes no value");
+  refuses("--num-layers 40", "--num-layers: says 40, model Mixtral-8x7B has 32 layers");
+  refuses("--num-experts 16", "--num-experts: says 16, model Mixtral-8x7B has 8 routed experts");
+  refuses("--group-query-attention --num-query-groups 4", "--num-query-groups: says 4");
+  refuses("--num-attention-heads 32", "--group-query-attention: absent");
+  refuses("--multi-latent-attention", "has no multi-latent attention");
+  refuses("--fp8-format e4m3 --fp8-recipe custom", "--fp8-recipe: 'custom' is not one of");
+  refuses("--moe-token-dispatcher-type ring", "--moe-token-dispatcher-type: 'ring'");
+  refuses("--tensor-model-parallel-size 2 --context-parallel-size 2 --cp-comm-type a2a",
+          "--cp-comm-type: a2a beside --tensor-model-parallel-size 2");
+  refuses(
+      "--context-parallel-size 8 --cp-comm-type a2a+p2p "
+      "--hierarchical-context-parallel-sizes 2 2",
+      "2 x 2 is not --context-parallel-size 8");
+  refuses("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 5",
+          "do not divide model Mixtral-8x7B's 32 layers");
+  refuses("--recompute-granularity selective --recompute-modules attention",
+          "--recompute-modules: 'attention' is not a module");
+  refuses("--optimizer-cpu-offload --optimizer-offload-fraction 1.5",
+          "--optimizer-offload-fraction: '1.5' is not a number in (0, 1]");
+  refuses("--fine-grained-activation-offloading", "names no modules");
+  refuses("# nothing but a comment\n", "train.sh: no Megatron-LM argument");
+  ModelSpec dense = m;
+  dense.num_routed_experts = 0;
+  dense.top_k = 0;
+  dense.expert_ffn_size = 0;
+  dense.dense_ffn_size = 14336;
+  dense.moe_layer.assign(32, false);
+  EXPECT_NE(error_of("--expert-model-parallel-size 8", dense).find("is dense"), std::string::npos);
+}
+
+}  // namespace moe::io
