@@ -7,6 +7,7 @@
 #include <charconv>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -650,9 +651,99 @@ std::vector<std::string> launch_words(const std::string& text) {
   return words;
 }
 
+std::optional<std::vector<std::string>> logged_argument_words(const std::string& text,
+                                                              int64_t* others) {
+  // "  tensor_model_parallel_size ...... 8": a name, its dots (none for a name of 48 characters
+  // or more), the value as Python prints it, after a launcher's "[default0]:" where it adds
+  // one. Inside the "arguments" block where the text has one; elsewhere only dotted lines.
+  static const std::regex kLine(R"(^(?:\[[^\]]*\]:?)?\s*([A-Za-z_][A-Za-z0-9_]*) (\.*) (.*?)\s*$)");
+  const bool has_block = text.find("-- arguments --") != std::string::npos;
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<std::pair<std::string, std::string>> logged;
+  bool inside = !has_block;
+  while (std::getline(lines, line)) {
+    if (line.find("-- arguments --") != std::string::npos) inside = true;
+    if (line.find("-- end of arguments --") != std::string::npos) inside = false;
+    std::smatch match;
+    if (inside && std::regex_match(line, match, kLine) && (has_block || match[2].length() > 0))
+      logged.emplace_back(match[1], match[3]);
+  }
+  if (logged.empty()) return std::nullopt;
+  std::map<std::string, std::string> value(logged.begin(), logged.end());
+  auto set = [&](const std::string& name) {
+    const auto it = value.find(name);
+    return it != value.end() && it->second != "None" && it->second != "False";
+  };
+  // The log holds the splits Megatron derived beside the one it was given: keep the given.
+  if (set("pipeline_model_parallel_layout")) {
+    value.erase("virtual_pipeline_model_parallel_size");
+    value.erase("num_layers_per_virtual_pipeline_stage");
+  } else if (set("virtual_pipeline_model_parallel_size")) {
+    value.erase("num_layers_per_virtual_pipeline_stage");
+  }
+  // Namespace fields whose flag is spelled otherwise.
+  static const std::map<std::string, std::string> kFlagOf = {
+      {"fp8", "--fp8-format"},
+      {"virtual_pipeline_model_parallel_size", "--num-virtual-stages-per-pipeline-rank"},
+      // The world size, as one node's processes.
+      {"world_size", "--nproc-per-node"}};
+  std::vector<std::string> words;
+  *others = 0;
+  for (const auto& [name, v] : value) {
+    if (v == "None" || v == "False" || v == "[]") continue;
+    std::string flag = "--" + name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (const auto it = kFlagOf.find(name); it != kFlagOf.end()) flag = it->second;
+    if (known_flags().find(flag) == known_flags().end()) {
+      ++*others;
+      continue;
+    }
+    words.push_back(flag);
+    if (v == "True") continue;
+    if (v.starts_with('[')) {
+      // ['core_attn', 'moe_act'] or [2, 2]: one word an element.
+      std::istringstream items(v.substr(1, v.size() - 2));
+      std::string item;
+      while (std::getline(items, item, ',')) {
+        item.erase(std::remove_if(item.begin(), item.end(),
+                                  [](char ch) { return ch == '\'' || ch == ' '; }),
+                   item.end());
+        if (!item.empty()) words.push_back(item);
+      }
+    } else {
+      // AttnBackend.auto: an enum's member name.
+      const size_t dot = v.rfind('.');
+      const bool enum_member =
+          dot != std::string::npos && std::isalpha(static_cast<unsigned char>(v[0]));
+      words.push_back(enum_member ? v.substr(dot + 1) : v);
+    }
+  }
+  return words;
+}
+
+std::vector<double> logged_iteration_times_ms(const std::string& text) {
+  static const std::regex kTime(R"(elapsed time per iteration \(ms\): ([0-9]+(\.[0-9]*)?))");
+  std::vector<double> out;
+  for (std::sregex_iterator it(text.begin(), text.end(), kTime), end; it != end; ++it)
+    out.push_back(std::stod((*it)[1].str()));
+  return out;
+}
+
+std::optional<double> typical_logged_iteration_ms(const std::vector<double>& logged) {
+  if (logged.size() < 2) return std::nullopt;
+  std::vector<double> steady(logged.begin() + 1, logged.end());
+  std::sort(steady.begin(), steady.end());
+  const size_t n = steady.size();
+  return n % 2 == 1 ? steady[n / 2] : (steady[n / 2 - 1] + steady[n / 2]) / 2;
+}
+
 MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
                                     const std::string& source) {
-  const Given g = read_flags(launch_words(text), source);
+  int64_t logged_others = 0;
+  const std::optional<std::vector<std::string>> logged =
+      logged_argument_words(text, &logged_others);
+  const Given g = read_flags(logged ? *logged : launch_words(text), source);
   if (g.values.empty())
     throw InputError(source, "",
                      "no Megatron-LM argument in it (--tensor-model-parallel-size, ...)");
@@ -672,6 +763,12 @@ MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
                     "with --mtp-num-layers",
                     m.name, m.mtp_layers));
   r.ignored = g.unknown;
+  r.logged_iteration_ms = logged_iteration_times_ms(text);
+  if (logged_others > 0)
+    r.notes.push_back(
+        fmt::format("{} other arguments of the log read past (hyperparameters, "
+                    "data, logging, and those moeplan does not price)",
+                    logged_others));
   return r;
 }
 

@@ -52,6 +52,9 @@ struct MegatronRun {
   // --moe-expert-capacity-factor: the busiest expert rank receives at most this many times its
   // balanced share (the rest is dropped), priced as routing skew capacity=F.
   std::optional<double> capacity_factor;
+  // A log's "elapsed time per iteration (ms)" values in order, where the text is a training
+  // log (empty otherwise): the measurement to set the prediction beside.
+  std::vector<double> logged_iteration_ms;
   std::vector<std::string> ignored;  // flags read past, unpriced
   std::vector<std::string> notes;    // how an approximately priced flag was taken
 };
@@ -61,7 +64,21 @@ struct MegatronRun {
 // off, so that a flag reads the same in `--x 1 \`, `"--x" '1'` and an args array.
 std::vector<std::string> launch_words(const std::string& text);
 
-// Reads the arguments in `text` for model `m`. Throws InputError(source, flag, problem) for a
+// The arguments a Megatron-LM log prints at start-up ("------ arguments ------", then
+// "  tensor_model_parallel_size ...... 8" a line: every field resolved, the world size among
+// them) as the flags they stand for; nullopt when `text` has none. `others` counts the fields
+// this reader does not price.
+std::optional<std::vector<std::string>> logged_argument_words(const std::string& text,
+                                                              int64_t* others);
+
+// The "elapsed time per iteration (ms): T" values of a Megatron-LM training log, in order.
+std::vector<double> logged_iteration_times_ms(const std::string& text);
+// The iteration a log measured: the median of its logged times past the first (which holds
+// the warm-up); nullopt with fewer than two.
+std::optional<double> typical_logged_iteration_ms(const std::vector<double>& logged);
+
+// Reads the arguments in `text` for model `m`: a command line, a launch script, or a Megatron
+// log's arguments block. Throws InputError(source, flag, problem) for a
 // value that is not one, a model flag that contradicts `m`, or sizes Megatron itself refuses.
 MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
                                     const std::string& source);

@@ -1155,6 +1155,19 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
   for (const char* needle :
        {"Megatron-LM launch read from ", "not priced: --no-position-embedding", "  yours   tp="})
     EXPECT_NE(text.out.find(needle), std::string::npos) << needle << "\n" << text.out;
+  // A training log: its arguments block, and its measured iteration beside the prediction.
+  const nlohmann::json logged = run_json(
+      "plan " + model + "--megatron-args tests/data/megatron-mixtral-arguments.log --json");
+  EXPECT_EQ(logged["gpus"], 64);
+  EXPECT_EQ(logged["plans"][0]["parallel"]["vpp"], 4);
+  EXPECT_DOUBLE_EQ(logged["megatron_args"]["measured_iteration_s"].get<double>(), 4.105);
+  EXPECT_EQ(logged["megatron_args"]["logged_iterations"], 10);
+  const Result logged_text =
+      run("plan " + model + "--megatron-args tests/data/megatron-mixtral-arguments.log");
+  EXPECT_NE(logged_text.out.find("the log measured 4105.0 ms an iteration (the median of 9 "
+                                 "logged past the first); #1 below predicts "),
+            std::string::npos)
+      << logged_text.out;
   // The command line overrides the launch: a micro-batch by --parallel, the recompute by its
   // option.
   const nlohmann::json changed = run_json("plan " + model + "--megatron-args " + file +

@@ -257,4 +257,57 @@ TEST(MegatronArgs, ArgumentsThatCannotRunHereAreRefusedWithTheirFlag) {
   EXPECT_NE(error_of("--expert-model-parallel-size 8", dense).find("is dense"), std::string::npos);
 }
 
+TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {
+  // The block Megatron-LM prints at start-up (megatron/training/arguments.py, _print_args):
+  // every field resolved, behind the launcher's rank prefix. The derived splits (vpp beside the
+  // layers a virtual stage) and the world size come with it; the fields not priced are counted.
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const std::string log = std::string(MOEPLAN_TEST_DATA) + "/megatron-mixtral-arguments.log";
+  const MegatronRun r = load_megatron_arguments(log, m);
+  EXPECT_EQ(r.parallel.tp, 2);
+  EXPECT_EQ(r.parallel.pp, 4);
+  EXPECT_EQ(r.parallel.vpp, 4);
+  EXPECT_EQ(r.parallel.cp, 1);
+  EXPECT_EQ(r.parallel.ep, 8);
+  EXPECT_EQ(r.parallel.etp, 1);
+  EXPECT_EQ(r.parallel.mbs, 1);
+  EXPECT_EQ(r.parallel.gbs, 256);
+  EXPECT_EQ(r.seq_len, 4096);
+  EXPECT_EQ(r.gpus, 64);
+  EXPECT_EQ(r.precision, Precision::kBf16);
+  EXPECT_EQ(r.zero_stage, 1);
+  EXPECT_EQ(r.recompute, Recompute::kSelective);
+  EXPECT_EQ(r.recompute_modules, kRecomputeMoeAct | kRecomputeLayernorm);
+  EXPECT_EQ(r.dispatcher, megascale::Dispatcher::kAllToAll);
+  EXPECT_TRUE(r.permute_fusion);
+  EXPECT_FALSE(r.overlap);  // neither the EP nor the TP overlap flag
+  EXPECT_EQ(r.cross_entropy, CrossEntropy::kNative);
+  EXPECT_EQ(r.attention_kernel, AttentionKernel::kFused);
+  EXPECT_TRUE(r.ignored.empty());
+  // Its training lines: ten iterations, the median past the first (a warm-up of 5,230 ms).
+  ASSERT_EQ(r.logged_iteration_ms.size(), 10u);
+  EXPECT_DOUBLE_EQ(r.logged_iteration_ms.front(), 5230.4);
+  EXPECT_DOUBLE_EQ(*typical_logged_iteration_ms(r.logged_iteration_ms), 4105.0);
+  EXPECT_DOUBLE_EQ(*typical_logged_iteration_ms({9.0, 1.0, 3.0}), 2.0);
+  EXPECT_FALSE(typical_logged_iteration_ms({1.0}));
+  EXPECT_NE(std::find_if(r.notes.begin(), r.notes.end(),
+                         [](const std::string& n) {
+                           return n.starts_with("6 other arguments of the log read past");
+                         }),
+            r.notes.end())
+      << fmt::format("{}", fmt::join(r.notes, "\n"));
+  // A field of 48 characters or more prints without dots and still reads.
+  int64_t others = 0;
+  const auto words = logged_argument_words(
+      "------ arguments ------\n  tensor_model_parallel_size_of_some_future_field_x  7\n"
+      "  micro_batch_size ...... 3\n------ end of arguments ------\n",
+      &others);
+  ASSERT_TRUE(words);
+  EXPECT_EQ(*words, (std::vector<std::string>{"--micro-batch-size", "3"}));
+  EXPECT_EQ(others, 1);
+  // A script is not a log.
+  EXPECT_FALSE(
+      logged_argument_words("torchrun  pretrain_gpt.py --tensor-model-parallel-size 2\n", &others));
+}
+
 }  // namespace moe::io

@@ -18,6 +18,9 @@ namespace moe::cli {
 struct MegatronReading {
   std::string source, fixed;
   std::vector<std::string> notes, ignored;
+  // From a training log: its typical iteration and how many it logged.
+  std::optional<double> measured_iteration_ms;
+  size_t logged_iterations = 0;
 };
 
 struct PlanOptions {

@@ -209,6 +209,15 @@ void print_ranked_plans(const PlanReport& report) {
     for (const std::string& note : o.megatron->notes) fmt::print("  {}\n", note);
     if (!o.megatron->ignored.empty())
       fmt::print("  not priced: {}\n", fmt::join(o.megatron->ignored, " "));
+    // The log's own measurement beside the prediction of the plan it ran.
+    if (o.megatron->measured_iteration_ms && !r.ranked.empty()) {
+      const double predicted = r.ranked.front().score.time.iteration.value() * 1e3;
+      fmt::print(
+          "  the log measured {:.1f} ms an iteration (the median of {} logged past the first); "
+          "#1 below predicts {:.1f} ms, {:+.1f} %\n",
+          *o.megatron->measured_iteration_ms, o.megatron->logged_iterations - 1, predicted,
+          100 * (predicted / *o.megatron->measured_iteration_ms - 1));
+    }
   }
   fmt::print(
       "searched {} ({} cut by the memory bound), weighed {} ({} cut by the time bound before "
@@ -539,11 +548,16 @@ void print_plan_json(const PlanReport& report) {
     }
   }
   nlohmann::json launch;
-  if (const std::optional<MegatronReading>& read = report.options.megatron)
+  if (const std::optional<MegatronReading>& read = report.options.megatron) {
     launch = {{"source", read->source},
               {"fixed", read->fixed},
               {"notes", read->notes},
               {"not_priced", read->ignored}};
+    if (read->measured_iteration_ms) {
+      launch["measured_iteration_s"] = *read->measured_iteration_ms / 1e3;
+      launch["logged_iterations"] = read->logged_iterations;
+    }
+  }
   print_json({{"model", m.name},
               {"megatron_args", launch},
               {"power_budget", budget},

@@ -23,8 +23,12 @@ Objective parse_objective(const std::string& s) {
 
 void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
   const io::MegatronRun r = io::load_megatron_arguments(o.megatron_args, m);
-  MegatronReading reading{o.megatron_args == "-" ? "standard input" : o.megatron_args, "", r.notes,
-                          r.ignored};
+  MegatronReading reading;
+  reading.source = o.megatron_args == "-" ? "standard input" : o.megatron_args;
+  reading.notes = r.notes;
+  reading.ignored = r.ignored;
+  reading.measured_iteration_ms = io::typical_logged_iteration_ms(r.logged_iteration_ms);
+  reading.logged_iterations = r.logged_iteration_ms.size();
   auto open = [&](const char* option) { return !o.given.count(option); };
   std::vector<std::string> fixed;  // the options the launch set, as plan spells them
   // --parallel's sizes override the launch's; a layout and a vpp replace each other.
