@@ -1174,6 +1174,22 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
                                           " --parallel mbs=1 --recompute full --json");
   EXPECT_EQ(changed["plans"][0]["parallel"]["mbs"], 1);
   EXPECT_EQ(changed["plans"][0]["switches"]["recompute"], "full");
+  // The log's measurement, fitted by anchor from the log itself (--measured-log).
+  const std::string saved = temp_path("logged_run.json"), cal = temp_path("logged_cal.json");
+  ASSERT_EQ(run("plan " + model +
+                "--megatron-args tests/data/megatron-mixtral-arguments.log --save " + saved)
+                .code,
+            0);
+  const nlohmann::json fit =
+      run_json("anchor " + model + "--plan " + saved +
+               " --measured-log tests/data/megatron-mixtral-arguments.log --json --out " + cal);
+  EXPECT_DOUBLE_EQ(fit["measured_s"].get<double>(), 4.105);
+  EXPECT_NEAR(fit["predicted_after_s"].get<double>(), 4.105, 0.005);
+  expect_one_line_error(
+      run("anchor " + model + "--plan " + saved + " --measured-log " + file + " --out " + cal),
+      "fewer than two 'elapsed time per iteration (ms)' lines");
+  std::remove(saved.c_str());
+  std::remove(cal.c_str());
   // A launch for another model, and no batch anywhere, are one-line errors.
   std::ofstream(file) << "--num-layers 40 --tensor-model-parallel-size 2\n";
   expect_one_line_error(run("plan " + model + "--megatron-args " + file + " --global-batch 64"),

@@ -7,6 +7,7 @@
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
+#include "planner/io/megatron_args.h"
 #include "planner/io/plan_io.h"
 #include "planner/megatron_flops.h"
 #include "planner/time_model.h"
@@ -19,7 +20,8 @@ namespace moe::cli {
 namespace {
 
 struct AnchorOptions {
-  std::string model, cluster, plan, calibration, out, skew = "balanced", scope = "all";
+  std::string model, cluster, plan, calibration, out, skew = "balanced", scope = "all",
+                                                      measured_log;
   double measured_ms = 0, measured_tflops = 0;
   bool json = false;
 };
@@ -50,13 +52,26 @@ void run_anchor(const AnchorOptions& o) {
       o.calibration.empty() ? io::Calibration{} : io::load_calibration(o.calibration);
   const TimeContext ctx = make_time_context(m, c, efficiencies(base.curves, base.constants),
                                             skew_for(o.skew, m), choice.seq_len);
+  // A training log's iterations: the median past the first (planner/io/megatron_args.h).
+  double log_ms = 0;
+  if (!o.measured_log.empty()) {
+    const std::optional<double> typical = io::typical_logged_iteration_ms(
+        io::logged_iteration_times_ms(io::read_text_file(o.measured_log)));
+    if (!typical)
+      throw InputError(o.measured_log, "",
+                       "fewer than two 'elapsed time per iteration (ms)' lines to take the run's "
+                       "iteration from");
+    log_ms = *typical;
+  }
   // Megatron-LM logs both numbers; its TFLOP/s/GPU is its FLOP count over time and GPUs.
   const Seconds measured =
-      o.measured_ms > 0 ? Seconds(o.measured_ms * 1e-3)
-                        : Seconds(megatron_iteration_flops(m, choice.seq_len, *choice.parallel.gbs,
-                                                           *choice.parallel.tp)
-                                      .value() /
-                                  (o.measured_tflops * 1e12 * static_cast<double>(choice.gpus())));
+      log_ms > 0 ? Seconds(log_ms * 1e-3)
+      : o.measured_ms > 0
+          ? Seconds(o.measured_ms * 1e-3)
+          : Seconds(megatron_iteration_flops(m, choice.seq_len, *choice.parallel.gbs,
+                                             *choice.parallel.tp)
+                        .value() /
+                    (o.measured_tflops * 1e12 * static_cast<double>(choice.gpus())));
   const double measured_ms = measured.value() * 1e3;
   const AnchorFit fit = fit_anchor(ctx, choice, measured, communication);
   if (!fit.converged) {
@@ -120,10 +135,16 @@ void add_anchor(CommandLine& cli) {
   Flag tflops = cmd.option("--measured-tflops", o->measured_tflops,
                            "or the throughput per GPU (TFLOP/s/GPU) Megatron-LM logged for it")
                     .positive();
+  Flag log = cmd.option("--measured-log", o->measured_log,
+                        "or the Megatron-LM training log of the run: the median of its 'elapsed "
+                        "time per iteration (ms)' past the first");
   ms.excludes(tflops);
-  cmd.on_run([o, ms, tflops] {
-    if (!ms.given() && !tflops.given())
-      throw InputError("--measured-ms", "", "give the measured iteration (or --measured-tflops)");
+  log.excludes(ms);
+  log.excludes(tflops);
+  cmd.on_run([o, ms, tflops, log] {
+    if (!ms.given() && !tflops.given() && !log.given())
+      throw InputError("--measured-ms", "",
+                       "give the measured iteration (or --measured-tflops, --measured-log)");
     run_anchor(*o);
   });
   cmd.option("--out", o->out, "calibration file to write").required();
