@@ -7,7 +7,6 @@
 #include <charconv>
 #include <iostream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -617,6 +616,39 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
   }
 }
 
+// One line of a log's arguments block, "  tensor_model_parallel_size ...... 8": a name, its dots
+// (none for a name of 48 characters or more, whose two spaces remain), the value as Python
+// prints it, after the "[default0]:" a launcher puts before each line where it does.
+struct LoggedField {
+  std::string name, value;
+  bool dotted = false;
+};
+
+std::optional<LoggedField> logged_field(std::string_view line) {
+  if (line.starts_with('[')) {
+    const size_t close = line.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    line.remove_prefix(close + 1);
+    if (line.starts_with(':')) line.remove_prefix(1);
+  }
+  auto is_space = [](char ch) { return ch == ' ' || ch == '\t' || ch == '\r'; };
+  while (!line.empty() && is_space(line.front())) line.remove_prefix(1);
+  while (!line.empty() && is_space(line.back())) line.remove_suffix(1);
+  auto word_char = [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+  };
+  size_t n = 0;
+  while (n < line.size() && word_char(line[n])) ++n;
+  if (n == 0 || std::isdigit(static_cast<unsigned char>(line[0])) || n + 1 >= line.size() ||
+      line[n] != ' ')
+    return std::nullopt;
+  size_t dots = n + 1;
+  while (dots < line.size() && line[dots] == '.') ++dots;
+  if (dots >= line.size() || line[dots] != ' ') return std::nullopt;
+  LoggedField f{std::string(line.substr(0, n)), std::string(line.substr(dots + 1)), dots > n + 1};
+  return f;
+}
+
 }  // namespace
 
 std::vector<std::string> launch_words(const std::string& text) {
@@ -653,10 +685,6 @@ std::vector<std::string> launch_words(const std::string& text) {
 
 std::optional<std::vector<std::string>> logged_argument_words(const std::string& text,
                                                               int64_t* others) {
-  // "  tensor_model_parallel_size ...... 8": a name, its dots (none for a name of 48 characters
-  // or more), the value as Python prints it, after a launcher's "[default0]:" where it adds
-  // one. Inside the "arguments" block where the text has one; elsewhere only dotted lines.
-  static const std::regex kLine(R"(^(?:\[[^\]]*\]:?)?\s*([A-Za-z_][A-Za-z0-9_]*) (\.*) (.*?)\s*$)");
   const bool has_block = text.find("-- arguments --") != std::string::npos;
   std::istringstream lines(text);
   std::string line;
@@ -665,9 +693,9 @@ std::optional<std::vector<std::string>> logged_argument_words(const std::string&
   while (std::getline(lines, line)) {
     if (line.find("-- arguments --") != std::string::npos) inside = true;
     if (line.find("-- end of arguments --") != std::string::npos) inside = false;
-    std::smatch match;
-    if (inside && std::regex_match(line, match, kLine) && (has_block || match[2].length() > 0))
-      logged.emplace_back(match[1], match[3]);
+    if (!inside) continue;
+    if (const std::optional<LoggedField> f = logged_field(line); f && (has_block || f->dotted))
+      logged.emplace_back(f->name, f->value);
   }
   if (logged.empty()) return std::nullopt;
   std::map<std::string, std::string> value(logged.begin(), logged.end());
@@ -723,10 +751,20 @@ std::optional<std::vector<std::string>> logged_argument_words(const std::string&
 }
 
 std::vector<double> logged_iteration_times_ms(const std::string& text) {
-  static const std::regex kTime(R"(elapsed time per iteration \(ms\): ([0-9]+(\.[0-9]*)?))");
+  // Found by plain search, not a regex: a training log runs to hundreds of megabytes.
+  static constexpr std::string_view kKey = "elapsed time per iteration (ms):";
   std::vector<double> out;
-  for (std::sregex_iterator it(text.begin(), text.end(), kTime), end; it != end; ++it)
-    out.push_back(std::stod((*it)[1].str()));
+  for (size_t at = text.find(kKey); at != std::string::npos; at = text.find(kKey, at + 1)) {
+    size_t begin = at + kKey.size();
+    while (begin < text.size() && text[begin] == ' ') ++begin;
+    size_t end = begin;
+    while (end < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
+      ++end;
+    double ms = 0;
+    const auto [ptr, ec] = std::from_chars(text.data() + begin, text.data() + end, ms);
+    if (ec == std::errc() && ptr > text.data() + begin && ms > 0) out.push_back(ms);
+  }
   return out;
 }
 
