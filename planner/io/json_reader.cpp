@@ -36,10 +36,24 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open file");
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Straight into the string where the size is known (a log can be hundreds of megabytes);
+  // a pipe or other stream without one is copied through a buffer.
+  std::string text;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size > 0) {
+    text.resize(static_cast<size_t>(size));
+    in.seekg(0);
+    in.read(text.data(), size);
+  } else {
+    in.clear();
+    in.seekg(0);
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+  }
   if (in.bad()) throw InputError(path, "", "cannot read file");
-  return text.str();
+  return text;
 }
 
 nlohmann::json read_json_file(const std::string& path) {

@@ -686,13 +686,15 @@ std::vector<std::string> launch_words(const std::string& text) {
 std::optional<std::vector<std::string>> logged_argument_words(const std::string& text,
                                                               int64_t* others) {
   const bool has_block = text.find("-- arguments --") != std::string::npos;
-  std::istringstream lines(text);
-  std::string line;
   std::vector<std::pair<std::string, std::string>> logged;
   bool inside = !has_block;
-  while (std::getline(lines, line)) {
-    if (line.find("-- arguments --") != std::string::npos) inside = true;
-    if (line.find("-- end of arguments --") != std::string::npos) inside = false;
+  // Line by line over the text itself: a log can be hundreds of megabytes.
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    const std::string_view line(text.data() + begin, end - begin);
+    begin = end + 1;
+    if (line.find("-- arguments --") != std::string_view::npos) inside = true;
+    if (line.find("-- end of arguments --") != std::string_view::npos) inside = false;
     if (!inside) continue;
     if (const std::optional<LoggedField> f = logged_field(line); f && (has_block || f->dotted))
       logged.emplace_back(f->name, f->value);
