@@ -7,7 +7,6 @@
 #include <charconv>
 #include <iostream>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include "planner/errors.h"
@@ -112,86 +111,28 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
 // Flags that change neither time nor memory (hyperparameters, data, checkpoints, logging) and
 // model flags this reader does not check: read past without a word.
 bool silent(std::string_view flag) {
-  static constexpr std::string_view kPrefixes[] = {"--lr",
-                                                   "--min-lr",
-                                                   "--weight-decay",
-                                                   "--clip-grad",
-                                                   "--adam-",
-                                                   "--sgd-",
-                                                   "--init-method",
-                                                   "--train-iters",
-                                                   "--train-samples",
-                                                   "--eval-",
-                                                   "--data-",
-                                                   "--split",
-                                                   "--tokenizer-",
-                                                   "--vocab-",
-                                                   "--merge-file",
-                                                   "--save",
-                                                   "--load",
-                                                   "--no-load-",
-                                                   "--ckpt-",
-                                                   "--dist-ckpt-",
-                                                   "--log-",
-                                                   "--tensorboard-",
-                                                   "--wandb-",
-                                                   "--exit-",
-                                                   "--seed",
-                                                   "--finetune",
-                                                   "--distributed-timeout-minutes",
-                                                   "--distributed-backend",
-                                                   "--use-mcore-models",
-                                                   "--transformer-impl",
-                                                   "--no-gradient-accumulation-fusion",
-                                                   "--moe-aux-loss-coeff",
-                                                   "--moe-z-loss-coeff",
-                                                   "--moe-router-load-balancing-type",
-                                                   "--moe-router-score-function",
-                                                   "--moe-router-topk-scaling-factor",
-                                                   "--moe-router-enable-expert-bias",
-                                                   "--moe-router-bias-update-rate",
-                                                   "--moe-router-dtype",
-                                                   "--moe-layer-freq",
-                                                   "--normalization",
-                                                   "--norm-epsilon",
-                                                   "--swiglu",
-                                                   "--position-embedding-type",
-                                                   "--rotary-",
-                                                   "--max-position-embeddings",
-                                                   "--untie-embeddings-and-output-weights",
-                                                   "--disable-bias-linear",
-                                                   "--add-qkv-bias",
-                                                   "--make-vocab-size-divisible-by",
-                                                   "--attention-dropout",
-                                                   "--hidden-dropout",
-                                                   "--qk-layernorm",
-                                                   "--window-size",
-                                                   "--window-attn-skip-freq",
-                                                   "--experimental-attention-variant",
-                                                   "--dsa-indexer-",
-                                                   "--linear-",
-                                                   "--attention-output-gate",
-                                                   "--mock-data",
-                                                   "--no-create-attention-mask-in-dataloader",
-                                                   "--manual-gc",
-                                                   "--use-flash-attn",
-                                                   "--bias-",
-                                                   "--no-bias-",
-                                                   "--masked-softmax-fusion",
-                                                   "--no-masked-softmax-fusion",
-                                                   "--apply-layernorm-1p",
-                                                   "--use-rotary-position-embeddings",
-                                                   "--rope-",
-                                                   "--master-",
-                                                   "--node-rank",
-                                                   "--node_rank",
-                                                   "--master_",
-                                                   "--max_restarts",
-                                                   "--rdzv_",
-                                                   "--rdzv-",
-                                                   "--standalone",
-                                                   "--timing-log-level",
-                                                   "--profile"};
+  // clang-format off
+  static constexpr std::string_view kPrefixes[] = {
+      "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--adam-", "--sgd-", "--init-method",
+      "--train-iters", "--train-samples", "--eval-", "--data-", "--split", "--tokenizer-",
+      "--vocab-", "--merge-file", "--save", "--load", "--no-load-", "--ckpt-", "--dist-ckpt-",
+      "--log-", "--tensorboard-", "--wandb-", "--exit-", "--seed", "--finetune",
+      "--distributed-timeout-minutes", "--distributed-backend", "--use-mcore-models",
+      "--transformer-impl", "--no-gradient-accumulation-fusion", "--moe-aux-loss-coeff",
+      "--moe-z-loss-coeff", "--moe-router-load-balancing-type", "--moe-router-score-function",
+      "--moe-router-topk-scaling-factor", "--moe-router-enable-expert-bias",
+      "--moe-router-bias-update-rate", "--moe-router-dtype", "--moe-layer-freq", "--normalization",
+      "--norm-epsilon", "--swiglu", "--position-embedding-type", "--rotary-",
+      "--max-position-embeddings", "--untie-embeddings-and-output-weights",
+      "--disable-bias-linear", "--add-qkv-bias", "--make-vocab-size-divisible-by",
+      "--attention-dropout", "--hidden-dropout", "--qk-layernorm", "--window-size",
+      "--window-attn-skip-freq", "--experimental-attention-variant", "--dsa-indexer-", "--linear-",
+      "--attention-output-gate", "--mock-data", "--no-create-attention-mask-in-dataloader",
+      "--manual-gc", "--use-flash-attn", "--bias-", "--no-bias-", "--masked-softmax-fusion",
+      "--no-masked-softmax-fusion", "--apply-layernorm-1p", "--use-rotary-position-embeddings",
+      "--rope-", "--master-", "--node-rank", "--node_rank", "--master_", "--max_restarts",
+      "--rdzv_", "--rdzv-", "--standalone", "--timing-log-level", "--profile"};
+  // clang-format on
   return std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
                      [&](std::string_view p) { return flag.starts_with(p); });
 }
@@ -270,7 +211,7 @@ int64_t positive_value(const std::string& text, std::string_view flag, const std
   return v;
 }
 
-// A number at least `low` ((0, 1] shares take low = 0 and a cap of 1 below).
+// A number in (low, high].
 double number_value(const std::string& text, std::string_view flag, const std::string& source,
                     double low, double high) {
   size_t used = 0;
@@ -283,10 +224,6 @@ double number_value(const std::string& text, std::string_view flag, const std::s
     throw InputError(source, std::string(flag),
                      fmt::format("'{}' is not a number in ({}, {}]", text, low, high));
   return v;
-}
-
-double share_or_more(const std::string& text, std::string_view flag, const std::string& source) {
-  return number_value(text, flag, source, 0.0, 1e6);
 }
 
 int64_t positive(const Given& g, std::string_view flag, const std::string& source) {
@@ -563,7 +500,7 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
                  : dispatcher == "flex"    ? megascale::Dispatcher::kDeepEp
                                            : megascale::Dispatcher::kAllToAll;
   if (const std::string* f = g.one("--moe-expert-capacity-factor")) {
-    r.capacity_factor = share_or_more(*f, "--moe-expert-capacity-factor", source);
+    r.capacity_factor = number_value(*f, "--moe-expert-capacity-factor", source, 0.0, 1e6);
     if (!g.has("--moe-pad-expert-input-to-capacity"))
       r.notes.push_back(
           "--moe-expert-capacity-factor without padding: priced at the capacity, the most a "
