@@ -1153,8 +1153,16 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
   const Result text = run("plan " + model + "--megatron-args " + file + " --explain");
   ASSERT_EQ(text.code, 0) << text.err;
   for (const char* needle :
-       {"Megatron-LM launch read from ", "not priced: --no-position-embedding", "  yours   tp="})
+       {"Megatron-LM launch read from ", "not priced: --no-position-embedding",
+        "  yours   tp=", "One change at a time to this run", "--recompute-granularity full"})
     EXPECT_NE(text.out.find(needle), std::string::npos) << needle << "\n" << text.out;
+  // Each single change, as JSON too: the fitting ones first, by time.
+  const nlohmann::json changes =
+      run_json("plan " + model + "--megatron-args " + file + " --explain --json")["one_change"];
+  ASSERT_GE(changes.size(), 8u);
+  EXPECT_LE(changes[0]["iteration_s"].get<double>(), changes[1]["iteration_s"].get<double>());
+  EXPECT_TRUE(run_json("plan " + model + "--megatron-args " + file + " --json")["one_change"]
+                  .empty());  // only with --explain
   // A training log: its arguments block, and its measured iteration beside the prediction.
   const nlohmann::json logged = run_json(
       "plan " + model + "--megatron-args tests/data/megatron-mixtral-arguments.log --json");

@@ -9,6 +9,7 @@
 #include "planner/layer_ops.h"
 #include "planner/megatron_flops.h"
 #include "planner/monta.h"
+#include "planner/one_change.h"
 #include "planner/power_limit.h"
 #include "tools/moeplan/commands.h"
 #include "tools/moeplan/common.h"
@@ -457,6 +458,33 @@ void print_launch_arguments(const PlanReport& report) {
 }
 
 // --explain's comparisons and the notes on the best plan's groups, host and dispatcher.
+// With --explain on a run whose layout the user fixed (one layout searched, as --megatron-args
+// and a full --parallel give): each single change to it, priced (planner/one_change.h).
+std::vector<OneChange> changes_to_the_run(const PlanReport& report) {
+  const SearchResult& r = report.outcome.result;
+  if (!report.options.explain || r.stats.layouts != 1 || r.ranked.empty()) return {};
+  TimeContext own = report.ctx;
+  own.links.world = r.ranked.front().choice.parallel.world();
+  return one_change_at_a_time(own, r.ranked.front().choice, report.cluster.node.gpu.hbm_capacity,
+                              report.request.alpha, report.request.static_override);
+}
+
+void print_changes_to_the_run(const PlanReport& report) {
+  const std::vector<OneChange> changes = changes_to_the_run(report);
+  if (changes.empty()) return;
+  const PlanScore& run = report.outcome.result.ranked.front().score;
+  Table t({"change", "iteration", "vs the run", "peak mem", "fits"});
+  for (const OneChange& k : changes) {
+    t.add({k.change, as_ms(k.score.time.iteration, 1),
+           fmt::format("{:+.1f} %", 100 * (k.score.time.iteration / run.time.iteration - 1)),
+           as_gb(k.score.peak_bytes.value()), k.score.memory.fits ? "yes" : "no"});
+  }
+  fmt::print(
+      "\nOne change at a time to this run ({}), each priced with the rest as it is, fitting "
+      "ones first:\n{}",
+      as_ms(run.time.iteration, 1), t.render());
+}
+
 void print_explanations(const PlanReport& report) {
   const PlanOptions& o = report.options;
   const TimeContext& ctx = report.ctx;
@@ -475,6 +503,7 @@ void print_explanations(const PlanReport& report) {
   TimeContext own = ctx;  // the best plan's GPUs decide which groups straddle nodes
   own.links.world = bp.world();
   if (o.explain) print_layer_explanation(own, best);
+  print_changes_to_the_run(report);
   print_straddling_groups(own.links, bp);
   print_host_bound(best);
   print_power_limit(ctx.gpu.power, best);
@@ -558,8 +587,15 @@ void print_plan_json(const PlanReport& report) {
       launch["logged_iterations"] = read->logged_iterations;
     }
   }
+  nlohmann::json one_change = nlohmann::json::array();
+  for (const OneChange& k : changes_to_the_run(report))
+    one_change.push_back({{"change", k.change},
+                          {"iteration_s", k.score.time.iteration.value()},
+                          {"peak_memory_GB", k.score.peak_bytes.value() / 1e9},
+                          {"fits", k.score.memory.fits}});
   print_json({{"model", m.name},
               {"megatron_args", launch},
+              {"one_change", one_change},
               {"power_budget", budget},
               {"cluster", c.name},
               {"gpus", report.request.num_gpus},
