@@ -309,7 +309,7 @@ void check_model_flags(const Given& g, const ModelSpec& m, const std::string& so
 // The layout: sizes, Megatron's all-to-all context parallelism as Ulysses SP, the virtual
 // pipeline.
 void read_layout(const Given& g, const ModelSpec& m, const std::string& source, MegatronRun& r) {
-  ParallelConfig& p = r.parallel;
+  ParallelConfig& p = r.choice.parallel;
   int64_t tp = positive_if(g, "--tensor-model-parallel-size", source).value_or(1);
   int64_t cp = positive_if(g, "--context-parallel-size", source).value_or(1);
   // Megatron's all-to-all context parallelism is MegaScale-MoE's SP attention (Ulysses) over
@@ -340,7 +340,7 @@ void read_layout(const Given& g, const ModelSpec& m, const std::string& source, 
             source, "--hierarchical-context-parallel-sizes",
             fmt::format("{} x {} is not --context-parallel-size {}", (*sizes)[0], (*sizes)[1], cp));
     }
-    r.attention = AttentionMode::kUlysses;
+    r.choice.attention = AttentionMode::kUlysses;
     tp = a2a;
     cp /= a2a;
   } else if (cp > 1 && cp_comm != "p2p") {
@@ -391,6 +391,7 @@ void read_layout(const Given& g, const ModelSpec& m, const std::string& source, 
     p.vpp = positive_if(g, "--num-virtual-stages-per-pipeline-rank", source).value_or(1);
   }
   r.seq_len = positive_if(g, "--seq-length", source);
+  if (r.seq_len) r.choice.seq_len = *r.seq_len;
   // torchrun's sizes, where the script gives them as numbers (a shell variable leaves --gpus).
   for (const char* flag : {"--nproc-per-node", "--nproc_per_node", "--nnodes"}) {
     const std::string* v = g.one(flag);
@@ -406,37 +407,39 @@ void read_layout(const Given& g, const ModelSpec& m, const std::string& source, 
 }
 
 void read_precision(const Given& g, const std::string& source, MegatronRun& r) {
-  r.precision = g.has("--bf16") || g.has("--fp16") ? Precision::kBf16 : Precision::kFp32;
+  r.choice.precision = g.has("--bf16") || g.has("--fp16") ? Precision::kBf16 : Precision::kFp32;
   if (g.has("--fp16")) r.notes.push_back("--fp16: priced as BF16 (the same bytes and peak)");
   if (g.has("--fp8-format")) {
     choice(g, "--fp8-format", "", {"e4m3", "hybrid"}, source);
-    r.precision = Precision::kFp8;
+    r.choice.precision = Precision::kFp8;
     const std::string recipe = choice(g, "--fp8-recipe", "delayed",
                                       {"delayed", "tensorwise", "blockwise", "mxfp8"}, source);
     for (const EnumName<Fp8Recipe>& n : fp8_recipe_names())
-      if (recipe == n.name) r.fp8_recipe = n.value;
+      if (recipe == n.name) r.choice.fp8_recipe = n.value;
   }
   // ZeRO: Megatron-FSDP's sharding strategy, else the distributed optimizer (ZeRO-1), else DDP.
   if (g.has("--use-megatron-fsdp")) {
     const std::string s =
         choice(g, "--data-parallel-sharding-strategy", "optim_grads_params",
                {"no_shard", "optim", "optim_grads", "optim_grads_params"}, source);
-    r.zero_stage = s == "no_shard" ? 0 : s == "optim" ? 1 : s == "optim_grads" ? 2 : 3;
+    r.choice.zero_stage = s == "no_shard" ? 0 : s == "optim" ? 1 : s == "optim_grads" ? 2 : 3;
   } else {
-    r.zero_stage = g.has("--use-distributed-optimizer") ? 1 : 0;
+    r.choice.zero_stage = g.has("--use-distributed-optimizer") ? 1 : 0;
   }
-  r.grad_reduce_bf16 = g.has("--grad-reduce-in-bf16");
+  r.choice.dp_bf16_compression = g.has("--grad-reduce-in-bf16");
   if (!g.has("--overlap-grad-reduce"))
     r.notes.push_back(
         "no --overlap-grad-reduce: priced with the gradient reduction behind the backward");
   if (g.has("--optimizer-cpu-offload")) {
-    r.optimizer_offload = 1.0;
+    r.choice.optimizer_offload = 1.0;
     if (const std::string* f = g.one("--optimizer-offload-fraction"))
-      r.optimizer_offload = number_value(*f, "--optimizer-offload-fraction", source, 0.0, 1.0);
+      r.choice.optimizer_offload =
+          number_value(*f, "--optimizer-offload-fraction", source, 0.0, 1.0);
   }
   // moeplan's FP8 plans gather FP8 weights where Megatron allows it (planner/plan.h).
-  const bool fp8_weights = r.precision == Precision::kFp8 &&
-                           (r.optimizer_offload == 0 || r.fp8_recipe == Fp8Recipe::kDelayed);
+  const bool fp8_weights =
+      r.choice.precision == Precision::kFp8 &&
+      (r.choice.optimizer_offload == 0 || r.choice.fp8_recipe == Fp8Recipe::kDelayed);
   if (fp8_weights && !g.has("--fp8-param-gather"))
     r.notes.push_back(
         "no --fp8-param-gather: priced with FP8 weights, a byte a parameter less than the BF16 "
@@ -467,7 +470,7 @@ void read_recompute(const Given& g, const std::string& source, MegatronRun& r) {
   const std::string granularity =
       choice(g, "--recompute-granularity", "none", {"full", "selective"}, source);
   if (granularity == "full") {
-    r.recompute = Recompute::kFull;
+    r.choice.recompute = Recompute::kFull;
     const std::string method =
         choice(g, "--recompute-method", "uniform", {"uniform", "block"}, source);
     const int64_t layers = positive_if(g, "--recompute-num-layers", source).value_or(1);
@@ -477,16 +480,18 @@ void read_recompute(const Given& g, const std::string& source, MegatronRun& r) {
                       "every layer recomputing its own forward",
                       method, layers));
   } else if (granularity == "selective") {
-    r.recompute = Recompute::kSelective;
-    if (g.has("--recompute-modules"))
-      r.recompute_modules = module_mask(g, "--recompute-modules", true, source, r);
-    if (r.recompute_modules == 0) r.recompute = Recompute::kNone;
+    r.choice.recompute = Recompute::kSelective;
+    // Megatron's default modules: the core attention alone.
+    r.choice.recompute_modules = g.has("--recompute-modules")
+                                     ? module_mask(g, "--recompute-modules", true, source, r)
+                                     : kRecomputeCoreAttn;
+    if (r.choice.recompute_modules == 0) r.choice.recompute = Recompute::kNone;
   }
   if (g.has("--fine-grained-activation-offloading")) {
     if (!g.has("--offload-modules"))
       throw InputError(source, "--offload-modules",
                        "--fine-grained-activation-offloading names no modules");
-    r.offload_modules = module_mask(g, "--offload-modules", false, source, r);
+    r.choice.offload_modules = module_mask(g, "--offload-modules", false, source, r);
   }
 }
 
@@ -496,9 +501,9 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
                                         {"allgather", "alltoall", "flex", "alltoall_seq"}, source);
   if (dispatcher == "alltoall_seq")
     r.notes.push_back("--moe-token-dispatcher-type alltoall_seq: priced as alltoall");
-  r.dispatcher = dispatcher == "allgather" ? megascale::Dispatcher::kAllGather
-                 : dispatcher == "flex"    ? megascale::Dispatcher::kDeepEp
-                                           : megascale::Dispatcher::kAllToAll;
+  r.choice.dispatcher = dispatcher == "allgather" ? megascale::Dispatcher::kAllGather
+                        : dispatcher == "flex"    ? megascale::Dispatcher::kDeepEp
+                                                  : megascale::Dispatcher::kAllToAll;
   if (const std::string* f = g.one("--moe-expert-capacity-factor")) {
     r.capacity_factor = number_value(*f, "--moe-expert-capacity-factor", source, 0.0, 1e6);
     if (!g.has("--moe-pad-expert-input-to-capacity"))
@@ -509,18 +514,18 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
   if (m.is_moe() && !g.has("--moe-grouped-gemm"))
     r.notes.push_back("no --moe-grouped-gemm: priced as one grouped GEMM a layer all the same");
   // Dense layers have no permutation: the default stands.
-  r.permute_fusion = !m.is_moe() || g.has("--moe-permute-fusion");
+  r.choice.permute_fusion = !m.is_moe() || g.has("--moe-permute-fusion");
   // One overlap switch covers what the flags overlap: the expert all-to-all and the TP
   // collectives. A run with neither to overlap keeps it on (context parallelism's ring always
   // overlaps its K/V exchange in Megatron).
-  const ParallelConfig& p = r.parallel;
+  const ParallelConfig& p = r.choice.parallel;
   const bool ep_overlap = m.is_moe() && p.ep.value_or(1) > 1;
-  const bool tp_overlap = *p.tp > 1 && r.attention == AttentionMode::kTensor;
+  const bool tp_overlap = *p.tp > 1 && r.choice.attention == AttentionMode::kTensor;
   const bool ep_flag = g.has("--overlap-moe-expert-parallel-comm"),
              tp_flag = g.has("--tp-comm-overlap");
   if (ep_overlap || tp_overlap) {
-    r.overlap = (ep_overlap && ep_flag) || (tp_overlap && tp_flag);
-    if (r.overlap && ep_overlap && tp_overlap && ep_flag != tp_flag)
+    r.choice.overlap = (ep_overlap && ep_flag) || (tp_overlap && tp_flag);
+    if (r.choice.overlap && ep_overlap && tp_overlap && ep_flag != tp_flag)
       r.notes.push_back(
           fmt::format("{} alone: priced with the {} overlapped too",
                       ep_flag ? "--overlap-moe-expert-parallel-comm" : "--tp-comm-overlap",
@@ -528,9 +533,10 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
   }
   const std::string backend = choice(g, "--attention-backend", "auto",
                                      {"auto", "flash", "fused", "unfused", "local"}, source);
-  r.attention_kernel = backend == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFused;
+  r.choice.attention_kernel =
+      backend == "unfused" ? AttentionKernel::kUnfused : AttentionKernel::kFused;
   // Without the fusion Megatron's own loss runs, as the native kernel's passes.
-  r.cross_entropy =
+  r.choice.cross_entropy =
       g.has("--cross-entropy-loss-fusion") &&
               choice(g, "--cross-entropy-fusion-impl", "native", {"native", "te"}, source) == "te"
           ? CrossEntropy::kTe
@@ -541,9 +547,9 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
   const bool full_iteration =
       scope && std::find(scope->begin(), scope->end(), "full_iteration") != scope->end();
   if (full_iteration) {
-    r.cuda_graph = CudaGraph::kFullIteration;
+    r.choice.cuda_graph = CudaGraph::kFullIteration;
   } else if (impl != "none" || g.has("--enable-cuda-graph") || g.has("--external-cuda-graph")) {
-    r.cuda_graph = CudaGraph::kAttention;
+    r.choice.cuda_graph = CudaGraph::kAttention;
     const bool attention_scope =
         scope && std::find(scope->begin(), scope->end(), "attn") != scope->end();
     if (!attention_scope)
@@ -730,7 +736,8 @@ MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
   read_precision(g, source, r);
   read_recompute(g, source, r);
   read_moe_and_kernels(g, m, source, r);
-  if (*r.parallel.tp > 1 && r.attention == AttentionMode::kTensor && !g.has("--sequence-parallel"))
+  if (*r.choice.parallel.tp > 1 && r.choice.attention == AttentionMode::kTensor &&
+      !g.has("--sequence-parallel"))
     r.notes.push_back(
         "no --sequence-parallel beside TP: priced with it (norms and dropout on a TP rank's "
         "share of the tokens)");

@@ -29,26 +29,12 @@
 namespace moe::io {
 
 struct MegatronRun {
-  // tp, pp, cp, ep and etp (MoE models), vpp or the layout, pp_first/pp_last, and mbs and gbs
-  // where given; dp follows from the GPUs.
-  ParallelConfig parallel;
+  // The run as a plan: its layout (tp, pp, cp, ep and etp for MoE models, vpp or the layout,
+  // pp_first/pp_last, mbs and gbs where given; dp follows from the GPUs) and every switch,
+  // Megatron's default where its flag is absent. seq_len is the run's where `seq_len` is set.
+  PlanChoice choice;
   std::optional<int64_t> seq_len;  // --seq-length
   std::optional<int64_t> gpus;     // torchrun's --nnodes x --nproc-per-node
-  AttentionMode attention = AttentionMode::kTensor;
-  Recompute recompute = Recompute::kNone;
-  uint32_t recompute_modules = kRecomputeCoreAttn;
-  uint32_t offload_modules = 0;
-  double optimizer_offload = 0;
-  Precision precision = Precision::kFp32;
-  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
-  int zero_stage = 0;
-  bool grad_reduce_bf16 = false;
-  megascale::Dispatcher dispatcher = megascale::Dispatcher::kAllGather;
-  bool overlap = true;
-  bool permute_fusion = true;
-  AttentionKernel attention_kernel = AttentionKernel::kFused;
-  CrossEntropy cross_entropy = CrossEntropy::kNative;
-  CudaGraph cuda_graph = CudaGraph::kNone;
   // --moe-expert-capacity-factor: the busiest expert rank receives at most this many times its
   // balanced share (the rest is dropped), priced as routing skew capacity=F.
   std::optional<double> capacity_factor;

@@ -42,38 +42,38 @@ PlanChoice choice(const std::string& layout) {
 // The switches and sizes a launch carries, as the plan has them.
 void expect_same_run(const PlanChoice& c, const MegatronRun& r) {
   const ParallelConfig& p = c.parallel;
-  EXPECT_EQ(r.parallel.tp, p.tp);
-  EXPECT_EQ(r.parallel.pp, p.pp);
-  EXPECT_EQ(r.parallel.cp, p.cp);
-  EXPECT_EQ(r.parallel.ep, p.ep);
-  EXPECT_EQ(r.parallel.etp, p.etp);
-  EXPECT_EQ(r.parallel.mbs, p.mbs);
-  EXPECT_EQ(r.parallel.gbs, p.gbs);
-  EXPECT_EQ(r.parallel.vpp.value_or(1), p.vpp.value_or(1));
-  EXPECT_EQ(r.parallel.pp_first, p.pp_first);
-  EXPECT_EQ(r.parallel.pp_last, p.pp_last);
-  EXPECT_EQ(r.parallel.layout, p.layout);
+  EXPECT_EQ(r.choice.parallel.tp, p.tp);
+  EXPECT_EQ(r.choice.parallel.pp, p.pp);
+  EXPECT_EQ(r.choice.parallel.cp, p.cp);
+  EXPECT_EQ(r.choice.parallel.ep, p.ep);
+  EXPECT_EQ(r.choice.parallel.etp, p.etp);
+  EXPECT_EQ(r.choice.parallel.mbs, p.mbs);
+  EXPECT_EQ(r.choice.parallel.gbs, p.gbs);
+  EXPECT_EQ(r.choice.parallel.vpp.value_or(1), p.vpp.value_or(1));
+  EXPECT_EQ(r.choice.parallel.pp_first, p.pp_first);
+  EXPECT_EQ(r.choice.parallel.pp_last, p.pp_last);
+  EXPECT_EQ(r.choice.parallel.layout, p.layout);
   EXPECT_EQ(r.seq_len, c.seq_len);
   EXPECT_EQ(r.gpus, 32);
-  EXPECT_EQ(r.attention, c.attention);
-  EXPECT_EQ(r.recompute, c.recompute);
+  EXPECT_EQ(r.choice.attention, c.attention);
+  EXPECT_EQ(r.choice.recompute, c.recompute);
   if (c.recompute == Recompute::kSelective) {
-    EXPECT_EQ(r.recompute_modules, c.recompute_modules);
+    EXPECT_EQ(r.choice.recompute_modules, c.recompute_modules);
   }
-  EXPECT_EQ(r.offload_modules, c.offload_modules);
-  EXPECT_DOUBLE_EQ(r.optimizer_offload, c.optimizer_offload);
-  EXPECT_EQ(r.precision, c.precision);
+  EXPECT_EQ(r.choice.offload_modules, c.offload_modules);
+  EXPECT_DOUBLE_EQ(r.choice.optimizer_offload, c.optimizer_offload);
+  EXPECT_EQ(r.choice.precision, c.precision);
   if (c.precision == Precision::kFp8) {
-    EXPECT_EQ(r.fp8_recipe, c.fp8_recipe);
+    EXPECT_EQ(r.choice.fp8_recipe, c.fp8_recipe);
   }
-  EXPECT_EQ(r.zero_stage, c.zero_stage);
-  EXPECT_EQ(r.grad_reduce_bf16, c.dp_bf16_compression);
-  EXPECT_EQ(r.dispatcher, c.dispatcher);
-  EXPECT_EQ(r.overlap, c.overlap);
-  EXPECT_EQ(r.permute_fusion, c.permute_fusion);
-  EXPECT_EQ(r.attention_kernel, c.attention_kernel);
-  EXPECT_EQ(r.cross_entropy, c.cross_entropy);
-  EXPECT_EQ(r.cuda_graph, c.cuda_graph);
+  EXPECT_EQ(r.choice.zero_stage, c.zero_stage);
+  EXPECT_EQ(r.choice.dp_bf16_compression, c.dp_bf16_compression);
+  EXPECT_EQ(r.choice.dispatcher, c.dispatcher);
+  EXPECT_EQ(r.choice.overlap, c.overlap);
+  EXPECT_EQ(r.choice.permute_fusion, c.permute_fusion);
+  EXPECT_EQ(r.choice.attention_kernel, c.attention_kernel);
+  EXPECT_EQ(r.choice.cross_entropy, c.cross_entropy);
+  EXPECT_EQ(r.choice.cuda_graph, c.cuda_graph);
   EXPECT_TRUE(r.ignored.empty()) << fmt::format("{}", fmt::join(r.ignored, " "));
 }
 
@@ -154,23 +154,23 @@ TEST(MegatronArgs, AFlagLeftOutIsMegatronsDefault) {
       "--tensor-model-parallel-size 2 --expert-model-parallel-size 4 --recompute-granularity "
       "selective --cross-entropy-loss-fusion --fp16",
       m, "train.sh");
-  EXPECT_EQ(r.parallel.tp, 2);
-  EXPECT_EQ(r.parallel.pp, 1);
-  EXPECT_EQ(r.parallel.cp, 1);
-  EXPECT_EQ(r.parallel.etp, 2);  // expert TP follows TP
-  EXPECT_EQ(r.parallel.vpp, 1);
-  EXPECT_FALSE(r.parallel.mbs);  // Megatron requires it: left to the search
-  EXPECT_FALSE(r.parallel.gbs);
-  EXPECT_EQ(r.zero_stage, 0);
-  EXPECT_FALSE(r.grad_reduce_bf16);
-  EXPECT_EQ(r.precision, Precision::kBf16);  // FP16, priced as BF16
-  EXPECT_EQ(r.dispatcher, megascale::Dispatcher::kAllGather);
-  EXPECT_FALSE(r.permute_fusion);
-  EXPECT_FALSE(r.overlap);
-  EXPECT_EQ(r.recompute, Recompute::kSelective);
-  EXPECT_EQ(r.recompute_modules, kRecomputeCoreAttn);
-  EXPECT_EQ(r.cross_entropy, CrossEntropy::kNative);
-  EXPECT_EQ(r.cuda_graph, CudaGraph::kNone);
+  EXPECT_EQ(r.choice.parallel.tp, 2);
+  EXPECT_EQ(r.choice.parallel.pp, 1);
+  EXPECT_EQ(r.choice.parallel.cp, 1);
+  EXPECT_EQ(r.choice.parallel.etp, 2);  // expert TP follows TP
+  EXPECT_EQ(r.choice.parallel.vpp, 1);
+  EXPECT_FALSE(r.choice.parallel.mbs);  // Megatron requires it: left to the search
+  EXPECT_FALSE(r.choice.parallel.gbs);
+  EXPECT_EQ(r.choice.zero_stage, 0);
+  EXPECT_FALSE(r.choice.dp_bf16_compression);
+  EXPECT_EQ(r.choice.precision, Precision::kBf16);  // FP16, priced as BF16
+  EXPECT_EQ(r.choice.dispatcher, megascale::Dispatcher::kAllGather);
+  EXPECT_FALSE(r.choice.permute_fusion);
+  EXPECT_FALSE(r.choice.overlap);
+  EXPECT_EQ(r.choice.recompute, Recompute::kSelective);
+  EXPECT_EQ(r.choice.recompute_modules, kRecomputeCoreAttn);  // Megatron's default modules
+  EXPECT_EQ(r.choice.cross_entropy, CrossEntropy::kNative);
+  EXPECT_EQ(r.choice.cuda_graph, CudaGraph::kNone);
   EXPECT_FALSE(r.gpus);
   auto noted = [&](const std::string& what) {
     return std::any_of(r.notes.begin(), r.notes.end(),
@@ -181,7 +181,8 @@ TEST(MegatronArgs, AFlagLeftOutIsMegatronsDefault) {
   EXPECT_TRUE(noted("--moe-grouped-gemm"));
   EXPECT_TRUE(noted("--overlap-grad-reduce"));
   // No flag at all: FP32, as Megatron trains without --bf16.
-  EXPECT_EQ(read_megatron_arguments("--micro-batch-size 1", m, "x").precision, Precision::kFp32);
+  EXPECT_EQ(read_megatron_arguments("--micro-batch-size 1", m, "x").choice.precision,
+            Precision::kFp32);
 }
 
 TEST(MegatronArgs, AScriptReadsAsItsShellWouldPassIt) {
@@ -204,15 +205,15 @@ PARALLEL="--tensor-model-parallel-size 4 \
 torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} $PARALLEL --bf16
 )";
   const MegatronRun r = read_megatron_arguments(script, m, "train.sh");
-  EXPECT_EQ(r.parallel.tp, 4);
-  EXPECT_EQ(r.parallel.pp, 2);
-  EXPECT_EQ(r.parallel.ep, 8);
-  EXPECT_EQ(r.parallel.etp, 1);
-  EXPECT_EQ(r.parallel.vpp, 4);  // 32 layers, 4 a virtual stage, over 2 stages
+  EXPECT_EQ(r.choice.parallel.tp, 4);
+  EXPECT_EQ(r.choice.parallel.pp, 2);
+  EXPECT_EQ(r.choice.parallel.ep, 8);
+  EXPECT_EQ(r.choice.parallel.etp, 1);
+  EXPECT_EQ(r.choice.parallel.vpp, 4);  // 32 layers, 4 a virtual stage, over 2 stages
   EXPECT_EQ(r.seq_len, 8192);
   EXPECT_EQ(r.gpus, 16);
   EXPECT_EQ(r.capacity_factor, 1.25);
-  EXPECT_EQ(r.precision, Precision::kBf16);
+  EXPECT_EQ(r.choice.precision, Precision::kBf16);
   EXPECT_EQ(r.ignored, (std::vector<std::string>{"--no-position-embedding", "--some-new-flag"}));
 }
 
@@ -264,25 +265,25 @@ TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {
   const ModelSpec m = testing_models::mixtral_8x7b();
   const std::string log = std::string(MOEPLAN_TEST_DATA) + "/megatron-mixtral-arguments.log";
   const MegatronRun r = load_megatron_arguments(log, m);
-  EXPECT_EQ(r.parallel.tp, 2);
-  EXPECT_EQ(r.parallel.pp, 4);
-  EXPECT_EQ(r.parallel.vpp, 4);
-  EXPECT_EQ(r.parallel.cp, 1);
-  EXPECT_EQ(r.parallel.ep, 8);
-  EXPECT_EQ(r.parallel.etp, 1);
-  EXPECT_EQ(r.parallel.mbs, 1);
-  EXPECT_EQ(r.parallel.gbs, 256);
+  EXPECT_EQ(r.choice.parallel.tp, 2);
+  EXPECT_EQ(r.choice.parallel.pp, 4);
+  EXPECT_EQ(r.choice.parallel.vpp, 4);
+  EXPECT_EQ(r.choice.parallel.cp, 1);
+  EXPECT_EQ(r.choice.parallel.ep, 8);
+  EXPECT_EQ(r.choice.parallel.etp, 1);
+  EXPECT_EQ(r.choice.parallel.mbs, 1);
+  EXPECT_EQ(r.choice.parallel.gbs, 256);
   EXPECT_EQ(r.seq_len, 4096);
   EXPECT_EQ(r.gpus, 64);
-  EXPECT_EQ(r.precision, Precision::kBf16);
-  EXPECT_EQ(r.zero_stage, 1);
-  EXPECT_EQ(r.recompute, Recompute::kSelective);
-  EXPECT_EQ(r.recompute_modules, kRecomputeMoeAct | kRecomputeLayernorm);
-  EXPECT_EQ(r.dispatcher, megascale::Dispatcher::kAllToAll);
-  EXPECT_TRUE(r.permute_fusion);
-  EXPECT_FALSE(r.overlap);  // neither the EP nor the TP overlap flag
-  EXPECT_EQ(r.cross_entropy, CrossEntropy::kNative);
-  EXPECT_EQ(r.attention_kernel, AttentionKernel::kFused);
+  EXPECT_EQ(r.choice.precision, Precision::kBf16);
+  EXPECT_EQ(r.choice.zero_stage, 1);
+  EXPECT_EQ(r.choice.recompute, Recompute::kSelective);
+  EXPECT_EQ(r.choice.recompute_modules, kRecomputeMoeAct | kRecomputeLayernorm);
+  EXPECT_EQ(r.choice.dispatcher, megascale::Dispatcher::kAllToAll);
+  EXPECT_TRUE(r.choice.permute_fusion);
+  EXPECT_FALSE(r.choice.overlap);  // neither the EP nor the TP overlap flag
+  EXPECT_EQ(r.choice.cross_entropy, CrossEntropy::kNative);
+  EXPECT_EQ(r.choice.attention_kernel, AttentionKernel::kFused);
   EXPECT_TRUE(r.ignored.empty());
   // Its training lines: ten iterations, the median past the first (a warm-up of 5,230 ms).
   ASSERT_EQ(r.logged_iteration_ms.size(), 10u);

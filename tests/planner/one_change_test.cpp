@@ -11,12 +11,6 @@ namespace moe {
 
 namespace {
 
-PlanChoice run(const std::string& layout) {
-  PlanChoice c;
-  c.parallel = resolve(parse_parallel(layout));
-  return c;
-}
-
 const OneChange* find(const std::vector<OneChange>& changes, const std::string& change) {
   const auto it = std::find_if(changes.begin(), changes.end(),
                                [&](const OneChange& k) { return k.change == change; });
@@ -30,7 +24,7 @@ TEST(OneChange, EachChangeIsTheRunWithOnlyThatTurned) {
   // overlap, the all-gather dispatcher, plain DDP. Each change is priced as the run with that
   // one switch or size turned, the fitting ones first and each group by time.
   const Inputs s("mixtral-8x7b.json", "h100-256.json");
-  PlanChoice r = run("tp=2,pp=4,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=256,dp=4");
+  PlanChoice r = plan_of("tp=2,pp=4,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=256,dp=4");
   r.permute_fusion = false;
   r.overlap = false;
   r.dispatcher = megascale::Dispatcher::kAllGather;
@@ -71,7 +65,7 @@ TEST(OneChange, EachChangeIsTheRunWithOnlyThatTurned) {
   // Virtual stages where the layers split: 32 over 4 stages take 2 and 8 a stage, not 64.
   EXPECT_NE(find(changes, "--num-virtual-stages-per-pipeline-rank 2"), nullptr);
   // A batch the doubled micro-batch does not split into is left out: GBS 4 over dp 4.
-  PlanChoice small = run("tp=2,pp=4,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=4,dp=4");
+  PlanChoice small = plan_of("tp=2,pp=4,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=4,dp=4");
   EXPECT_EQ(
       find(one_change_at_a_time(s.ctx, small, hbm, 1.0, std::nullopt), "--micro-batch-size 2"),
       nullptr);

@@ -15,20 +15,12 @@
 
 namespace moe {
 
-namespace {
-PlanChoice choice(const std::string& layout) {
-  PlanChoice c;
-  c.parallel = resolve(parse_parallel(layout));
-  return c;
-}
-}  // namespace
-
 TEST(PipelineLayout, TheEvenSplitWrittenAsALayoutPricesTheSame) {
   // Mixtral's 32 identical layers over pp 4 x vpp 2: four a chunk either way. Only which layers
   // sit where differs, and they are all alike.
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
-  const PlanChoice even = choice("tp=2,pp=4,ep=1,dp=1,vpp=2,mbs=1,gbs=64");
-  const PlanChoice layout = choice("tp=2,pp=4,ep=1,dp=1,mbs=1,gbs=64,layout=Et*4|(t*4|)*6t*4L");
+  const PlanChoice even = plan_of("tp=2,pp=4,ep=1,dp=1,vpp=2,mbs=1,gbs=64");
+  const PlanChoice layout = plan_of("tp=2,pp=4,ep=1,dp=1,mbs=1,gbs=64,layout=Et*4|(t*4|)*6t*4L");
   ASSERT_EQ(*layout.parallel.vpp, 2);
   ASSERT_NO_THROW(check(layout.parallel, s.model));
   const TimeBreakdown a = estimate_time(s.ctx, even), b = estimate_time(s.ctx, layout);
@@ -42,9 +34,9 @@ TEST(PipelineLayout, AnUnevenLayoutLoadsItsHeavyStage) {
   // Two more layers on the last stage's chunks: it runs 10 layers and the head, the others 7,
   // and the pipeline runs at its pace.
   const Inputs s("mixtral-8x7b.json", "h100-sxm-8.json");
-  const PlanChoice even = choice("tp=2,pp=4,ep=1,dp=1,vpp=2,mbs=1,gbs=64");
+  const PlanChoice even = plan_of("tp=2,pp=4,ep=1,dp=1,vpp=2,mbs=1,gbs=64");
   const PlanChoice heavy =
-      choice("tp=2,pp=4,ep=1,dp=1,mbs=1,gbs=64,layout=Et*4|t*4|t*4|t*5|t*3|t*3|t*4|t*5L");
+      plan_of("tp=2,pp=4,ep=1,dp=1,mbs=1,gbs=64,layout=Et*4|t*4|t*4|t*5|t*3|t*3|t*4|t*5L");
   ASSERT_NO_THROW(check(heavy.parallel, s.model));
   EXPECT_EQ(layers_in_stage(s.model, heavy.parallel, 3), 10);
   EXPECT_EQ(layers_in_stage(s.model, heavy.parallel, 1), 7);
@@ -62,7 +54,7 @@ TEST(PipelineLayout, MtpModulesRunWhereTheLayoutPutsThem) {
   const Inputs s("hf/deepseek-v3.config.json", "h100-1024.json");
   ASSERT_EQ(s.model.mtp_layers, 1);
   const PlanChoice c =
-      choice("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192,layout=Et*3|(tt|)*29,m|L");
+      plan_of("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192,layout=Et*3|(tt|)*29,m|L");
   ASSERT_NO_THROW(check(c.parallel, s.model));
   ASSERT_EQ(mtp_stage(c.parallel), 6);
   const StageTimes mtp = mtp_stage_times(s.ctx, c);
@@ -99,7 +91,7 @@ TEST(PipelineLayout, MtpModulesRunWhereTheLayoutPutsThem) {
 
 TEST(PipelineLayout, PlanFilesKeepTheLayout) {
   const Inputs s("hf/deepseek-v3.config.json", "h100-1024.json");
-  PlanChoice c = choice("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192,layout=Et*3|(tt|)*29,m|L");
+  PlanChoice c = plan_of("tp=2,pp=8,ep=64,etp=1,dp=64,mbs=1,gbs=8192,layout=Et*3|(tt|)*29,m|L");
   c.seq_len = 4096;
   const nlohmann::json j = io::plan_to_json(Plan{c, {}}, s.model, s.cluster);
   EXPECT_EQ(j["parallel"]["layout"], "Et*3|(t*2|)*29m|L");

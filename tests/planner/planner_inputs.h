@@ -5,6 +5,8 @@
 #include <string>
 
 #include "planner/io/loaders.h"
+#include "planner/parallel.h"
+#include "planner/plan.h"
 #include "planner/time_model.h"
 #include "test_paths.h"
 
@@ -13,6 +15,13 @@ namespace moe {
 // A path below the source tree.
 inline std::string root(const std::string& rel) {
   return std::string(MOEPLAN_SOURCE_DIR) + "/" + rel;
+}
+
+// A plan of `layout`, resolved, every switch at its default.
+inline PlanChoice plan_of(const std::string& layout) {
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel(layout));
+  return c;
 }
 
 // models/`m` on topologies/`c` at `seq` tokens under `skew`, default efficiencies.

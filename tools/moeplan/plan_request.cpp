@@ -32,7 +32,7 @@ void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
   auto open = [&](const char* option) { return !o.given.count(option); };
   std::vector<std::string> fixed;  // the options the launch set, as plan spells them
   // --parallel's sizes override the launch's; a layout and a vpp replace each other.
-  ParallelConfig p = r.parallel;
+  ParallelConfig p = r.choice.parallel;
   const ParallelConfig own = parse_parallel(o.parallel);
   for (const ParallelField& f : parallel_fields())
     if (own.*f.member) p.*f.member = own.*f.member;
@@ -54,34 +54,34 @@ void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
     into = value;
     fixed.push_back(fmt::format("{} {}", option, value));
   };
-  set("--attention", o.attention, attention_mode_name(r.attention));
+  set("--attention", o.attention, attention_mode_name(r.choice.attention));
   if (open("--recompute") && open("--recompute-modules")) {
-    set("--recompute", o.recompute, recompute_name(r.recompute));
-    if (r.recompute == Recompute::kSelective) {
-      o.recompute_modules = recompute_module_names(r.recompute_modules);
+    set("--recompute", o.recompute, recompute_name(r.choice.recompute));
+    if (r.choice.recompute == Recompute::kSelective) {
+      o.recompute_modules = recompute_module_names(r.choice.recompute_modules);
       fixed.push_back(fmt::format("--recompute-modules {}", fmt::join(o.recompute_modules, " ")));
     }
   }
-  if (r.offload_modules != 0 && open("--offload-modules")) {
-    o.offload_modules = offload_module_names(r.offload_modules);
+  if (r.choice.offload_modules != 0 && open("--offload-modules")) {
+    o.offload_modules = offload_module_names(r.choice.offload_modules);
     fixed.push_back(fmt::format("--offload-modules {}", fmt::join(o.offload_modules, " ")));
   }
-  if (r.optimizer_offload > 0 && open("--optimizer-offload")) {
-    o.optimizer_offload = r.optimizer_offload;
-    fixed.push_back(fmt::format("--optimizer-offload {}", r.optimizer_offload));
+  if (r.choice.optimizer_offload > 0 && open("--optimizer-offload")) {
+    o.optimizer_offload = r.choice.optimizer_offload;
+    fixed.push_back(fmt::format("--optimizer-offload {}", r.choice.optimizer_offload));
   }
-  set("--precision", o.precision, precision_name(r.precision));
-  if (r.precision == Precision::kFp8 && open("--fp8-recipe") && open("--precision")) {
-    o.fp8_recipe = fp8_recipe_name(r.fp8_recipe);
+  set("--precision", o.precision, precision_name(r.choice.precision));
+  if (r.choice.precision == Precision::kFp8 && open("--fp8-recipe") && open("--precision")) {
+    o.fp8_recipe = fp8_recipe_name(r.choice.fp8_recipe);
     fixed.push_back(fmt::format("--fp8-recipe {}", *o.fp8_recipe));
   }
   if (open("--zero")) {
-    o.zero = r.zero_stage;
-    fixed.push_back(fmt::format("--zero {}", r.zero_stage));
+    o.zero = r.choice.zero_stage;
+    fixed.push_back(fmt::format("--zero {}", r.choice.zero_stage));
   }
-  set("--grad-reduce", o.grad_reduce, r.grad_reduce_bf16 ? "bf16" : "fp32");
+  set("--grad-reduce", o.grad_reduce, r.choice.dp_bf16_compression ? "bf16" : "fp32");
   // Megatron's all-gather dispatcher with both EP and expert TP is not priced as such.
-  megascale::Dispatcher dispatcher = r.dispatcher;
+  megascale::Dispatcher dispatcher = r.choice.dispatcher;
   if (m.is_moe() &&
       !megascale::dispatcher_priced(dispatcher, p.ep.value_or(1), p.etp.value_or(1))) {
     reading.notes.push_back(
@@ -91,12 +91,12 @@ void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
     dispatcher = megascale::Dispatcher::kAllToAll;
   }
   if (m.is_moe()) set("--dispatcher", o.dispatcher, megascale::dispatcher_name(dispatcher));
-  set("--overlap", o.overlap, r.overlap ? "on" : "off");
+  set("--overlap", o.overlap, r.choice.overlap ? "on" : "off");
   set("--intra-overlap", o.intra_overlap, "off");
-  if (m.is_moe()) set("--permute-fusion", o.permute_fusion, r.permute_fusion ? "on" : "off");
-  set("--attention-kernel", o.attention_kernel, attention_kernel_name(r.attention_kernel));
-  set("--cross-entropy", o.cross_entropy, cross_entropy_name(r.cross_entropy));
-  set("--cuda-graph", o.cuda_graph, cuda_graph_name(r.cuda_graph));
+  if (m.is_moe()) set("--permute-fusion", o.permute_fusion, r.choice.permute_fusion ? "on" : "off");
+  set("--attention-kernel", o.attention_kernel, attention_kernel_name(r.choice.attention_kernel));
+  set("--cross-entropy", o.cross_entropy, cross_entropy_name(r.choice.cross_entropy));
+  set("--cuda-graph", o.cuda_graph, cuda_graph_name(r.choice.cuda_graph));
   set("--schedule", o.schedule, "1f1b");
   // The launch is Megatron's: no MegaScale-MoE or MemFine mechanism, unless the command line
   // asks for one of MegaScale-MoE's beside it.
