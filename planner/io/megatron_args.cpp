@@ -588,8 +588,11 @@ std::optional<LoggedField> logged_field(std::string_view line) {
   size_t dots = n + 1;
   while (dots < line.size() && line[dots] == '.') ++dots;
   if (dots >= line.size() || line[dots] != ' ') return std::nullopt;
-  LoggedField f{std::string(line.substr(0, n)), std::string(line.substr(dots + 1)), dots > n + 1};
-  return f;
+  std::string_view value = line.substr(dots + 1);
+  // Megatron-DeepSpeed adds a column of its own: "29500.............default".
+  if (const size_t more = value.find("..."); more != std::string_view::npos)
+    value = value.substr(0, more);
+  return LoggedField{std::string(line.substr(0, n)), std::string(value), dots > n + 1};
 }
 
 }  // namespace

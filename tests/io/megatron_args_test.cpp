@@ -301,10 +301,12 @@ TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {
   int64_t others = 0;
   const auto words = logged_argument_words(
       "------ arguments ------\n  tensor_model_parallel_size_of_some_future_field_x  7\n"
-      "  micro_batch_size ...... 3\n------ end of arguments ------\n",
+      "  micro_batch_size ...... 3\n  seq_length ........ 2048.........default\n"
+      "------ end of arguments ------\n",
       &others);
   ASSERT_TRUE(words);
-  EXPECT_EQ(*words, (std::vector<std::string>{"--micro-batch-size", "3"}));
+  // (Megatron-DeepSpeed's "default" column taken off the value.)
+  EXPECT_EQ(*words, (std::vector<std::string>{"--micro-batch-size", "3", "--seq-length", "2048"}));
   EXPECT_EQ(others, 1);
   // A script is not a log.
   EXPECT_FALSE(
