@@ -1196,6 +1196,19 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
   expect_one_line_error(
       run("anchor " + model + "--plan " + saved + " --measured-log " + file + " --out " + cal),
       "fewer than two 'elapsed time per iteration (ms)' lines");
+  // And simulate sets the log's measurement beside the planner's and its own.
+  const nlohmann::json simulated =
+      run_json("simulate " + model + "--plan " + saved +
+               " --measured-log tests/data/megatron-mixtral-arguments.log --json");
+  EXPECT_DOUBLE_EQ(simulated["measured"]["iteration_s"].get<double>(), 4.105);
+  EXPECT_NEAR(simulated["measured"]["simulated_relative_difference"].get<double>(),
+              simulated["simulated_iteration_s"].get<double>() / 4.105 - 1, 1e-9);
+  const Result simulated_text = run("simulate " + model + "--plan " + saved +
+                                    " --measured-log tests/data/megatron-mixtral-arguments.log");
+  EXPECT_NE(simulated_text.out.find("measured (the log's median of 9)  4105.000 ms"),
+            std::string::npos)
+      << simulated_text.out;
+  EXPECT_NE(simulated_text.out.find("against the measurement: planner "), std::string::npos);
   std::remove(saved.c_str());
   std::remove(cal.c_str());
   // A launch for another model, and no batch anywhere, are one-line errors.

@@ -7,7 +7,6 @@
 #include "planner/errors.h"
 #include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
-#include "planner/io/megatron_args.h"
 #include "planner/io/plan_io.h"
 #include "planner/megatron_flops.h"
 #include "planner/time_model.h"
@@ -53,16 +52,7 @@ void run_anchor(const AnchorOptions& o) {
   const TimeContext ctx = make_time_context(m, c, efficiencies(base.curves, base.constants),
                                             skew_for(o.skew, m), choice.seq_len);
   // A training log's iterations: the median past the first (planner/io/megatron_args.h).
-  double log_ms = 0;
-  if (!o.measured_log.empty()) {
-    const std::optional<double> typical = io::typical_logged_iteration_ms(
-        io::logged_iteration_times_ms(io::read_text_file(o.measured_log)));
-    if (!typical)
-      throw InputError(o.measured_log, "",
-                       "fewer than two 'elapsed time per iteration (ms)' lines to take the run's "
-                       "iteration from");
-    log_ms = *typical;
-  }
+  const double log_ms = logged_iterations(o.measured_log).typical_ms.value_or(0);
   // Megatron-LM logs both numbers; its TFLOP/s/GPU is its FLOP count over time and GPUs.
   const Seconds measured =
       log_ms > 0 ? Seconds(log_ms * 1e-3)

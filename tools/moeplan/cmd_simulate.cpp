@@ -30,7 +30,7 @@ namespace moe::cli {
 namespace {
 
 struct SimulateOptions {
-  std::string model, cluster, plan, calibration, skew = "balanced", trace;
+  std::string model, cluster, plan, calibration, skew = "balanced", trace, measured_log;
   int64_t iterations = 1;
   uint64_t seed = 1;
   std::optional<double> static_override_gb;
@@ -48,9 +48,9 @@ struct SimulateOptions {
 
 // Flags that only one of the two simulators reads: given to the other, they are an error
 // rather than silently ignored.
-const char* const kResidentOnly[] = {
-    "--iterations", "--seed", "--static-override", "--comm-priorities", "--every-gpu",
-    "--pxn",        "--alpha"};
+const char* const kResidentOnly[] = {"--iterations",      "--seed",        "--static-override",
+                                     "--comm-priorities", "--every-gpu",   "--pxn",
+                                     "--alpha",           "--measured-log"};
 const char* const kOffloadOnly[] = {"--predictor-accuracy", "--load-window",
                                     "--historical-accuracy"};
 
@@ -200,6 +200,7 @@ void run_simulate(const SimulateOptions& o) {
                    left);
     };
   }
+  const LoggedIterations measured = logged_iterations(o.measured_log);
   const sim::TrainingReport r = sim::simulate_training(ctx, c, choice, opt);
   if (opt.on_iteration) fmt::print(stderr, "\r{:50}\r", "");
   const double wall = seconds_since_start();
@@ -218,7 +219,9 @@ void run_simulate(const SimulateOptions& o) {
                          opt.pxn,
                          opt.alpha,
                          wall,
-                         o.trace};
+                         o.trace,
+                         measured.typical_ms,
+                         measured.count};
   if (o.json)
     print_simulation_json(run);
   else
@@ -265,6 +268,9 @@ void add_simulate(CommandLine& cli) {
              "receiver's rail, reached over NVLink, as NCCL's PXN does: on (default, as "
              "NCCL) | off (NCCL_PXN_DISABLE=1: each GPU's own NIC)");
   cmd.option("--trace", o->trace, "write a Chrome trace-event JSON here");
+  cmd.option("--measured-log", o->measured_log,
+             "the run's Megatron-LM training log: its iterations (the median past the first) "
+             "beside the planner's and the simulator's");
   cmd.option(
          "--predictor-accuracy", o->predictor_accuracy,
          "offload plans: share of the GPU experts APTMoE's predictor picks ahead of the "

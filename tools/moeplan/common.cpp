@@ -10,7 +10,9 @@
 
 #include "calibrate/nccl_bench.h"
 #include "planner/errors.h"
+#include "planner/io/json_reader.h"
 #include "planner/io/loaders.h"
+#include "planner/io/megatron_args.h"
 #include "planner/io/plan_io.h"
 #include "planner/power_limit.h"
 #include "tools/moeplan/table.h"
@@ -357,6 +359,17 @@ void print_monta_execution(const std::vector<MontaExecution>& rows, monta::Strat
   fmt::print("\nexecuted on NCCL (the slowest rank's median):\n{}", e.render());
   fmt::print("fastest measured: {}; Algorithm 3 chose {}\n", fastest->name,
              monta::strategy_name(choice));
+}
+
+LoggedIterations logged_iterations(const std::string& path) {
+  if (path.empty()) return {};
+  const std::vector<double> logged = io::logged_iteration_times_ms(io::read_text_file(path));
+  const std::optional<double> typical = io::typical_logged_iteration_ms(logged);
+  if (!typical)
+    throw InputError(path, "",
+                     "fewer than two 'elapsed time per iteration (ms)' lines to take the run's "
+                     "iteration from");
+  return {typical, logged.size()};
 }
 
 }  // namespace moe::cli

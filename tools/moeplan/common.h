@@ -170,4 +170,13 @@ void print_monta_execution(const std::vector<MontaExecution>& rows, monta::Strat
 // The rows as JSON: strategy, chunks, predicted_s, measured_s.
 nlohmann::json monta_execution_json(const std::vector<MontaExecution>& rows);
 
+// A Megatron-LM training log's iterations (--measured-log): the typical one, the median past
+// the first (planner/io/megatron_args.h), and how many it logged. An empty path gives none; a
+// log with fewer than two is an InputError naming it.
+struct LoggedIterations {
+  std::optional<double> typical_ms;
+  size_t count = 0;
+};
+LoggedIterations logged_iterations(const std::string& path);
+
 }  // namespace moe::cli

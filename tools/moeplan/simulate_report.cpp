@@ -98,7 +98,15 @@ void print_simulation_json(const SimulatedRun& run) {
               {"predicted_tokens_per_joule", d.predicted_tokens_per_joule},
               {"simulated_tokens_per_joule", d.simulated_tokens_per_joule}};
   }
+  nlohmann::json measured;
+  if (run.measured_ms)
+    measured = {{"iteration_s", *run.measured_ms / 1e3},
+                {"logged_iterations", run.logged_iterations},
+                {"simulated_relative_difference", iteration.value() / (*run.measured_ms / 1e3) - 1},
+                {"predicted_relative_difference",
+                 run.predicted.iteration.value() / (*run.measured_ms / 1e3) - 1}};
   print_json({{"model", m.name},
+              {"measured", measured},
               {"energy", energy},
               {"plan", choice.describe()},
               {"compute_clock", choice.compute_clock},
@@ -177,8 +185,26 @@ void print_simulation_text(const SimulatedRun& run) {
                 fmt::format("{:.0f}", r.tokens_per_second), fmt::format("{:.1f} %", 100 * r.mfu),
                 fmt::format("{:.0f}", r.tgs), fmt::format("{:.1f}", logged_tflops(run, iteration))},
                draw.simulated_w, draw.simulated_tokens_per_joule));
+  // The run as its own log measured it: the same tokens over the logged time.
+  if (run.measured_ms) {
+    const Seconds measured(*run.measured_ms / 1e3);
+    const double ratio = iteration / measured;
+    std::vector<std::string> row = {
+        fmt::format("measured (the log's median of {})", run.logged_iterations - 1),
+        as_ms(measured.value()),
+        fmt::format("{:.0f}", tokens / measured.value()),
+        fmt::format("{:.1f} %", 100 * r.mfu * ratio),
+        fmt::format("{:.0f}", r.tgs * ratio),
+        fmt::format("{:.1f}", logged_tflops(run, measured))};
+    if (powered) row.insert(row.end(), {"-", "-"});  // a log gives no power
+    t.add(row);
+  }
   fmt::print("{}", t.render());
   fmt::print("difference {:+.2f} %\n", 100 * error);
+  if (run.measured_ms)
+    fmt::print("against the measurement: planner {:+.2f} %, simulator {:+.2f} %\n",
+               100 * (run.predicted.iteration.value() * 1e3 / *run.measured_ms - 1),
+               100 * (iteration.value() * 1e3 / *run.measured_ms - 1));
   if (run.iterations > 1) {
     std::string list;
     for (Seconds s : r.iteration_times) list += " " + as_ms(s.value());

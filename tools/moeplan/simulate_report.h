@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "planner/plan.h"
@@ -27,6 +28,10 @@ struct SimulatedRun {
   double alpha = 1.0;  // the memory budget simulated
   double wall_s = 0;   // the simulation's own run time
   std::string trace;   // where the trace went (empty: none)
+  // --measured-log: the run's typical iteration from its Megatron-LM training log (the median
+  // past the first) and how many iterations it logged.
+  std::optional<double> measured_ms;
+  size_t logged_iterations = 0;
 };
 
 void print_simulation_json(const SimulatedRun& run);
