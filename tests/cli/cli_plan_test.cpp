@@ -1218,6 +1218,11 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
   std::ofstream(file) << "--tensor-model-parallel-size 2\n";
   expect_one_line_error(run("plan " + model + "--megatron-args " + file),
                         "--global-batch: required");
+  // Sizes that cannot run here say they came from the launch.
+  std::ofstream(file) << "--tensor-model-parallel-size 16 --global-batch-size 64\n";
+  expect_one_line_error(
+      run("plan " + model + "--megatron-args " + file),
+      "8 KV heads are not divisible by tp (the Megatron-LM launch in " + file + ")");
   expect_one_line_error(run("plan " + model + "--megatron-args /no/such/file --global-batch 8"),
                         "/no/such/file: cannot open file");
   std::remove(file.c_str());

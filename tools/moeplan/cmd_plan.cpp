@@ -65,9 +65,7 @@ std::vector<Verified> verify_plans(const TimeContext& ctx, const ClusterSpec& c,
   return out;
 }
 
-void run_plan(PlanOptions o) {
-  const ModelSpec m = io::load_model(o.model);
-  if (!o.megatron_args.empty()) apply_megatron_arguments(o, m);
+void plan_with(const PlanOptions& o, const ModelSpec& m) {
   if (o.global_batch <= 0)
     throw InputError("--global-batch", "",
                      "required (or --global-batch-size in the --megatron-args launch)");
@@ -160,6 +158,19 @@ void run_plan(PlanOptions o) {
     print_plan_json(report);
   else
     print_plan_text(report);
+}
+
+void run_plan(PlanOptions o) {
+  const ModelSpec m = io::load_model(o.model);
+  if (o.megatron_args.empty()) return plan_with(o, m);
+  apply_megatron_arguments(o, m);
+  try {
+    plan_with(o, m);
+  } catch (const ConfigError& e) {
+    // Sizes the launch fixed that cannot run here: say where they came from.
+    throw ConfigError(
+        fmt::format("{} (the Megatron-LM launch in {})", e.what(), o.megatron->source));
+  }
 }
 
 }  // namespace
