@@ -172,10 +172,12 @@ Bytes layer_activation(memfine::LayerShape s, bool moe_layer, const ModelSpec& m
   if (recompute == Recompute::kSelective) {
     const double tc = static_cast<double>(s.tp * s.cp);
     const double tokens = static_cast<double>(s.micro_batch * s.seq_len) / tc;
-    // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12.
+    // layernorm: rows 1 and 8 (2 x D_t b s h); moe_act: one g_e-wide row of row 12, in MoE
+    // layers only (Megatron's moe_act replays the experts' activation; a dense layer's FFN
+    // activation goes only with mlp, below, as recompute_ops replays it).
     if (modules & kRecomputeLayernorm)
       seq -= Bytes(2.0 * s.bytes_per_element * tokens * static_cast<double>(s.hidden));
-    if (modules & kRecomputeMoeAct)
+    if (moe_layer && (modules & kRecomputeMoeAct))
       per_token -= Bytes(s.gemm_input() * s.micro_batch * s.expert_ffn / tc);
     // moe: the whole routed-token term and the router's logits; mlp: a dense layer's FFN
     // term. Each keeps its input, row 8.

@@ -9,7 +9,8 @@ saved plan. It reports what a user must never see: an exit code other than 0, 1 
 of more than one line, nan or inf in the output, a valgrind error (--valgrind), and a simulator
 that disagrees with the planner by more than --gap percent (default 8.5, the shipped pairs'
 worst). A report names the seed and index: the same seed rebuilds the same files, which
---keep leaves in DIR. MOEPLAN names the binary (default build/tools/moeplan/moeplan; a sanitizer
+--keep leaves in DIR. Each saved plan that Megatron-LM runs as priced also goes back through
+`plan --megatron-args` as its printed arguments, which must give the same plan. MOEPLAN names the binary (default build/tools/moeplan/moeplan; a sanitizer
 build's must exit with codes of its own, e.g. ASAN_OPTIONS=exitcode=86, as 1 is an input error).
 """
 import json
@@ -70,6 +71,36 @@ def random_model(rng, index):
     return m
 
 
+def megatron_round_trip(plan_file, model_file, cluster, extra, scratch, index, wrap):
+    """The saved plan's Megatron-LM arguments, read back by plan --megatron-args, must give the
+    same plan: its sizes, switches and iteration. Plans Megatron cannot run as priced (MegaScale
+    or MemFine mechanisms, GPipe, APTMoE offload) are passed over. Returns a problem or None."""
+    with open(plan_file) as f:
+        saved = json.load(f)
+    if (not saved.get("megatron_args") or saved.get("megatron_gaps")
+            or saved.get("schedule") == "gpipe"):
+        return None
+    args_file = os.path.join(scratch, f"megatron-args-{index}.sh")
+    with open(args_file, "w") as f:
+        f.write(" \\\n".join(saved["megatron_args"]) + "\n")
+    skew = extra[extra.index("--skew"):extra.index("--skew") + 2] if "--skew" in extra else []
+    r = subprocess.run(wrap + [BIN, "plan", "--model", model_file, "--cluster", cluster,
+                               "--gpus", str(saved["gpus"]), "--megatron-args", args_file,
+                               "--json"] + skew, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return f"megatron-args round trip exited {r.returncode}: {r.stderr.strip()[:300]}"
+    read = json.loads(r.stdout)["plans"][0]
+    differ = [f"{k}: read {read[part].get(k)}, saved {saved[part].get(k)}"
+              for part in ("parallel", "switches")
+              for k in sorted(set(read[part]) | set(saved[part]))
+              if read[part].get(k) != saved[part].get(k)]
+    a = read["predicted"]["iteration_s"]
+    b = saved["predicted"]["iteration_s"]
+    if differ or abs(a / b - 1) > 1e-9:
+        return f"megatron-args round trip: {a} s against the saved {b} s; {'; '.join(differ)}"
+    return None
+
+
 def main():
     options = {"--gap", "--keep"}
     args = [a for i, a in enumerate(sys.argv[1:], 1)
@@ -127,6 +158,9 @@ def main():
                     problem = "simulate printed nan or inf"
                 elif d and abs(float(d.group(1))) > gap:
                     problem = f"simulator vs planner {d.group(1)} %"
+                else:
+                    problem = megatron_round_trip(plan_file, model_file, cluster, extra, scratch,
+                                                  i, wrap)
             if problem:
                 found += 1
                 print(f"{problem}\n  {where}\n  {out.strip()[-400:] if r.returncode else ''}",

@@ -128,6 +128,30 @@ TEST(MemoryModel, DenseModelsHaveNoExpertMemory) {
   }
 }
 
+TEST(MemoryModel, MoeActDropsOnlyTheExpertsActivation) {
+  // Megatron's moe_act replays the experts' activation function: it frees a MoE layer's
+  // g_e-wide row, and nothing of a dense layer's FFN, whose activation goes only with mlp (as
+  // the time model replays it). A dense model under "moe_act layernorm" (the search's default
+  // modules, whose printed arguments drop moe_act) holds what layernorm alone holds.
+  ModelSpec dense = testing_models::mixtral_8x7b();
+  dense.num_routed_experts = 0;
+  dense.top_k = 0;
+  dense.dense_ffn_size = 14336;
+  dense.moe_layer = ModelSpec::layer_map(32, 0, 1, false);
+  MemoryRequest q = request(Recompute::kSelective);
+  auto activation = [&](const ModelSpec& m, uint32_t modules) {
+    q.recompute_modules = modules;
+    return estimate_memory(m, layout("tp=2,pp=2", m), q).stages[0].activation_bytes;
+  };
+  EXPECT_EQ(activation(dense, kRecomputeMoeAct | kRecomputeLayernorm),
+            activation(dense, kRecomputeLayernorm));
+  EXPECT_LT(activation(dense, kRecomputeMlp | kRecomputeLayernorm),
+            activation(dense, kRecomputeLayernorm));
+  const ModelSpec moe = testing_models::mixtral_8x7b();
+  EXPECT_LT(activation(moe, kRecomputeMoeAct | kRecomputeLayernorm),
+            activation(moe, kRecomputeLayernorm));
+}
+
 }  // namespace moe
 
 namespace moe {
