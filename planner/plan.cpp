@@ -399,6 +399,24 @@ std::vector<std::string> megatron_gaps(const Plan& plan, const ModelSpec& m) {
         "Megatron-LM kernel: Megatron runs those collectives apart (plan with --intra-overlap "
         "off for what it runs)");
   }
+  // Overlap no flag states: Megatron always overlaps its context-parallel ring with attention,
+  // and never its all-to-all context parallelism (SP attention), where the EP and TP flags do
+  // not turn the switch.
+  const PlanChoice& c = plan.choice;
+  if (!c.overlap && *c.parallel.cp > 1) {
+    gaps.push_back(
+        "Megatron overlaps its context-parallel ring's K/V exchange with attention whatever its "
+        "flags say, where this plan prices it exposed (no-overlap): Megatron runs it faster "
+        "than priced (plan with --overlap on for what it runs)");
+  }
+  const bool flagged = (m.is_moe() && *c.parallel.ep > 1) ||
+                       (*c.parallel.tp > 1 && c.attention == AttentionMode::kTensor);
+  if (c.overlap && !flagged && c.attention == AttentionMode::kUlysses && *c.parallel.tp > 1) {
+    gaps.push_back(
+        "Megatron's all-to-all context parallelism (this plan's SP attention) runs its "
+        "all-to-all apart from attention, where this plan overlaps it: Megatron runs it slower "
+        "than priced (plan with --overlap off for what it runs)");
+  }
   return gaps;
 }
 

@@ -196,7 +196,7 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.zero_stage = c.zero_stage;
   r.gpu_capacity = capacity;
   r.alpha = alpha;
-  r.attention_replicated = c.attention == AttentionMode::kUlysses;
+  r.attention_replicated = c.attention == AttentionMode::kUlysses && *c.parallel.tp > 1;
   r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
   // The weights as stored: FP32, BF16, or FP8 (Megatron's --fp8-param-gather keeps no BF16
   // copy; FP32 main gradients and Adam states as under BF16).

@@ -444,8 +444,9 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   const ParallelConfig& p = c.parallel;
   const int64_t t = *p.tp, cp = *p.cp, dp = *p.dp, ep = *p.ep, etp = *p.etp, edp = *p.edp;
   // Gradient reduce-scatter and parameter all-gather of the stage's layer weights.
+  // SP attention over one rank replicates nothing (it is TP attention there).
   const LayerWeights w =
-      stage_layer_weights(m, ctx.params, p, stage, c.attention == AttentionMode::kUlysses);
+      stage_layer_weights(m, ctx.params, p, stage, c.attention == AttentionMode::kUlysses && t > 1);
   const double dense = w.dense, replicated = w.replicated, expert = w.expert;
   const double grad_bytes = c.dp_bf16_compression ? 2.0 : 4.0;
   const double param_bytes = parameter_bytes(c);

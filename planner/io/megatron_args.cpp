@@ -516,8 +516,8 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
   // Dense layers have no permutation: the default stands.
   r.choice.permute_fusion = !m.is_moe() || g.has("--moe-permute-fusion");
   // One overlap switch covers what the flags overlap: the expert all-to-all and the TP
-  // collectives. A run with neither to overlap keeps it on (context parallelism's ring always
-  // overlaps its K/V exchange in Megatron).
+  // collectives. Without either, Megatron's all-to-all context parallelism (SP attention here)
+  // runs its all-to-all apart from attention, and its ring always overlaps the K/V exchange.
   const ParallelConfig& p = r.choice.parallel;
   const bool ep_overlap = m.is_moe() && p.ep.value_or(1) > 1;
   const bool tp_overlap = *p.tp > 1 && r.choice.attention == AttentionMode::kTensor;
@@ -530,6 +530,8 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
           fmt::format("{} alone: priced with the {} overlapped too",
                       ep_flag ? "--overlap-moe-expert-parallel-comm" : "--tp-comm-overlap",
                       ep_flag ? "TP collectives" : "expert all-to-all"));
+  } else {
+    r.choice.overlap = !(r.choice.attention == AttentionMode::kUlysses && *p.tp > 1);
   }
   const std::string backend = choice(g, "--attention-backend", "auto",
                                      {"auto", "flash", "fused", "unfused", "local"}, source);
