@@ -71,6 +71,9 @@ def random_model(rng, index):
     return m
 
 
+ROUND_TRIPS = [0]  # plans sent back through plan --megatron-args
+
+
 def megatron_round_trip(plan_file, model_file, cluster, extra, scratch, index, wrap):
     """The saved plan's Megatron-LM arguments, read back by plan --megatron-args, must give the
     same plan: its sizes, switches and iteration. Plans Megatron cannot run as priced (MegaScale
@@ -80,6 +83,7 @@ def megatron_round_trip(plan_file, model_file, cluster, extra, scratch, index, w
     if (not saved.get("megatron_args") or saved.get("megatron_gaps")
             or saved.get("schedule") == "gpipe"):
         return None
+    ROUND_TRIPS[0] += 1
     args_file = os.path.join(scratch, f"megatron-args-{index}.sh")
     with open(args_file, "w") as f:
         f.write(" \\\n".join(saved["megatron_args"]) + "\n")
@@ -173,7 +177,8 @@ def main():
                 found += 1
                 print(f"{problem}\n  {where}\n  {out.strip()[-400:] if r.returncode else ''}",
                       flush=True)
-    print(f"seed {seed}: {count} runs, exit codes {dict(sorted(codes.items()))}, {found} found")
+    print(f"seed {seed}: {count} runs, exit codes {dict(sorted(codes.items()))}, "
+          f"{ROUND_TRIPS[0]} Megatron round trips, {found} found")
     return 1 if found else 0
 
 
