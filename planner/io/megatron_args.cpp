@@ -718,6 +718,19 @@ std::vector<double> logged_iteration_times_ms(const std::string& text) {
   return out;
 }
 
+std::optional<double> logged_peak_mib_bytes(const std::string& text, std::string_view key) {
+  std::optional<double> out;
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    size_t begin = at + key.size();
+    while (begin < text.size() && text[begin] == ' ') ++begin;
+    double mib = 0;
+    const auto [ptr, ec] = std::from_chars(text.data() + begin, text.data() + text.size(), mib);
+    if (ec == std::errc() && ptr > text.data() + begin && mib >= 0)
+      out = std::max(out.value_or(0.0), mib * 1024.0 * 1024.0);
+  }
+  return out;
+}
+
 std::optional<double> typical_logged_iteration_ms(const std::vector<double>& logged) {
   if (logged.size() < 2) return std::nullopt;
   std::vector<double> steady(logged.begin() + 1, logged.end());
@@ -753,6 +766,8 @@ MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
                     m.name, m.mtp_layers));
   r.ignored = g.unknown;
   r.logged_iteration_ms = logged_iteration_times_ms(text);
+  r.logged_max_allocated_bytes = logged_peak_mib_bytes(text, "| max allocated:");
+  r.logged_max_reserved_bytes = logged_peak_mib_bytes(text, "| max reserved:");
   if (logged_others > 0)
     r.notes.push_back(
         fmt::format("{} other arguments of the log read past (hyperparameters, "

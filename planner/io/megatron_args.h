@@ -41,6 +41,9 @@ struct MegatronRun {
   // A log's "elapsed time per iteration (ms)" values in order, where the text is a training
   // log (empty otherwise): the measurement to set the prediction beside.
   std::vector<double> logged_iteration_ms;
+  // Its "memory (MB) | ... | max allocated: A | ... | max reserved: R" lines: the largest A and R
+  // over the ranks that printed them, in bytes (nullopt without such a line).
+  std::optional<double> logged_max_allocated_bytes, logged_max_reserved_bytes;
   std::vector<std::string> ignored;  // flags read past, unpriced
   std::vector<std::string> notes;    // how an approximately priced flag was taken
 };
@@ -59,6 +62,9 @@ std::optional<std::vector<std::string>> logged_argument_words(const std::string&
 
 // The "elapsed time per iteration (ms): T" values of a Megatron-LM training log, in order.
 std::vector<double> logged_iteration_times_ms(const std::string& text);
+// The largest value after `key` (e.g. "max allocated:") in a log's memory reports, in bytes
+// (the log prints MiB); nullopt where no line has it.
+std::optional<double> logged_peak_mib_bytes(const std::string& text, std::string_view key);
 // The iteration a log measured: the median of its logged times past the first (which holds
 // the warm-up); nullopt with fewer than two.
 std::optional<double> typical_logged_iteration_ms(const std::vector<double>& logged);

@@ -291,6 +291,10 @@ TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {
   EXPECT_DOUBLE_EQ(*typical_logged_iteration_ms(r.logged_iteration_ms), 4105.0);
   EXPECT_DOUBLE_EQ(*typical_logged_iteration_ms({9.0, 1.0, 3.0}), 2.0);
   EXPECT_FALSE(typical_logged_iteration_ms({1.0}));
+  // Its memory reports (MiB): the busiest rank's max allocated and max reserved.
+  EXPECT_DOUBLE_EQ(*r.logged_max_allocated_bytes, 27104.2 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(*r.logged_max_reserved_bytes, 30410.0 * 1024 * 1024);
+  EXPECT_FALSE(logged_peak_mib_bytes("no reports here", "| max allocated:"));
   EXPECT_NE(std::find_if(r.notes.begin(), r.notes.end(),
                          [](const std::string& n) {
                            return n.starts_with("6 other arguments of the log read past");

@@ -21,6 +21,8 @@ struct MegatronReading {
   // From a training log: its typical iteration and how many it logged.
   std::optional<double> measured_iteration_ms;
   size_t logged_iterations = 0;
+  // Its memory reports: the busiest rank's max allocated and max reserved bytes.
+  std::optional<double> measured_allocated_bytes, measured_reserved_bytes;
 };
 
 struct PlanOptions {

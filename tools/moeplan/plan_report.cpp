@@ -219,6 +219,19 @@ void print_ranked_plans(const PlanReport& report) {
           *o.megatron->measured_iteration_ms, o.megatron->logged_iterations - 1, predicted,
           100 * (predicted / *o.megatron->measured_iteration_ms - 1));
     }
+    // And its memory reports beside the predicted peak: PyTorch's allocated bytes are what the
+    // memory model counts; reserved adds the caching allocator's slack.
+    if (o.megatron->measured_allocated_bytes && !r.ranked.empty()) {
+      const double predicted = r.ranked.front().score.peak_bytes.value();
+      fmt::print(
+          "  the log's busiest rank peaked at {} allocated{}; #1 below predicts {} at its "
+          "fullest stage, {:+.1f} %\n",
+          as_gb(*o.megatron->measured_allocated_bytes),
+          o.megatron->measured_reserved_bytes
+              ? fmt::format(" ({} reserved)", as_gb(*o.megatron->measured_reserved_bytes))
+              : "",
+          as_gb(predicted), 100 * (predicted / *o.megatron->measured_allocated_bytes - 1));
+    }
   }
   fmt::print(
       "searched {} ({} cut by the memory bound), weighed {} ({} cut by the time bound before "
@@ -586,6 +599,10 @@ void print_plan_json(const PlanReport& report) {
       launch["measured_iteration_s"] = *read->measured_iteration_ms / 1e3;
       launch["logged_iterations"] = read->logged_iterations;
     }
+    if (read->measured_allocated_bytes)
+      launch["measured_max_allocated_bytes"] = *read->measured_allocated_bytes;
+    if (read->measured_reserved_bytes)
+      launch["measured_max_reserved_bytes"] = *read->measured_reserved_bytes;
   }
   nlohmann::json one_change = nlohmann::json::array();
   for (const OneChange& k : changes_to_the_run(report))
