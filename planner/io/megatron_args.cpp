@@ -718,15 +718,43 @@ std::vector<double> logged_iteration_times_ms(const std::string& text) {
   return out;
 }
 
-std::optional<double> logged_peak_mib_bytes(const std::string& text, std::string_view key) {
-  std::optional<double> out;
-  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+std::vector<LoggedMemory> logged_memory_reports(const std::string& text) {
+  // The number after `key` on `line`, MiB to bytes; nullopt without one.
+  auto mib_after = [](std::string_view line, std::string_view key) -> std::optional<double> {
+    const size_t at = line.find(key);
+    if (at == std::string_view::npos) return std::nullopt;
     size_t begin = at + key.size();
-    while (begin < text.size() && text[begin] == ' ') ++begin;
+    while (begin < line.size() && line[begin] == ' ') ++begin;
     double mib = 0;
-    const auto [ptr, ec] = std::from_chars(text.data() + begin, text.data() + text.size(), mib);
-    if (ec == std::errc() && ptr > text.data() + begin && mib >= 0)
-      out = std::max(out.value_or(0.0), mib * 1024.0 * 1024.0);
+    const auto [ptr, ec] = std::from_chars(line.data() + begin, line.data() + line.size(), mib);
+    if (ec != std::errc() || ptr == line.data() + begin || mib < 0) return std::nullopt;
+    return mib * 1024.0 * 1024.0;
+  };
+  std::vector<LoggedMemory> out;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    const std::string_view line(text.data() + begin, end - begin);
+    begin = end + 1;
+    if (line.find("memory (MB)") == std::string_view::npos) continue;
+    const std::optional<double> allocated = mib_after(line, "| max allocated:");
+    if (!allocated) continue;
+    LoggedMemory m;
+    if (const size_t at = line.find("[Rank "); at != std::string_view::npos) {
+      int64_t rank = 0;
+      const char* digits = line.data() + at + 6;
+      const auto [ptr, ec] = std::from_chars(digits, line.data() + line.size(), rank);
+      if (ec == std::errc() && ptr > digits && rank >= 0) m.rank = rank;
+    }
+    m.max_allocated_bytes = *allocated;
+    m.max_reserved_bytes = mib_after(line, "| max reserved:").value_or(0);
+    const auto same = std::find_if(out.begin(), out.end(),
+                                   [&](const LoggedMemory& o) { return o.rank == m.rank; });
+    if (same == out.end()) {
+      out.push_back(m);
+    } else {
+      same->max_allocated_bytes = std::max(same->max_allocated_bytes, m.max_allocated_bytes);
+      same->max_reserved_bytes = std::max(same->max_reserved_bytes, m.max_reserved_bytes);
+    }
   }
   return out;
 }
@@ -766,8 +794,7 @@ MegatronRun read_megatron_arguments(const std::string& text, const ModelSpec& m,
                     m.name, m.mtp_layers));
   r.ignored = g.unknown;
   r.logged_iteration_ms = logged_iteration_times_ms(text);
-  r.logged_max_allocated_bytes = logged_peak_mib_bytes(text, "| max allocated:");
-  r.logged_max_reserved_bytes = logged_peak_mib_bytes(text, "| max reserved:");
+  r.logged_memory = logged_memory_reports(text);
   if (logged_others > 0)
     r.notes.push_back(
         fmt::format("{} other arguments of the log read past (hyperparameters, "

@@ -28,6 +28,14 @@
 
 namespace moe::io {
 
+// A rank's "[Rank N] ... memory (MB) | allocated: a | max allocated: A | reserved: r | max
+// reserved: R" report (megatron/training/utils.py, report_memory), in bytes: the largest its
+// lines give. rank is unset where the line names none.
+struct LoggedMemory {
+  std::optional<int64_t> rank;
+  double max_allocated_bytes = 0, max_reserved_bytes = 0;
+};
+
 struct MegatronRun {
   // The run as a plan: its layout (tp, pp, cp, ep and etp for MoE models, vpp or the layout,
   // pp_first/pp_last, mbs and gbs where given; dp follows from the GPUs) and every switch,
@@ -41,9 +49,8 @@ struct MegatronRun {
   // A log's "elapsed time per iteration (ms)" values in order, where the text is a training
   // log (empty otherwise): the measurement to set the prediction beside.
   std::vector<double> logged_iteration_ms;
-  // Its "memory (MB) | ... | max allocated: A | ... | max reserved: R" lines: the largest A and R
-  // over the ranks that printed them, in bytes (nullopt without such a line).
-  std::optional<double> logged_max_allocated_bytes, logged_max_reserved_bytes;
+  // Its memory reports, a rank each (where the line names it).
+  std::vector<LoggedMemory> logged_memory;
   std::vector<std::string> ignored;  // flags read past, unpriced
   std::vector<std::string> notes;    // how an approximately priced flag was taken
 };
@@ -62,9 +69,9 @@ std::optional<std::vector<std::string>> logged_argument_words(const std::string&
 
 // The "elapsed time per iteration (ms): T" values of a Megatron-LM training log, in order.
 std::vector<double> logged_iteration_times_ms(const std::string& text);
-// The largest value after `key` (e.g. "max allocated:") in a log's memory reports, in bytes
-// (the log prints MiB); nullopt where no line has it.
-std::optional<double> logged_peak_mib_bytes(const std::string& text, std::string_view key);
+// A training log's memory reports, one entry a rank that printed any (its largest values), in
+// the order the ranks first appear; the log prints MiB.
+std::vector<LoggedMemory> logged_memory_reports(const std::string& text);
 // The iteration a log measured: the median of its logged times past the first (which holds
 // the warm-up); nullopt with fewer than two.
 std::optional<double> typical_logged_iteration_ms(const std::vector<double>& logged);

@@ -1170,15 +1170,18 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
   EXPECT_EQ(logged["plans"][0]["parallel"]["vpp"], 4);
   EXPECT_DOUBLE_EQ(logged["megatron_args"]["measured_iteration_s"].get<double>(), 4.105);
   EXPECT_EQ(logged["megatron_args"]["logged_iterations"], 10);
-  EXPECT_DOUBLE_EQ(logged["megatron_args"]["measured_max_allocated_bytes"].get<double>(),
-                   27104.2 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(
+      logged["megatron_args"]["measured_memory"][1]["max_allocated_bytes"].get<double>(),
+      27104.2 * 1024 * 1024);
+  EXPECT_EQ(logged["megatron_args"]["measured_memory"][1]["rank"], 56);
   const Result logged_text =
       run("plan " + model + "--megatron-args tests/data/megatron-mixtral-arguments.log");
   for (const char* needle :
        {"the log measured 4105.0 ms an iteration (the median of 9 logged past the first); #1 "
         "below predicts ",
         "the log's busiest rank peaked at 28.42 GB allocated (31.89 GB reserved); #1 below "
-        "predicts "})
+        "predicts ",
+        "stage  predicted  the log's max allocated  error"})
     EXPECT_NE(logged_text.out.find(needle), std::string::npos) << needle << "\n" << logged_text.out;
   // The command line overrides the launch: a micro-batch by --parallel, the recompute by its
   // option.

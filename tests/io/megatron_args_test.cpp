@@ -292,9 +292,20 @@ TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {
   EXPECT_DOUBLE_EQ(*typical_logged_iteration_ms({9.0, 1.0, 3.0}), 2.0);
   EXPECT_FALSE(typical_logged_iteration_ms({1.0}));
   // Its memory reports (MiB): the busiest rank's max allocated and max reserved.
-  EXPECT_DOUBLE_EQ(*r.logged_max_allocated_bytes, 27104.2 * 1024 * 1024);
-  EXPECT_DOUBLE_EQ(*r.logged_max_reserved_bytes, 30410.0 * 1024 * 1024);
-  EXPECT_FALSE(logged_peak_mib_bytes("no reports here", "| max allocated:"));
+  ASSERT_EQ(r.logged_memory.size(), 2u);
+  EXPECT_EQ(r.logged_memory[1].rank, 56);
+  EXPECT_DOUBLE_EQ(r.logged_memory[1].max_allocated_bytes, 27104.2 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(r.logged_memory[1].max_reserved_bytes, 30410.0 * 1024 * 1024);
+  // A rank's later report raises its peak; a report without a rank is one entry of its own.
+  const std::vector<LoggedMemory> reports = logged_memory_reports(
+      "[Rank 3] memory (MB) | allocated: 1 | max allocated: 10 | reserved: 2 | max reserved: 20\n"
+      "[Rank 3] memory (MB) | allocated: 1 | max allocated: 12 | reserved: 2 | max reserved: 15\n"
+      "(after 1 iterations) memory (MB) | allocated: 1 | max allocated: 5 | reserved: 2\n");
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_DOUBLE_EQ(reports[0].max_allocated_bytes, 12.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(reports[0].max_reserved_bytes, 20.0 * 1024 * 1024);
+  EXPECT_FALSE(reports[1].rank);
+  EXPECT_TRUE(logged_memory_reports("no reports here").empty());
   EXPECT_NE(std::find_if(r.notes.begin(), r.notes.end(),
                          [](const std::string& n) {
                            return n.starts_with("6 other arguments of the log read past");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "planner/cluster_spec.h"
+#include "planner/io/megatron_args.h"
 #include "planner/model_spec.h"
 #include "planner/search.h"
 
@@ -21,8 +22,7 @@ struct MegatronReading {
   // From a training log: its typical iteration and how many it logged.
   std::optional<double> measured_iteration_ms;
   size_t logged_iterations = 0;
-  // Its memory reports: the busiest rank's max allocated and max reserved bytes.
-  std::optional<double> measured_allocated_bytes, measured_reserved_bytes;
+  std::vector<io::LoggedMemory> memory;  // its memory reports, a rank each
 };
 
 struct PlanOptions {

@@ -185,6 +185,43 @@ void explain_free_layout(const Plan& yours, const Plan& free, const ParallelConf
 }
 
 // The ranked plans, how they fit, and what the simulator made of them (--verify).
+// A training log's memory reports beside the plan's predicted peaks: the busiest rank against
+// the fullest stage, then (pipelines whose reports name their ranks) stage by stage, a rank's
+// stage being rank / (GPUs / pp) in Megatron's rank order. PyTorch's allocated bytes are what the
+// memory model counts; reserved adds the caching allocator's slack.
+void print_logged_memory(const MegatronReading& read, const SearchResult& r) {
+  if (read.memory.empty() || r.ranked.empty()) return;
+  const Plan& best = r.ranked.front();
+  const io::LoggedMemory busiest = *std::max_element(
+      read.memory.begin(), read.memory.end(),
+      [](const auto& a, const auto& b) { return a.max_allocated_bytes < b.max_allocated_bytes; });
+  const double predicted = best.score.peak_bytes.value();
+  fmt::print(
+      "  the log's busiest rank peaked at {} allocated ({} reserved); #1 below predicts {} at "
+      "its fullest stage, {:+.1f} %\n",
+      as_gb(busiest.max_allocated_bytes), as_gb(busiest.max_reserved_bytes), as_gb(predicted),
+      100 * (predicted / busiest.max_allocated_bytes - 1));
+  const ParallelConfig& p = best.choice.parallel;
+  const std::vector<StageMemory>& stages = best.score.memory.stages;
+  if (best.choice.offload || *p.pp < 2 || stages.size() != static_cast<size_t>(*p.pp)) return;
+  const int64_t per_stage = p.world() / *p.pp;
+  std::vector<double> logged(stages.size(), 0);
+  for (const io::LoggedMemory& m : read.memory) {
+    if (!m.rank || *m.rank >= p.world()) return;  // ranks the layout cannot place
+    double& stage = logged[static_cast<size_t>(*m.rank / per_stage)];
+    stage = std::max(stage, m.max_allocated_bytes);
+  }
+  Table t({"stage", "predicted", "the log's max allocated", "error"});
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const double want = stages[s].total_bytes.value();
+    t.add({std::to_string(s), as_gb(want), logged[s] > 0 ? as_gb(logged[s]) : "-",
+           logged[s] > 0 ? fmt::format("{:+.1f} %", 100 * (want / logged[s] - 1)) : "-"});
+  }
+  std::string table = t.render();
+  for (size_t at = 0; at < table.size(); at = table.find('\n', at) + 1) table.insert(at, "    ");
+  fmt::print("{}", table);
+}
+
 void print_ranked_plans(const PlanReport& report) {
   const PlanOptions& o = report.options;
   const ModelSpec& m = report.model;
@@ -219,19 +256,7 @@ void print_ranked_plans(const PlanReport& report) {
           *o.megatron->measured_iteration_ms, o.megatron->logged_iterations - 1, predicted,
           100 * (predicted / *o.megatron->measured_iteration_ms - 1));
     }
-    // And its memory reports beside the predicted peak: PyTorch's allocated bytes are what the
-    // memory model counts; reserved adds the caching allocator's slack.
-    if (o.megatron->measured_allocated_bytes && !r.ranked.empty()) {
-      const double predicted = r.ranked.front().score.peak_bytes.value();
-      fmt::print(
-          "  the log's busiest rank peaked at {} allocated{}; #1 below predicts {} at its "
-          "fullest stage, {:+.1f} %\n",
-          as_gb(*o.megatron->measured_allocated_bytes),
-          o.megatron->measured_reserved_bytes
-              ? fmt::format(" ({} reserved)", as_gb(*o.megatron->measured_reserved_bytes))
-              : "",
-          as_gb(predicted), 100 * (predicted / *o.megatron->measured_allocated_bytes - 1));
-    }
+    print_logged_memory(*o.megatron, r);
   }
   fmt::print(
       "searched {} ({} cut by the memory bound), weighed {} ({} cut by the time bound before "
@@ -599,10 +624,14 @@ void print_plan_json(const PlanReport& report) {
       launch["measured_iteration_s"] = *read->measured_iteration_ms / 1e3;
       launch["logged_iterations"] = read->logged_iterations;
     }
-    if (read->measured_allocated_bytes)
-      launch["measured_max_allocated_bytes"] = *read->measured_allocated_bytes;
-    if (read->measured_reserved_bytes)
-      launch["measured_max_reserved_bytes"] = *read->measured_reserved_bytes;
+    nlohmann::json memory = nlohmann::json::array();
+    for (const io::LoggedMemory& m : read->memory) {
+      nlohmann::json j = {{"max_allocated_bytes", m.max_allocated_bytes},
+                          {"max_reserved_bytes", m.max_reserved_bytes}};
+      if (m.rank) j["rank"] = *m.rank;
+      memory.push_back(j);
+    }
+    launch["measured_memory"] = memory;
   }
   nlohmann::json one_change = nlohmann::json::array();
   for (const OneChange& k : changes_to_the_run(report))

@@ -29,8 +29,7 @@ void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
   reading.ignored = r.ignored;
   reading.measured_iteration_ms = io::typical_logged_iteration_ms(r.logged_iteration_ms);
   reading.logged_iterations = r.logged_iteration_ms.size();
-  reading.measured_allocated_bytes = r.logged_max_allocated_bytes;
-  reading.measured_reserved_bytes = r.logged_max_reserved_bytes;
+  reading.memory = r.logged_memory;
   auto open = [&](const char* option) { return !o.given.count(option); };
   std::vector<std::string> fixed;  // the options the launch set, as plan spells them
   // --parallel's sizes override the launch's; a layout and a vpp replace each other.
