@@ -21,6 +21,18 @@ inline ModelSpec mixtral_8x7b() {
   return m;
 }
 
+// Mixtral-8x7B's shape with a dense FFN of its experts' width in every layer.
+inline ModelSpec dense_mixtral() {
+  ModelSpec m = mixtral_8x7b();
+  m.name = "Mixtral-8x7B dense";
+  m.num_routed_experts = 0;
+  m.top_k = 0;
+  m.expert_ffn_size = 0;
+  m.dense_ffn_size = 14336;
+  m.moe_layer = ModelSpec::layer_map(32, 0, 1, false);
+  return m;
+}
+
 // MemFine Table 3, model I (L = 16) or II (L = 8): DeepSeek-V3 with fewer layers.
 inline ModelSpec memfine_model(int64_t layers) {
   ModelSpec m;

@@ -249,13 +249,9 @@ TEST(MegatronArgs, ArgumentsThatCannotRunHereAreRefusedWithTheirFlag) {
           "--optimizer-offload-fraction: '1.5' is not a number in (0, 1]");
   refuses("--fine-grained-activation-offloading", "names no modules");
   refuses("# nothing but a comment\n", "train.sh: no Megatron-LM argument");
-  ModelSpec dense = m;
-  dense.num_routed_experts = 0;
-  dense.top_k = 0;
-  dense.expert_ffn_size = 0;
-  dense.dense_ffn_size = 14336;
-  dense.moe_layer.assign(32, false);
-  EXPECT_NE(error_of("--expert-model-parallel-size 8", dense).find("is dense"), std::string::npos);
+  EXPECT_NE(
+      error_of("--expert-model-parallel-size 8", testing_models::dense_mixtral()).find("is dense"),
+      std::string::npos);
 }
 
 TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {

@@ -116,11 +116,7 @@ TEST(MemoryModel, WorstCaseReceivedTokens) {
 }
 
 TEST(MemoryModel, DenseModelsHaveNoExpertMemory) {
-  ModelSpec m = testing_models::mixtral_8x7b();
-  m.num_routed_experts = 0;
-  m.top_k = 0;
-  m.dense_ffn_size = 14336;
-  m.moe_layer = ModelSpec::layer_map(32, 0, 1, false);
+  const ModelSpec m = testing_models::dense_mixtral();
   const MemoryReport r = estimate_memory(m, layout("tp=2,pp=2", m), request());
   for (const auto& s : r.stages) {
     EXPECT_EQ(s.expert_params_per_gpu, 0.0);
@@ -133,11 +129,7 @@ TEST(MemoryModel, MoeActDropsOnlyTheExpertsActivation) {
   // g_e-wide row, and nothing of a dense layer's FFN, whose activation goes only with mlp (as
   // the time model replays it). A dense model under "moe_act layernorm" (the search's default
   // modules, whose printed arguments drop moe_act) holds what layernorm alone holds.
-  ModelSpec dense = testing_models::mixtral_8x7b();
-  dense.num_routed_experts = 0;
-  dense.top_k = 0;
-  dense.dense_ffn_size = 14336;
-  dense.moe_layer = ModelSpec::layer_map(32, 0, 1, false);
+  const ModelSpec dense = testing_models::dense_mixtral();
   MemoryRequest q = request(Recompute::kSelective);
   auto activation = [&](const ModelSpec& m, uint32_t modules) {
     q.recompute_modules = modules;
