@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -34,6 +35,9 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
 }
 
 std::string read_text_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    throw InputError(path, "", "is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open file");
   // Straight into the string where the size is known (a log can be hundreds of megabytes);

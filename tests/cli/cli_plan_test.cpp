@@ -1232,5 +1232,7 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
       "8 KV heads are not divisible by tp (the Megatron-LM launch in " + file + ")");
   expect_one_line_error(run("plan " + model + "--megatron-args /no/such/file --global-batch 8"),
                         "/no/such/file: cannot open file");
+  expect_one_line_error(run("plan " + model + "--megatron-args tests --global-batch 8"),
+                        "tests: is a directory, not a file");
   std::remove(file.c_str());
 }

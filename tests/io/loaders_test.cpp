@@ -85,6 +85,9 @@ TEST(Loaders, MalformedJsonNamesTheLine) {
             std::string::npos);
   EXPECT_NE(error_of([] { load_model(data("no-such-file.json")); }).find("cannot open file"),
             std::string::npos);
+  // A directory where a file should be: one line, not the allocator's failure.
+  EXPECT_NE(error_of([] { load_model(data("")); }).find("is a directory, not a file"),
+            std::string::npos);
 }
 
 TEST(Loaders, ModelErrorsNameFileFieldAndProblem) {
