@@ -190,9 +190,9 @@ void add_plan(CommandLine& cli) {
              "fix any subset of the layout, e.g. tp=8,ep=8 (a full layout evaluates just it); "
              "layout=Et|(tt|)*30mL gives Megatron's --pipeline-model-parallel-layout");
   cmd.option("--megatron-args", o->megatron_args,
-             "a Megatron-LM launch (a script or argument list; - for standard input) whose "
-             "layout and switches to evaluate, Megatron's defaults where a flag is absent; "
-             "--parallel's sizes and the options given override it");
+             "a Megatron-LM launch (a script, an argument list or a training log; - for "
+             "standard input) whose layout and switches to evaluate, Megatron's defaults where "
+             "a flag is absent; --parallel's sizes and the options given override it");
   cmd.option("--calibration", o->calibration, "calibration file with efficiency curves");
   cmd.option("--power-limit", o->power_limit_w,
              "cap the GPUs' power at W watts (a GPU with a node.gpu.power entry): the clock "
