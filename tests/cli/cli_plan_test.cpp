@@ -1230,6 +1230,13 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
   expect_one_line_error(
       run("plan " + model + "--megatron-args " + file),
       "8 KV heads are not divisible by tp (the Megatron-LM launch in " + file + ")");
+  // A launch that fits nowhere: exit 3, its one line naming the launch too.
+  std::ofstream(file) << "--global-batch-size 64 --bf16 --use-distributed-optimizer "
+                         "--nproc-per-node 8\n";
+  const Result no_fit = run("plan " + model + "--megatron-args " + file);
+  expect_one_line_error(no_fit, "nothing fits: needs", 3);
+  EXPECT_NE(no_fit.err.find("(the Megatron-LM launch in " + file + ")"), std::string::npos)
+      << no_fit.err;
   expect_one_line_error(run("plan " + model + "--megatron-args /no/such/file --global-batch 8"),
                         "/no/such/file: cannot open file");
   expect_one_line_error(run("plan " + model + "--megatron-args tests --global-batch 8"),

@@ -167,8 +167,11 @@ void run_plan(PlanOptions o) {
   try {
     plan_with(o, m);
   } catch (const ConfigError& e) {
-    // Sizes the launch fixed that cannot run here: say where they came from.
+    // Sizes the launch fixed that cannot run here, or do not fit: say where they came from.
     throw ConfigError(
+        fmt::format("{} (the Megatron-LM launch in {})", e.what(), o.megatron->source));
+  } catch (const NoFitError& e) {
+    throw NoFitError(
         fmt::format("{} (the Megatron-LM launch in {})", e.what(), o.megatron->source));
   }
 }
