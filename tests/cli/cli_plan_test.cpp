@@ -1149,6 +1149,10 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
                    best["predicted"]["iteration_s"].get<double>());
   EXPECT_EQ(read["megatron_args"]["not_priced"],
             nlohmann::json::array({"--no-position-embedding"}));
+  // The same launch piped in on standard input.
+  const nlohmann::json piped = run_json("plan " + model + "--megatron-args - --json < " + file);
+  EXPECT_EQ(piped["plans"][0]["parallel"], best["parallel"]);
+  EXPECT_EQ(piped["megatron_args"]["source"], "standard input");
   // As text: what the launch fixed, and with --explain the search's best beside it.
   const Result text = run("plan " + model + "--megatron-args " + file + " --explain");
   ASSERT_EQ(text.code, 0) << text.err;
