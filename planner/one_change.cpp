@@ -56,14 +56,13 @@ std::vector<Candidate> candidates(const TimeContext& ctx, const PlanChoice& run)
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = run.parallel;
   const bool moe = m.is_moe();
-  const bool tensor_tp = *p.tp > 1 && run.attention == AttentionMode::kTensor;
-  const bool expert_parallel = moe && *p.ep > 1;
+  const MegatronOverlapFlags overlap = megatron_overlap_flags(m, run);
   std::vector<Candidate> out;
   // Communication overlap: Megatron's EP and TP overlap flags together.
-  if (expert_parallel || tensor_tp) {
+  if (overlap.any()) {
     std::string flags;
-    if (expert_parallel) flags = "--overlap-moe-expert-parallel-comm";
-    if (tensor_tp) flags += std::string(flags.empty() ? "" : " ") + "--tp-comm-overlap";
+    if (overlap.expert) flags = "--overlap-moe-expert-parallel-comm";
+    if (overlap.tensor) flags += std::string(flags.empty() ? "" : " ") + "--tp-comm-overlap";
     out.push_back({run.overlap ? "without " + flags : flags, [](PlanChoice& c) {
                      c.overlap = !c.overlap;
                      return true;

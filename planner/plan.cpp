@@ -181,6 +181,12 @@ std::string layer_pattern(const std::vector<bool>& marked) {
 }
 }  // namespace
 
+MegatronOverlapFlags megatron_overlap_flags(const ModelSpec& m, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  return {m.is_moe() && p.ep.value_or(1) > 1,
+          p.tp.value_or(1) > 1 && c.attention == AttentionMode::kTensor};
+}
+
 std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m,
                                             int nvlink_domain) {
   const PlanChoice& c = plan.choice;
@@ -296,10 +302,10 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
     }
     a.push_back("--moe-grouped-gemm");
     if (c.permute_fusion) a.push_back("--moe-permute-fusion");
-    if (c.overlap && *p.ep > 1) a.push_back("--overlap-moe-expert-parallel-comm");
+    if (c.overlap && megatron_overlap_flags(m, c).expert)
+      a.push_back("--overlap-moe-expert-parallel-comm");
   }
-  if (c.overlap && *p.tp > 1 && c.attention == AttentionMode::kTensor)
-    a.push_back("--tp-comm-overlap");
+  if (c.overlap && megatron_overlap_flags(m, c).tensor) a.push_back("--tp-comm-overlap");
   if (c.attention_kernel == AttentionKernel::kUnfused) a.push_back("--attention-backend unfused");
   a.push_back("--cross-entropy-loss-fusion");
   a.push_back(fmt::format("--cross-entropy-fusion-impl {}", cross_entropy_name(c.cross_entropy)));
@@ -409,9 +415,8 @@ std::vector<std::string> megatron_gaps(const Plan& plan, const ModelSpec& m) {
         "flags say, where this plan prices it exposed (no-overlap): Megatron runs it faster "
         "than priced (plan with --overlap on for what it runs)");
   }
-  const bool flagged = (m.is_moe() && *c.parallel.ep > 1) ||
-                       (*c.parallel.tp > 1 && c.attention == AttentionMode::kTensor);
-  if (c.overlap && !flagged && c.attention == AttentionMode::kUlysses && *c.parallel.tp > 1) {
+  if (c.overlap && !megatron_overlap_flags(m, c).any() && c.attention == AttentionMode::kUlysses &&
+      *c.parallel.tp > 1) {
     gaps.push_back(
         "Megatron's all-to-all context parallelism (this plan's SP attention) runs its "
         "all-to-all apart from attention, where this plan overlaps it: Megatron runs it slower "

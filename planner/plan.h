@@ -222,6 +222,15 @@ struct Plan {
   PlanScore score;
 };
 
+// The Megatron-LM flags that turn a layout's communication overlap (PlanChoice::overlap):
+// --overlap-moe-expert-parallel-comm where experts are split over EP ranks, --tp-comm-overlap
+// where attention is tensor-parallel. Neither applies to a layout without that communication.
+struct MegatronOverlapFlags {
+  bool expert = false, tensor = false;
+  bool any() const { return expert || tensor; }
+};
+MegatronOverlapFlags megatron_overlap_flags(const ModelSpec& m, const PlanChoice& c);
+
 // Megatron-LM / Megatron-Core arguments for a plan (names from megatron/training/arguments.py).
 // `nvlink_domain`: GPUs one NVLink domain holds. DeepEP's kernels forward inside 8-GPU nodes; on
 // larger domains (GB200/GB300 NVL72) Megatron's flex dispatcher runs the HybridEP backend, which

@@ -518,20 +518,19 @@ void read_moe_and_kernels(const Given& g, const ModelSpec& m, const std::string&
   // One overlap switch covers what the flags overlap: the expert all-to-all and the TP
   // collectives. Without either, Megatron's all-to-all context parallelism (SP attention here)
   // runs its all-to-all apart from attention, and its ring always overlaps the K/V exchange.
-  const ParallelConfig& p = r.choice.parallel;
-  const bool ep_overlap = m.is_moe() && p.ep.value_or(1) > 1;
-  const bool tp_overlap = *p.tp > 1 && r.choice.attention == AttentionMode::kTensor;
+  const MegatronOverlapFlags applies = megatron_overlap_flags(m, r.choice);
   const bool ep_flag = g.has("--overlap-moe-expert-parallel-comm"),
              tp_flag = g.has("--tp-comm-overlap");
-  if (ep_overlap || tp_overlap) {
-    r.choice.overlap = (ep_overlap && ep_flag) || (tp_overlap && tp_flag);
-    if (r.choice.overlap && ep_overlap && tp_overlap && ep_flag != tp_flag)
+  if (applies.any()) {
+    r.choice.overlap = (applies.expert && ep_flag) || (applies.tensor && tp_flag);
+    if (r.choice.overlap && applies.expert && applies.tensor && ep_flag != tp_flag)
       r.notes.push_back(
           fmt::format("{} alone: priced with the {} overlapped too",
                       ep_flag ? "--overlap-moe-expert-parallel-comm" : "--tp-comm-overlap",
                       ep_flag ? "TP collectives" : "expert all-to-all"));
   } else {
-    r.choice.overlap = !(r.choice.attention == AttentionMode::kUlysses && *p.tp > 1);
+    r.choice.overlap =
+        !(r.choice.attention == AttentionMode::kUlysses && *r.choice.parallel.tp > 1);
   }
   const std::string backend = choice(g, "--attention-backend", "auto",
                                      {"auto", "flash", "fused", "unfused", "local"}, source);
@@ -597,6 +596,28 @@ std::optional<LoggedField> logged_field(std::string_view line) {
   return LoggedField{std::string(line.substr(0, n)), std::string(value), dots > n + 1};
 }
 
+// Calls f(line) for each line of `text`, as views into it: a log runs to hundreds of megabytes.
+template <class F>
+void for_each_line(std::string_view text, F f) {
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    f(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+}
+
+// The number `text` prints at `at`, past its spaces: digits first (no sign, inf or nan);
+// nullopt where none starts there.
+std::optional<double> number_at(std::string_view text, size_t at) {
+  while (at < text.size() && text[at] == ' ') ++at;
+  if (at >= text.size() || !std::isdigit(static_cast<unsigned char>(text[at]))) return std::nullopt;
+  double v = 0;
+  const char* first = text.data() + at;
+  const auto [ptr, ec] = std::from_chars(first, text.data() + text.size(), v);
+  if (ec != std::errc() || ptr == first) return std::nullopt;
+  return v;
+}
+
 }  // namespace
 
 std::vector<std::string> launch_words(const std::string& text) {
@@ -636,17 +657,13 @@ std::optional<std::vector<std::string>> logged_argument_words(const std::string&
   const bool has_block = text.find("-- arguments --") != std::string::npos;
   std::vector<std::pair<std::string, std::string>> logged;
   bool inside = !has_block;
-  // Line by line over the text itself: a log can be hundreds of megabytes.
-  for (size_t begin = 0; begin < text.size();) {
-    const size_t end = std::min(text.find('\n', begin), text.size());
-    const std::string_view line(text.data() + begin, end - begin);
-    begin = end + 1;
+  for_each_line(text, [&](std::string_view line) {
     if (line.find("-- arguments --") != std::string_view::npos) inside = true;
     if (line.find("-- end of arguments --") != std::string_view::npos) inside = false;
-    if (!inside) continue;
+    if (!inside) return;
     if (const std::optional<LoggedField> f = logged_field(line); f && (has_block || f->dotted))
       logged.emplace_back(f->name, f->value);
-  }
+  });
   if (logged.empty()) return std::nullopt;
   std::map<std::string, std::string> value(logged.begin(), logged.end());
   auto set = [&](const std::string& name) {
@@ -705,15 +722,8 @@ std::vector<double> logged_iteration_times_ms(const std::string& text) {
   static constexpr std::string_view kKey = "elapsed time per iteration (ms):";
   std::vector<double> out;
   for (size_t at = text.find(kKey); at != std::string::npos; at = text.find(kKey, at + 1)) {
-    size_t begin = at + kKey.size();
-    while (begin < text.size() && text[begin] == ' ') ++begin;
-    size_t end = begin;
-    while (end < text.size() &&
-           (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
-      ++end;
-    double ms = 0;
-    const auto [ptr, ec] = std::from_chars(text.data() + begin, text.data() + end, ms);
-    if (ec == std::errc() && ptr > text.data() + begin && ms > 0) out.push_back(ms);
+    const std::optional<double> ms = number_at(text, at + kKey.size());
+    if (ms && *ms > 0) out.push_back(*ms);
   }
   return out;
 }
@@ -723,21 +733,15 @@ std::vector<LoggedMemory> logged_memory_reports(const std::string& text) {
   auto mib_after = [](std::string_view line, std::string_view key) -> std::optional<double> {
     const size_t at = line.find(key);
     if (at == std::string_view::npos) return std::nullopt;
-    size_t begin = at + key.size();
-    while (begin < line.size() && line[begin] == ' ') ++begin;
-    double mib = 0;
-    const auto [ptr, ec] = std::from_chars(line.data() + begin, line.data() + line.size(), mib);
-    if (ec != std::errc() || ptr == line.data() + begin || mib < 0) return std::nullopt;
-    return mib * 1024.0 * 1024.0;
+    const std::optional<double> mib = number_at(line, at + key.size());
+    if (!mib || *mib < 0) return std::nullopt;
+    return *mib * 1024.0 * 1024.0;
   };
   std::vector<LoggedMemory> out;
-  for (size_t begin = 0; begin < text.size();) {
-    const size_t end = std::min(text.find('\n', begin), text.size());
-    const std::string_view line(text.data() + begin, end - begin);
-    begin = end + 1;
-    if (line.find("memory (MB)") == std::string_view::npos) continue;
+  for_each_line(text, [&](std::string_view line) {
+    if (line.find("memory (MB)") == std::string_view::npos) return;
     const std::optional<double> allocated = mib_after(line, "| max allocated:");
-    if (!allocated) continue;
+    if (!allocated) return;
     LoggedMemory m;
     if (const size_t at = line.find("[Rank "); at != std::string_view::npos) {
       int64_t rank = 0;
@@ -755,7 +759,7 @@ std::vector<LoggedMemory> logged_memory_reports(const std::string& text) {
       same->max_allocated_bytes = std::max(same->max_allocated_bytes, m.max_allocated_bytes);
       same->max_reserved_bytes = std::max(same->max_reserved_bytes, m.max_reserved_bytes);
     }
-  }
+  });
   return out;
 }
 

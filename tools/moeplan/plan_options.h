@@ -52,7 +52,6 @@ struct PlanOptions {
   std::string megatron_args;  // a Megatron-LM launch's arguments (a file, or - for stdin)
   std::optional<MegatronReading> megatron;  // what apply_megatron_arguments read from it
   std::set<std::string> given;              // the options set on the command line
-  bool even_split = false;                  // SearchRequest::even_split
 };
 
 // Fixes the sizes and switches a Megatron-LM launch sets (planner/io/megatron_args.h), where

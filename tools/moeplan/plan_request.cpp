@@ -42,8 +42,6 @@ void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
   if (p.gbs && open("--global-batch")) o.global_batch = *p.gbs;
   p.gbs.reset();  // --global-batch carries it
   o.parallel = p.to_string();
-  // A launch without uneven stages or a layout splits its layers evenly.
-  o.even_split = !p.pp_first && !p.pp_last && p.layout.empty();
   if (r.seq_len && open("--seq-len")) o.seq_len = *r.seq_len;
   if (r.capacity_factor && open("--skew")) {
     o.skew = fmt::format("capacity={}", *r.capacity_factor);
@@ -118,7 +116,9 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
   }
   req.global_batch = o.global_batch;
   req.fixed = parse_parallel(o.parallel);
-  req.even_split = o.even_split;
+  // A Megatron launch without uneven stages or a layout splits its layers evenly.
+  req.even_split =
+      o.megatron && !req.fixed.pp_first && !req.fixed.pp_last && req.fixed.layout.empty();
   if (req.fixed.gbs && *req.fixed.gbs != o.global_batch) {
     throw InputError(
         "--parallel", "gbs",
