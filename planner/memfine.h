@@ -77,9 +77,11 @@ Bytes recompute_checkpoints(const LayerShape& s, double m_g, int64_t layers_per_
 
 // Eq. (1): parameters x (D_para + D_grad + 4 D_opt) with D_opt the number of fp32 states.
 struct StaticBytesPerParam {
-  double param = 2;             // D_t^para
-  double grad = 4;              // D_t^grad (fp32 main gradients)
-  double optimizer_states = 3;  // Adam: master weights, momentum, variance, fp32 each
+  double param = 2;  // D_t^para
+  double grad = 4;   // D_t^grad (fp32 main gradients)
+  // Adam: master weights, momentum, variance, counted in FP32 elements (4 bytes each; a plan
+  // with narrower states counts fractions: BF16 moments beside FP32 master weights are 2).
+  double optimizer_states = 3;
   double per_param() const { return param + grad + 4.0 * optimizer_states; }
 };
 Bytes static_memory(double params, const StaticBytesPerParam& b);

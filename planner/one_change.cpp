@@ -120,6 +120,21 @@ std::vector<Candidate> candidates(const TimeContext& ctx, const PlanChoice& run)
                    c.dp_bf16_compression = !c.dp_bf16_compression;
                    return true;
                  }});
+  // BF16 Adam moments (DeepSeek-V3's), or back to Megatron's FP32 Adam.
+  if (run.precision != Precision::kFp32 && run.zero_stage >= 1) {
+    const bool bf16 =
+        run.adam.exp_avg == StateDtype::kBf16 && run.adam.exp_avg_sq == StateDtype::kBf16;
+    out.push_back(
+        {bf16 || run.adam.precision_aware
+             ? "FP32 Adam states (no --use-precision-aware-optimizer)"
+             : "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+         [bf16, aware = run.adam.precision_aware](PlanChoice& c) {
+           c.adam = bf16 || aware
+                        ? AdamStates{}
+                        : AdamStates{true, StateDtype::kFp32, StateDtype::kBf16, StateDtype::kBf16};
+           return true;
+         }});
+  }
   if (run.precision == Precision::kBf16 && ctx.gpu.peak.count(Dtype::kFp8))
     out.push_back({"--fp8-format hybrid --fp8-recipe tensorwise", [](PlanChoice& c) {
                      c.precision = Precision::kFp8;
@@ -152,8 +167,13 @@ std::vector<Candidate> candidates(const TimeContext& ctx, const PlanChoice& run)
   }
   for (int stage = 0; stage <= 3; ++stage) {
     if (stage != run.zero_stage)
-      out.push_back({zero_flags(stage), [stage](PlanChoice& c) {
+      out.push_back({stage == 0 && run.adam.precision_aware
+                         ? "plain DDP (no --use-distributed-optimizer) with FP32 Adam states"
+                         : zero_flags(stage),
+                     [stage](PlanChoice& c) {
                        c.zero_stage = stage;
+                       // Without the distributed optimizer Megatron keeps FP32 Adam states.
+                       if (stage == 0) c.adam = AdamStates{};
                        return true;
                      }});
   }

@@ -44,6 +44,28 @@ std::span<const EnumName<CrossEntropy>> cross_entropy_names() {
 const char* cross_entropy_name(CrossEntropy k) {
   return name_in(cross_entropy_names(), k);
 }
+std::span<const EnumName<StateDtype>> state_dtype_names() {
+  static constexpr EnumName<StateDtype> names[] = {{"fp32", StateDtype::kFp32},
+                                                   {"bf16", StateDtype::kBf16},
+                                                   {"fp16", StateDtype::kFp16},
+                                                   {"fp8", StateDtype::kFp8}};
+  return names;
+}
+const char* state_dtype_name(StateDtype d) {
+  return name_in(state_dtype_names(), d);
+}
+double state_dtype_bytes(StateDtype d) {
+  switch (d) {
+    case StateDtype::kFp32:
+      return 4;
+    case StateDtype::kBf16:
+    case StateDtype::kFp16:
+      return 2;
+    case StateDtype::kFp8:
+      return 1;  // Transformer Engine keeps FP8 moments as bytes with a scale per tensor
+  }
+  return 4;
+}
 const char* schedule_name(Schedule s) {
   switch (s) {
     case Schedule::kOneFOneB:
@@ -89,6 +111,41 @@ bool fp8_param_gather(const PlanChoice& c) {
          !(c.optimizer_offload > 0 && c.fp8_recipe != Fp8Recipe::kDelayed);
 }
 
+double optimizer_state_bytes(const PlanChoice& c) {
+  const AdamStates& a = c.adam;
+  if (!a.precision_aware) return 12;
+  // store_param_remainders: the FP32 master is the BF16 weight plus a 16-bit remainder. It needs
+  // BF16 weights (not FP32 ones, nor FP8 ones gathered as such) and a GPU-side FusedAdam.
+  const bool remainders = a.main_params == StateDtype::kFp32 && c.precision != Precision::kFp32 &&
+                          !fp8_param_gather(c) && c.optimizer_offload == 0;
+  return (remainders ? 2.0 : state_dtype_bytes(a.main_params)) + state_dtype_bytes(a.exp_avg) +
+         state_dtype_bytes(a.exp_avg_sq);
+}
+
+std::string adam_states_problem(const PlanChoice& c) {
+  const AdamStates& a = c.adam;
+  if (!a.precision_aware && c.optimizer_offload > 0 && c.zero_stage < 1)
+    return "Megatron's optimizer CPU offload runs on its precision-aware optimizer, which needs "
+           "the distributed optimizer (ZeRO 1-3)";
+  if (!a.precision_aware) {
+    return a == AdamStates{} ? ""
+                             : "narrower Adam states need Megatron's precision-aware optimizer";
+  }
+  if (c.zero_stage < 1)
+    return c.optimizer_offload > 0
+               ? "Megatron's optimizer CPU offload runs on its precision-aware optimizer, which "
+                 "needs the distributed optimizer (ZeRO 1-3)"
+               : "the precision-aware optimizer needs the distributed optimizer (ZeRO 1-3)";
+  if (c.precision == Precision::kFp32) return "FP32 training keeps its Adam states in FP32";
+  if (a.main_params != StateDtype::kFp32 && a.main_params != StateDtype::kFp16)
+    return fmt::format("master weights are fp32 or fp16, not {}", state_dtype_name(a.main_params));
+  return "";
+}
+
+double gradient_bytes(const PlanChoice& c) {
+  return c.dp_bf16_compression && c.precision != Precision::kFp32 ? 2 : 4;
+}
+
 void settle_mact_chunks(PlanChoice& c, const MemoryReport& memory) {
   c.stage_chunks.clear();
   if (!c.mact) return;
@@ -127,6 +184,13 @@ std::string PlanChoice::describe() const {
   }
   if (mact) out += fmt::format(" mact={}", fcda_chunks);
   if (dp_bf16_compression) out += " dp-bf16";
+  if (adam.precision_aware) {
+    out += fmt::format(" adam={}", state_dtype_name(adam.exp_avg));
+    if (adam.exp_avg_sq != adam.exp_avg)
+      out += fmt::format("/{}", state_dtype_name(adam.exp_avg_sq));
+    if (adam.main_params != StateDtype::kFp32)
+      out += fmt::format(",master={}", state_dtype_name(adam.main_params));
+  }
   if (intra_overlap) out += " intra-overlap";
   if (!permute_fusion) out += " unfused-permute";
   if (attention_kernel == AttentionKernel::kUnfused) out += " unfused-attention";
@@ -267,9 +331,17 @@ std::vector<std::string> megatron_arguments(const Plan& plan, const ModelSpec& m
   }
   if (c.optimizer_offload > 0) {
     a.insert(a.end(), {"--optimizer-cpu-offload",
-                       fmt::format("--optimizer-offload-fraction {}", c.optimizer_offload),
-                       "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"});
+                       fmt::format("--optimizer-offload-fraction {}", c.optimizer_offload)});
   }
+  if (c.optimizer_offload > 0 || c.adam.precision_aware)
+    a.push_back("--use-precision-aware-optimizer");
+  if (c.adam.main_params != StateDtype::kFp32)
+    a.push_back(fmt::format("--main-params-dtype {}", state_dtype_name(c.adam.main_params)));
+  if (c.adam.exp_avg != StateDtype::kFp32)
+    a.push_back(fmt::format("--exp-avg-dtype {}", state_dtype_name(c.adam.exp_avg)));
+  if (c.adam.exp_avg_sq != StateDtype::kFp32)
+    a.push_back(fmt::format("--exp-avg-sq-dtype {}", state_dtype_name(c.adam.exp_avg_sq)));
+  if (c.optimizer_offload > 0) a.push_back("--overlap-cpu-optimizer-d2h-h2d");
   if (c.offload_modules != 0) {
     a.push_back("--fine-grained-activation-offloading");
     a.push_back(fmt::format("--offload-modules {}",

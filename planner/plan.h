@@ -50,6 +50,21 @@ enum class CudaGraph { kNone, kAttention, kFullIteration };
 // copied to FP32, shifted, exponentiated and normalised in place, and those FP32 softmax values
 // (4 bytes) stay for backward beside the BF16 logits while the forward runs.
 enum class CrossEntropy { kTe, kNative };
+// The storage type of an Adam state under Megatron's precision-aware optimizer
+// (--main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype): 4, 2, 2 or 1 bytes an element.
+enum class StateDtype { kFp32, kBf16, kFp16, kFp8 };
+// Megatron's precision-aware optimizer (--use-precision-aware-optimizer, Transformer Engine's
+// FusedAdam; it needs the distributed optimizer): the master weights and the two Adam moments
+// in the types given (DeepSeek-V3 kept its moments in BF16). Off, Megatron's Adam keeps all
+// three in FP32, 12 bytes a parameter. On, Megatron also asks FusedAdam to store FP32 master
+// weights as the 16 bits BF16 weights lack (store_param_remainders, Transformer Engine 2.1+),
+// which works only where the weights are BF16: FP8 weights (--fp8-param-gather) keep all 4.
+struct AdamStates {
+  bool precision_aware = false;
+  StateDtype main_params = StateDtype::kFp32;  // Megatron allows fp32 or fp16
+  StateDtype exp_avg = StateDtype::kFp32, exp_avg_sq = StateDtype::kFp32;
+  bool operator==(const AdamStates&) const = default;
+};
 // A switch's names as plan files, command-line options and labels spell them, one table each
 // (the readers and the name functions below use the same one).
 template <class E>
@@ -62,6 +77,7 @@ std::span<const EnumName<Fp8Recipe>> fp8_recipe_names();              // Megatro
 std::span<const EnumName<CudaGraph>> cuda_graph_names();              // "none", "attn", "full"
 std::span<const EnumName<AttentionKernel>> attention_kernel_names();  // "fused", "unfused"
 std::span<const EnumName<CrossEntropy>> cross_entropy_names();        // Megatron's: "te", "native"
+std::span<const EnumName<StateDtype>> state_dtype_names();  // Megatron's: "fp32", "bf16", ...
 template <class E>
 const char* name_in(std::span<const EnumName<E>> names, E value) {
   for (const EnumName<E>& n : names)
@@ -72,6 +88,8 @@ const char* attention_mode_name(AttentionMode a);
 const char* cuda_graph_name(CudaGraph g);
 const char* attention_kernel_name(AttentionKernel k);
 const char* cross_entropy_name(CrossEntropy k);
+const char* state_dtype_name(StateDtype d);
+double state_dtype_bytes(StateDtype d);
 const char* schedule_name(Schedule s);
 const char* precision_name(Precision p);
 const char* fp8_recipe_name(Fp8Recipe r);
@@ -106,7 +124,11 @@ struct PlanChoice {
                ? stage_chunks[static_cast<size_t>(stage)]
                : fcda_chunks;
   }
+  // Megatron's --grad-reduce-in-bf16 (MegaScale-MoE Sec. 5's BF16 gradient communication):
+  // the DP reduce-scatter moves BF16, and Megatron's gradient buffer, in the weights' BF16 type
+  // rather than FP32, accumulates the micro-batches' gradients in BF16 (2 bytes a parameter).
   bool dp_bf16_compression = false;
+  AdamStates adam;
   bool overlap = true;  // inter-operator overlap of communication with independent compute
   // MegaScale-MoE Sec. 4.2 intra-operator overlap: TP/SP and expert communication fused with
   // their GEMMs tile by tile on a few SMs (a MegaScale system feature Megatron-LM lacks).
@@ -171,6 +193,16 @@ ActivationBytes activation_bytes(const PlanChoice& c);
 // (arguments.py: "When --fp8-param-gather is enabled, the optimizer cpu offload must be used in
 // conjunction with --fp8-recipe delayed"), so such plans keep BF16 weights.
 bool fp8_param_gather(const PlanChoice& c);
+// Bytes a parameter of a plan's master weights and Adam moments (12: Megatron's FP32 Adam; 6
+// for BF16 moments over BF16 weights with master remainders, 8 over FP8 weights) and of its
+// gradient buffer (4: FP32 main gradients; 2 where they reduce in BF16).
+double optimizer_state_bytes(const PlanChoice& c);
+double gradient_bytes(const PlanChoice& c);
+// Why Megatron would refuse a plan's Adam states (empty when it runs them): the precision-aware
+// optimizer, and the optimizer's CPU offload that runs on it, need the distributed optimizer
+// (ZeRO 1-3); it needs mixed precision; master weights are FP32 or FP16; and without it every
+// state is FP32.
+std::string adam_states_problem(const PlanChoice& c);
 // The MemFine layer shape of a plan's layers with those bytes, for what prices activations
 // outside the memory model.
 memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, int64_t seq_len);

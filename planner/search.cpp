@@ -199,15 +199,13 @@ MemoryRequest memory_request(const TimeContext& ctx, const PlanChoice& c, Bytes 
   r.attention_replicated = c.attention == AttentionMode::kUlysses && *c.parallel.tp > 1;
   r.received_tokens = ctx.skew.received_tokens(m, *c.parallel.ep, static_cast<double>(ctx.seq_len));
   // The weights as stored: FP32, BF16, or FP8 (Megatron's --fp8-param-gather keeps no BF16
-  // copy; FP32 main gradients and Adam states as under BF16).
+  // copy); the gradient buffer and the master weights and Adam moments as the plan keeps them.
+  // FP32 training: FP32 weights and gradients and three FP32 optimizer buffers, 20 bytes per
+  // parameter, as APTMoE Table I's memory column implies (111 GB for 4.5 B parameters with
+  // activations; 707 GB for 35.4 B).
   r.static_bytes.param = parameter_bytes(c);
-  if (c.precision == Precision::kFp32) {
-    // FP32 training: FP32 weights and gradients and three FP32 optimizer buffers, 20 bytes per
-    // parameter, as APTMoE Table I's memory column implies (111 GB for 4.5 B parameters with
-    // activations; 707 GB for 35.4 B).
-    r.static_bytes.grad = 4;
-    r.static_bytes.optimizer_states = 3;
-  }
+  r.static_bytes.grad = gradient_bytes(c);
+  r.static_bytes.optimizer_states = optimizer_state_bytes(c) / 4.0;
   const ActivationBytes b = activation_bytes(c);
   r.bytes_per_element = b.per_element;
   r.gemm_input_bytes = b.gemm_input;
@@ -452,6 +450,15 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
   const Bytes capacity = ctx.gpu.hbm_capacity;
   // The ranking and its bounds compare against the K-th plan kept.
   if (req.top_k < 1) throw ConfigError(fmt::format("top K must be at least 1, got {}", req.top_k));
+  {
+    PlanChoice probe;
+    probe.adam = req.adam;
+    probe.optimizer_offload = req.optimizer_offload;
+    probe.precision = req.precision;
+    probe.zero_stage = req.zero.value_or(1);
+    if (const std::string problem = adam_states_problem(probe); !problem.empty())
+      throw ConfigError(problem);
+  }
   if (!m.is_moe()) {
     for (const auto& [name, size] : {std::pair{"ep", f.ep}, std::pair{"etp", f.etp}}) {
       if (size && *size > 1)
@@ -561,6 +568,8 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       lower.zero_stage = req.zero.value_or(3);
       lower.gpipe = req.gpipe;
       lower.optimizer_offload = req.optimizer_offload;
+      lower.adam = req.adam;
+      lower.dp_bf16_compression = req.dp_bf16_compression.value_or(true);  // the leaner gradients
       const MemoryReport floor = estimate_memory(
           m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
       auto note_miss = [&](const MemoryReport& miss) {
@@ -579,49 +588,62 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
             const bool chunkable = m.is_moe() && !req.megatron_only && req.offload_modules == 0;
             for (bool mact :
                  chunkable ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-              PlanChoice c;
-              c.parallel = p;
-              c.recompute = rc;
-              c.recompute_modules = req.recompute_modules;
-              c.offload_modules = req.offload_modules;
-              c.optimizer_offload = req.optimizer_offload;
-              c.attention = at;
-              c.mact = mact;
-              c.precision = req.precision;
-              c.fp8_recipe = req.fp8_recipe;
-              c.seq_len = ctx.seq_len;
-              c.gpipe = req.gpipe;
-              c.permute_fusion = req.permute_fusion;
-              c.cuda_graph = req.cuda_graph;
-              c.attention_kernel = req.attention_kernel;
-              c.cross_entropy = req.cross_entropy;
-              // Memory depends only on the layout, recompute, attention mode, chunking and ZeRO
-              // stage. Higher stages only trade time for memory: try them only when needed.
-              const MemoryReport mem = fit_in_memory(ctx, req, capacity, c);
-              if (!mem.fits) {
-                note_miss(mem);
-                continue;
-              }
-              c.fcda_chunks = 1;
-              settle_mact_chunks(c, mem);
-              if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
-              const double peak = mem.peak_bytes().value();
-              for (megascale::Dispatcher d : sw.dispatchers) {
-                for (const auto& [a2a, n] : sw.alltoalls) {
-                  // The terms before the DP syncs under the first gradient precision tried, by
-                  // overlap switches: the second precision's are the same (only the syncs read
-                  // it), so it is held to its bound without being priced.
-                  std::vector<Seconds> before_syncs(
-                      sw.overlaps.size(), Seconds(-std::numeric_limits<double>::infinity()));
-                  for (bool bf16 : sw.bf16_gradients) {
-                    const bool first_precision = bf16 == sw.bf16_gradients.front();
-                    for (size_t j = 0; j < sw.overlaps.size(); ++j) {
-                      const auto [overlap, intra] = sw.overlaps[j];
+              PlanChoice base;
+              base.parallel = p;
+              base.recompute = rc;
+              base.recompute_modules = req.recompute_modules;
+              base.offload_modules = req.offload_modules;
+              base.optimizer_offload = req.optimizer_offload;
+              base.adam = req.adam;
+              base.attention = at;
+              base.mact = mact;
+              base.precision = req.precision;
+              base.fp8_recipe = req.fp8_recipe;
+              base.seq_len = ctx.seq_len;
+              base.gpipe = req.gpipe;
+              base.permute_fusion = req.permute_fusion;
+              base.cuda_graph = req.cuda_graph;
+              base.attention_kernel = req.attention_kernel;
+              base.cross_entropy = req.cross_entropy;
+              // The terms before the DP syncs under the first gradient precision that fits, by
+              // dispatcher, all-to-all and overlap switches: the second precision's are the
+              // same where memory left it the same ZeRO stage, offloads and chunks (only the
+              // syncs read the precision), so it is held to its bound without being priced.
+              const size_t per_precision =
+                  sw.dispatchers.size() * sw.alltoalls.size() * sw.overlaps.size();
+              std::vector<Seconds> before_syncs(per_precision,
+                                                Seconds(-std::numeric_limits<double>::infinity()));
+              std::optional<PlanChoice> first_fit;
+              for (bool bf16 : sw.bf16_gradients) {
+                PlanChoice c = base;
+                c.dp_bf16_compression = bf16;
+                // Memory depends on the layout, recompute, attention mode, chunking, ZeRO stage
+                // and the gradients' precision. Higher stages only trade time for memory: try
+                // them only when needed.
+                const MemoryReport mem = fit_in_memory(ctx, req, capacity, c);
+                if (!mem.fits) {
+                  note_miss(mem);
+                  continue;
+                }
+                c.fcda_chunks = 1;
+                settle_mact_chunks(c, mem);
+                if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
+                const bool first_precision = !first_fit;
+                const bool reuse = first_fit && first_fit->zero_stage == c.zero_stage &&
+                                   first_fit->offload_modules == c.offload_modules &&
+                                   first_fit->fcda_chunks == c.fcda_chunks &&
+                                   first_fit->stage_chunks == c.stage_chunks;
+                if (first_precision) first_fit = c;
+                const double peak = mem.peak_bytes().value();
+                size_t k = 0;
+                for (megascale::Dispatcher d : sw.dispatchers) {
+                  for (const auto& [a2a, n] : sw.alltoalls) {
+                    for (const auto& [overlap, intra] : sw.overlaps) {
+                      Seconds& before = before_syncs[k++];
                       c.intra_overlap = intra;
                       c.dispatcher = d;
                       c.alltoall = a2a;
                       c.alltoall_chunks = n;
-                      c.dp_bf16_compression = bf16;
                       c.overlap = overlap;
                       ++stats[w].evaluated;
                       ++inner;
@@ -638,9 +660,9 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       // the power limit leaves (planner/power_limit.h), which follows.
                       c.compute_clock = 1;
                       std::optional<TimeBreakdown> time;
-                      if (bound > 0 && (first_precision || before_syncs[j] < Seconds(bound)))
+                      if (bound > 0 && (!reuse || before < Seconds(bound)))
                         time = estimate_time_below(ctx, c, scratch, Seconds(bound),
-                                                   first_precision ? &before_syncs[j] : nullptr);
+                                                   first_precision ? &before : nullptr);
                       // The energy objective weighs lower caps from the full-clock time.
                       std::optional<TimeBreakdown> full_clock;
                       if (time && energy && !req.power_caps.empty()) full_clock = time;

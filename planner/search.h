@@ -76,6 +76,9 @@ struct SearchRequest {
   // DP gradients sent in BF16 (Megatron's --grad-reduce-in-bf16, MegaScale-MoE's Sec. 5
   // compression) or in FP32 (Megatron's default), fixed; nullopt tries both where DP syncs.
   std::optional<bool> dp_bf16_compression;
+  // Megatron's precision-aware optimizer and its Adam state types (PlanChoice::adam): a numeric
+  // choice the user makes, as FP8 is, so every candidate takes it as given.
+  AdamStates adam;
   bool gpipe = false;  // GPipe schedule instead of (interleaved) 1F1B
   Objective objective = Objective::kThroughput;
   // Under the energy objective, the caps below the board's limit each candidate weighs

@@ -482,8 +482,8 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   out.all_gather = ring_time(ctx, Bytes(dense * param_bytes), dp, t * cp * dp) + ag.in_node +
                    ag.across + ring_time(ctx, Bytes(expert * param_bytes), edp, etp * ep * edp);
   out.crosses_nodes = dp_crosses || ctx.links.crosses_nodes(etp * ep * edp);
-  // Adam reads and writes master weights, momentum and variance (24 B) and the weight (4 B) of
-  // the local shard.
+  // Adam reads and writes master weights, momentum and variance (24 B under FP32 states, fewer
+  // under the precision-aware optimizer's) and the weight (4 B) of the local shard.
   const bool sharded = c.zero_stage >= 1;
   const double local = dense / (sharded ? static_cast<double>(dp) : 1.0) +
                        replicated / (sharded ? static_cast<double>(dp * t) : 1.0) +
@@ -493,14 +493,16 @@ DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage)
   // the three overlapped group by group (--overlap-cpu-optimizer-d2h-h2d). The CPU's Adam is
   // bound by the socket's memory bandwidth as the GPU's by HBM's.
   const double f = c.optimizer_offload;
-  out.optimizer = Bytes(local * (1.0 - f) * 28.0) / (ctx.links.hbm * ctx.eff.memory_bound);
+  const double adam_bytes = 2.0 * optimizer_state_bytes(c) + 4.0;
+  out.optimizer = Bytes(local * (1.0 - f) * adam_bytes) / (ctx.links.hbm * ctx.eff.memory_bound);
   if (f > 0) {
     const double on_cpu = local * f;
     const Seconds out_copy = Bytes(on_cpu * 4.0) / (ctx.links.host * ctx.eff.pcie_h2d.at(1e9));
     const Seconds back = Bytes(on_cpu * param_bytes) / (ctx.links.host * ctx.eff.pcie_h2d.at(1e9));
-    const Seconds step = ctx.links.host_memory.value() > 0
-                             ? Bytes(on_cpu * 28.0) / (ctx.links.host_memory * ctx.eff.memory_bound)
-                             : Seconds(std::numeric_limits<double>::infinity());
+    const Seconds step =
+        ctx.links.host_memory.value() > 0
+            ? Bytes(on_cpu * adam_bytes) / (ctx.links.host_memory * ctx.eff.memory_bound)
+            : Seconds(std::numeric_limits<double>::infinity());
     out.optimizer = std::max(out.optimizer, std::max({out_copy, step, back}));
   }
   return out;

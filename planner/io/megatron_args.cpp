@@ -101,6 +101,10 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
       {"--overlap-param-gather", Arity::kNone},
       {"--fp8-param-gather", Arity::kNone},
       {"--use-precision-aware-optimizer", Arity::kNone},
+      {"--main-grads-dtype", Arity::kOne},
+      {"--main-params-dtype", Arity::kOne},
+      {"--exp-avg-dtype", Arity::kOne},
+      {"--exp-avg-sq-dtype", Arity::kOne},
       {"--overlap-cpu-optimizer-d2h-h2d", Arity::kNone},
       {"--moe-expert-capacity-factor", Arity::kOne},
       {"--moe-pad-expert-input-to-capacity", Arity::kNone},
@@ -406,6 +410,38 @@ void read_layout(const Given& g, const ModelSpec& m, const std::string& source, 
   if (per_node) r.gpus = *per_node * positive_if(g, "--nnodes", source).value_or(1);
 }
 
+// Megatron's precision-aware optimizer (planner/plan.h, AdamStates). Its types are refused
+// without the flag, as Megatron's OptimizerConfig asserts FP32 states then, and the flag without
+// the distributed optimizer. BF16 main gradients are the BF16 gradient buffer
+// --grad-reduce-in-bf16 gives. Under the CPU offload, which Megatron's guide pairs with the
+// flag, the flag alone changes nothing moeplan prices.
+void read_adam_states(const Given& g, const std::string& source, MegatronRun& r) {
+  auto dtype = [&](const char* flag, std::initializer_list<const char*> allowed) {
+    const std::string v = choice(g, flag, "fp32", allowed, source);
+    for (const EnumName<StateDtype>& n : state_dtype_names())
+      if (v == n.name) return n.value;
+    return StateDtype::kFp32;
+  };
+  const StateDtype grads = dtype("--main-grads-dtype", {"fp32", "bf16"});
+  AdamStates& a = r.choice.adam;
+  a.main_params = dtype("--main-params-dtype", {"fp32", "fp16"});
+  a.exp_avg = dtype("--exp-avg-dtype", {"fp32", "fp16", "bf16", "fp8"});
+  a.exp_avg_sq = dtype("--exp-avg-sq-dtype", {"fp32", "fp16", "bf16", "fp8"});
+  const bool narrowed = grads != StateDtype::kFp32 || !(a == AdamStates{});
+  if (!g.has("--use-precision-aware-optimizer")) {
+    if (narrowed)
+      throw InputError(source, "--use-precision-aware-optimizer",
+                       "absent, so Megatron keeps gradients and Adam states in FP32 and refuses "
+                       "the narrower types this launch names");
+    return;
+  }
+  if (r.choice.zero_stage < 1)
+    throw InputError(source, "--use-precision-aware-optimizer",
+                     "needs the distributed optimizer (--use-distributed-optimizer)");
+  if (grads == StateDtype::kBf16) r.choice.dp_bf16_compression = true;
+  a.precision_aware = !(r.choice.optimizer_offload > 0 && a == AdamStates{});
+}
+
 void read_precision(const Given& g, const std::string& source, MegatronRun& r) {
   r.choice.precision = g.has("--bf16") || g.has("--fp16") ? Precision::kBf16 : Precision::kFp32;
   if (g.has("--fp16")) r.notes.push_back("--fp16: priced as BF16 (the same bytes and peak)");
@@ -436,6 +472,7 @@ void read_precision(const Given& g, const std::string& source, MegatronRun& r) {
       r.choice.optimizer_offload =
           number_value(*f, "--optimizer-offload-fraction", source, 0.0, 1.0);
   }
+  read_adam_states(g, source, r);
   // moeplan's FP8 plans gather FP8 weights where Megatron allows it (planner/plan.h).
   const bool fp8_weights =
       r.choice.precision == Precision::kFp8 &&

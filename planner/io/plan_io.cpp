@@ -172,6 +172,12 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
   if (ch.offload_modules != 0)
     out["switches"]["offload_modules"] = offload_module_names(ch.offload_modules);
   if (ch.optimizer_offload > 0) out["switches"]["optimizer_offload"] = ch.optimizer_offload;
+  // Megatron's precision-aware optimizer, where the plan runs it.
+  if (ch.adam.precision_aware) {
+    out["switches"]["adam_states"] = {{"main_params", state_dtype_name(ch.adam.main_params)},
+                                      {"exp_avg", state_dtype_name(ch.adam.exp_avg)},
+                                      {"exp_avg_sq", state_dtype_name(ch.adam.exp_avg_sq)}};
+  }
   // The cap the plan sets on its boards, and the command that sets it (as root, on each node).
   if (ch.power_cap_w > 0) {
     out["switches"]["power_cap_W"] = ch.power_cap_w;
@@ -322,6 +328,19 @@ PlanChoice plan_choice_from_json(const nlohmann::json& j, const std::string& sou
     s.fail("zero_stage", fmt::format("{} is not a ZeRO stage 0-3", c.zero_stage));
   c.precision = enum_of(s, "precision", precision_names());
   if (s.has("fp8_recipe")) c.fp8_recipe = enum_of(s, "fp8_recipe", fp8_recipe_names());
+  if (s.has("adam_states")) {
+    ObjectReader a = s.object("adam_states");
+    c.adam.precision_aware = true;
+    auto dtype = [&](const char* key) {
+      return a.has(key) ? enum_of(a, key, state_dtype_names()) : StateDtype::kFp32;
+    };
+    c.adam.main_params = dtype("main_params");
+    c.adam.exp_avg = dtype("exp_avg");
+    c.adam.exp_avg_sq = dtype("exp_avg_sq");
+    a.finish();
+    if (const std::string problem = adam_states_problem(c); !problem.empty())
+      s.fail("adam_states", problem);
+  }
   s.finish();
   // Predictions, launch arguments and labels are outputs; a reader recomputes what it needs.
   c.offload_gpus = c.offload ? positive(r, "gpus") : 0;

@@ -238,12 +238,14 @@ TEST(Cli, PlanSpendsAPowerBudgetOnTheFastestClusterSize) {
 }
 
 TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
-  // MoE-S-64 (APTMoE Table I) on four A800-40GB: its weights and gradients alone exceed the
-  // GPUs, so Megatron's optimizer offload cannot help, but its weights and Adam states fit the
-  // node's host memory: the planner answers with APTMoE offload plans rather than failing.
-  const Result r =
-      run("plan --model models/aptmoe-moe-s-64.json --cluster "
-          "topologies/aptmoe-4x-a800-40gb-c1g2.json --gpus 4 --global-batch 128 --seq-len 32");
+  // MoE-S-64 (APTMoE Table I) on four A800-40GB: with Megatron's FP32 gradients its weights
+  // and gradients alone exceed the GPUs, so Megatron's optimizer offload cannot help, but its
+  // weights and Adam states fit the node's host memory: the planner answers with APTMoE offload
+  // plans rather than failing.
+  const std::string s64 =
+      "plan --model models/aptmoe-moe-s-64.json --cluster "
+      "topologies/aptmoe-4x-a800-40gb-c1g2.json --gpus 4 --global-batch 128 --seq-len 32";
+  const Result r = run(s64 + " --grad-reduce fp32");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("No layout fits in GPU memory. APTMoE offload plans"), std::string::npos);
   EXPECT_NE(r.out.find("offload_param"), std::string::npos);
@@ -251,6 +253,11 @@ TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
   // Megatron-LM cannot run an offload plan, so there is no log line to predict.
   EXPECT_EQ(r.out.find("Megatron-LM would log"), std::string::npos);
   EXPECT_EQ(r.out.find("With the optimizer's states on the CPU instead"), std::string::npos);
+  // BF16 gradients (--grad-reduce-in-bf16 makes Megatron's gradient buffer BF16) leave 4 bytes a
+  // parameter on the GPU, 34.6 GB of the 40: Megatron's optimizer offload fits then.
+  const nlohmann::json bf16 = run_json(s64 + " --grad-reduce bf16 --json");
+  EXPECT_DOUBLE_EQ(bf16["plans"][0]["switches"]["optimizer_offload"].get<double>(), 1.0);
+  EXPECT_TRUE(bf16["plans"][0]["switches"]["dp_bf16_compression"].get<bool>());
   // Mixtral-8x7B on 8 x H100 fits both ways: Megatron's optimizer offload is the faster (6.9 s
   // an iteration against APTMoE's 8.2 s), so it leads and APTMoE's best gets a line.
   const Result mixtral =
@@ -263,11 +270,12 @@ TEST(Cli, PlanFallsBackToOffloadWhenNothingFitsInGpuMemory) {
   EXPECT_LT(j["plans"][0]["predicted"]["iteration_s"].get<double>(),
             j["aptmoe_alternative"]["predicted"]["iteration_s"].get<double>());
   EXPECT_TRUE(j["megatron_alternative"].is_null());
-  // MoE-S-16 on the four A800s fits both ways too, but there APTMoE is the faster: it leads,
-  // and Megatron's way gets the line.
+  // MoE-S-16 on the four A800s fits both ways too with FP32 gradients, but there APTMoE is the
+  // faster: it leads, and Megatron's way gets the line. (With BF16 gradients it fits the GPUs.)
   const std::string s16 =
       "plan --model models/aptmoe-moe-s-16.json --cluster "
-      "topologies/aptmoe-4x-a800-40gb-c1g2.json --gpus 4 --global-batch 128 --seq-len 1024";
+      "topologies/aptmoe-4x-a800-40gb-c1g2.json --gpus 4 --global-batch 128 --seq-len 1024 "
+      "--grad-reduce fp32";
   const nlohmann::json k = run_json(s16 + " --json");
   EXPECT_TRUE(k["aptmoe_alternative"].is_null());
   ASSERT_TRUE(k["megatron_alternative"].is_object());
@@ -1247,3 +1255,54 @@ TEST(Cli, PlanEvaluatesTheMegatronLaunchItIsGiven) {
                         "tests: is a directory, not a file");
   std::remove(file.c_str());
 }
+
+namespace moe {
+
+TEST(Cli, PlanKeepsTheAdamStatesInTheTypeItIsGiven) {
+  // Mixtral-8x7B over EP 8 on one 8 x H100 node (the experts' states unsharded): BF16 Adam
+  // moments (--adam-moments bf16, Megatron's precision-aware optimizer) take 6 bytes a parameter
+  // off its GPUs. The plan file, the arguments, simulate and --explain's one-change table agree.
+  const std::string dir = temp_path("moeplan_adam_states");
+  std::filesystem::create_directories(dir);
+  const std::string pair = " --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json";
+  const std::string base = "plan" + pair +
+                           " --global-batch 64 --parallel tp=1,pp=1,ep=8,cp=1,mbs=1 "
+                           "--recompute full --grad-reduce bf16 --top 1";
+  const nlohmann::json bf16 =
+      run_json(base + " --adam-moments bf16 --json --save " + dir + "/p.json")["plans"][0];
+  EXPECT_EQ(bf16["switches"]["adam_states"]["exp_avg"], "bf16");
+  EXPECT_EQ(bf16["switches"]["adam_states"]["exp_avg_sq"], "bf16");
+  EXPECT_EQ(bf16["switches"]["adam_states"]["main_params"], "fp32");
+  auto has = [](const nlohmann::json& plan, const std::string& arg) {
+    for (const auto& a : plan["megatron_args"])
+      if (a.get<std::string>() == arg) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(bf16, "--use-precision-aware-optimizer"));
+  EXPECT_TRUE(has(bf16, "--exp-avg-dtype bf16"));
+  EXPECT_TRUE(has(bf16, "--exp-avg-sq-dtype bf16"));
+  // Megatron's Adam as the default: every state FP32, and the plan does not fit 80 GB then.
+  const Result fp32 = run(base + " --json");
+  EXPECT_EQ(fp32.code, 0) << fp32.err;
+  const nlohmann::json j = nlohmann::json::parse(fp32.out);
+  EXPECT_FALSE(j["plans"][0]["switches"].contains("adam_states"));
+  EXPECT_GT(j["plans"][0]["switches"].value("optimizer_offload", 0.0), 0.0);
+  // simulate reads the types back from the plan file and peaks where the planner does.
+  const nlohmann::json sim = run_json("simulate" + pair + " --plan " + dir + "/p.json --json");
+  EXPECT_NEAR(sim["stages"][0]["peak_bytes"].get<double>(),
+              bf16["predicted"]["peak_bytes"].get<double>(),
+              0.02 * bf16["predicted"]["peak_bytes"].get<double>());
+  const Result explained = run(base + " --adam-moments bf16 --explain");
+  EXPECT_NE(explained.out.find("FP32 Adam states (no --use-precision-aware-optimizer)"),
+            std::string::npos)
+      << explained.out;
+  expect_one_line_error(run(base + " --adam-moments int4"),
+                        "--adam-moments: 'int4' is not one of fp32, bf16, fp16, fp8");
+  expect_one_line_error(run(base + " --adam-moments bf16 --zero 0"),
+                        "--zero: the precision-aware optimizer needs the distributed optimizer");
+  expect_one_line_error(run(base + " --adam-moments bf16 --precision fp32"),
+                        "--adam-moments: FP32 training keeps its Adam states in FP32");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace moe

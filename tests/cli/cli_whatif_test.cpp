@@ -321,7 +321,7 @@ TEST(Cli, WhatifRunsAnOffloadPlanInTheOffloadSimulator) {
   const std::string pair =
       "--model models/aptmoe-moe-s-16.json --cluster topologies/aptmoe-4x-a800-40gb-c1g2.json";
   const Result plan = run("plan " + pair + " --gpus 4 --global-batch 128 --seq-len 1024 --top 1 " +
-                          "--save " + dir + "/p.json");
+                          "--grad-reduce fp32 --save " + dir + "/p.json");
   ASSERT_EQ(plan.code, 0) << plan.err;
   ASSERT_NE(plan.out.find("offload (APTMoE): 64 stages"), std::string::npos) << plan.out;
   const Result swept = run("whatif " + pair + " --plan " + dir +
@@ -398,7 +398,7 @@ TEST(Cli, WhatifSweepsTheOptimizersCpuShare) {
   const std::string plan = dir + "/plan.json";
   ASSERT_EQ(run("plan " + pair +
                 " --global-batch 64 --parallel tp=1,pp=1,ep=8,mbs=1 --recompute full "
-                "--megatron-only --optimizer-offload 1 --save " +
+                "--megatron-only --optimizer-offload 1 --grad-reduce fp32 --save " +
                 plan)
                 .code,
             0);

@@ -68,6 +68,8 @@ void expect_same_run(const PlanChoice& c, const MegatronRun& r) {
   }
   EXPECT_EQ(r.choice.zero_stage, c.zero_stage);
   EXPECT_EQ(r.choice.dp_bf16_compression, c.dp_bf16_compression);
+  EXPECT_EQ(r.choice.adam, c.adam);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes(r.choice), optimizer_state_bytes(c));
   EXPECT_EQ(r.choice.dispatcher, c.dispatcher);
   EXPECT_EQ(r.choice.overlap, c.overlap);
   EXPECT_EQ(r.choice.permute_fusion, c.permute_fusion);
@@ -108,7 +110,7 @@ TEST(MegatronArgs, APlansPrintedArgumentsReadBackAsThePlan) {
          c.permute_fusion = false;
        }},
       // SP attention (Megatron's all-to-all context parallelism), the all-gather dispatcher, the
-      // optimizer's and activations' offload, CUDA graphs, plain DDP, expert TP.
+      // optimizer's and activations' offload, CUDA graphs, expert TP.
       {&mixtral, "tp=4,pp=1,ep=2,etp=4,cp=1,vpp=1,mbs=1,gbs=64",
        [](PlanChoice& c) {
          c.attention = AttentionMode::kUlysses;
@@ -116,16 +118,19 @@ TEST(MegatronArgs, APlansPrintedArgumentsReadBackAsThePlan) {
          c.optimizer_offload = 0.5;
          c.offload_modules = kOffloadExpertFc1 | kOffloadMoeAct;
          c.cuda_graph = CudaGraph::kAttention;
-         c.zero_stage = 0;
          c.attention_kernel = AttentionKernel::kUnfused;
        }},
+      // Plain DDP.
+      {&mixtral, "tp=2,pp=1,ep=4,etp=1,cp=1,vpp=1,mbs=1,gbs=64",
+       [](PlanChoice& c) { c.zero_stage = 0; }},
       // Ulysses nested in a ring (a2a+p2p), interleaved by layers a virtual stage.
       {&mixtral, "tp=2,pp=2,ep=8,etp=1,cp=2,vpp=4,mbs=1,gbs=128",
        [](PlanChoice& c) {
          c.attention = AttentionMode::kUlysses;
          c.dispatcher = megascale::Dispatcher::kAllGather;
        }},
-      // DeepSeek-V3 as its recipe runs it: the layout, blockwise FP8, DeepEP, the full graph.
+      // DeepSeek-V3 as its recipe runs it: the layout, blockwise FP8, DeepEP, the full graph,
+      // BF16 Adam moments.
       {&v3, "tp=2,pp=8,ep=64,etp=1,cp=1,mbs=1,gbs=8192,layout=Et|(tt|)*30mL",
        [](PlanChoice& c) {
          c.precision = Precision::kFp8;
@@ -134,6 +139,13 @@ TEST(MegatronArgs, APlansPrintedArgumentsReadBackAsThePlan) {
          c.recompute = Recompute::kSelective;
          c.recompute_modules = kRecomputeMlaUpProj | kRecomputeMlp;
          c.cuda_graph = CudaGraph::kFullIteration;
+         c.adam = {true, StateDtype::kFp32, StateDtype::kBf16, StateDtype::kBf16};
+       }},
+      // FP16 master weights and FP8 moments of either kind, over BF16 weights.
+      {&mixtral, "tp=1,pp=2,ep=8,etp=1,cp=1,vpp=1,mbs=1,gbs=256",
+       [](PlanChoice& c) {
+         c.adam = {true, StateDtype::kFp16, StateDtype::kFp8, StateDtype::kBf16};
+         c.dp_bf16_compression = true;
        }},
   };
   for (const Case& k : cases) {
@@ -252,6 +264,45 @@ TEST(MegatronArgs, ArgumentsThatCannotRunHereAreRefusedWithTheirFlag) {
   EXPECT_NE(
       error_of("--expert-model-parallel-size 8", testing_models::dense_mixtral()).find("is dense"),
       std::string::npos);
+}
+
+TEST(MegatronArgs, ThePrecisionAwareOptimizerReadsItsTypes) {
+  // Megatron-Core's DeepSeek-V3 GB200 guide keeps BF16 moments beside FP32 master weights and
+  // MXFP8 weights: 4 + 2 + 2 bytes a parameter (FP8 weights leave no BF16 bits to complete).
+  const ModelSpec m = testing_models::mixtral_8x7b();
+  const std::string base = "--use-distributed-optimizer --bf16 --use-precision-aware-optimizer ";
+  MegatronRun r = read_megatron_arguments(
+      base + "--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather --main-grads-dtype fp32 "
+             "--main-params-dtype fp32 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+      m, "train.sh");
+  EXPECT_TRUE(r.choice.adam.precision_aware);
+  EXPECT_EQ(r.choice.adam.exp_avg, StateDtype::kBf16);
+  EXPECT_EQ(r.choice.adam.exp_avg_sq, StateDtype::kBf16);
+  EXPECT_FALSE(r.choice.dp_bf16_compression);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes(r.choice), 8.0);
+  // BF16 weights: the master weight is their 16-bit remainder (6 bytes); the flag alone, with
+  // FP32 moments, still stores remainders (10); BF16 main gradients are a BF16 gradient buffer.
+  r = read_megatron_arguments(base + "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", m, "t.sh");
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes(r.choice), 6.0);
+  r = read_megatron_arguments(base + "--main-grads-dtype bf16", m, "t.sh");
+  EXPECT_TRUE(r.choice.adam.precision_aware);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes(r.choice), 10.0);
+  EXPECT_TRUE(r.choice.dp_bf16_compression);
+  EXPECT_DOUBLE_EQ(gradient_bytes(r.choice), 2.0);
+  // Beside the CPU offload (whose guide asks for the flag) FP32 states stay Megatron's Adam.
+  r = read_megatron_arguments(base + "--optimizer-cpu-offload", m, "t.sh");
+  EXPECT_FALSE(r.choice.adam.precision_aware);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes(r.choice), 12.0);
+  // What Megatron refuses.
+  EXPECT_NE(error_of("--use-distributed-optimizer --bf16 --exp-avg-dtype bf16", m)
+                .find("--use-precision-aware-optimizer: absent"),
+            std::string::npos);
+  EXPECT_NE(error_of("--bf16 --use-precision-aware-optimizer", m)
+                .find("needs the distributed optimizer (--use-distributed-optimizer)"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "--main-params-dtype bf16", m)
+                .find("--main-params-dtype: 'bf16' is not one of fp32, fp16"),
+            std::string::npos);
 }
 
 TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {

@@ -69,18 +69,23 @@ TEST(OptimizerOffload, TheOffloadedStatesMustFitTheHostMemory) {
   const StageMemory tight = k.stage(1.0, 0);
   EXPECT_FALSE(tight.host_fits);
   EXPECT_FALSE(tight.fits);
+  // The search runs the offload as Megatron does, on the distributed optimizer (ZeRO-1: the
+  // experts' states, over an expert-DP group of one, stay whole).
   SearchRequest req;
   req.num_gpus = 8;
   req.global_batch = 64;
   req.optimizer_offload = 1.0;
   req.fixed = parse_parallel("tp=1,pp=1,ep=8,cp=1");
-  req.zero = 0;
+  req.zero = 1;
   const SearchResult r = search_plans(k.ctx, req);
   EXPECT_TRUE(r.ranked.empty());
   ASSERT_TRUE(r.closest.has_value());
   EXPECT_EQ(r.closest->holder, "a GPU's share of host memory");
   EXPECT_DOUBLE_EQ(r.closest->capacity.value(), 204.8e9 / 8);
-  EXPECT_NEAR(r.closest->needed.value(), roomy.host_bytes.value(), 1e3);
+  EXPECT_NEAR(r.closest->needed.value(), k.stage(1.0, 1).host_bytes.value(), 1e3);
+  // Megatron has no optimizer offload on plain DDP.
+  req.zero = 0;
+  EXPECT_THROW(search_plans(k.ctx, req), ConfigError);
 }
 
 TEST(OptimizerOffload, TheCpuStepsItsShareWhileTheGpuStepsTheRest) {

@@ -242,8 +242,14 @@ void add_plan(CommandLine& cli) {
              "the lowest of 1-3 that fits)")
       .range(0, 3);
   cmd.option("--grad-reduce", o->grad_reduce,
-             "DP gradient reduction on the wire: bf16 (Megatron --grad-reduce-in-bf16, "
-             "MegaScale-MoE's compression) | fp32 (Megatron's default) | search (default)");
+             "DP gradient reduction: bf16 (Megatron --grad-reduce-in-bf16, MegaScale-MoE's "
+             "compression; Megatron's gradient buffer is then BF16, 2 bytes a parameter) | "
+             "fp32 (Megatron's default) | search (default)");
+  cmd.option("--adam-moments", o->adam_moments,
+             "the Adam moments' type: fp32 (default: Megatron's Adam, 12 bytes a parameter with "
+             "the master weights) | bf16 | fp16 | fp8 (Megatron --use-precision-aware-optimizer "
+             "--exp-avg-dtype --exp-avg-sq-dtype; its FP32 master weights keep only the 16 bits "
+             "BF16 weights lack: 6 bytes a parameter at bf16, 8 beside FP8 weights)");
   cmd.option("--schedule", o->schedule,
              "pipeline schedule: 1f1b (interleaved when vpp > 1) | gpipe");
   cmd.option("--overlap", o->overlap, "communication overlap: on | off | search");

@@ -42,6 +42,9 @@ struct PlanOptions {
                          attention_kernel = "fused", dispatcher = "search", cuda_graph = "none",
                          grad_reduce = "search", cross_entropy = "te";
   std::optional<std::string> fp8_recipe;
+  // --adam-moments: the Adam moments' type (empty: not given); a launch's Adam states, as read.
+  std::string adam_moments;
+  std::optional<AdamStates> adam;
   int64_t global_batch = 0, seq_len = 4096;
   std::optional<int64_t> gpus;
   int top = 5, threads = 2, verify = 0;

@@ -79,6 +79,18 @@ void apply_megatron_arguments(PlanOptions& o, const ModelSpec& m) {
     fixed.push_back(fmt::format("--zero {}", r.choice.zero_stage));
   }
   set("--grad-reduce", o.grad_reduce, r.choice.dp_bf16_compression ? "bf16" : "fp32");
+  // Megatron's precision-aware optimizer with its types (the option names the moments alone).
+  if (open("--adam-moments")) {
+    o.adam = r.choice.adam;
+    if (r.choice.adam.precision_aware) {
+      std::string types = state_dtype_name(r.choice.adam.exp_avg);
+      if (r.choice.adam.exp_avg_sq != r.choice.adam.exp_avg)
+        types += fmt::format(" (exp_avg_sq {})", state_dtype_name(r.choice.adam.exp_avg_sq));
+      if (r.choice.adam.main_params != StateDtype::kFp32)
+        types += fmt::format(" (master weights {})", state_dtype_name(r.choice.adam.main_params));
+      fixed.push_back("--adam-moments " + types);
+    }
+  }
   // Megatron's all-gather dispatcher with both EP and expert TP is not priced as such.
   megascale::Dispatcher dispatcher = r.choice.dispatcher;
   if (m.is_moe() &&
@@ -157,6 +169,11 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
   req.threads = o.threads;
   req.zero = o.zero;
   req.dp_bf16_compression = parse_grad_reduce(o.grad_reduce, "--grad-reduce", true);
+  req.adam = o.adam.value_or(AdamStates{});
+  if (!o.adam_moments.empty()) {
+    const StateDtype d = *named("--adam-moments", o.adam_moments, state_dtype_names(), false, "");
+    req.adam = d == StateDtype::kFp32 ? AdamStates{} : AdamStates{true, StateDtype::kFp32, d, d};
+  }
   if (o.schedule == "gpipe")
     req.gpipe = true;
   else if (o.schedule != "1f1b")
@@ -225,6 +242,18 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
       throw InputError("--fp8-recipe", "",
                        fmt::format("scales FP8 GEMMs; --precision is {} (add --precision fp8)",
                                    precision_name(req.precision)));
+  }
+  PlanChoice probe;
+  probe.adam = req.adam;
+  probe.optimizer_offload = req.optimizer_offload;
+  probe.precision = req.precision;
+  probe.zero_stage = req.zero.value_or(1);
+  if (const std::string problem = adam_states_problem(probe); !problem.empty()) {
+    const char* option = o.zero && *o.zero == 0 && problem.find("ZeRO") != std::string::npos
+                             ? "--zero"
+                         : req.adam.precision_aware ? "--adam-moments"
+                                                    : "--optimizer-offload";
+    throw InputError(option, "", problem);
   }
   return req;
 }
