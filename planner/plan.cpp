@@ -142,6 +142,11 @@ std::string adam_states_problem(const PlanChoice& c) {
   return "";
 }
 
+AdamStates adam_states_for(StateDtype moments) {
+  if (moments == StateDtype::kFp32) return {};
+  return {true, StateDtype::kFp32, moments, moments};
+}
+
 double gradient_bytes(const PlanChoice& c) {
   return c.dp_bf16_compression && c.precision != Precision::kFp32 ? 2 : 4;
 }

@@ -203,6 +203,9 @@ double gradient_bytes(const PlanChoice& c);
 // (ZeRO 1-3); it needs mixed precision; master weights are FP32 or FP16; and without it every
 // state is FP32.
 std::string adam_states_problem(const PlanChoice& c);
+// The Adam states `--adam-moments` names: Megatron's Adam for fp32, else the precision-aware
+// optimizer with both moments in that type and FP32 master weights.
+AdamStates adam_states_for(StateDtype moments);
 // The MemFine layer shape of a plan's layers with those bytes, for what prices activations
 // outside the memory model.
 memfine::LayerShape activation_shape(const ModelSpec& m, const PlanChoice& c, int64_t seq_len);

@@ -53,6 +53,23 @@ TEST(Cli, StaticMemoryFollowsPrecision) {
   const double params = bf16["stages"][0]["params_per_gpu"].get<double>();
   EXPECT_NEAR(bf16["stages"][0]["static_bytes"].get<double>(), 18 * params, 1.0);
   EXPECT_NEAR(fp32["stages"][0]["static_bytes"].get<double>(), 20 * params, 1.0);
+  // Megatron's precision-aware optimizer (ZeRO-1 here, over DP 1 nothing is sharded):
+  // BF16 moments beside BF16 weights keep 2 + 4 + (2 + 2 + 2) bytes, beside FP8 ones 1 + 4 +
+  // (4 + 2 + 2); with BF16 gradients 2 bytes fewer.
+  const std::string zero1 =
+      "memory --model models/mixtral-8x7b.json --cluster topologies/h100-sxm-8.json --parallel "
+      "tp=8,pp=1,ep=1,etp=8 --json --adam-moments bf16";
+  auto per_param = [&](const std::string& extra) {
+    const auto j = nlohmann::json::parse(run(zero1 + extra).out);
+    return j["stages"][0]["static_bytes"].get<double>() /
+           j["stages"][0]["params_per_gpu"].get<double>();
+  };
+  EXPECT_NEAR(per_param(""), 12.0, 1e-9);
+  EXPECT_NEAR(per_param(" --weights fp8"), 13.0, 1e-9);
+  EXPECT_NEAR(per_param(" --grads bf16"), 10.0, 1e-9);
+  expect_one_line_error(run(base + " --adam-moments bf16"),
+                        "--adam-moments: the precision-aware optimizer needs the distributed "
+                        "optimizer (ZeRO 1-3)");
 }
 
 TEST(Cli, MemoryCountsAnUnfusedKernelsScores) {

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "cli/cli_run.h"
+#include "planner/io/loaders.h"
+#include "planner/model_stats.h"
+#include "test_paths.h"
 
 namespace moe {
 
@@ -414,6 +417,46 @@ TEST(Cli, WhatifSweepsTheOptimizersCpuShare) {
   expect_one_line_error(run("whatif " + pair + " --plan " + plan +
                             " --sweep optimizer-offload=2 --out " + dir + "/bad"),
                         "'2' is not a share between 0 and 1");
+}
+
+}  // namespace moe
+
+namespace moe {
+
+TEST(Cli, WhatifSweepsTheAdamMoments) {
+  // A fixed DeepSeekMoE-16B plan over TP 8 on one H100 node (DP 1: every state unsharded): BF16
+  // moments on Megatron's precision-aware optimizer keep 6 bytes a parameter fewer, and plain
+  // DDP refuses them as Megatron does.
+  const std::string dir = temp_path("moeplan_whatif_adam");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string pair =
+      "--model models/deepseekmoe-16b.json --cluster topologies/h100-sxm-8.json";
+  const std::string plan = dir + "/plan.json";
+  ASSERT_EQ(run("plan " + pair +
+                " --global-batch 8 --parallel tp=8,pp=1,ep=1,etp=8,mbs=1 --recompute full "
+                "--megatron-only --save " +
+                plan)
+                .code,
+            0);
+  const Result r = run("whatif " + pair + " --plan " + plan +
+                       " --sweep adam-moments=fp32,bf16 --sweep zero=0,1 --out " + dir + "/out");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, std::vector<std::string>> by_point;
+  for (const auto& f : csv_rows(read_file(dir + "/out/points.csv")))
+    by_point[f[1] + "," + f[2]] = f;
+  ASSERT_EQ(by_point.size(), 4u);
+  EXPECT_EQ(by_point["fp32,1"][3], "ok");
+  EXPECT_EQ(by_point["bf16,1"][3], "ok");
+  EXPECT_EQ(by_point["fp32,0"][3], "ok");
+  EXPECT_NE(by_point["bf16,0"][3].find("needs the distributed optimizer"), std::string::npos)
+      << by_point["bf16,0"][3];
+  const double fp32_peak = std::stod(by_point["fp32,1"][7]);
+  const double bf16_peak = std::stod(by_point["bf16,1"][7]);
+  const ModelSpec m =
+      io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/deepseekmoe-16b.json");
+  EXPECT_NEAR(fp32_peak - bf16_peak, 6.0 * count_params(m).total() / 8 / 1e9, 0.5);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace moe

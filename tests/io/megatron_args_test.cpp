@@ -272,8 +272,9 @@ TEST(MegatronArgs, ThePrecisionAwareOptimizerReadsItsTypes) {
   const ModelSpec m = testing_models::mixtral_8x7b();
   const std::string base = "--use-distributed-optimizer --bf16 --use-precision-aware-optimizer ";
   MegatronRun r = read_megatron_arguments(
-      base + "--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather --main-grads-dtype fp32 "
-             "--main-params-dtype fp32 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+      base +
+          "--fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather --main-grads-dtype fp32 "
+          "--main-params-dtype fp32 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
       m, "train.sh");
   EXPECT_TRUE(r.choice.adam.precision_aware);
   EXPECT_EQ(r.choice.adam.exp_avg, StateDtype::kBf16);

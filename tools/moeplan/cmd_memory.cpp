@@ -21,7 +21,7 @@ namespace {
 struct MemoryOptions {
   std::string model, cluster, parallel, recompute = "none", skew = "balanced", chunks = "auto";
   std::string dtype = "bf16", weights = "bf16", grads = "fp32", attention_kernel = "fused",
-              cross_entropy = "te";
+              cross_entropy = "te", adam_moments = "fp32";
   int64_t seq_len = 4096;
   std::optional<double> received_tokens;
   std::optional<double> static_override_gb;
@@ -215,6 +215,23 @@ void run_memory(const MemoryOptions& o) {
   // Eq. (1) for any precision: weight and gradient bytes per parameter; Adam states stay FP32.
   req.static_bytes.param = dtype_bytes(weights);
   req.static_bytes.grad = dtype_bytes(grads);
+  // Megatron's precision-aware optimizer keeps the moments in --adam-moments' type and, beside
+  // BF16 weights, the FP32 masters as their 16-bit remainders (planner/plan.h, AdamStates).
+  {
+    PlanChoice probe;
+    probe.precision = weights == Dtype::kFp32  ? Precision::kFp32
+                      : weights == Dtype::kFp8 ? Precision::kFp8
+                                               : Precision::kBf16;
+    probe.zero_stage = o.zero;
+    probe.optimizer_offload = o.optimizer_offload;
+    const StateDtype moments =
+        *named("--adam-moments", o.adam_moments, state_dtype_names(), false, "");
+    probe.adam = adam_states_for(moments);
+    if (const std::string problem = adam_states_problem(probe);
+        !problem.empty() && probe.adam.precision_aware)
+      throw InputError("--adam-moments", "", problem);
+    req.static_bytes.optimizer_states = optimizer_state_bytes(probe) / 4.0;
+  }
   req.gpu_capacity = c.node.gpu.hbm_capacity;
   req.host_capacity = c.node.host_memory_per_gpu();
   req.alpha = o.alpha;
@@ -278,6 +295,10 @@ void add_memory(CommandLine& cli) {
   cmd.option("--weights", o->weights,
              "weight precision for static memory (eq. 1): bf16, fp32, fp8");
   cmd.option("--grads", o->grads, "gradient precision for static memory (eq. 1): fp32, bf16");
+  cmd.option("--adam-moments", o->adam_moments,
+             "the Adam moments' type: fp32 (default, Megatron's Adam) | bf16 | fp16 | fp8 "
+             "(Megatron's precision-aware optimizer: beside BF16 weights its FP32 masters keep "
+             "only their low 16 bits)");
   cmd.option("--attention-kernel", o->attention_kernel,
              "core attention: fused (default) | unfused (keeps 5 bytes per s x s score)");
   cmd.option("--cross-entropy", o->cross_entropy,

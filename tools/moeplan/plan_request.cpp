@@ -172,7 +172,7 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
   req.adam = o.adam.value_or(AdamStates{});
   if (!o.adam_moments.empty()) {
     const StateDtype d = *named("--adam-moments", o.adam_moments, state_dtype_names(), false, "");
-    req.adam = d == StateDtype::kFp32 ? AdamStates{} : AdamStates{true, StateDtype::kFp32, d, d};
+    req.adam = adam_states_for(d);
   }
   if (o.schedule == "gpipe")
     req.gpipe = true;

@@ -54,6 +54,7 @@ const std::vector<std::string> kAxes = {"seq-len",
                                         "cuda-graph",
                                         "zero",
                                         "grad-reduce",
+                                        "adam-moments",
                                         "tp",
                                         "pp",
                                         "ep",
@@ -113,6 +114,7 @@ struct PointInputs {
   std::optional<AttentionMode> attention;
   std::optional<AttentionKernel> attention_kernel;
   std::optional<CrossEntropy> cross_entropy;
+  std::optional<StateDtype> adam_moments;
   std::optional<megascale::Dispatcher> dispatcher;
   std::optional<bool> permute_fusion;
   std::optional<CudaGraph> cuda_graph;
@@ -207,6 +209,8 @@ PointInputs point_inputs(const WhatifOptions& o, const ModelSpec& base, const Cl
       in.zero = named<int>("--sweep", v, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}}, false, axis);
     if (axis == "grad-reduce")
       in.dp_bf16_compression = parse_grad_reduce(v, "--sweep", false, axis);
+    if (axis == "adam-moments")
+      in.adam_moments = named("--sweep", v, state_dtype_names(), false, axis);
     for (const ParallelField& f : parallel_fields())
       if (axis == f.key) in.sizes.*f.member = positive(axis, v);
   }
@@ -274,6 +278,9 @@ PlanChoice replanned_layout(PlanChoice plan, const PointInputs& in) {
                                  *plan.parallel.ep, *plan.parallel.etp));
   if (in.zero) plan.zero_stage = *in.zero;
   if (in.dp_bf16_compression) plan.dp_bf16_compression = *in.dp_bf16_compression;
+  if (in.adam_moments) plan.adam = adam_states_for(*in.adam_moments);
+  if (const std::string problem = adam_states_problem(plan); !problem.empty())
+    throw ConfigError(problem);
   if (in.chunks) {
     plan.fcda_chunks = *in.chunks;
     plan.mact = false;
@@ -306,7 +313,8 @@ PointResult evaluate_offload(PlanChoice plan, const PointInputs& in, const TimeC
       {"permute-fusion", in.permute_fusion.has_value()},
       {"cuda-graph", in.cuda_graph.has_value()},
       {"zero", in.zero.has_value()},
-      {"grad-reduce", in.dp_bf16_compression.has_value()}};
+      {"grad-reduce", in.dp_bf16_compression.has_value()},
+      {"adam-moments", in.adam_moments.has_value()}};
   for (const auto& [name, swept] : switches)
     if (swept) resident.push_back(name);
   if (!resident.empty())
@@ -473,6 +481,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     req.dispatcher = in.dispatcher;
     req.zero = in.zero;
     req.dp_bf16_compression = in.dp_bf16_compression;
+    if (in.adam_moments) req.adam = adam_states_for(*in.adam_moments);
     req.threads = 1;
     const SearchResult s = search_plans(ctx, req);
     if (s.ranked.empty()) return PointResult::failed("nothing fits");
