@@ -21,6 +21,7 @@ Efficiencies scale_efficiencies(const Efficiencies& e, double f, bool communicat
   out.gemm = scaled(e.gemm, f);
   out.gemm_fp8 = scaled(e.gemm_fp8, f);
   out.gemm_fp8_block = scaled(e.gemm_fp8_block, f);
+  out.gemm_mxfp8 = scaled(e.gemm_mxfp8, f);
   out.attention_core = scaled(e.attention_core, f);
   out.memory_bound = std::min(1.0, e.memory_bound * f);
   // The host issues its ops f times as fast too: a host-bound run anchors as any other.

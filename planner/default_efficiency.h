@@ -33,6 +33,7 @@ EfficiencyCurve gemm();
 // 8192^3, not the peaks' 2x); per-block scales (DeepSeek-V3's recipe) 0.60, 0.79, 0.85 (1.69x).
 EfficiencyCurve gemm_fp8();
 EfficiencyCurve gemm_fp8_block();
+EfficiencyCurve gemm_mxfp8();
 // Fused causal attention by one call's forward FLOPs (b a/t s^2 (d_qk + d_v)), forward plus a
 // backward counted as twice it, against the BF16 peak: cuDNN 9.19 through PyTorch on a lent
 // H200 (calibrate/data/h200-attention.json; tools/attention_probe.py). 128-dim heads: 16 heads

@@ -85,6 +85,7 @@ constexpr NamedCurve kCurves[] = {
     {"gemm", &Efficiencies::gemm, defaults::gemm},
     {"gemm_fp8", &Efficiencies::gemm_fp8, defaults::gemm_fp8},
     {"gemm_fp8_block", &Efficiencies::gemm_fp8_block, defaults::gemm_fp8_block},
+    {"gemm_mxfp8", &Efficiencies::gemm_mxfp8, defaults::gemm_mxfp8},
     {"attention_core", &Efficiencies::attention_core, defaults::attention_core},
     {"alltoall_intra", &Efficiencies::alltoall_intra, defaults::alltoall_intra_node},
     {"alltoall_inter", &Efficiencies::alltoall_inter, defaults::alltoall_inter_node},

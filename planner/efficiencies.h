@@ -1,7 +1,7 @@
 // The efficiency curves the time model reads, by name, with documented defaults.
 //
-// Names match the curves a calibration file carries: gemm (BF16, by FLOPs of one GEMM), gemm_fp8
-// and gemm_fp8_block (FP8 with one scale per tensor, and per block), attention_core (fused
+// Names match the curves a calibration file carries: gemm (BF16, by FLOPs of one GEMM), gemm_fp8,
+// gemm_fp8_block and gemm_mxfp8 (FP8 with one scale per tensor, per block, per 32 elements), attention_core (fused
 // attention, by a call's forward FLOPs), alltoall_intra, alltoall_inter, allgather_intra,
 // allgather_inter, d2d_copy, pcie_h2d (by bytes). A scalar completes them: the share of HBM
 // bandwidth memory-bound operators (norms, permutation, activation functions) reach.
@@ -18,7 +18,7 @@ namespace moe {
 
 struct Efficiencies {
   EfficiencyCurve gemm;                      // BF16 (and FP32 plans', against their own peak)
-  EfficiencyCurve gemm_fp8, gemm_fp8_block;  // against the FP8 peak
+  EfficiencyCurve gemm_fp8, gemm_fp8_block, gemm_mxfp8;  // against the FP8 peak
   EfficiencyCurve alltoall_intra, alltoall_inter;
   EfficiencyCurve allgather_intra, allgather_inter;
   EfficiencyCurve d2d_copy;

@@ -54,8 +54,9 @@ FlopsPerSec reference_peak_of(const TimeContext& ctx, Precision p) {
 
 GemmRate linear_gemm_rate(const TimeContext& ctx, Precision p, Fp8Recipe r) {
   if (p != Precision::kFp8) return reference_gemm_rate(ctx, p);
-  return {peak_of(ctx, p),
-          r == Fp8Recipe::kBlockwise ? &ctx.eff.gemm_fp8_block : &ctx.eff.gemm_fp8};
+  return {peak_of(ctx, p), r == Fp8Recipe::kBlockwise ? &ctx.eff.gemm_fp8_block
+                          : r == Fp8Recipe::kMxfp8   ? &ctx.eff.gemm_mxfp8
+                                                     : &ctx.eff.gemm_fp8};
 }
 
 GemmRate reference_gemm_rate(const TimeContext& ctx, Precision p) {

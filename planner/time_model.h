@@ -166,8 +166,8 @@ struct GemmRate {
   double clock = 1;
 };
 // A plan's linear-layer GEMMs: for FP8 plans the FP8 peak and the recipe's curve (blockwise:
-// gemm_fp8_block; delayed, tensorwise and MXFP8: gemm_fp8, MXFP8 unmeasured as no Blackwell was
-// lent), else the reference peak and the BF16 curve.
+// gemm_fp8_block; MXFP8: gemm_mxfp8; delayed and tensorwise: gemm_fp8), else the reference peak
+// and the BF16 curve.
 GemmRate linear_gemm_rate(const TimeContext& ctx, Precision p, Fp8Recipe r = Fp8Recipe::kDelayed);
 // What stays in BF16 under FP8 (core attention, the output head): the reference peak and curve.
 GemmRate reference_gemm_rate(const TimeContext& ctx, Precision p);

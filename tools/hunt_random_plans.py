@@ -34,7 +34,8 @@ SWITCHES = [["--precision", "fp8"], ["--megatron-only"], ["--objective", "memory
             ["--overlap", "off"], ["--intra-overlap", "on"], ["--zero", "3"], ["--zero", "0"],
             ["--schedule", "gpipe"], ["--attention", "ulysses"], ["--offload-modules", "search"],
             ["--optimizer-offload", "0.5"], ["--attention-kernel", "unfused"],
-            ["--permute-fusion", "off"], ["--grad-reduce", "fp32"]]
+            ["--permute-fusion", "off"], ["--grad-reduce", "fp32"], ["--adam-moments", "bf16"],
+            ["--adam-moments", "fp8"]]
 
 
 # What a bounds-checked lookup or a failed allocation says: moeplan's own errors name a file,
