@@ -27,6 +27,13 @@
 #     overlap, --recompute-modules mla_up_proj, full-iteration CUDA graph, global batch 4,096:
 #     12.94 s and 1,316 TFLOP/s per GPU (Megatron-Bridge's DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2,
 #     as measured in its pull request 4226).
+#   DeepSeek-V3 on 256 GB200 as Megatron-LM's DeepSeek-V3 GB200 guide ran it last
+#     (docs/discussions/deepseek-v3-gb200-optimization; its launch is
+#     tests/data/megatron-deepseek-v3-gb200-launch.sh): no MTP, MXFP8 with BF16 Adam moments,
+#     TP 1, PP 8 (VPP 4 by Et|(tt|)*30L), EP 32 in racks of 32, HybridEP, no EP overlap,
+#     --recompute-modules moe_act mlp, CUDA graphs of attention and the router, global batch
+#     2,048: 970 TFLOP/s per GPU (the guide's table; "guide" below). The guide puts at least 10 %
+#     more in the experts' host syncs, which a full-iteration graph would remove.
 #   Qwen3-235B-A22B on 256 H800 (topologies/h800-2048.json), sequence 4,096, forced balance,
 #     no CUDA graphs: the four runs of Pai-Megatron-Patch issue 658 (TP 1-2, PP 32, VPP 3, EP 8,
 #     micro-batch 4 with full recompute at global batch 4,096, micro-batch 1 with
@@ -57,8 +64,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 moeplan=${MOEPLAN:-build/tools/moeplan/moeplan}
 [ -x "$moeplan" ] || { echo "error: build moeplan first (tools/quickstart.sh)"; exit 1; }
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+# DeepSeek-V3 without its multi-token-prediction module, for the run that trains none.
+python3 -c "
+import json; c = json.load(open('models/hf/deepseek-v3.config.json'))
+c['num_nextn_predict_layers'] = 0
+json.dump(c, open('$scratch/deepseek-v3-no-mtp.config.json', 'w'))"
 printf "%-8s %-6s %-26s %-62s %8s %9s %8s %9s %8s\n" run seq layout switches paper_s predicted paper_TF predicted error
 while read -r run model cluster gbs seq layout flags paper_s paper_tf; do
+  model=${model/SCRATCH/$scratch}
   read -r predicted_s predicted_tf < <("$moeplan" plan --model "$model" --cluster "$cluster" \
     --global-batch "$gbs" --seq-len "$seq" --parallel "$layout" --megatron-only --attention tp \
     --top 1 --json ${flags//,/ } 2>/dev/null |
@@ -84,6 +99,7 @@ gb200 models/hf/qwen3-235b-a22b.config.json topologies/gb200-nvl72-4x64.json 307
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 8192 4096 tp=1,pp=4,ep=32,cp=1,mbs=2,vpp=1 --cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute,none,--overlap,off,--dispatcher,deepep - 974
 gb300 models/hf/qwen3-235b-a22b.config.json topologies/gb300-nvl72-4x64.json 1024 131072 tp=4,pp=4,ep=32,cp=4,mbs=1,vpp=12 --gpus,128,--cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,layernorm,--overlap,off,--dispatcher,deepep - 1150
 gb200 models/hf/deepseek-v3.config.json topologies/gb200-nvl72-4x64.json 4096 4096 tp=1,pp=4,ep=64,cp=1,mbs=1,layout=Et*4|(t*4|)*14tmL --cuda-graph,full,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,mla_up_proj,--overlap,on,--dispatcher,deepep 12.94 1316
+guide SCRATCH/deepseek-v3-no-mtp.config.json topologies/gb200-nvl72-4x64.json 2048 4096 tp=1,pp=8,ep=32,cp=1,mbs=1,layout=Et|(tt|)*30L --cuda-graph,attn,--precision,fp8,--fp8-recipe,mxfp8,--recompute-modules,moe_act,mlp,--overlap,off,--dispatcher,deepep,--adam-moments,bf16 - 970
 mcore models/hf/deepseek-v3.config.json topologies/h100-1024.json 8192 4096 tp=2,pp=8,ep=64,cp=1,mbs=1,layout=Et|(tt|)*30mL --precision,fp8,--fp8-recipe,blockwise,--recompute-modules,mlp,mla_up_proj,--overlap,on,--dispatcher,deepep 23.2 368
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=1,pp=32,ep=8,cp=1,mbs=4,vpp=3 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 42.54 -
 pai models/hf/qwen3-235b-a22b.config.json topologies/h800-2048.json 4096 4096 tp=2,pp=32,ep=8,cp=1,mbs=4,vpp=3 --gpus,256,--recompute,full,--overlap,off,--dispatcher,alltoall 43.50 -

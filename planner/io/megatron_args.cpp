@@ -107,6 +107,7 @@ const std::map<std::string, Arity, std::less<>>& known_flags() {
       {"--exp-avg-sq-dtype", Arity::kOne},
       {"--overlap-cpu-optimizer-d2h-h2d", Arity::kNone},
       {"--moe-expert-capacity-factor", Arity::kOne},
+      {"--moe-router-force-load-balancing", Arity::kNone},  // balanced routing, the default skew
       {"--moe-pad-expert-input-to-capacity", Arity::kNone},
   };
   return flags;

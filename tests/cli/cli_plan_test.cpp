@@ -1306,3 +1306,38 @@ TEST(Cli, PlanKeepsTheAdamStatesInTheTypeItIsGiven) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(Cli, PlanReadsMegatronCoresDeepSeekV3Gb200Launch) {
+  // The launch of Megatron-LM's DeepSeek-V3 GB200 guide (tests/data; 970 TFLOP/s a GPU on 256
+  // GB200): it trains no MTP module, so against the Hugging Face config, which has one, the
+  // layout is refused naming the launch; against the config without it, it plans as it ran, with
+  // its BF16 Adam moments beside FP8 weights (8 bytes a parameter for master and moments).
+  const std::string launch = "tests/data/megatron-deepseek-v3-gb200-launch.sh";
+  const std::string cluster = " --cluster topologies/gb200-nvl72-4x64.json --megatron-args " + launch;
+  expect_one_line_error(run("plan --model models/hf/deepseek-v3.config.json" + cluster),
+                        "0 MTP modules (m), but the model trains 1 (--mtp-num-layers) (the "
+                        "Megatron-LM launch in " +
+                            launch + ")");
+  const std::string dir = temp_path("moeplan_v3_gb200");
+  std::filesystem::create_directories(dir);
+  nlohmann::json config;
+  std::ifstream("models/hf/deepseek-v3.config.json") >> config;
+  config["num_nextn_predict_layers"] = 0;
+  std::ofstream(dir + "/deepseek-v3-no-mtp.config.json") << config.dump();
+  const nlohmann::json j =
+      run_json("plan --model " + dir + "/deepseek-v3-no-mtp.config.json" + cluster + " --json");
+  const nlohmann::json& plan = j["plans"][0];
+  EXPECT_EQ(plan["parallel"]["pp"], 8);
+  EXPECT_EQ(plan["parallel"]["ep"], 32);
+  EXPECT_EQ(plan["parallel"]["vpp"], 4);
+  EXPECT_EQ(plan["switches"]["fp8_recipe"], "mxfp8");
+  EXPECT_EQ(plan["switches"]["adam_states"]["exp_avg"], "bf16");
+  EXPECT_EQ(plan["switches"]["dispatcher"], "deepep");
+  EXPECT_EQ(plan["switches"]["cuda_graph"], "attn");
+  EXPECT_TRUE(plan["predicted"]["peak_bytes"].get<double>() < 186e9);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace moe

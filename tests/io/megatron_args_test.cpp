@@ -306,6 +306,39 @@ TEST(MegatronArgs, ThePrecisionAwareOptimizerReadsItsTypes) {
             std::string::npos);
 }
 
+TEST(MegatronArgs, MegatronCoresDeepSeekV3Gb200LaunchReadsAsItRan) {
+  // The flags of Megatron-LM's DeepSeek-V3 GB200 guide (970 TFLOP/s a GPU), as a launch holds
+  // them (tests/data): the flexible layout over 8 stages, MXFP8 with FP8 weights, BF16 Adam
+  // moments, HybridEP, CUDA graphs of attention and the router, no EP overlap, no MTP module.
+  ModelSpec v3 =
+      io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v3.config.json");
+  v3.mtp_layers = 0;
+  const MegatronRun r = load_megatron_arguments(
+      std::string(MOEPLAN_TEST_DATA) + "/megatron-deepseek-v3-gb200-launch.sh", v3);
+  const ParallelConfig& p = r.choice.parallel;
+  EXPECT_EQ(p.tp, 1);
+  EXPECT_EQ(p.pp, 8);
+  EXPECT_EQ(p.ep, 32);
+  EXPECT_EQ(p.vpp, 4);
+  EXPECT_EQ(p.mbs, 1);
+  EXPECT_EQ(p.gbs, 2048);
+  EXPECT_EQ(r.seq_len, 4096);
+  EXPECT_EQ(r.choice.precision, Precision::kFp8);
+  EXPECT_EQ(r.choice.fp8_recipe, Fp8Recipe::kMxfp8);
+  EXPECT_EQ(r.choice.adam, (AdamStates{true, StateDtype::kFp32, StateDtype::kBf16,
+                                       StateDtype::kBf16}));
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes(r.choice), 8.0);  // FP8 weights keep the whole master
+  EXPECT_EQ(r.choice.recompute, Recompute::kSelective);
+  EXPECT_EQ(r.choice.recompute_modules, kRecomputeMoeAct | kRecomputeMlp);
+  EXPECT_EQ(r.choice.dispatcher, megascale::Dispatcher::kDeepEp);
+  EXPECT_FALSE(r.choice.overlap);
+  EXPECT_EQ(r.choice.cuda_graph, CudaGraph::kAttention);
+  EXPECT_EQ(r.choice.zero_stage, 1);
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"--reuse-grad-buf-for-mxfp8-param-ag",
+                                                 "--te-rng-tracker", "--moe-hybridep-num-sms",
+                                                 "--moe-router-fusion"}));
+}
+
 TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {
   // The block Megatron-LM prints at start-up (megatron/training/arguments.py, _print_args):
   // every field resolved, behind the launcher's rank prefix. The derived splits (vpp beside the
