@@ -370,7 +370,7 @@ struct LayoutSwitches {
 LayoutSwitches layout_switches(const TimeContext& ctx, const SearchRequest& req,
                                const ParallelConfig& p) {
   LayoutSwitches out;
-  const int64_t tp = *p.tp, ep = *p.ep, etp = *p.etp, dp = *p.dp;
+  const int64_t tp = *p.tp, ep = *p.ep, etp = *p.etp;
   out.attentions = req.attention ? std::vector<AttentionMode>{*req.attention}
                    : tp > 1
                        ? std::vector<AttentionMode>{AttentionMode::kTensor, AttentionMode::kUlysses}
@@ -403,9 +403,10 @@ LayoutSwitches layout_switches(const TimeContext& ctx, const SearchRequest& req,
                                                      : 1;
     out.alltoalls = {{pick, n}};
   }
+  // BF16 gradients also halve Megatron's gradient buffer, so even without DP syncs they may fit
+  // a layout FP32 ones do not (at the same time, FP32's earlier order wins ties).
   out.bf16_gradients = req.dp_bf16_compression ? std::vector<bool>{*req.dp_bf16_compression}
-                       : dp > 1                ? std::vector<bool>{false, true}
-                                               : std::vector<bool>{false};
+                                               : std::vector<bool>{false, true};
   return out;
 }
 

@@ -8,6 +8,7 @@
 # --every-gpu, --trace.
 #
 # Usage: tools/compare_binaries.sh OLD_MOEPLAN [NEW_MOEPLAN]   (new: build/tools/moeplan/moeplan)
+# LINES_SHOWN=N shows N lines of the diff (default 60); the names of the files that differ follow.
 # Build the old one from a worktree: git worktree add /tmp/old REV && cmake -S /tmp/old -B
 # /tmp/old/build -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C /tmp/old/build moeplan
 set -uo pipefail
@@ -87,7 +88,9 @@ corpus "$new" "$work/new"
 if diff -r "$work/old" "$work/new" > "$work/diff.txt"; then
   echo "same: $(ls "$work/old" | wc -l) files, every output, saved plan, trace and exit code"
 else
-  head -n 60 "$work/diff.txt"
-  echo "different: $(grep -c '^diff\|^Only' "$work/diff.txt") files differ (first 60 lines above)"
+  head -n "${LINES_SHOWN:-60}" "$work/diff.txt"
+  echo "different: $(grep -c '^diff\|^Only' "$work/diff.txt") files differ (first ${LINES_SHOWN:-60} lines above):"
+  grep '^diff\|^Only' "$work/diff.txt" | sed -E "s#.*/new/##; s#^Only in .*: #only in one: #" | tr '\n' ' '
+  echo
   exit 1
 fi

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "cli/cli_run.h"
+#include "test_paths.h"
 
 TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
   const Result r =
@@ -300,10 +301,17 @@ TEST(Cli, PlanOffloadsTheOptimizerWhenADenseModelFitsNoOtherWay) {
         "--optimizer-cpu-offload", "--optimizer-offload-fraction 1", "optimizer step"})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
   // Llama 3.1 405B's weights and gradients alone exceed the eight GPUs: the no-fit line says
-  // how many 80 GB GPUs its 18 bytes a parameter fill (405.85 B x 18 / 80 GB: 92), and with
-  // the optimizer's 12 in host memory (31).
-  expect_one_line_error(run("plan --model models/hf/llama-3.1-405b.config.json --cluster "
-                            "topologies/h100-sxm-8.json --global-batch 64 --seq-len 4096"),
+  // how many 80 GB GPUs its 16 bytes a parameter fill with BF16 gradients, the leanest the
+  // search tries (405.85 B x 16 / 80 GB: 82), and with the optimizer's 12 in host memory (21);
+  // with FP32 gradients fixed, 18 bytes (92 and 31).
+  const std::string llama =
+      "plan --model models/hf/llama-3.1-405b.config.json --cluster "
+      "topologies/h100-sxm-8.json --global-batch 64 --seq-len 4096";
+  expect_one_line_error(run(llama),
+                        "(16 bytes a parameter) fill 82 such GPUs sharded over all of them (21 "
+                        "with the optimizer's states in host memory)",
+                        3);
+  expect_one_line_error(run(llama + " --grad-reduce fp32"),
                         "(18 bytes a parameter) fill 92 such GPUs sharded over all of them (31 "
                         "with the optimizer's states in host memory)",
                         3);
@@ -1315,7 +1323,8 @@ TEST(Cli, PlanReadsMegatronCoresDeepSeekV3Gb200Launch) {
   // layout is refused naming the launch; against the config without it, it plans as it ran, with
   // its BF16 Adam moments beside FP8 weights (8 bytes a parameter for master and moments).
   const std::string launch = "tests/data/megatron-deepseek-v3-gb200-launch.sh";
-  const std::string cluster = " --cluster topologies/gb200-nvl72-4x64.json --megatron-args " + launch;
+  const std::string cluster =
+      " --cluster topologies/gb200-nvl72-4x64.json --megatron-args " + launch;
   expect_one_line_error(run("plan --model models/hf/deepseek-v3.config.json" + cluster),
                         "0 MTP modules (m), but the model trains 1 (--mtp-num-layers) (the "
                         "Megatron-LM launch in " +
@@ -1323,7 +1332,7 @@ TEST(Cli, PlanReadsMegatronCoresDeepSeekV3Gb200Launch) {
   const std::string dir = temp_path("moeplan_v3_gb200");
   std::filesystem::create_directories(dir);
   nlohmann::json config;
-  std::ifstream("models/hf/deepseek-v3.config.json") >> config;
+  std::ifstream(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/deepseek-v3.config.json") >> config;
   config["num_nextn_predict_layers"] = 0;
   std::ofstream(dir + "/deepseek-v3-no-mtp.config.json") << config.dump();
   const nlohmann::json j =

@@ -325,8 +325,8 @@ TEST(MegatronArgs, MegatronCoresDeepSeekV3Gb200LaunchReadsAsItRan) {
   EXPECT_EQ(r.seq_len, 4096);
   EXPECT_EQ(r.choice.precision, Precision::kFp8);
   EXPECT_EQ(r.choice.fp8_recipe, Fp8Recipe::kMxfp8);
-  EXPECT_EQ(r.choice.adam, (AdamStates{true, StateDtype::kFp32, StateDtype::kBf16,
-                                       StateDtype::kBf16}));
+  EXPECT_EQ(r.choice.adam,
+            (AdamStates{true, StateDtype::kFp32, StateDtype::kBf16, StateDtype::kBf16}));
   EXPECT_DOUBLE_EQ(optimizer_state_bytes(r.choice), 8.0);  // FP8 weights keep the whole master
   EXPECT_EQ(r.choice.recompute, Recompute::kSelective);
   EXPECT_EQ(r.choice.recompute_modules, kRecomputeMoeAct | kRecomputeMlp);
@@ -334,9 +334,9 @@ TEST(MegatronArgs, MegatronCoresDeepSeekV3Gb200LaunchReadsAsItRan) {
   EXPECT_FALSE(r.choice.overlap);
   EXPECT_EQ(r.choice.cuda_graph, CudaGraph::kAttention);
   EXPECT_EQ(r.choice.zero_stage, 1);
-  EXPECT_EQ(r.ignored, (std::vector<std::string>{"--reuse-grad-buf-for-mxfp8-param-ag",
-                                                 "--te-rng-tracker", "--moe-hybridep-num-sms",
-                                                 "--moe-router-fusion"}));
+  EXPECT_EQ(r.ignored,
+            (std::vector<std::string>{"--reuse-grad-buf-for-mxfp8-param-ag", "--te-rng-tracker",
+                                      "--moe-hybridep-num-sms", "--moe-router-fusion"}));
 }
 
 TEST(MegatronArgs, ALogsArgumentsBlockReadsAsTheRunItLogged) {

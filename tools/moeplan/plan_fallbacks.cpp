@@ -79,6 +79,9 @@ void throw_no_fit(const TimeContext& ctx, const ClusterSpec& c, const SearchRequ
   // cluster to ask for.
   PlanChoice sharded;
   sharded.precision = req.precision;
+  sharded.adam = req.adam;
+  // The leaner gradients where the search may pick them (a BF16 buffer, 2 bytes a parameter).
+  sharded.dp_bf16_compression = req.dp_bf16_compression.value_or(true);
   const Bytes room = c.node.gpu.hbm_capacity * req.alpha;
   const memfine::StaticBytesPerParam b =
       memory_request(ctx, sharded, c.node.gpu.hbm_capacity, req.alpha).static_bytes;
