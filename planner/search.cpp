@@ -615,27 +615,62 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
               std::vector<Seconds> before_syncs(per_precision,
                                                 Seconds(-std::numeric_limits<double>::infinity()));
               std::optional<PlanChoice> first_fit;
+              const bool by_memory = req.objective == Objective::kMemory;
+              const int lowest_zero = req.zero.value_or(1);
               for (bool bf16 : sw.bf16_gradients) {
                 PlanChoice c = base;
                 c.dp_bf16_compression = bf16;
                 // Memory depends on the layout, recompute, attention mode, chunking, ZeRO stage
                 // and the gradients' precision. Higher stages only trade time for memory: try
-                // them only when needed.
-                const MemoryReport mem = fit_in_memory(ctx, req, capacity, c);
-                if (!mem.fits) {
-                  note_miss(mem);
+                // them only when needed. Leaner gradients (the second precision) fit wherever
+                // the first did. Without DP syncs, where the first fitted at the lowest stage
+                // without an added offload, they are the same plan at the same time, whose tie
+                // the first precision's earlier order wins (a MACT chunk bin they might save is
+                // let go). Without MACT or an added offload only a lower ZeRO stage is left to
+                // look for; else theirs is the same plan but for the DP syncs and the smaller
+                // gradient buffer, whose memory is priced only for a candidate kept (or up
+                // front, where memory ranks).
+                std::optional<MemoryReport> mem;
+                const bool first_as_asked =
+                    first_fit && first_fit->offload_modules == req.offload_modules;
+                if (first_as_asked && *p.dp == 1 && first_fit->zero_stage == lowest_zero &&
+                    !by_memory)
                   continue;
+                if (first_as_asked && !mact) {
+                  c.offload_modules = first_fit->offload_modules;
+                  for (int z = lowest_zero; z < first_fit->zero_stage && !mem; ++z) {
+                    c.zero_stage = z;
+                    MemoryReport r = estimate_memory(
+                        m, ctx.params, p,
+                        memory_request(ctx, c, capacity, req.alpha, req.static_override));
+                    if (r.fits) mem = std::move(r);
+                  }
+                  if (!mem) c.zero_stage = first_fit->zero_stage;
+                } else {
+                  MemoryReport fitted = fit_in_memory(ctx, req, capacity, c);
+                  if (!fitted.fits) {
+                    note_miss(fitted);
+                    continue;
+                  }
+                  c.fcda_chunks = 1;
+                  settle_mact_chunks(c, fitted);
+                  if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
+                  mem = std::move(fitted);
                 }
-                c.fcda_chunks = 1;
-                settle_mact_chunks(c, mem);
-                if (mact && c.fcda_chunks == 1) continue;  // same as without chunking
+                auto memory = [&]() -> const MemoryReport& {
+                  if (!mem)
+                    mem = estimate_memory(
+                        m, ctx.params, p,
+                        memory_request(ctx, c, capacity, req.alpha, req.static_override));
+                  return *mem;
+                };
                 const bool first_precision = !first_fit;
                 const bool reuse = first_fit && first_fit->zero_stage == c.zero_stage &&
                                    first_fit->offload_modules == c.offload_modules &&
                                    first_fit->fcda_chunks == c.fcda_chunks &&
                                    first_fit->stage_chunks == c.stage_chunks;
                 if (first_precision) first_fit = c;
-                const double peak = mem.peak_bytes().value();
+                const double peak = by_memory ? memory().peak_bytes().value() : 0.0;
                 size_t k = 0;
                 for (megascale::Dispatcher d : sw.dispatchers) {
                   for (const auto& [a2a, n] : sw.alltoalls) {
@@ -677,7 +712,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                       if (time->iteration.value() >= bound) continue;
                       Plan plan;
                       plan.choice = c;
-                      plan.score.memory = mem;
+                      plan.score.memory = memory();
                       plan.score.time = *time;
                       if (full_clock) {
                         const double at_limit = objective_key(plan, req.objective, world,
@@ -688,8 +723,8 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                                                     req.power_caps, req.time_limit, scratch))
                           plan.score.time = *t;
                       }
-                      plan.score = complete_score(ctx, plan.choice, mem, plan.score.time, capacity,
-                                                  req.alpha);
+                      plan.score = complete_score(ctx, plan.choice, memory(), plan.score.time,
+                                                  capacity, req.alpha);
                       const double key =
                           objective_key(plan, req.objective, world, tokens_per_iter, ctx.gpu.power);
                       Ranked r{key, plan.score.time.iteration.value(), L.order * 100000 + inner,
