@@ -410,6 +410,25 @@ LayoutSwitches layout_switches(const TimeContext& ctx, const SearchRequest& req,
   return out;
 }
 
+// A candidate of layout `p` with the switches the request fixes for every candidate.
+PlanChoice requested(const SearchRequest& req, const ParallelConfig& p, int64_t seq_len) {
+  PlanChoice c;
+  c.parallel = p;
+  c.seq_len = seq_len;
+  c.recompute_modules = req.recompute_modules;
+  c.offload_modules = req.offload_modules;
+  c.optimizer_offload = req.optimizer_offload;
+  c.adam = req.adam;
+  c.precision = req.precision;
+  c.fp8_recipe = req.fp8_recipe;
+  c.gpipe = req.gpipe;
+  c.permute_fusion = req.permute_fusion;
+  c.cuda_graph = req.cuda_graph;
+  c.attention_kernel = req.attention_kernel;
+  c.cross_entropy = req.cross_entropy;
+  return c;
+}
+
 // The memory of `c` at the lowest ZeRO stage that fits (or the request's), with activation
 // offloading only where nothing else fits; sets c.zero_stage and c.offload_modules to it.
 MemoryReport fit_in_memory(const TimeContext& ctx, const SearchRequest& req, Bytes capacity,
@@ -560,16 +579,11 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       ++stats[w].layouts;
       std::optional<Ranked> layout_best;  // the ranking lists layouts, each with its best switches
       // Memory lower bound: full recompute, MACT chunking, attention sharded.
-      PlanChoice lower;
-      lower.parallel = p;
+      PlanChoice lower = requested(req, p, ctx.seq_len);
       lower.recompute = Recompute::kFull;
+      lower.offload_modules = 0;
       lower.mact = m.is_moe();
-      lower.precision = req.precision;
-      lower.seq_len = ctx.seq_len;
       lower.zero_stage = req.zero.value_or(3);
-      lower.gpipe = req.gpipe;
-      lower.optimizer_offload = req.optimizer_offload;
-      lower.adam = req.adam;
       lower.dp_bf16_compression = req.dp_bf16_compression.value_or(true);  // the leaner gradients
       const MemoryReport floor = estimate_memory(
           m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
@@ -589,23 +603,10 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
             const bool chunkable = m.is_moe() && !req.megatron_only && req.offload_modules == 0;
             for (bool mact :
                  chunkable ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-              PlanChoice base;
-              base.parallel = p;
+              PlanChoice base = requested(req, p, ctx.seq_len);
               base.recompute = rc;
-              base.recompute_modules = req.recompute_modules;
-              base.offload_modules = req.offload_modules;
-              base.optimizer_offload = req.optimizer_offload;
-              base.adam = req.adam;
               base.attention = at;
               base.mact = mact;
-              base.precision = req.precision;
-              base.fp8_recipe = req.fp8_recipe;
-              base.seq_len = ctx.seq_len;
-              base.gpipe = req.gpipe;
-              base.permute_fusion = req.permute_fusion;
-              base.cuda_graph = req.cuda_graph;
-              base.attention_kernel = req.attention_kernel;
-              base.cross_entropy = req.cross_entropy;
               // The terms before the DP syncs under the first gradient precision that fits, by
               // dispatcher, all-to-all and overlap switches: the second precision's are the
               // same where memory left it the same ZeRO stage, offloads and chunks (only the
