@@ -59,10 +59,10 @@ void explain(const MemoryReport& r, const MemoryRequest& req, const ModelSpec& m
       "  FCDA: each of c chunks holds ceil(s''/c) tokens; m_g = vp + p - 2 r_pp - 1 (1 under full "
       "recompute)\n");
   fmt::print(
-      "  static: eq. (1), {} bytes per parameter (param {} + grad {} + 4 x {} optimizer states), "
-      "ZeRO-{} sharding{}\n",
+      "  static: eq. (1), {} bytes per parameter (param {} + grad {} + optimizer states {}: 4 x "
+      "{} FP32 elements' worth), ZeRO-{} sharding{}\n",
       req.static_bytes.per_param(), req.static_bytes.param, req.static_bytes.grad,
-      req.static_bytes.optimizer_states, req.zero_stage,
+      4.0 * req.static_bytes.optimizer_states, req.static_bytes.optimizer_states, req.zero_stage,
       req.static_override ? "; overridden by --static-override" : "");
   fmt::print(
       "  eq. (8) s'_max = (alpha M_GPU - M_sta - m_g x sequence term) / (m_g x per-token term); "
