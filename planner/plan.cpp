@@ -124,18 +124,14 @@ double optimizer_state_bytes(const PlanChoice& c) {
 
 std::string adam_states_problem(const PlanChoice& c) {
   const AdamStates& a = c.adam;
-  if (!a.precision_aware && c.optimizer_offload > 0 && c.zero_stage < 1)
-    return "Megatron's optimizer CPU offload runs on its precision-aware optimizer, which needs "
-           "the distributed optimizer (ZeRO 1-3)";
-  if (!a.precision_aware) {
-    return a == AdamStates{} ? ""
-                             : "narrower Adam states need Megatron's precision-aware optimizer";
-  }
-  if (c.zero_stage < 1)
+  if ((a.precision_aware || c.optimizer_offload > 0) && c.zero_stage < 1)
     return c.optimizer_offload > 0
                ? "Megatron's optimizer CPU offload runs on its precision-aware optimizer, which "
                  "needs the distributed optimizer (ZeRO 1-3)"
                : "the precision-aware optimizer needs the distributed optimizer (ZeRO 1-3)";
+  if (!a.precision_aware)
+    return a == AdamStates{} ? ""
+                             : "narrower Adam states need Megatron's precision-aware optimizer";
   if (c.precision == Precision::kFp32) return "FP32 training keeps its Adam states in FP32";
   if (a.main_params != StateDtype::kFp32 && a.main_params != StateDtype::kFp16)
     return fmt::format("master weights are fp32 or fp16, not {}", state_dtype_name(a.main_params));
