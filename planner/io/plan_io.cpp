@@ -59,6 +59,12 @@ nlohmann::json deepspeed_config(const Plan& plan) {
                       {"gradient_clipping", 1.0}};
   // FP8 runs its GEMMs through Transformer Engine inside BF16 mixed precision.
   if (plan.choice.precision != Precision::kFp32) j["bf16"] = {{"enabled", true}};
+  // Megatron's --grad-reduce-in-bf16 in DeepSpeed's words: gradients reduced and accumulated in
+  // BF16 (BF16_Optimizer accumulates in FP32 unless data_types says otherwise).
+  if (gradient_bytes(plan.choice) == 2) {
+    j["communication_data_type"] = "bf16";
+    j["data_types"] = {{"grad_accum_dtype", "bf16"}};
+  }
   if (plan.choice.recompute == Recompute::kFull) {
     j["activation_checkpointing"] = {{"partition_activations", *p.tp > 1},
                                      {"contiguous_memory_optimization", false}};

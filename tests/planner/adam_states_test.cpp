@@ -99,6 +99,19 @@ TEST(AdamStates, TheStaticMemoryDropsByTheBytesSaved) {
   EXPECT_EQ(fp32.activation_bytes, bf16.activation_bytes);
 }
 
+TEST(AdamStates, DeepSpeedReducesAndAccumulatesInBf16WhereMegatronDoes) {
+  const Case k;
+  Plan plan;
+  plan.choice = k.choice({}, true);
+  nlohmann::json ds = io::deepspeed_config(plan);
+  EXPECT_EQ(ds["communication_data_type"], "bf16");
+  EXPECT_EQ(ds["data_types"]["grad_accum_dtype"], "bf16");
+  plan.choice = k.choice({});
+  ds = io::deepspeed_config(plan);
+  EXPECT_FALSE(ds.contains("communication_data_type"));
+  EXPECT_FALSE(ds.contains("data_types"));
+}
+
 TEST(AdamStates, TheAdamStepMovesTheNarrowerStates) {
   // Adam reads and writes the master weights and both moments and writes the weight: 2 x 12 +
   // 4 bytes a parameter in FP32, 2 x 6 + 4 with BF16 moments and remainders.
