@@ -448,7 +448,7 @@ void SyncPricing::add_to(TimeBreakdown& out) {
     }
     const DpSync& first_stage = syncs_.front();
     const Seconds gathered =
-        schedule_makespan(pipeline_.few_chunks, out.microbatches, pipeline_.hop, c_.gpipe) +
+        schedule_makespan(pipeline_.few_chunks, out.microbatches, pipeline_.hops, c_.gpipe) +
         std::max(Seconds(0), first_stage.reduce_scatter - first_stage.all_gather);
     out.dp_comm +=
         std::max({Seconds(0), gathered - pipeline_.few_walked, (worst.pass() - per_mb) * mb});

@@ -38,7 +38,8 @@ struct PricedPipeline {
   std::vector<StageTimes> stages;  // each stage's passes, one micro-batch
   int64_t slowest_stage = 0;       // the one whose passes pace the steady state
   Seconds per_mb;                  // its forward + backward
-  Seconds hop;                     // one micro-batch across a stage boundary
+  Seconds hop;                     // one micro-batch across a stage boundary, the mean
+  std::vector<Seconds> hops;       // each boundary's (boundary_hops)
   // Under 2p micro-batches without interleaving the schedule is walked chunk by chunk: the
   // chunks and the makespan of that walk.
   bool walk_few = false;

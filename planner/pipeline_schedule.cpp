@@ -36,12 +36,20 @@ std::vector<SchedulePass> schedule_order(int64_t stage, int64_t p, int64_t m, in
 }
 
 Seconds one_f_one_b_period(const std::vector<Seconds>& per_stage, Seconds hop) {
+  return one_f_one_b_period(per_stage, std::vector<Seconds>(per_stage.size(), hop));
+}
+
+Seconds one_f_one_b_period(const std::vector<Seconds>& per_stage,
+                           const std::vector<Seconds>& hops) {
   const int64_t p = static_cast<int64_t>(per_stage.size());
-  Seconds period, later;
+  if (hops.size() != per_stage.size())
+    throw std::invalid_argument("a pipeline needs one hop a stage");
+  Seconds period, later, later_hops;
   for (int64_t s = p - 1; s >= 0; --s) {
     const Seconds t = per_stage[static_cast<size_t>(s)];
     later += t;
-    const Seconds cycle = later + hop * (2.0 * static_cast<double>(p - 1 - s));
+    if (s + 1 < p) later_hops += hops[static_cast<size_t>(s + 1)];
+    const Seconds cycle = later + later_hops * 2.0;
     period = std::max({period, t, cycle / static_cast<double>(p - s)});
   }
   return period;
@@ -49,8 +57,14 @@ Seconds one_f_one_b_period(const std::vector<Seconds>& per_stage, Seconds hop) {
 
 Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seconds hop,
                           bool gpipe) {
+  return schedule_makespan(stages, m, std::vector<Seconds>(stages.size(), hop), gpipe);
+}
+
+Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m,
+                          const std::vector<Seconds>& hops, bool gpipe) {
   const int64_t p = static_cast<int64_t>(stages.size());
   if (p == 0 || m <= 0) throw std::invalid_argument("a pipeline needs stages and micro-batches");
+  if (hops.size() != stages.size()) throw std::invalid_argument("a pipeline needs one hop a stage");
   const int64_t v = static_cast<int64_t>(stages.front().forward.size());
   for (const ChunkTimes& s : stages) {
     if (v == 0 || static_cast<int64_t>(s.forward.size()) != v ||
@@ -76,12 +90,12 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seco
       if (s == 0 && op.chunk == 0) return 0.0;
       const double e = s > 0 ? fwd_end[cell(s - 1, op.chunk, op.micro)]
                              : fwd_end[cell(p - 1, op.chunk - 1, op.micro)];
-      return e < 0 ? -1.0 : e + hop.value();
+      return e < 0 ? -1.0 : e + hops[static_cast<size_t>(s)].value();
     }
     if (s == p - 1 && op.chunk == v - 1) return fwd_end[cell(s, op.chunk, op.micro)];
     const double e = s < p - 1 ? bwd_end[cell(s + 1, op.chunk, op.micro)]
                                : bwd_end[cell(0, op.chunk + 1, op.micro)];
-    return e < 0 ? -1.0 : e + hop.value();
+    return e < 0 ? -1.0 : e + hops[static_cast<size_t>(s < p - 1 ? s + 1 : 0)].value();
   };
   std::vector<std::vector<SchedulePass>> order;
   for (int64_t s = 0; s < p; ++s) order.push_back(schedule_order(s, p, m, v, gpipe));

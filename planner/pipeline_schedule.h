@@ -40,6 +40,9 @@ std::vector<SchedulePass> schedule_order(int64_t stage, int64_t p, int64_t m, in
 // that is t + 2 (p - 1) hop / p: the hops a micro-batch waits for in the steady state, beyond
 // the 2 (p - 1) of warm-up and drain. schedule_makespan walks the same schedule and agrees.
 Seconds one_f_one_b_period(const std::vector<Seconds>& per_stage, Seconds hop);
+// The same with each boundary's own hop: hops[s] into stage s from stage s - 1 (hops[0], the
+// wrap, unused here).
+Seconds one_f_one_b_period(const std::vector<Seconds>& per_stage, const std::vector<Seconds>& hops);
 
 // Forward and backward time of each model chunk of a stage, one micro-batch.
 struct ChunkTimes {
@@ -58,5 +61,9 @@ struct ChunkTimes {
 // pipeline, chunk lists of the wrong length, or interleaving with m not a multiple of p.
 Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seconds hop,
                           bool gpipe);
+// The same with each boundary's own hop: hops[s] between stages s - 1 and s, either way, and
+// hops[0] the wrap between the last stage and the first (one entry a stage).
+Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m,
+                          const std::vector<Seconds>& hops, bool gpipe);
 
 }  // namespace moe

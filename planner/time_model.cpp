@@ -55,8 +55,8 @@ FlopsPerSec reference_peak_of(const TimeContext& ctx, Precision p) {
 GemmRate linear_gemm_rate(const TimeContext& ctx, Precision p, Fp8Recipe r) {
   if (p != Precision::kFp8) return reference_gemm_rate(ctx, p);
   return {peak_of(ctx, p), r == Fp8Recipe::kBlockwise ? &ctx.eff.gemm_fp8_block
-                          : r == Fp8Recipe::kMxfp8   ? &ctx.eff.gemm_mxfp8
-                                                     : &ctx.eff.gemm_fp8};
+                           : r == Fp8Recipe::kMxfp8   ? &ctx.eff.gemm_mxfp8
+                                                      : &ctx.eff.gemm_fp8};
 }
 
 GemmRate reference_gemm_rate(const TimeContext& ctx, Precision p) {
@@ -440,6 +440,22 @@ int64_t boundary_span(const ParallelConfig& p) {
   return *p.tp * *p.cp * *p.dp * 2;
 }
 
+std::vector<Seconds> boundary_hops(const TimeContext& ctx, const PlanChoice& c) {
+  const ParallelConfig& p = c.parallel;
+  const int64_t pp = *p.pp, g = *p.tp * *p.cp * *p.dp, gpn = ctx.links.gpus_per_node;
+  const Bytes bytes = boundary_bytes(ctx, c);
+  const int64_t span = boundary_span(p);
+  const Seconds spanned = bytes / ctx.links.bandwidth(span) + ctx.links.latency(span);
+  const Seconds inter = bytes / ctx.links.inter + ctx.links.inter_latency;
+  std::vector<Seconds> hops(static_cast<size_t>(pp), spanned);
+  // Only where whole stages tile a node can a boundary stay inside one.
+  if (gpn % g != 0 || !ctx.links.crosses_nodes(pp * g)) return hops;
+  for (int64_t s = 1; s < pp; ++s)
+    if ((s * g) % gpn == 0) hops[static_cast<size_t>(s)] = inter;
+  hops[0] = inter;  // the wrap: the last stage's node is not the first's
+  return hops;
+}
+
 DpSync dp_sync_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
@@ -569,11 +585,13 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   } else {
     out.bubble = per_mb * (static_cast<double>(pp - 1) / static_cast<double>(*p.vpp));
   }
-  Seconds hop;
+  std::vector<Seconds> hops;
+  Seconds hop, slowest_hop;  // the mean and the longest
   if (pp > 1) {
-    const int64_t stage_span = boundary_span(p);
-    hop = boundary_bytes(ctx, c) / ctx.links.bandwidth(stage_span) + ctx.links.latency(stage_span);
-    out.pp_comm = hop * (2.0 * static_cast<double>(pp - 1));
+    hops = boundary_hops(ctx, c);
+    for (int64_t s = 1; s < pp; ++s) out.pp_comm += hops[static_cast<size_t>(s)] * 2.0;
+    hop = out.pp_comm / (2.0 * static_cast<double>(pp - 1));
+    slowest_hop = *std::max_element(hops.begin(), hops.end());
   }
   // The hops a micro-batch waits for in the steady state (pipeline_schedule.h). 1F1B: Little's
   // law over the micro-batches each stage holds in flight. Interleaving sends each micro-batch
@@ -582,7 +600,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // that the closed form is within 1.5 % and the search keeps its speed. GPipe holds every
   // micro-batch in flight and waits only at its ends.
   if (pp > 1 && *p.vpp == 1 && !c.gpipe)
-    out.bubble += (one_f_one_b_period(per_stage, hop) - per_mb) * mb;
+    out.bubble += (one_f_one_b_period(per_stage, hops) - per_mb) * mb;
   // With fewer than 2p micro-batches the closed form misses how a light stage's passes overlap
   // the heavy one's warm-up (two dense layers then one MoE layer and the head over pp = 2, two
   // micro-batches: 14 % over the simulator); the walk is short there, so take it (GPipe's too).
@@ -592,7 +610,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   Seconds few_walked;
   if (walk_few) {
     few_chunks = chunk_times(ctx, c, kinds);
-    few_walked = schedule_makespan(few_chunks, out.microbatches, hop, c.gpipe);
+    few_walked = schedule_makespan(few_chunks, out.microbatches, hops, c.gpipe);
     out.bubble = std::max(few_walked - per_mb * mb - out.pp_comm, Seconds(0));
   }
   // A flexible layout can leave stages far apart, where no closed form holds: a heavy stage near
@@ -614,9 +632,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   std::vector<ChunkTimes> interleaved_chunks;  // the DP syncs' windows reuse them
   if (pp > 1 && *p.vpp > 1 &&
       (uneven_layout || few || uneven_stages ||
-       hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
+       slowest_hop > lightest_chunk_forward(ctx, c, kinds) * 0.25)) {
     interleaved_chunks = chunk_times(ctx, c, kinds);
-    const Seconds walked = schedule_makespan(interleaved_chunks, out.microbatches, hop, c.gpipe);
+    const Seconds walked = schedule_makespan(interleaved_chunks, out.microbatches, hops, c.gpipe);
     const Seconds beyond = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
     out.bubble = uneven_layout || few || uneven_stages ? beyond : std::max(out.bubble, beyond);
   }
@@ -632,15 +650,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
   if (unsynced + out.optimizer >= bound) return std::nullopt;
-  PricedPipeline pipeline{std::move(stages),
-                          slowest_stage,
-                          per_mb,
-                          hop,
-                          walk_few,
-                          std::move(few_chunks),
-                          few_walked,
-                          &kinds,
-                          std::move(interleaved_chunks)};
+  PricedPipeline pipeline{
+      std::move(stages), slowest_stage,         per_mb,     hop,    std::move(hops),
+      walk_few,          std::move(few_chunks), few_walked, &kinds, std::move(interleaved_chunks)};
   add_dp_sync_exposure(ctx, c, pipeline, syncs, scratch, out);
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;

@@ -137,6 +137,13 @@ Bytes boundary_bytes(const TimeContext& ctx, const PlanChoice& c);
 // Ranks between neighbouring pipeline stages: a whole stage apart, so the boundary link is the
 // one a group of this span crosses.
 int64_t boundary_span(const ParallelConfig& p);
+// One micro-batch across each stage boundary: hops[s] between stages s - 1 and s, hops[0] the
+// wrap from the last stage to the first (interleaving's). Stage s holds GPUs [s g, (s + 1) g)
+// for g = tp x cp x dp (Megatron's order, pp outermost) and rank r sends to rank r of the next:
+// a boundary some rank pair of which sits on two nodes goes through the NICs, the others over
+// the node's links, or, where the stages' span does not tile the nodes, the link a group of
+// that span crosses (what every boundary was priced at before).
+std::vector<Seconds> boundary_hops(const TimeContext& ctx, const PlanChoice& c);
 
 // The whole iteration; the choice's parallel layout must be complete with gbs set.
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);

@@ -99,3 +99,29 @@ TEST(PipelineSchedule, RejectsWhatNoScheduleRuns) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(PipelineSchedule, EachBoundaryTakesItsOwnHop) {
+  // Four stages of 1 + 2 (forward, backward), 8 micro-batches. A slow hop into stage 2 alone
+  // costs less than every hop that slow, more than none; with all hops equal the vector form is
+  // the scalar one, walk and 1F1B period alike.
+  const std::vector<ChunkTimes> stages = equal(4, 1, 1.0, 2.0);
+  const std::vector<Seconds> even(4, Seconds(0.2));
+  EXPECT_DOUBLE_EQ(schedule_makespan(stages, 8, even, false).value(),
+                   schedule_makespan(stages, 8, Seconds(0.2), false).value());
+  const std::vector<Seconds> per_stage(4, Seconds(3.0));
+  EXPECT_DOUBLE_EQ(one_f_one_b_period(per_stage, even).value(),
+                   one_f_one_b_period(per_stage, Seconds(0.2)).value());
+  std::vector<Seconds> one_slow = even;
+  one_slow[2] = Seconds(4.0);
+  const double some = schedule_makespan(stages, 8, one_slow, false).value();
+  EXPECT_GT(some, schedule_makespan(stages, 8, even, false).value());
+  EXPECT_LT(some, schedule_makespan(stages, 8, Seconds(4.0), false).value());
+  // Little's law: stage 1 holds 3 micro-batches in flight, each crossing hops 2 and 3 both ways
+  // (9 + 2 x 4.2) / 3, more than stage 0's (12 + 2 x 4.4) / 4.
+  EXPECT_DOUBLE_EQ(one_f_one_b_period(per_stage, one_slow).value(), (9.0 + 2 * 4.2) / 3);
+  EXPECT_THROW(schedule_makespan(stages, 8, std::vector<Seconds>(3), false), std::invalid_argument);
+}
+
+}  // namespace moe

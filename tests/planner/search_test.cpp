@@ -1346,3 +1346,30 @@ TEST(Search, TheMemoryObjectiveTakesTheFasterOfNearlyEqualPeaks) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(TimeModel, StageBoundariesBetweenNodesGoThroughTheNics) {
+  // APTMoE's A800 nodes under C1+G2 hold 4 GPUs: tp 2 x pp 8 puts two stages on a node, so the
+  // boundaries into stages 2, 4 and 6 and the wrap back to stage 0 leave it (through the NICs)
+  // while the others stay on its PCIe. A boundary priced as a group of two stages spans (4 GPUs,
+  // a whole node) used to take the node's link for all of them.
+  const Inputs s("mixtral-8x7b.json", "aptmoe-4x-a800-40gb-c1g2.json");
+  PlanChoice c = plan_of("tp=2,pp=8,ep=1,etp=1,dp=1,cp=1,vpp=4,mbs=1,gbs=8");
+  c.seq_len = 4096;
+  const std::vector<Seconds> hops = boundary_hops(s.ctx, c);
+  ASSERT_EQ(hops.size(), 8u);
+  const Bytes bytes = boundary_bytes(s.ctx, c);
+  const Seconds inside = bytes / s.ctx.links.intra + s.ctx.links.intra_latency;
+  const Seconds across = bytes / s.ctx.links.inter + s.ctx.links.inter_latency;
+  for (size_t k = 0; k < hops.size(); ++k)
+    EXPECT_DOUBLE_EQ(hops[k].value(), (k % 2 == 0 ? across : inside).value()) << k;
+  EXPECT_GT(across, inside * 2.0);
+  // One node's worth of stages keeps every hop inside it.
+  PlanChoice one = plan_of("tp=2,pp=2,ep=1,etp=1,dp=1,cp=1,vpp=1,mbs=1,gbs=8");
+  Inputs four("mixtral-8x7b.json", "aptmoe-4x-a800-40gb-c1g2.json");
+  four.ctx.links.world = 4;
+  for (const Seconds& h : boundary_hops(four.ctx, one)) EXPECT_DOUBLE_EQ(h.value(), inside.value());
+}
+
+}  // namespace moe
