@@ -129,9 +129,7 @@ std::vector<Candidate> candidates(const TimeContext& ctx, const PlanChoice& run)
              ? "FP32 Adam states (no --use-precision-aware-optimizer)"
              : "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
          [bf16, aware = run.adam.precision_aware](PlanChoice& c) {
-           c.adam = bf16 || aware
-                        ? AdamStates{}
-                        : AdamStates{true, StateDtype::kFp32, StateDtype::kBf16, StateDtype::kBf16};
+           c.adam = adam_states_for(bf16 || aware ? StateDtype::kFp32 : StateDtype::kBf16);
            return true;
          }});
   }

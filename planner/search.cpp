@@ -458,6 +458,15 @@ MemoryReport fit_in_memory(const TimeContext& ctx, const SearchRequest& req, Byt
 
 }  // namespace
 
+std::string adam_states_problem(const SearchRequest& req) {
+  PlanChoice c;
+  c.adam = req.adam;
+  c.optimizer_offload = req.optimizer_offload;
+  c.precision = req.precision;
+  c.zero_stage = req.zero.value_or(1);
+  return adam_states_problem(c);
+}
+
 SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& req) {
   const auto start = std::chrono::steady_clock::now();
   // Groups straddle nodes by where the plan's GPUs end, not the cluster's.
@@ -470,15 +479,8 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
   const Bytes capacity = ctx.gpu.hbm_capacity;
   // The ranking and its bounds compare against the K-th plan kept.
   if (req.top_k < 1) throw ConfigError(fmt::format("top K must be at least 1, got {}", req.top_k));
-  {
-    PlanChoice probe;
-    probe.adam = req.adam;
-    probe.optimizer_offload = req.optimizer_offload;
-    probe.precision = req.precision;
-    probe.zero_stage = req.zero.value_or(1);
-    if (const std::string problem = adam_states_problem(probe); !problem.empty())
-      throw ConfigError(problem);
-  }
+  if (const std::string problem = adam_states_problem(req); !problem.empty())
+    throw ConfigError(problem);
   if (!m.is_moe()) {
     for (const auto& [name, size] : {std::pair{"ep", f.ep}, std::pair{"etp", f.etp}}) {
       if (size && *size > 1)
@@ -578,6 +580,10 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       const ParallelConfig& p = L.p;
       ++stats[w].layouts;
       std::optional<Ranked> layout_best;  // the ranking lists layouts, each with its best switches
+      auto memory_of = [&](const PlanChoice& x) {
+        return estimate_memory(m, ctx.params, p,
+                               memory_request(ctx, x, capacity, req.alpha, req.static_override));
+      };
       // Memory lower bound: full recompute, MACT chunking, attention sharded.
       PlanChoice lower = requested(req, p, ctx.seq_len);
       lower.recompute = Recompute::kFull;
@@ -585,8 +591,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
       lower.mact = m.is_moe();
       lower.zero_stage = req.zero.value_or(3);
       lower.dp_bf16_compression = req.dp_bf16_compression.value_or(true);  // the leaner gradients
-      const MemoryReport floor = estimate_memory(
-          m, ctx.params, p, memory_request(ctx, lower, capacity, req.alpha, req.static_override));
+      const MemoryReport floor = memory_of(lower);
       auto note_miss = [&](const MemoryReport& miss) {
         const std::pair<double, NoFit> over = closest_miss(ctx, p, miss, capacity * req.alpha);
         if (!closest[w] || over.first < closest[w]->first) closest[w] = over;
@@ -641,10 +646,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                   c.offload_modules = first_fit->offload_modules;
                   for (int z = lowest_zero; z < first_fit->zero_stage && !mem; ++z) {
                     c.zero_stage = z;
-                    MemoryReport r = estimate_memory(
-                        m, ctx.params, p,
-                        memory_request(ctx, c, capacity, req.alpha, req.static_override));
-                    if (r.fits) mem = std::move(r);
+                    if (MemoryReport r = memory_of(c); r.fits) mem = std::move(r);
                   }
                   if (!mem) c.zero_stage = first_fit->zero_stage;
                 } else {
@@ -659,10 +661,7 @@ SearchResult search_plans(const TimeContext& cluster_ctx, const SearchRequest& r
                   mem = std::move(fitted);
                 }
                 auto memory = [&]() -> const MemoryReport& {
-                  if (!mem)
-                    mem = estimate_memory(
-                        m, ctx.params, p,
-                        memory_request(ctx, c, capacity, req.alpha, req.static_override));
+                  if (!mem) mem = memory_of(c);
                   return *mem;
                 };
                 const bool first_precision = !first_fit;

@@ -143,6 +143,11 @@ PlanScore score_plan(const TimeContext& ctx, const PlanChoice& c, Bytes capacity
 PlanScore complete_score(const TimeContext& ctx, const PlanChoice& c, const MemoryReport& memory,
                          const TimeBreakdown& time, Bytes capacity, double alpha);
 
+// Why Megatron would refuse the request's Adam states or optimizer offload at its ZeRO stage
+// (the lowest the search tries where none is fixed) and precision: adam_states_problem's
+// reason, empty when it runs them. search_plans throws it as a ConfigError.
+std::string adam_states_problem(const SearchRequest& req);
+
 SearchResult search_plans(const TimeContext& ctx, const SearchRequest& req);
 
 // Adds one search's counts to `into`'s, and its closest miss where it is the closer (a search

@@ -586,11 +586,10 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     out.bubble = per_mb * (static_cast<double>(pp - 1) / static_cast<double>(*p.vpp));
   }
   std::vector<Seconds> hops;
-  Seconds hop, slowest_hop;  // the mean and the longest
+  Seconds slowest_hop;
   if (pp > 1) {
     hops = boundary_hops(ctx, c);
     for (int64_t s = 1; s < pp; ++s) out.pp_comm += hops[static_cast<size_t>(s)] * 2.0;
-    hop = out.pp_comm / (2.0 * static_cast<double>(pp - 1));
     slowest_hop = *std::max_element(hops.begin(), hops.end());
   }
   // The hops a micro-batch waits for in the steady state (pipeline_schedule.h). 1F1B: Little's
@@ -650,9 +649,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // The optimizer step waits for every stage's.
   for (const DpSync& own : syncs) out.optimizer = std::max(out.optimizer, own.optimizer);
   if (unsynced + out.optimizer >= bound) return std::nullopt;
-  PricedPipeline pipeline{
-      std::move(stages), slowest_stage,         per_mb,     hop,    std::move(hops),
-      walk_few,          std::move(few_chunks), few_walked, &kinds, std::move(interleaved_chunks)};
+  PricedPipeline pipeline{std::move(stages), slowest_stage, per_mb,
+                          std::move(hops),   walk_few,      std::move(few_chunks),
+                          few_walked,        &kinds,        std::move(interleaved_chunks)};
   add_dp_sync_exposure(ctx, c, pipeline, syncs, scratch, out);
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;

@@ -243,14 +243,10 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
                        fmt::format("scales FP8 GEMMs; --precision is {} (add --precision fp8)",
                                    precision_name(req.precision)));
   }
-  PlanChoice probe;
-  probe.adam = req.adam;
-  probe.optimizer_offload = req.optimizer_offload;
-  probe.precision = req.precision;
-  probe.zero_stage = req.zero.value_or(1);
-  if (const std::string problem = adam_states_problem(probe); !problem.empty()) {
-    const char* option = o.zero && *o.zero == 0 && problem.find("ZeRO") != std::string::npos
-                             ? "--zero"
+  if (const std::string problem = adam_states_problem(req); !problem.empty()) {
+    // The option the user gave that Megatron refuses: plain DDP under what needs more, else
+    // the Adam states, else the offload.
+    const char* option = req.zero == 0              ? "--zero"
                          : req.adam.precision_aware ? "--adam-moments"
                                                     : "--optimizer-offload";
     throw InputError(option, "", problem);
