@@ -124,13 +124,18 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
   // own p passes of them. The round's hops hide a sync only on another link: where both cross
   // nodes they share the NICs (a 32 MB hop over PCIe-era NICs beside ZeRO-1's gathers, counted
   // as window: 18.6 % under the simulator, 5.1 % without).
+  // Each hop is the boundary's own (pipeline_.hops[s]: into stage s, the wrap at 0): a stage
+  // boundary between nodes waits for the NICs where the others take NVLink.
   const bool hops_share_link = sync_.crosses_nodes && ctx_.links.crosses_nodes(boundary_span(p_));
-  const Seconds mean_hop = pipeline_.mean_hop();
-  const Seconds hop = hops_share_link ? Seconds(0) : mean_hop;
+  auto hop_after = [&](int64_t s) {
+    return pipeline_.hops.empty() ? Seconds(0) : pipeline_.hops[static_cast<size_t>((s + 1) % pp_)];
+  };
   std::vector<Seconds> round(static_cast<size_t>(*p_.vpp));
   for (int64_t k = 0; k + 1 < *p_.vpp; ++k) {
-    for (int64_t s = 0; s < pp_; ++s)
-      round[static_cast<size_t>(k)] += chunk_pass(s, k, backward_pass) + hop;
+    for (int64_t s = 0; s < pp_; ++s) {
+      round[static_cast<size_t>(k)] +=
+          chunk_pass(s, k, backward_pass) + (hops_share_link ? Seconds(0) : hop_after(s));
+    }
   }
   Seconds slack;
   for (int64_t s = 0; s < pp_; ++s) {
@@ -162,7 +167,7 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
         average_pass.value() > 0 ? std::clamp(sync / average_pass, 0.0, later_chunks_ + 1.0) : 1.0;
     if (exposure > best.exposure) best = {s, slack, exposure, beside / v_};
     // The next stage's window opens after this one's first chunk.
-    slack += chunk_pass(s, 0, backward_pass) + mean_hop;
+    slack += chunk_pass(s, 0, backward_pass) + hop_after(s);
   }
   return best;
 }

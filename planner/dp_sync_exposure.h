@@ -39,12 +39,6 @@ struct PricedPipeline {
   int64_t slowest_stage = 0;       // the one whose passes pace the steady state
   Seconds per_mb;                  // its forward + backward
   std::vector<Seconds> hops;       // each boundary's hop (boundary_hops); empty without PP
-  // One micro-batch across a stage boundary, the mean over the boundaries between stages.
-  Seconds mean_hop() const {
-    Seconds sum;
-    for (size_t s = 1; s < hops.size(); ++s) sum += hops[s];
-    return hops.size() > 1 ? sum / static_cast<double>(hops.size() - 1) : Seconds(0);
-  }
   // Under 2p micro-batches without interleaving the schedule is walked chunk by chunk: the
   // chunks and the makespan of that walk.
   bool walk_few = false;
