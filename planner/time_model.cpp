@@ -440,19 +440,30 @@ int64_t boundary_span(const ParallelConfig& p) {
   return *p.tp * *p.cp * *p.dp * 2;
 }
 
+bool boundary_crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, int64_t from,
+                            int64_t to) {
+  const int64_t g = *p.tp * *p.cp * *p.dp, gpn = ctx.links.gpus_per_node;
+  const int64_t d = std::abs(to - from) * g;  // how far rank r of one is from rank r of the other
+  if (d == 0) return false;
+  if (d >= gpn || g >= gpn) return true;
+  // The lower stage's ranks, as places within their nodes: some reaches the next node by d.
+  const int64_t first = std::min(from, to) * g % gpn;
+  const int64_t last_place = first + g - 1 < gpn ? first + g - 1 : gpn - 1;
+  return last_place + d >= gpn;
+}
+
 std::vector<Seconds> boundary_hops(const TimeContext& ctx, const PlanChoice& c) {
   const ParallelConfig& p = c.parallel;
-  const int64_t pp = *p.pp, g = *p.tp * *p.cp * *p.dp, gpn = ctx.links.gpus_per_node;
+  const int64_t pp = *p.pp;
   const Bytes bytes = boundary_bytes(ctx, c);
-  const int64_t span = boundary_span(p);
-  const Seconds spanned = bytes / ctx.links.bandwidth(span) + ctx.links.latency(span);
-  const Seconds inter = bytes / ctx.links.inter + ctx.links.inter_latency;
-  std::vector<Seconds> hops(static_cast<size_t>(pp), spanned);
-  // Only where whole stages tile a node can a boundary stay inside one.
-  if (gpn % g != 0 || !ctx.links.crosses_nodes(pp * g)) return hops;
-  for (int64_t s = 1; s < pp; ++s)
-    if ((s * g) % gpn == 0) hops[static_cast<size_t>(s)] = inter;
-  hops[0] = inter;  // the wrap: the last stage's node is not the first's
+  const Seconds inside = bytes / ctx.links.intra + ctx.links.intra_latency;
+  const Seconds across = bytes / ctx.links.inter + ctx.links.inter_latency;
+  std::vector<Seconds> hops(static_cast<size_t>(pp));
+  // hops[0] is the wrap, from the last stage to the first.
+  for (int64_t s = 0; s < pp; ++s) {
+    hops[static_cast<size_t>(s)] =
+        boundary_crosses_nodes(ctx, p, (s + pp - 1) % pp, s) ? across : inside;
+  }
   return hops;
 }
 

@@ -141,9 +141,12 @@ int64_t boundary_span(const ParallelConfig& p);
 // wrap from the last stage to the first (interleaving's). Stage s holds GPUs [s g, (s + 1) g)
 // for g = tp x cp x dp (Megatron's order, pp outermost) and rank r sends to rank r of the next:
 // a boundary some rank pair of which sits on two nodes goes through the NICs, the others over
-// the node's links, or, where the stages' span does not tile the nodes, the link a group of
-// that span crosses (what every boundary was priced at before).
+// the node's links.
 std::vector<Seconds> boundary_hops(const TimeContext& ctx, const PlanChoice& c);
+// Whether the sends from stage `from` to stage `to` leave the node: some rank of `from` and
+// the same rank of `to` sit on two nodes. The simulator sends over the NIC exactly there.
+bool boundary_crosses_nodes(const TimeContext& ctx, const ParallelConfig& p, int64_t from,
+                            int64_t to);
 
 // The whole iteration; the choice's parallel layout must be complete with gbs set.
 TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c);

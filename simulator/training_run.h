@@ -145,7 +145,7 @@ class Training {
 
   // training_sim.cpp
   SimTime run_iteration(int64_t it, SimTime offset);
-  void place_gpus(int64_t span, PipelineHooks& hooks);
+  void place_gpus(PipelineHooks& hooks);
   void start_parameter_gathers();
   void add_stage_reports(const PipelineResult& pr, SimTime end);
   // training_layers.cpp

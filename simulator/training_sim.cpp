@@ -105,7 +105,7 @@ TrainingReport Training::run() {
 
 // Each stage's GPUs with their groups, links, node and memory at the iteration's start, and
 // the link each stage boundary's sends take.
-void Training::place_gpus(int64_t span, PipelineHooks& hooks) {
+void Training::place_gpus(PipelineHooks& hooks) {
   for (int64_t s = 0; s < *p_.pp; ++s) {
     StageState& st = stages_[static_cast<size_t>(s)];
     const StageMemory& sm = memory_.stages[static_cast<size_t>(s)];
@@ -144,10 +144,16 @@ void Training::place_gpus(int64_t span, PipelineHooks& hooks) {
       for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
         x.peers[k2] = &st.groups[k2].at(x.group[k2]);
     }
+    // A boundary leaves the node where the next stage's GPUs (the one before's, backward)
+    // begin on another node, as boundary_hops prices it: where stages tile a node, only every
+    // node's last stage sends over its NIC.
     const GpuState& first = gpus_[static_cast<size_t>(st.first_gpu)];
-    const int link = ctx_.links.crosses_nodes(span) ? first.nic_out : first.nvlink_out;
-    hooks.down_links.push_back({link});
-    hooks.up_links.push_back({link});
+    const int64_t pp = *p_.pp;
+    auto link_to = [&](int64_t to) {
+      return boundary_crosses_nodes(ctx_, p_, s, to) ? first.nic_out : first.nvlink_out;
+    };
+    hooks.down_links.push_back({link_to((s + 1) % pp)});
+    hooks.up_links.push_back({link_to((s + pp - 1) % pp)});
   }
 }
 
@@ -232,7 +238,7 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
   const int64_t span = boundary_span(p_);
   PipelineHooks hooks;
   hooks.boundary_priority = o_.comm_priorities ? kPipelinePriority : 0;
-  place_gpus(span, hooks);
+  place_gpus(hooks);
   plan_layers(it);
 
   PipelineSpec spec;

@@ -1372,4 +1372,20 @@ TEST(TimeModel, StageBoundariesBetweenNodesGoThroughTheNics) {
   for (const Seconds& h : boundary_hops(four.ctx, one)) EXPECT_DOUBLE_EQ(h.value(), inside.value());
 }
 
+TEST(TimeModel, AStageBoundaryLeavesTheNodeWhereAnyRankPairStraddlesIt) {
+  // Stages of three GPUs on eight-GPU nodes: stage 1 holds GPUs 3-5, stage 2 GPUs 6-8, so rank
+  // 2 sends from GPU 5 to GPU 8 on the next node; stages 0 and 1 stay in node 0.
+  Inputs s("mixtral-8x7b.json", "h100-256.json");
+  ParallelConfig p = resolve(parse_parallel("tp=1,pp=8,ep=1,etp=1,dp=3,cp=1,vpp=1,mbs=1,gbs=24"));
+  EXPECT_FALSE(boundary_crosses_nodes(s.ctx, p, 0, 1));
+  EXPECT_TRUE(boundary_crosses_nodes(s.ctx, p, 1, 2));
+  EXPECT_TRUE(boundary_crosses_nodes(s.ctx, p, 2, 1));
+  EXPECT_FALSE(boundary_crosses_nodes(s.ctx, p, 3, 4));  // GPUs 9-11 to 12-14
+  EXPECT_TRUE(boundary_crosses_nodes(s.ctx, p, 4, 5));   // GPU 14 to 17
+  EXPECT_TRUE(boundary_crosses_nodes(s.ctx, p, 7, 0));   // the wrap
+  // Whole nodes a stage: every boundary leaves.
+  p = resolve(parse_parallel("tp=8,pp=4,ep=1,etp=1,dp=1,cp=1,vpp=1,mbs=1,gbs=8"));
+  for (int64_t k = 0; k < 4; ++k) EXPECT_TRUE(boundary_crosses_nodes(s.ctx, p, k, (k + 1) % 4));
+}
+
 }  // namespace moe
