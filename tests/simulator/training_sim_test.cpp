@@ -409,10 +409,7 @@ TEST(TrainingSim, PlannerWalksAnInterleavedPipelineWhoseHopsOutlastItsChunks) {
   // OLMoE on 4 x 8 A800 over PCIe, p = 4: a stage hop (16.8 MB at PCIe rates, ~5 ms) outlasts a
   // one-layer chunk's forward (~4 ms), so v = 4 waits in every round of the ring. The closed
   // form missed that by 16 % and ranked v = 4 first; walking the schedule, the planner is
-  // within 5 % of the simulator for v = 1, 2, 4 and no longer puts v = 4 ahead of v = 2. The
-  // simulator has v = 2 and v = 4 within 2 %: its interleaved stages hide more of the expert
-  // gradients' sync (edp = 4 pairs across the sockets' shared uplinks) than the planner's
-  // slowest-stage window allows.
+  // within 5 % of the simulator for v = 1, 2, 4, which has v = 2 and v = 4 within 2 %.
   const ModelSpec m =
       io::load_model(std::string(MOEPLAN_SOURCE_DIR) + "/models/hf/olmoe-1b-7b.config.json");
   const ClusterSpec cl = cluster("aptmoe-4x-a800-40gb-c1g4");
@@ -428,7 +425,8 @@ TEST(TrainingSim, PlannerWalksAnInterleavedPipelineWhoseHopsOutlastItsChunks) {
   EXPECT_NEAR(simulated[4] / simulated[2], 1.0, 0.02);
   EXPECT_LT(simulated[2], simulated[1]);
   EXPECT_LT(planned[2], planned[1]);
-  EXPECT_GT(planned[4], planned[2]);
+  // And v = 4 against v = 2 as the simulator has it (both ~1.5 % ahead at v = 4 now).
+  EXPECT_NEAR(planned[4] / planned[2], simulated[4] / simulated[2], 0.02);
 }
 
 TEST(TrainingSim, StagesThatTileANodeSendOverItsNicOnlyFromItsLastStage) {
