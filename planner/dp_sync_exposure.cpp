@@ -199,9 +199,12 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   const auto [nic_comm, fabric_comm] = traffic_of(s);
   const Seconds on_nic = sync_.crosses_nodes ? time - in_node : Seconds(0);
   const Seconds on_fabric = sync_.crosses_nodes ? in_node : time;
+  // A sync shorter than its pass meets that share of the pass's traffic (met below) and
+  // stretches the one pass; a longer one runs beside `overlapped` passes.
+  const double passes_beside = std::max(1.0, overlapped);
   auto share = [&](Seconds comm) {
     const Seconds forward_part = comm / passes_;
-    return (backward_pass ? comm - forward_part : forward_part) * overlapped;
+    return (backward_pass ? comm - forward_part : forward_part) * passes_beside;
   };
   // A link's slowdown while the sync shares it, and what the sync waits for the pass there.
   struct Sharing {
@@ -237,7 +240,7 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   }
   const StageTimes st = stage_from(shared, c_, layer_kinds(shared, c_), s);
   const Seconds stretched = backward_pass ? st.backward : st.forward;
-  return std::pair{unshared + (stretched - unshared) * overlapped, time + delay};
+  return std::pair{unshared + (stretched - unshared) * passes_beside, time + delay};
 }
 
 // The all-gather has run alone for the stage's slack before its first forward starts; the

@@ -480,8 +480,29 @@ TEST(TrainingSim, ASyncSlowsAGroupUnderOnePcieSwitchAsItSlowsTheLink) {
                                  "tp=2,pp=8,ep=1,etp=1,dp=1,cp=1,vpp=1,mbs=2,gbs=16,pp_first=7,"
                                  "pp_last=6",
                                  [&](PlanChoice& c) { c.recompute = r; });
-    EXPECT_LT(std::abs(d), r == Recompute::kFull ? 0.09 : 0.03) << static_cast<int>(r);
+    EXPECT_LT(std::abs(d), r == Recompute::kFull ? 0.075 : 0.03) << static_cast<int>(r);
   }
+}
+
+TEST(TrainingSim, ASyncShorterThanItsPassStretchesItOnce) {
+  // The hunt's A800 case (seed 3005, index 267): one stage, TP 4 in the node, CP 4 and the
+  // experts' 4-way DP across nodes. The expert gradients' sync meets 60 % of the last backward's
+  // traffic, which the planner discounted twice (met share x passes beside): 16.1 % under the
+  // simulator.
+  const ModelSpec m = sized_model(
+      "hunt-3005-267", 61, 5120, 1000, 64, 64, 80, {{"gated", false}},
+      {{"routed_experts", 16}, {"expert_size", 768}, {"top_k", 3}, {"shared_experts", 2}});
+  const double d =
+      relative_at(m, "aptmoe-4x-a800-40gb-c1g2", 32768,
+                  "tp=4,pp=1,ep=4,etp=1,dp=1,cp=4,vpp=1,mbs=1,gbs=1", [](PlanChoice& c) {
+                    c.recompute = Recompute::kSelective;
+                    c.optimizer_offload = 0.5;
+                    c.permute_fusion = false;
+                    c.dp_bf16_compression = true;
+                    c.mact = true;
+                    c.fcda_chunks = 4;
+                  });
+  EXPECT_LT(std::abs(d), 0.08);
 }
 
 TEST(TrainingSim, RematerializationsGathersShareTheLinksInThePlannerToo) {
