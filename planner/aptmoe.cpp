@@ -64,8 +64,9 @@ ExpertCost expert_cost(int expert, double tokens, double expert_params, double b
   auto eff = [](const EfficiencyCurve* curve, double size) {
     return curve ? curve->at(size) : 1.0;
   };
-  c.cpu = work / (rates.cpu * eff(rates.cpu_efficiency, work.value()));
-  c.gpu = work / (rates.gpu * eff(rates.gpu_efficiency, work.value()));
+  const double call = 2.0 * expert_params * tokens / std::max(rates.calls, 1.0);
+  c.cpu = work / (rates.cpu * eff(rates.cpu_efficiency, call));
+  c.gpu = work / (rates.gpu * eff(rates.gpu_efficiency, call * rates.gpu_curve_scale));
   c.load = rates.load_time(weights);
   return c;
 }

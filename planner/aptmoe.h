@@ -66,6 +66,12 @@ struct Rates {
   const EfficiencyCurve* cpu_efficiency = nullptr;
   const EfficiencyCurve* gpu_efficiency = nullptr;
   const EfficiencyCurve* pcie_efficiency = nullptr;
+  // The tokens run as this many calls (micro-batches), each over its share: the curves are read
+  // at one call's forward FLOPs, and the GPU's times `gpu_curve_scale` where its curve is
+  // another precision's (a BF16 curve read for FP32 GEMMs at their BF16-equivalent size, so
+  // that a small GEMM keeps the same launch floor at a sixteenth of the peak).
+  double calls = 1;
+  double gpu_curve_scale = 1;
   // A copy of `bytes` over PCIe at the efficiency its size reaches.
   Seconds load_time(Bytes bytes) const {
     if (!(bytes.value() > 0)) return Seconds(0);

@@ -46,7 +46,7 @@ const char* offload_system_name(OffloadSystem s) {
 }
 
 aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
-                            Precision precision) {
+                            Precision precision, int64_t micro_batches) {
   const NodeSpec& node = c.node;
   const int used_per_node = static_cast<int>(std::min<int64_t>(gpus, node.num_gpus));
   int on_switch = 0, on_socket = 0;
@@ -59,7 +59,12 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
   rates.pcie_efficiency = &ctx.eff.pcie_h2d;
   rates.cpu =
       node.cpus[node.cpu_of_gpu(0)].achievable_flops / static_cast<double>(std::max(on_socket, 1));
-  rates.gpu = peak_of(ctx, precision) * ctx.eff.gemm.at(1e11);
+  // The GEMM curve by one micro-batch's size: an expert that few tokens of a micro-batch visit
+  // runs a small GEMM, far from the peak (MoE-S-64 over 16 GPUs: 8 tokens an expert).
+  rates.gpu = peak_of(ctx, precision);
+  rates.gpu_efficiency = &ctx.eff.gemm;
+  rates.gpu_curve_scale = reference_peak_of(ctx, Precision::kBf16) / rates.gpu;
+  rates.calls = static_cast<double>(std::max<int64_t>(micro_batches, 1));
   return rates;
 }
 
@@ -105,8 +110,11 @@ OffloadLayer offload_layer(const TimeContext& ctx, const aptmoe::Rates& rates, i
   const ModelSpec& m = *ctx.model;
   const FlopsPerSec peak = peak_of(ctx, precision);
   const double weight_bytes = offload_weight_bytes(precision);
+  // A pass's GEMMs run a micro-batch at a time (rates.calls of them), at the curve's
+  // efficiency for one call, read at its BF16-equivalent size.
   auto gpu_time = [&](double flops) {
-    return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(flops / 8, 1.0)));
+    const double call = flops / std::max(rates.calls, 1.0) * rates.gpu_curve_scale / 8;
+    return Flops(flops) / (peak * ctx.eff.gemm.at(std::max(call, 1.0)));
   };
   const LayerParams& lp = ctx.params.layers[layer];
   const bool backward = kind == aptmoe::Pass::kBackward;
@@ -263,7 +271,7 @@ OffloadEstimate estimate_offload(const TimeContext& ctx, const ClusterSpec& c, i
   const double weight_bytes = offload_weight_bytes(precision);
   const double host_per_param = precision == Precision::kFp32 ? 20.0 : 18.0;
 
-  const aptmoe::Rates rates = offload_rates(ctx, c, gpus, precision);
+  const aptmoe::Rates rates = offload_rates(ctx, c, gpus, precision, micro);
   auto pass = [&](int64_t layer, aptmoe::Pass kind, bool resident) {
     const OffloadLayer l =
         offload_layer(ctx, rates, layer, stages, kind, tokens, precision, OffloadSystem::kAptMoe);

@@ -42,8 +42,9 @@ enum class OffloadSystem { kAptMoe, kMobius, kGPipeOffload };
 const char* offload_system_name(OffloadSystem s);
 
 // One GPU's view of the node: its share of the PCIe switch uplink and of its CPU socket.
+// `micro_batches`: the calls a pass's GEMMs run as (their efficiency is one call's).
 aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_t gpus,
-                            Precision precision);
+                            Precision precision, int64_t micro_batches = 1);
 
 // One layer's pass over `tokens` tokens (all of a stage's micro-batches): GPU and CPU work and
 // the weights the GPU loads. APTMoE splits experts by eq. (1); the baselines load them all.

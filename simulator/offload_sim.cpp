@@ -30,7 +30,7 @@ class OffloadSim {
       throw std::invalid_argument("offload run needs gpus <= stages <= layers");
     micro_ = run.global_batch / run.microbatch_size;
     if (micro_ < 1) throw std::invalid_argument("offload run needs at least one micro-batch");
-    rates_ = offload_rates(ctx, cluster, run.gpus, run.precision);
+    rates_ = offload_rates(ctx, cluster, run.gpus, run.precision, micro_);
     act_bytes_ = run.precision == Precision::kFp32 ? 4.0 : 2.0;
   }
 

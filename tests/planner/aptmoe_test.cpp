@@ -48,6 +48,29 @@ TEST(AptMoe, ExpertCostIsFlopsOverRate) {
   EXPECT_DOUBLE_EQ(b.cpu.value(), 2 * f.cpu.value());
 }
 
+TEST(AptMoe, AnExpertsGemmRunsAtOneMicroBatchsEfficiency) {
+  // 1,000 tokens over four micro-batches: four GEMMs of 4e9 FLOPs, each at the curve's
+  // efficiency there; an FP32 GEMM read at its BF16-equivalent size (x 16).
+  const EfficiencyCurve curve(std::vector<EfficiencyCurve::Point>{{1e9, 0.2}, {1e11, 0.8}});
+  Rates rates{FlopsPerSec(1e12), FlopsPerSec(20e12), BytesPerSec(25e9)};
+  rates.gpu_efficiency = &curve;
+  rates.calls = 4;
+  const double at_call = curve.at(4e9);
+  EXPECT_NEAR(expert_cost(0, 1000, 8e6, 4, rates, Pass::kForward).gpu.value(),
+              1.6e10 / (20e12 * at_call), 1e-12);
+  // The backward's GEMMs are the forward's shapes, twice over.
+  EXPECT_NEAR(expert_cost(0, 1000, 8e6, 4, rates, Pass::kBackward).gpu.value(),
+              3.2e10 / (20e12 * at_call), 1e-12);
+  rates.gpu_curve_scale = 16;
+  EXPECT_NEAR(expert_cost(0, 1000, 8e6, 4, rates, Pass::kForward).gpu.value(),
+              1.6e10 / (20e12 * curve.at(6.4e10)), 1e-12);
+  // Fewer tokens a call, a smaller GEMM further from the peak.
+  rates.gpu_curve_scale = 1;
+  rates.calls = 40;
+  EXPECT_GT(expert_cost(0, 1000, 8e6, 4, rates, Pass::kForward).gpu.value(),
+            1.6e10 / (20e12 * at_call) * 1.5);
+}
+
 TEST(AptMoe, LoadsPopularExpertsFirstAndStopsAtROne) {
   const Allocation a =
       allocate(costs({100, 5000, 20, 800, 3000, 10, 50, 1}), Fixed{Seconds(1e-3), Seconds(1e-5)});
