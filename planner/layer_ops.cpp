@@ -615,7 +615,31 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         ep > 1 && (etp > 1 || c.dispatcher != megascale::Dispatcher::kAllGather)
             ? CommPattern::kAllToAll
             : CommPattern::kRing;
-    if (!fuse_experts) add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true, ep_pattern);
+    // MoNTA's halves as their streams hold them (simulator/training_pass.cpp, add_monta).
+    auto monta_streams = [&](double wire) {
+      if (!(etp > 1 && ep > 1) || c.alltoall == monta::Strategy::kBaseline) return;
+      LayerOp& op = ops.back();
+      monta::Problem prob = expert_alltoall_problem(ctx, c);
+      prob.volume = prob.volume * (expert_load / ctx.skew.imbalance(m, ep) * wire);
+      const int64_t n = c.alltoall == monta::Strategy::kO1 ? 1 : c.alltoall_chunks;
+      const monta::ChunkCosts costs = monta::chunk_costs(prob, n);
+      const double pieces = static_cast<double>(n);
+      const bool o2 = c.alltoall == monta::Strategy::kO2;
+      const Seconds modeled =
+          n == 1 ? monta::o1_time(prob)
+                 : monta::at_chunks(prob, o2 ? monta::Pipelining::kO2 : monta::Pipelining::kO3, n)
+                       .time;
+      // Whatever the op holds beyond MoNTA's own time (FCDA's rounds) rides the all-to-all.
+      const Seconds residual = std::max(Seconds(0), op.time - modeled);
+      op.monta_in_node_link = costs.allgather * pieces;
+      op.monta_in_node = (costs.allgather + (o2 ? costs.d2d : Seconds(0))) * pieces;
+      op.monta_alltoall =
+          (costs.alltoall + (n > 1 ? prob.chunk_overhead : Seconds(0))) * pieces + residual;
+    };
+    if (!fuse_experts) {
+      add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true, ep_pattern);
+      monta_streams(fp8_wire < 1.0 ? fp8_wire : 1.0);
+    }
     // Grouped GEMM: each local expert sees its share of the routed tokens (all of the ETP
     // group's), in `chunks` pieces under FCDA, with its FFN cut over etp.
     const double local_experts = static_cast<double>(m.num_routed_experts / ep);
@@ -633,6 +657,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     } else {
       add("routed experts", OpKind::kCompute, experts, true);
       add("combine", OpKind::kEp, combine, false, ep_pattern, combine_relief);
+      monta_streams(1.0);
     }
     if (m.shared_ffn_total() > 0) {
       add_ffn("shared experts", "shared FFN TP all-gather + reduce-scatter",

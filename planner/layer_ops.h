@@ -51,6 +51,12 @@ struct LayerOp {
   // overhead. The simulator waits it out and sends the rest as bytes, so flows sharing the
   // link stretch only the rest.
   Seconds latency{};
+  // MoNTA's expert all-to-all (experts tensor-parallel across EP) runs as pieces on two
+  // streams, as the simulator runs them: the all-to-all (with its per-chunk overhead) on the
+  // EP stream and link, the all-gather inside the node (and O2's D2D copies) on the TP stream,
+  // the all-gather on the node's links. `time` is their pipelined whole; these are what each
+  // stream and the node's links hold. Zero for every other op.
+  Seconds monta_alltoall{}, monta_in_node{}, monta_in_node_link{};
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP

@@ -23,7 +23,10 @@ LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp
 }
 
 LinkLoads link_traffic(const TimeContext& ctx, const ParallelConfig& p, const StageTimes& st) {
-  return link_loads(ctx, p, st.tp - st.tp_latency, st.ep - st.ep_latency, st.cp - st.cp_latency);
+  LinkLoads out = link_loads(ctx, p, st.tp - st.tp_latency, st.ep - st.ep_latency - st.ep_off_link,
+                             st.cp - st.cp_latency);
+  out.fabric += st.ep_in_node_link;
+  return out;
 }
 
 namespace {
@@ -52,6 +55,8 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.tp_latency += from.tp_latency * times;
   to.ep_latency += from.ep_latency * times;
   to.cp_latency += from.cp_latency * times;
+  to.ep_off_link += from.ep_off_link * times;
+  to.ep_in_node_link += from.ep_in_node_link * times;
   to.ep_held_sms += from.ep_held_sms * times;
   to.host_forward += from.host_forward * times;
   to.host_backward += from.host_backward * times;

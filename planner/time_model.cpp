@@ -33,6 +33,10 @@ struct Pass {
   // rematerializing gather issued behind the layer above's last collective runs beside before
   // this layer's first compute that needs communicated data (the simulator's order).
   Seconds edge_compute;
+  // What the EP stream and link hold of `ep` (MoNTA's pieces: its all-to-all; all of it
+  // otherwise, less its latency on the link), and what MoNTA's in-node pieces add to the TP
+  // stream and the node's links.
+  Seconds ep_stream, ep_link, tp_stream_extra, fabric_extra;
 };
 
 Seconds exposed(Seconds comm, Seconds compute, bool overlap) {
@@ -274,6 +278,15 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
       case OpKind::kEp:
         out.ep += op.time;
         out.ep_latency += op.latency;
+        if (op.monta_alltoall.value() > 0) {
+          out.ep_stream += op.monta_alltoall;
+          out.ep_link += std::max(Seconds(0), op.monta_alltoall - op.latency);
+          out.tp_stream_extra += op.monta_in_node;
+          out.fabric_extra += op.monta_in_node_link;
+        } else {
+          out.ep_stream += op.time;
+          out.ep_link += op.time - op.latency;
+        }
         break;
       case OpKind::kCp:
         out.cp += op.time;
@@ -300,8 +313,9 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   // stage and only for the stage with the most compute, Kimi-Linear-48B on the A800 C1+G4
   // cluster, tp = 2 and ep = 8 on PCIe, came out 19 % under the simulator: the head's stage
   // had the compute, the others the link.)
-  const LinkLoads links =
-      link_loads(ctx, c.parallel, f.tp - f.tp_latency, f.ep - f.ep_latency, f.cp - f.cp_latency);
+  LinkLoads links =
+      link_loads(ctx, c.parallel, f.tp - f.tp_latency, f.ep_link, f.cp - f.cp_latency);
+  links.fabric += f.fabric_extra;
   // Without overlap a layer's operators run one after another. With it (MegaScale's
   // inter-operator overlap) the layer runs as 1 / kOverlapResidual slices that pipeline over
   // the compute stream and the links, a flow shop of identical jobs: one slice's whole chain,
@@ -317,7 +331,8 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
     return (compute + comm) * kOverlapResidual +
            std::max({compute, links.nic, links.fabric, stream}) * (1.0 - kOverlapResidual);
   };
-  const Seconds busiest_stream = std::max({f.tp, f.ep, f.cp});
+  // MoNTA's pieces split between the EP and TP streams, which pipeline them slice by slice.
+  const Seconds busiest_stream = std::max({f.tp + f.tp_stream_extra, f.ep_stream, f.cp});
   // Overlapped dispatch and combine hold some of the SMs the compute beside them would use.
   Seconds held_sms;
   auto beside_ep = [&](Seconds compute, Seconds ep) {
@@ -352,10 +367,10 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   const double passes = traffic_passes(c.recompute);
   StageTimes st;
   st.forward = forward;
-  st.backward =
-      std::max({backward + redo + redo_comm, links.nic * (passes - 1.0) + replayed.nic,
-                links.fabric * (passes - 1.0) + replayed.fabric, f.tp * (passes - 1.0) + f.redo_tp,
-                f.ep * (passes - 1.0) + f.redo_ep, f.cp * (passes - 1.0)});
+  st.backward = std::max({backward + redo + redo_comm, links.nic * (passes - 1.0) + replayed.nic,
+                          links.fabric * (passes - 1.0) + replayed.fabric,
+                          (f.tp + f.tp_stream_extra) * (passes - 1.0) + f.redo_tp,
+                          f.ep_stream * (passes - 1.0) + f.redo_ep, f.cp * (passes - 1.0)});
   // Neither pass ends before the host has issued it (host_time.h).
   const LayerHostTime host = layer_host_time(ctx, c, moe_layer);
   const Seconds work_backward = st.backward;
@@ -395,6 +410,8 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   st.tp_latency = f.tp_latency * passes + f.redo_tp_latency;
   st.ep_latency = f.ep_latency * passes + f.redo_ep_latency;
   st.cp_latency = f.cp_latency * passes;
+  st.ep_off_link = std::max(Seconds(0), f.ep - f.ep_latency - f.ep_link) * passes;
+  st.ep_in_node_link = f.fabric_extra * passes;
   st.ep_held_sms = held_sms;
   return st;
 }

@@ -93,6 +93,9 @@ struct StageTimes {
   Seconds compute, recompute, tp, ep, cp;  // forward + backward parts, per micro-batch
   // Of tp, ep and cp, what holds no link (LayerOp::latency): link_traffic leaves it out.
   Seconds tp_latency, ep_latency, cp_latency;
+  // Of ep, what MoNTA's in-node pieces take off the EP link, and what they put on the node's
+  // links instead (LayerOp::monta_in_node_link).
+  Seconds ep_off_link, ep_in_node_link;
   // Compute time the SMs of overlapped EP communication took (overlap_compute_stretch): in
   // forward and backward, not in compute; the breakdown counts it as EP communication.
   Seconds ep_held_sms;
