@@ -538,6 +538,13 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     // The work records each half's collective size: DeepEP's as the all-to-all's send buffer it
     // replaces (it sends each token once per destination rank or node instead of once per
     // expert).
+    // The expert all-to-all MoNTA pipelines (experts tensor-parallel across EP), at the busiest
+    // rank's tokens and `wire`'s bytes.
+    auto monta_problem = [&](double wire) {
+      monta::Problem prob = expert_alltoall_problem(ctx, c);
+      prob.volume = prob.volume * (expert_load / ctx.skew.imbalance(m, ep) * wire);
+      return prob;
+    };
     auto pair_at = [&](double wire) {
       OpWork pair;
       if (ep == 1 && etp > 1) {
@@ -549,24 +556,9 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         if (etp > 1) {
           // MoNTA: expert TP inside the node; the chosen AllToAll strategy for dispatch, again
           // for combine.
-          monta::Problem prob = expert_alltoall_problem(ctx, c);
-          prob.volume = prob.volume * (expert_load / ctx.skew.imbalance(m, ep) * wire);
-          Seconds one;
-          switch (c.alltoall) {
-            case monta::Strategy::kBaseline:
-              one = monta::baseline_time(prob);
-              break;
-            case monta::Strategy::kO1:
-              one = monta::o1_time(prob);
-              break;
-            case monta::Strategy::kO2:
-              one = monta::at_chunks(prob, monta::Pipelining::kO2, c.alltoall_chunks).time;
-              break;
-            case monta::Strategy::kO3:
-              one = monta::at_chunks(prob, monta::Pipelining::kO3, c.alltoall_chunks).time;
-              break;
-          }
-          pair = sent(one, prob.volume) * 2.0;
+          const monta::Problem prob = monta_problem(wire);
+          pair = sent(monta::run_strategy(prob, c.alltoall, c.alltoall_chunks).time, prob.volume) *
+                 2.0;
         } else if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
           const Bytes rows(tokens * h * kActivationBytes * expert_load * wire);
           pair =
@@ -619,22 +611,16 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     auto monta_streams = [&](double wire) {
       if (!(etp > 1 && ep > 1) || c.alltoall == monta::Strategy::kBaseline) return;
       LayerOp& op = ops.back();
-      monta::Problem prob = expert_alltoall_problem(ctx, c);
-      prob.volume = prob.volume * (expert_load / ctx.skew.imbalance(m, ep) * wire);
-      const int64_t n = c.alltoall == monta::Strategy::kO1 ? 1 : c.alltoall_chunks;
-      const monta::ChunkCosts costs = monta::chunk_costs(prob, n);
-      const double pieces = static_cast<double>(n);
+      const monta::StrategyRun run =
+          monta::run_strategy(monta_problem(wire), c.alltoall, c.alltoall_chunks);
+      const monta::ChunkCosts& piece = run.per_chunk;
+      const double pieces = static_cast<double>(run.chunks);
       const bool o2 = c.alltoall == monta::Strategy::kO2;
-      const Seconds modeled =
-          n == 1 ? monta::o1_time(prob)
-                 : monta::at_chunks(prob, o2 ? monta::Pipelining::kO2 : monta::Pipelining::kO3, n)
-                       .time;
       // Whatever the op holds beyond MoNTA's own time (FCDA's rounds) rides the all-to-all.
-      const Seconds residual = std::max(Seconds(0), op.time - modeled);
-      op.monta_in_node_link = costs.allgather * pieces;
-      op.monta_in_node = (costs.allgather + (o2 ? costs.d2d : Seconds(0))) * pieces;
-      op.monta_alltoall =
-          (costs.alltoall + (n > 1 ? prob.chunk_overhead : Seconds(0))) * pieces + residual;
+      const Seconds residual = std::max(Seconds(0), op.time - run.time);
+      op.monta_in_node_link = piece.allgather * pieces;
+      op.monta_in_node = (piece.allgather + (o2 ? piece.d2d : Seconds(0))) * pieces;
+      op.monta_alltoall = (piece.alltoall + run.overhead) * pieces + residual;
     };
     if (!fuse_experts) {
       add("dispatch", OpKind::kEp, dispatch_pair * 0.5, true, ep_pattern);

@@ -67,6 +67,30 @@ ChunkChoice at_chunks(const Problem& p, Pipelining kind, int64_t chunks) {
   return out;
 }
 
+StrategyRun run_strategy(const Problem& p, Strategy s, int64_t chunks) {
+  StrategyRun run;
+  switch (s) {
+    case Strategy::kBaseline:
+      run.time = baseline_time(p);
+      break;
+    case Strategy::kO1:
+      run.per_chunk = chunk_costs(p, 1);
+      run.time = o1_time(p);
+      break;
+    case Strategy::kO2:
+    case Strategy::kO3: {
+      const ChunkChoice c =
+          at_chunks(p, s == Strategy::kO2 ? Pipelining::kO2 : Pipelining::kO3, chunks);
+      run.chunks = chunks;
+      run.per_chunk = c.per_chunk;
+      run.overhead = chunks > 1 ? p.chunk_overhead : Seconds(0);
+      run.time = c.time;
+      break;
+    }
+  }
+  return run;
+}
+
 ChunkChoice best_chunking(const Problem& p, Pipelining kind) {
   ChunkChoice best = at_chunks(p, kind, 1);
   for (int64_t n = 2; n <= p.max_chunks; ++n) {

@@ -85,6 +85,17 @@ ChunkChoice at_chunks(const Problem& p, Pipelining kind, int64_t chunks);
 
 enum class Strategy { kBaseline, kO1, kO2, kO3 };
 const char* strategy_name(Strategy s);
+// One AllToAll under strategy `s` (O2 and O3 at N = `chunks`; O1 sends whole, N = 1) and the
+// pieces its streams run: N all-to-alls across the nodes (each with `overhead`, the per-chunk
+// cost when N > 1), N all-gathers inside the node and, for O2 and O3, N D2D copies. The
+// baseline has no pieces (per_chunk left zero).
+struct StrategyRun {
+  int64_t chunks = 1;
+  ChunkCosts per_chunk;
+  Seconds overhead;
+  Seconds time;
+};
+StrategyRun run_strategy(const Problem& p, Strategy s, int64_t chunks);
 // Algorithm 3.
 Strategy select_strategy(Seconds o1, Seconds o2, Seconds o3);
 

@@ -64,14 +64,11 @@ uint32_t Training::add_monta(std::vector<Task>& g, const StageState& st, const L
   prob.volume = prob.volume * (load / ctx_.skew.imbalance(m_, *p_.ep));
   const bool nic = crosses_nodes(ctx_, p_, OpKind::kEp);
   const bool o3 = plan_.alltoall == monta::Strategy::kO3;
-  const int64_t n = plan_.alltoall == monta::Strategy::kO1 ? 1 : plan_.alltoall_chunks;
-  const monta::ChunkCosts c = monta::chunk_costs(prob, n);
-  const Seconds modeled =
-      plan_.alltoall == monta::Strategy::kO1
-          ? monta::o1_time(prob)
-          : monta::at_chunks(prob, o3 ? monta::Pipelining::kO3 : monta::Pipelining::kO2, n).time;
-  const Seconds residual = std::max(Seconds(0), op.time - modeled);
-  const Seconds overhead = n > 1 ? prob.chunk_overhead : Seconds(0);
+  const monta::StrategyRun run = monta::run_strategy(prob, plan_.alltoall, plan_.alltoall_chunks);
+  const int64_t n = run.chunks;
+  const monta::ChunkCosts& c = run.per_chunk;
+  const Seconds residual = std::max(Seconds(0), op.time - run.time);
+  const Seconds overhead = run.overhead;
   auto push = [&](Task t, std::vector<uint32_t> deps) {
     t.after = std::move(deps);
     return append(g, std::move(t));
