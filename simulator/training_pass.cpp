@@ -296,7 +296,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     const LayerState& L = layers_.at(static_cast<size_t>(layer));
     Task t =
         compute_task(to_host ? "activation offload (to host)" : "activation offload (back to GPU)",
-                     kCopyStream, L.offload_copy);
+                     to_host ? kD2hStream : kH2dStream, L.offload_copy);
     t.after = std::move(after);
     t.tag = add_action(st, to_host ? MemAction{layer, id.micro, L.chunks, Bytes(0), L.offloaded}
                                    : MemAction{layer, id.micro, L.chunks, L.offloaded, Bytes(0)});
@@ -317,7 +317,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
       chain(l, false, 1.0, L.token_op, a_first, a_token, 0, host);
       int64_t& last = tail[static_cast<size_t>(slices - 1)];
       if (copying >= 0) {
-        Task out = compute_task("layer offloaded", kCopyStream, Seconds(0));
+        Task out = compute_task("layer offloaded", kD2hStream, Seconds(0));
         out.after = {static_cast<uint32_t>(copying), static_cast<uint32_t>(last)};
         last = append(g, std::move(out));
         copying = -1;

@@ -22,6 +22,10 @@ const char* stream_name(int stream) {
       return "dp";
     case kCopyStream:
       return "copy";
+    case kD2hStream:
+      return "d2h";
+    case kH2dStream:
+      return "h2d";
     case kHostStream:
       return "host";
   }

@@ -92,8 +92,11 @@ struct OomEvent {
   Bytes needed, capacity;
 };
 
-// kCopyStream: the copy engine MoNTA O3 runs its token-order D2D copies on. kHostStream: the
-// framework's CPU thread issuing each layer's kernels (planner/host_time.h).
+// kCopyStream: the copy engine MoNTA O3 runs its token-order D2D copies on. kD2hStream and
+// kH2dStream: activation offloading's copies to and from the host, on the two streams
+// Megatron's PipelineOffloadManager keeps apart from any other (and from each other: PCIe is
+// full duplex). kHostStream: the framework's CPU thread issuing each layer's kernels
+// (planner/host_time.h).
 enum Stream {
   kCompute = 0,
   kTpStream,
@@ -101,6 +104,8 @@ enum Stream {
   kCpStream,
   kDpStream,
   kCopyStream,
+  kD2hStream,
+  kH2dStream,
   kHostStream,
   kStreams
 };

@@ -211,10 +211,13 @@ void print_simulation_text(const SimulatedRun& run) {
     fmt::print("iterations:{}\n", list);
   }
   fmt::print("\nper stage, share of the simulated time (waited: compute idle inside a pass)\n");
-  // The copy stream's column only where something waited on it (MoNTA O3's D2D copies,
-  // activation offloading).
-  const bool copies = std::any_of(r.stages.begin(), r.stages.end(), [](const sim::StageReport& x) {
-    return x.waited[sim::kCopyStream].value() > 0;
+  // The copy streams' column only where something waited on them (MoNTA O3's D2D copies,
+  // activation offloading's to and from the host).
+  auto copy_wait = [](const sim::StageReport& x) {
+    return x.waited[sim::kCopyStream] + x.waited[sim::kD2hStream] + x.waited[sim::kH2dStream];
+  };
+  const bool copies = std::any_of(r.stages.begin(), r.stages.end(), [&](const sim::StageReport& x) {
+    return copy_wait(x).value() > 0;
   });
   std::vector<std::string> head = {"stage",     "compute",   "waited TP",  "waited EP",
                                    "waited CP", "waited DP", "waited host"};
@@ -230,7 +233,7 @@ void print_simulation_text(const SimulatedRun& run) {
                                     percent(x.waited[sim::kCpStream], total),
                                     percent(x.waited[sim::kDpStream], total),
                                     percent(x.waited[sim::kHostStream], total)};
-    if (copies) row.push_back(percent(x.waited[sim::kCopyStream], total));
+    if (copies) row.push_back(percent(copy_wait(x), total));
     row.insert(row.end(), {percent(x.pipeline_wait, total), percent(x.nvlink_busy, total),
                            percent(x.nic_busy, total),
                            fmt::format("{} / {}", as_gb(x.peak_bytes.value()),
