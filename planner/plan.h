@@ -216,10 +216,11 @@ struct TimeBreakdown {
   Seconds recompute;  // forward work redone in backward
   Seconds tp_comm;    // TP all-gather/reduce-scatter or Ulysses all-to-all
   Seconds ep_comm;    // dispatch and combine
-  Seconds ep_held_sms;  // the part of ep_comm that is compute slowed by their kernels' SMs
-  Seconds cp_comm;      // ring attention K/V exchange
-  Seconds pp_comm;      // pipeline fill and drain sends
-  Seconds dp_comm;      // gradient reduce-scatter and parameter all-gather
+  Seconds ep_held_sms;      // the part of ep_comm that is compute slowed by their kernels' SMs
+  Seconds cp_comm;          // ring attention K/V exchange
+  Seconds pp_comm;          // pipeline sends: fill and drain, and the passes they slow beside them
+  Seconds pp_send_stretch;  // the part of pp_comm that is passes slowed beside the sends
+  Seconds dp_comm;          // gradient reduce-scatter and parameter all-gather
   // The pipeline stage whose once-per-iteration gradient reduce-scatter (ZeRO 0-1) and
   // parameter all-gather (ZeRO 0-2) show most, and how long each takes; -1 when none runs.
   int64_t dp_reduce_stage = -1, dp_gather_stage = -1;

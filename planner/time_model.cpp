@@ -585,8 +585,8 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   const Seconds per_mb = slowest.forward + slowest.backward;
   // Split the steady state by what the slowest stage spends it on.
   // The compute that overlapped EP communication's SMs slowed is EP's cost, as far as it shows.
-  const Seconds exposed_all =
-      per_mb - slowest.compute - slowest.recompute - slowest.host() - slowest.offload();
+  const Seconds exposed_all = per_mb - slowest.compute - slowest.recompute - slowest.host() -
+                              slowest.offload() - slowest.send_stretch;
   const Seconds held =
       std::clamp(slowest.ep_held_sms, Seconds(0), std::max(exposed_all, Seconds(0)));
   const Seconds exposed_comm = exposed_all - held;
@@ -683,6 +683,9 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   add_dp_sync_exposure(ctx, c, pipeline, syncs, scratch, out);
 
   out.iteration = per_mb * mb + out.bubble + out.dp_comm + out.optimizer + out.pp_comm;
+  // The steady state's passes hold what the sends beside them slowed them by.
+  out.pp_send_stretch = slowest.send_stretch * mb;
+  out.pp_comm += out.pp_send_stretch;
   return out;
 }
 

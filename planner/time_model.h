@@ -109,6 +109,9 @@ struct StageTimes {
   // in forward and the first layer's back in backward, or the layer work it waits beside (the
   // shorter; the largest over the chunk's layers).
   Seconds offload_edge_forward, offload_edge_backward;
+  // What the pipeline's sends slow the passes they start beside by, sharing their link with
+  // the passes' TP/EP/CP traffic (stage_pricing.h, send_stretch): in forward and backward.
+  Seconds send_stretch;
 };
 StageTimes stage_times(const TimeContext& ctx, const PlanChoice& c, int64_t stage);
 // One layer's share of that, for one micro-batch: its forward and backward passes with their

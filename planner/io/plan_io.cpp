@@ -159,6 +159,7 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
                             {"cpu_experts", t.cpu_experts.value()},
                             {"host", t.host.value()}}},
                           {"ep_comm_held_sms_s", t.ep_held_sms.value()},
+                          {"pp_comm_send_stretch_s", t.pp_send_stretch.value()},
                           {"compute_busy_share", compute_busy_share(t)},
                           {"peak_bytes", s.peak_bytes.value()},
                           {"host_bytes", s.host_bytes.value()},

@@ -394,6 +394,11 @@ void print_best_plan_time(const PlanReport& report) {
         "EP comm: {} of it is compute slowed beside the overlapped dispatch and combine, whose "
         "kernels hold {:g} of the GPU's {} SMs\n\n",
         as_ms(b.ep_held_sms, 1), ep_comm_sms(ctx, best.choice), ctx.gpu.sms);
+  if (b.pp_send_stretch.value() > 0)
+    fmt::print(
+        "PP comm: {} of it is passes slowed beside the pipeline's sends, which share a link with "
+        "their TP/EP/CP traffic\n\n",
+        as_ms(b.pp_send_stretch, 1));
   const ParallelConfig& bp = best.choice.parallel;
   // The two numbers users compare with first: Megatron-LM's per-iteration log line (an APTMoE
   // offload plan does not run on Megatron-LM).
