@@ -632,7 +632,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // the heavy one's warm-up (two dense layers then one MoE layer and the head over pp = 2, two
   // micro-batches: 14 % over the simulator); the walk is short there, so take it (GPipe's too).
   const bool few = out.microbatches < 2 * pp;
-  const bool walk_few = pp > 1 && *p.vpp == 1 && few;
+  bool walk_few = pp > 1 && *p.vpp == 1 && few;
   std::vector<ChunkTimes> few_chunks;
   Seconds few_walked;
   if (walk_few) {
@@ -664,6 +664,12 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     const Seconds walked = schedule_makespan(interleaved_chunks, out.microbatches, hops, c.gpipe);
     const Seconds beyond = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
     out.bubble = uneven_layout || few || uneven_stages ? beyond : std::max(out.bubble, beyond);
+    // ZeRO-3's gathers stretch the fill and drain's passes too: the syncs walk it again.
+    if (few && c.zero_stage >= 3) {
+      walk_few = true;
+      few_chunks = interleaved_chunks;
+      few_walked = walked;
+    }
   }
 
   // What follows prices the DP syncs: the optimizer step, and their exposure, which only adds (a
