@@ -22,11 +22,29 @@ LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp
   return out;
 }
 
+namespace {
+
+// Which of TP, EP and CP cross nodes, asked once for many StageTimes.
+struct GroupsAcross {
+  bool tp, ep, cp;
+  GroupsAcross(const TimeContext& ctx, const ParallelConfig& p)
+      : tp(crosses_nodes(ctx, p, OpKind::kTp)),
+        ep(crosses_nodes(ctx, p, OpKind::kEp)),
+        cp(crosses_nodes(ctx, p, OpKind::kCp)) {}
+  LinkLoads traffic(const StageTimes& st) const {
+    LinkLoads out;
+    (tp ? out.nic : out.fabric) += st.tp - st.tp_latency;
+    (ep ? out.nic : out.fabric) += st.ep - st.ep_latency - st.ep_off_link;
+    (cp ? out.nic : out.fabric) += st.cp - st.cp_latency;
+    out.fabric += st.ep_in_node_link;
+    return out;
+  }
+};
+
+}  // namespace
+
 LinkLoads link_traffic(const TimeContext& ctx, const ParallelConfig& p, const StageTimes& st) {
-  LinkLoads out = link_loads(ctx, p, st.tp - st.tp_latency, st.ep - st.ep_latency - st.ep_off_link,
-                             st.cp - st.cp_latency);
-  out.fabric += st.ep_in_node_link;
-  return out;
+  return GroupsAcross(ctx, p).traffic(st);
 }
 
 namespace {
@@ -108,33 +126,65 @@ void add_offload_edges(StageTimes& st, double passes) {
 // A800 nodes at pp 2, vpp 2, EP 8 across nodes: 33.5 MB sends at 6.25 GB/s a GPU beside
 // layers whose all-to-alls held the NIC 87 % of their 7.5 ms. Each pass after a send took
 // 4.5 ms longer in the simulator, the planner 18.7 % under it.)
-Seconds send_stretch(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
-                     int64_t s, int64_t k, bool backward_pass) {
+// What stage s's chunk passes need for it, once a stage: each kind's traffic by link, and the
+// send beside each direction's passes (forward passes' from backwards, up the pipeline).
+struct StageSends {
+  std::array<LinkLoads, LayerKinds::kCount> traffic;
+  bool across[2] = {false, false};  // by pass: forward, backward
+  Seconds send[2];
+  double per_pass[2] = {0, 0};  // sends a pass of that direction, on average over the chunks
+  // Whether any pass keeps traffic on a send's link: most layouts keep none there (EP in the
+  // node, sends across it), and the search's hot path stops.
+  bool shared = false;
+};
+
+StageSends stage_sends(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                       int64_t s) {
   const ParallelConfig& p = c.parallel;
   const int64_t pp = *p.pp, v = *p.vpp;
-  if (pp == 1) return Seconds(0);
-  // The send beside a forward came from a backward, which sends up the pipeline (but chunk 0's
-  // on stage 0); the one beside a backward from a forward, down (but the last stage's last).
-  const int64_t to = backward_pass ? (s + 1) % pp : (s + pp - 1) % pp;
-  const double sends = static_cast<double>(v - ((backward_pass ? s == pp - 1 : s == 0) ? 1 : 0)) /
-                       static_cast<double>(v);
-  if (sends <= 0) return Seconds(0);
-  const bool across = boundary_crosses_nodes(ctx, p, s, to);
-  const Seconds send = boundary_bytes(ctx, c) / (across ? ctx.links.inter : ctx.links.intra);
+  StageSends out;
+  if (pp == 1) return out;
+  const Bytes bytes = boundary_bytes(ctx, c);
+  for (int backward = 0; backward < 2; ++backward) {
+    // The send beside a forward came from a backward, which sends up the pipeline (but chunk
+    // 0's on stage 0); the one beside a backward from a forward, down (but the last stage's
+    // last).
+    const int64_t to = backward ? (s + 1) % pp : (s + pp - 1) % pp;
+    const bool none = backward ? s == pp - 1 : s == 0;
+    out.per_pass[backward] = static_cast<double>(v - (none ? 1 : 0)) / static_cast<double>(v);
+    out.across[backward] = boundary_crosses_nodes(ctx, p, s, to);
+    out.send[backward] = bytes / (out.across[backward] ? ctx.links.inter : ctx.links.intra);
+  }
+  const LayerKinds::Times& own = kinds.at(s);
+  const GroupsAcross groups(ctx, p);
+  for (size_t k = 0; k < own.size(); ++k) {
+    out.traffic[k] = groups.traffic(own[k]);
+    for (int b = 0; b < 2; ++b)
+      out.shared |= out.per_pass[b] > 0 && out.traffic[k].on(out.across[b]).value() > 0;
+  }
+  return out;
+}
+
+Seconds send_stretch(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                     const StageSends& sends, int64_t s, const LayerRange& layers,
+                     bool backward_pass) {
+  const int b = backward_pass ? 1 : 0;
+  if (!sends.shared || sends.per_pass[b] <= 0) return Seconds(0);
+  const Seconds send = sends.send[b];
   const double passes = traffic_passes(c.recompute);
-  const LayerRange layers = chunk_layers(*ctx.model, p, s, k);
   Seconds covered, traffic, stretch;
   for (int64_t i = 0; i < layers.size(); ++i) {
     const int64_t l = backward_pass ? layers.end - 1 - i : layers.begin + i;
-    const StageTimes& layer = kinds.of(ctx, s, static_cast<size_t>(l));
-    const Seconds link = link_traffic(ctx, p, layer).on(across);
+    const size_t kind = ctx.layer_kinds[static_cast<size_t>(l)];
+    const StageTimes& layer = kinds.at(s)[kind];
+    const Seconds link = sends.traffic[kind].on(sends.across[b]);
     const Seconds forward_part = link / passes;
     traffic += backward_pass ? link - forward_part : forward_part;
     covered += backward_pass ? layer.backward : layer.forward;
     stretch = std::clamp(traffic + send - covered, Seconds(0), traffic);
     if (covered >= send + stretch) break;
   }
-  return stretch * sends;
+  return stretch * sends.per_pass[b];
 }
 
 // Model chunk k of stage s, one micro-batch: its forward and backward over the chunk's layers
@@ -153,8 +203,9 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
     edge_forward = std::max(edge_forward, layer.offload_edge_forward);
     edge_backward = std::max(edge_backward, layer.offload_edge_backward);
   }
-  forward += edge_forward + send_stretch(ctx, c, kinds, s, k, false);
-  backward += edge_backward + send_stretch(ctx, c, kinds, s, k, true);
+  const StageSends sends = stage_sends(ctx, c, kinds, s);
+  forward += edge_forward + send_stretch(ctx, c, kinds, sends, s, layers, false);
+  backward += edge_backward + send_stretch(ctx, c, kinds, sends, s, layers, true);
   if (k == 0) backward += before_first_layer(ctx, c, s).backward;
   if (k == v - 1) {
     const StageTimes tail = after_last_layer(ctx, c, kinds, s);
@@ -244,9 +295,11 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   add(st, before_first_layer(ctx, c, stage), 1.0);
   add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
   add_offload_edges(st, static_cast<double>(*p.vpp));
-  for (int64_t k = 0; k < *p.vpp; ++k) {
-    const Seconds forward = send_stretch(ctx, c, kinds, stage, k, false);
-    const Seconds backward = send_stretch(ctx, c, kinds, stage, k, true);
+  const StageSends sends = stage_sends(ctx, c, kinds, stage);
+  for (int64_t k = 0; k < *p.vpp && sends.shared; ++k) {
+    const LayerRange chunk = chunk_layers(m, p, stage, k);
+    const Seconds forward = send_stretch(ctx, c, kinds, sends, stage, chunk, false);
+    const Seconds backward = send_stretch(ctx, c, kinds, sends, stage, chunk, true);
     st.forward += forward;
     st.backward += backward;
     st.send_stretch += forward + backward;
