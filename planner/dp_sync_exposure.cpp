@@ -126,7 +126,10 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
   // as window: 18.6 % under the simulator, 5.1 % without).
   // Each hop is the boundary's own (pipeline_.hops[s]: into stage s, the wrap at 0): a stage
   // boundary between nodes waits for the NICs where the others take NVLink.
-  const bool hops_share_link = sync_.crosses_nodes && ctx_.links.crosses_nodes(boundary_span(p_));
+  // Whether the hop after stage s takes the sync's NICs: the boundary's own link, as priced.
+  auto hop_shares_link = [&](int64_t s) {
+    return sync_.crosses_nodes && boundary_crosses_nodes(ctx_, p_, s, (s + 1) % pp_);
+  };
   auto hop_after = [&](int64_t s) {
     return pipeline_.hops.empty() ? Seconds(0) : pipeline_.hops[static_cast<size_t>((s + 1) % pp_)];
   };
@@ -134,7 +137,7 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
   for (int64_t k = 0; k + 1 < *p_.vpp; ++k) {
     for (int64_t s = 0; s < pp_; ++s) {
       round[static_cast<size_t>(k)] +=
-          chunk_pass(s, k, backward_pass) + (hops_share_link ? Seconds(0) : hop_after(s));
+          chunk_pass(s, k, backward_pass) + (hop_shares_link(s) ? Seconds(0) : hop_after(s));
     }
   }
   Seconds slack;

@@ -98,7 +98,7 @@ class PipelineDriver::Impl {
         // Next stage, or the first stage's next chunk after the last stage.
         const int64_t to = s + 1 < p_ ? s + 1 : 0;
         const int64_t chunk = s + 1 < p_ ? op.chunk : op.chunk + 1;
-        send(s, down_[s], label, [this, to, chunk, op] {
+        send(s, down_[s], latency(hooks_.down_latency, s), label, [this, to, chunk, op] {
           fwd_arrived_[cell(to, chunk, op.micro)] = 1;
           try_start(to);
         });
@@ -106,7 +106,7 @@ class PipelineDriver::Impl {
     } else if (s > 0 || op.chunk > 0) {
       const int64_t to = s > 0 ? s - 1 : p_ - 1;
       const int64_t chunk = s > 0 ? op.chunk : op.chunk - 1;
-      send(s, up_[s], label, [this, to, chunk, op] {
+      send(s, up_[s], latency(hooks_.up_latency, s), label, [this, to, chunk, op] {
         bwd_arrived_[cell(to, chunk, op.micro)] = 1;
         try_start(to);
       });
@@ -115,11 +115,16 @@ class PipelineDriver::Impl {
     try_start(s);
   }
 
-  void send(int64_t from, const std::vector<int>& links, const std::string& label,
+  SimTime latency(const std::vector<SimTime>& given, int64_t s) const {
+    return static_cast<size_t>(s) < given.size() ? given[static_cast<size_t>(s)]
+                                                 : spec_.boundary_latency;
+  }
+
+  void send(int64_t from, const std::vector<int>& links, SimTime latency, const std::string& label,
             std::function<void()> arrived) {
     const SimTime start = queue_.now();
     net_.send(
-        links, spec_.boundary_bytes, spec_.boundary_latency,
+        links, spec_.boundary_bytes, latency,
         [this, from, label, start, arrived = std::move(arrived)](SimTime t) {
           result_.spans.push_back({from, "send", "send " + label, start, t});
           arrived();

@@ -64,11 +64,13 @@ struct PassId {
 // duration: `run` starts a pass and calls `done` when it ends (the pipeline runs one pass per
 // stage at a time, in schedule order). Boundary transfers go over `down_links[s]` /
 // `up_links[s]` when given (so they share the stage's NIC with other traffic), else over links
-// of their own. `on_stage_done` fires when a stage has run its last pass.
+// of their own, each after `down_latency[s]` / `up_latency[s]` when given, else the spec's
+// boundary latency. `on_stage_done` fires when a stage has run its last pass.
 struct PipelineHooks {
   std::function<void(const PassId&, std::function<void()> done)> run;
   std::function<void(int64_t stage)> on_stage_done;
   std::vector<std::vector<int>> down_links, up_links;
+  std::vector<SimTime> down_latency, up_latency;
   int boundary_priority = 0;  // of the boundary flows (FlowNetwork::send)
 };
 class PipelineDriver {

@@ -156,8 +156,14 @@ void Training::place_gpus(PipelineHooks& hooks) {
     auto link_to = [&](int64_t to) {
       return boundary_crosses_nodes(ctx_, p_, s, to) ? first.nic_out : first.nvlink_out;
     };
+    auto latency_to = [&](int64_t to) {
+      return to_sim_time(boundary_crosses_nodes(ctx_, p_, s, to) ? ctx_.links.inter_latency
+                                                                 : ctx_.links.intra_latency);
+    };
     hooks.down_links.push_back({link_to((s + 1) % pp)});
     hooks.up_links.push_back({link_to((s + pp - 1) % pp)});
+    hooks.down_latency.push_back(latency_to((s + 1) % pp));
+    hooks.up_latency.push_back(latency_to((s + pp - 1) % pp));
   }
 }
 
