@@ -123,10 +123,12 @@ class PipelineDriver::Impl {
   void send(int64_t from, const std::vector<int>& links, SimTime latency, const std::string& label,
             std::function<void()> arrived) {
     const SimTime start = queue_.now();
+    if (hooks_.on_send) hooks_.on_send(from, links, +1);
     net_.send(
         links, spec_.boundary_bytes, latency,
-        [this, from, label, start, arrived = std::move(arrived)](SimTime t) {
+        [this, from, &links, label, start, arrived = std::move(arrived)](SimTime t) {
           result_.spans.push_back({from, "send", "send " + label, start, t});
+          if (hooks_.on_send) hooks_.on_send(from, links, -1);
           arrived();
         },
         hooks_.boundary_priority);

@@ -71,6 +71,9 @@ struct PipelineHooks {
   std::function<void(int64_t stage)> on_stage_done;
   std::vector<std::vector<int>> down_links, up_links;
   std::vector<SimTime> down_latency, up_latency;
+  // A boundary send from `stage` over `links` starts (+1) or lands (-1): the caller's link
+  // busy figures count it.
+  std::function<void(int64_t stage, const std::vector<int>& links, int delta)> on_send;
   int boundary_priority = 0;  // of the boundary flows (FlowNetwork::send)
 };
 class PipelineDriver {

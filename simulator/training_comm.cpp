@@ -294,8 +294,10 @@ void Training::start_collectives(int64_t g, int stream) {
 }
 
 void Training::link_activity(GpuState& x, const Task& t, int delta) {
-  if (t.links.empty()) return;
-  const bool nic = on_nic(x, t);
+  if (!t.links.empty()) link_activity(x, on_nic(x, t), delta);
+}
+
+void Training::link_activity(GpuState& x, bool nic, int delta) {
   int& active = nic ? x.active_nic : x.active_nvlink;
   SimTime& since = nic ? x.nic_since : x.nvlink_since;
   const SimTime now = queue_->now();

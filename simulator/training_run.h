@@ -168,6 +168,7 @@ class Training {
   void maybe_step(int64_t g);
   StreamHooks stream_hooks(int64_t g);
   void link_activity(GpuState& x, const Task& t, int delta);
+  void link_activity(GpuState& x, bool nic, int delta);
   void sample_memory(const GpuState& x);
   int priority_of(int stream) const;
   Task comm_task(const StageState& st, const char* name, int stream, Seconds time, bool nic,

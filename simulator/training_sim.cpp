@@ -262,6 +262,15 @@ SimTime Training::run_iteration(int64_t it, SimTime offset) {
   hooks.run = [this](const PassId& id, std::function<void()> done) {
     run_pass(id, std::move(done));
   };
+  // Every GPU of the stage sends its share of a boundary's activations at once (rank r to rank
+  // r of the next), over the link the first one's takes.
+  hooks.on_send = [this](int64_t s, const std::vector<int>& links, int delta) {
+    const StageState& st = stages_[static_cast<size_t>(s)];
+    const bool nic =
+        !links.empty() && links.front() == gpus_[static_cast<size_t>(st.first_gpu)].nic_out;
+    for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g)
+      link_activity(gpus_[static_cast<size_t>(g)], nic, delta);
+  };
   hooks.on_stage_done = [this](int64_t s) {
     const StageState& st = stages_[static_cast<size_t>(s)];
     for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {

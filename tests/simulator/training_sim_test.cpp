@@ -445,12 +445,21 @@ TEST(TrainingSim, StagesThatTileANodeSendOverItsNicOnlyFromItsLastStage) {
   auto sends = [&](const PlanChoice& c) {
     const TrainingReport r = simulate_training(ctx, cl, c, o);
     std::vector<std::pair<double, double>> out(r.stages.size(), {1e9, 0.0});
+    std::vector<double> over_nic(r.stages.size(), 0.0);
     for (const TraceSpan& sp : r.spans) {
       if (sp.lane != "pp send") continue;
       const double t = to_seconds(sp.end - sp.start).value();
       auto& [shortest, longest] = out[static_cast<size_t>(sp.stage)];
       shortest = std::min(shortest, t);
       longest = std::max(longest, t);
+      if (t > 0.003) over_nic[static_cast<size_t>(sp.stage)] += t;
+    }
+    // Nothing else crosses nodes here (no EP, DP inside the node): a stage's NIC is busy for
+    // its sends, which overlap one another at most.
+    for (size_t s = 0; s < r.stages.size(); ++s) {
+      const double busy = r.stages[s].nic_busy.value();
+      EXPECT_LE(busy, over_nic[s] + 1e-9) << s;
+      EXPECT_GE(busy, over_nic[s] * 0.5) << s;
     }
     return std::pair{r.mean_iteration, out};
   };
