@@ -41,10 +41,16 @@ struct GpuSpec {
   // Streaming multiprocessors (cudaDeviceProp::multiProcessorCount): what communication
   // kernels running beside compute take their share of. 0: not given, and none is taken.
   int sms = 0;
+  // CUDA compute capability, major.minor (nvidia-smi's compute_cap: 8.0 A100, 9.0 H100, 10.0
+  // B200): what checks the kernels a plan asks for run on the GPU. 0: not given, nothing checked.
+  double compute_capability = 0;
   GpuPower power;
 
   // Throws ConfigError when the file did not give this dtype.
   FlopsPerSec peak_for(Dtype d) const;
+  // Transformer Engine's MXFP8 recipe needs Blackwell's block-scaled tensor cores (compute
+  // capability 10.0 and later); true where the file does not say.
+  bool runs_mxfp8() const { return compute_capability == 0 || compute_capability >= 10.0; }
 };
 
 enum class Fabric { kNvSwitch, kPcie };

@@ -39,6 +39,13 @@ GpuSpec read_gpu(ObjectReader g) {
   gpu.sms = static_cast<int>(g.integer_or("sms", 0));
   if (gpu.sms < 0 || gpu.sms > 1024)
     g.fail("sms", fmt::format("{} is not a count of SMs", gpu.sms));
+  if (g.has("compute_capability")) {
+    gpu.compute_capability = g.number("compute_capability");
+    if (!(gpu.compute_capability >= 1.0 && gpu.compute_capability < 100.0))
+      g.fail("compute_capability",
+             fmt::format("{} is not a CUDA compute capability (major.minor, e.g. 9.0)",
+                         gpu.compute_capability));
+  }
   if (g.has("power")) {
     ObjectReader w = g.object("power");
     gpu.power.limit_w = positive_number(w, "limit_W");

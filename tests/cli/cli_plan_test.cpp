@@ -910,6 +910,8 @@ TEST(Cli, PlanAndSimulateFp8Training) {
       run("plan --model models/mixtral-8x7b.json --cluster "
           "topologies/megascale-a100-4x8.json --global-batch 128 --precision fp8"),
       "has no fp8 peak");
+  // MXFP8 runs on Blackwell only (the cluster file's compute_capability): refused on H800.
+  expect_one_line_error(run(base + " --precision fp8 --fp8-recipe mxfp8"), "needs Blackwell");
   std::filesystem::remove_all(dir);
 }
 

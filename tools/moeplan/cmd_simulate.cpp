@@ -133,6 +133,8 @@ void run_simulate(const SimulateOptions& o) {
   if (o.power_limit_w || (planned_cap && c.node.gpu.power.limit_w > 0))
     c = capped(std::move(c), o.power_limit_w ? o.power_limit_w : planned_cap);
   PlanChoice choice = io::plan_choice_from_json(saved, o.plan);
+  if (choice.precision == Precision::kFp8)
+    require_mxfp8_runs(c.node.gpu, choice.fp8_recipe, o.cluster, o.plan, "switches.fp8_recipe");
   if (o.power_limit_w) choice.power_cap_w = 0;  // the command line's cap replaces the plan's
   const sim::RoutingSpec routing = sim::parse_routing_spec(o.skew);
   const CalibrationIn cal = calibration_from(o.calibration);

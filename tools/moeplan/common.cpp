@@ -38,6 +38,15 @@ void require_offloadable(Recompute r, const std::string& source, const std::stri
                                  whose, recompute_name(r)));
 }
 
+void require_mxfp8_runs(const GpuSpec& gpu, Fp8Recipe recipe, const std::string& cluster,
+                        const std::string& source, const std::string& where) {
+  if (recipe != Fp8Recipe::kMxfp8 || gpu.runs_mxfp8()) return;
+  throw InputError(source, where,
+                   fmt::format("mxfp8 needs Blackwell GPUs (compute capability 10.0 or later); "
+                               "{} in {} is {:.1f} (take tensorwise, delayed or blockwise)",
+                               gpu.model, cluster, gpu.compute_capability));
+}
+
 uint32_t parse_offload_modules(const std::vector<std::string>& names, const ModelSpec& m,
                                const std::string& option) {
   std::string unknown;

@@ -125,6 +125,10 @@ std::optional<bool> parse_grad_reduce(const std::string& value, const std::strin
 // selective); `whose` names what set it ("--recompute", "this point's").
 void require_offloadable(Recompute r, const std::string& source, const std::string& where,
                          const std::string& whose);
+// A one-line InputError (source, where) where an FP8 plan's `recipe` is MXFP8 and `gpu` (of the
+// cluster file `cluster`) predates Blackwell (GpuSpec::runs_mxfp8).
+void require_mxfp8_runs(const GpuSpec& gpu, Fp8Recipe recipe, const std::string& cluster,
+                        const std::string& source, const std::string& where);
 // Megatron's --offload-modules names as a mask; a one-line InputError for an unknown name or
 // an expert module on a model without MoE layers.
 uint32_t parse_offload_modules(const std::vector<std::string>& names, const ModelSpec& m,

@@ -242,6 +242,7 @@ SearchRequest search_request(const PlanOptions& o, const ModelSpec& m, const Clu
       throw InputError("--fp8-recipe", "",
                        fmt::format("scales FP8 GEMMs; --precision is {} (add --precision fp8)",
                                    precision_name(req.precision)));
+    require_mxfp8_runs(c.node.gpu, req.fp8_recipe, o.cluster, "--fp8-recipe", "");
   }
   if (const std::string problem = adam_states_problem(req); !problem.empty()) {
     // The option the user gave that Megatron refuses: plain DDP under what needs more, else

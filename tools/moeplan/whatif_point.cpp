@@ -424,6 +424,8 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
         if (at.first == "power-limit-W") plan.power_cap_w = 0;
       check(plan.parallel, m);
       check_sequence(plan.parallel, seq);
+      if (plan.precision == Precision::kFp8)
+        require_mxfp8_runs(c.node.gpu, plan.fp8_recipe, c.name, "--sweep", "fp8-recipe");
       // The clock the power limit leaves is the point's: its GPU and the plan's busy share there.
       estimate_time_at_power_limit(ctx, plan);
       const sim::TrainingReport t = sim::simulate_training(ctx, c, plan, {});
@@ -470,6 +472,7 @@ PointResult evaluate(const WhatifOptions& o, const ModelSpec& base, const Cluste
     if (in.fp8_recipe) {
       req.precision = Precision::kFp8;
       req.fp8_recipe = *in.fp8_recipe;
+      require_mxfp8_runs(c.node.gpu, req.fp8_recipe, c.name, "--sweep", "fp8-recipe");
     }
     req.overlap = in.overlap;
     if (in.intra_overlap) req.intra_overlap = in.intra_overlap;
