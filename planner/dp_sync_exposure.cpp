@@ -209,12 +209,12 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     const Seconds forward_part = comm / passes_;
     return (backward_pass ? comm - forward_part : forward_part) * passes_beside;
   };
-  // A link's slowdown while the sync shares it, the share of the pass's traffic there it meets,
-  // and what the sync waits for the pass there.
+  // The share of the pass's traffic on a link the sync meets, and what the sync waits for the
+  // pass there; the layers it meets run at half the link.
   struct Sharing {
-    double slowdown = 1.0;
     Seconds delay;
     double met = 0;
+    double slowdown() const { return met > 0 ? 2.0 : 1.0; }
   };
   // The sync holds the link for its own time and the pass's traffic is spread over the pass
   // (or fills it, where the pass is link-bound), so the two meet for that share of the traffic:
@@ -232,7 +232,7 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   auto sharing = [&](Seconds sync_part, Seconds comm) {
     if (sync_part.value() <= 0 || comm.value() <= 0) return Sharing{};
     const double met = std::min(1.0, sync_part / std::max(comm, unshared));
-    return Sharing{2.0, comm * met, met};
+    return Sharing{comm * met, met};
   };
   const Sharing nic_share = sharing(on_nic, share(nic_comm));
   const Sharing fabric_share = sharing(on_fabric, share(fabric_comm));
@@ -241,14 +241,14 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   if (delay.value() <= 0) return std::pair{unshared, time};
   TimeContext& shared = scratch_.get();
   shared.links = ctx_.links;
-  shared.links.inter = shared.links.inter / nic_share.slowdown;
-  shared.links.intra = shared.links.intra / fabric_share.slowdown;
+  shared.links.inter = shared.links.inter / nic_share.slowdown();
+  shared.links.intra = shared.links.intra / fabric_share.slowdown();
   // PCIe nodes price a group's in-node collectives at the rate its switches leave it, which the
   // sync slows alike (a TP pair under one switch kept its own rate, and its backward beside
   // the expert gradients' all-reduce no stretch: 12.9 % under the simulator).
   for (GroupRate& g : shared.links.shared_groups) {
-    g.ring = g.ring / fabric_share.slowdown;
-    g.alltoall = g.alltoall / fabric_share.slowdown;
+    g.ring = g.ring / fabric_share.slowdown();
+    g.alltoall = g.alltoall / fabric_share.slowdown();
   }
   const StageTimes st = stage_from(shared, c_, layer_kinds(shared, c_), s);
   // The pass at half the link where the sync meets it, for the share it meets.

@@ -13,15 +13,6 @@ double traffic_passes(Recompute r) {
   return r == Recompute::kFull ? 3.0 : r == Recompute::kRematerialize ? 2.5 : 2.0;
 }
 
-LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp, Seconds ep,
-                     Seconds cp) {
-  LinkLoads out;
-  for (auto [kind, time] :
-       {std::pair{OpKind::kTp, tp}, std::pair{OpKind::kEp, ep}, std::pair{OpKind::kCp, cp}})
-    (crosses_nodes(ctx, p, kind) ? out.nic : out.fabric) += time;
-  return out;
-}
-
 namespace {
 
 // Which of TP, EP and CP cross nodes, asked once for many StageTimes.
@@ -31,17 +22,27 @@ struct GroupsAcross {
       : tp(crosses_nodes(ctx, p, OpKind::kTp)),
         ep(crosses_nodes(ctx, p, OpKind::kEp)),
         cp(crosses_nodes(ctx, p, OpKind::kCp)) {}
-  LinkLoads traffic(const StageTimes& st) const {
+  LinkLoads loads(Seconds tp_time, Seconds ep_time, Seconds cp_time) const {
     LinkLoads out;
-    (tp ? out.nic : out.fabric) += st.tp - st.tp_latency;
-    (ep ? out.nic : out.fabric) += st.ep - st.ep_latency - st.ep_off_link;
-    (cp ? out.nic : out.fabric) += st.cp - st.cp_latency;
+    (tp ? out.nic : out.fabric) += tp_time;
+    (ep ? out.nic : out.fabric) += ep_time;
+    (cp ? out.nic : out.fabric) += cp_time;
+    return out;
+  }
+  LinkLoads traffic(const StageTimes& st) const {
+    LinkLoads out =
+        loads(st.tp - st.tp_latency, st.ep - st.ep_latency - st.ep_off_link, st.cp - st.cp_latency);
     out.fabric += st.ep_in_node_link;
     return out;
   }
 };
 
 }  // namespace
+
+LinkLoads link_loads(const TimeContext& ctx, const ParallelConfig& p, Seconds tp, Seconds ep,
+                     Seconds cp) {
+  return GroupsAcross(ctx, p).loads(tp, ep, cp);
+}
 
 LinkLoads link_traffic(const TimeContext& ctx, const ParallelConfig& p, const StageTimes& st) {
   return GroupsAcross(ctx, p).traffic(st);
@@ -116,16 +117,6 @@ void add_offload_edges(StageTimes& st, double passes) {
   st.backward += st.offload_edge_backward * passes;
 }
 
-// A pipeline send starts beside the pass after the one that made it (in 1F1B's steady state a
-// forward's send beside a backward and the other way round) and takes the link the pass's
-// communication takes where both cross nodes or both stay in the node. The simulator shares
-// the link flow by flow: the send gets what the pass's first layers leave free of their own
-// traffic and slows that traffic for the rest, and the pass, which waits for it, by as much.
-// So the stretch is the roofline over the layers the send runs beside: their traffic there and
-// the send, beyond their time, at most their traffic. (A random 7-layer model over the 4-GPU
-// A800 nodes at pp 2, vpp 2, EP 8 across nodes: 33.5 MB sends at 6.25 GB/s a GPU beside
-// layers whose all-to-alls held the NIC 87 % of their 7.5 ms. Each pass after a send took
-// 4.5 ms longer in the simulator, the planner 18.7 % under it.)
 // What stage s's chunk passes need for it, once a stage: each kind's traffic by link, and the
 // send beside each direction's passes (forward passes' from backwards, up the pipeline).
 struct StageSends {
@@ -165,6 +156,16 @@ StageSends stage_sends(const TimeContext& ctx, const PlanChoice& c, const LayerK
   return out;
 }
 
+// A pipeline send starts beside the pass after the one that made it (in 1F1B's steady state a
+// forward's send beside a backward and the other way round) and takes the link the pass's
+// communication takes where both cross nodes or both stay in the node. The simulator shares
+// the link flow by flow: the send gets what the pass's first layers leave free of their own
+// traffic and slows that traffic for the rest, and the pass, which waits for it, by as much.
+// So the stretch is the roofline over the layers the send runs beside: their traffic there and
+// the send, beyond their time, at most their traffic. (A random 7-layer model over the 4-GPU
+// A800 nodes at pp 2, vpp 2, EP 8 across nodes: 33.5 MB sends at 6.25 GB/s a GPU beside
+// layers whose all-to-alls held the NIC 87 % of their 7.5 ms. Each pass after a send took
+// 4.5 ms longer in the simulator, the planner 18.7 % under it.)
 Seconds send_stretch(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                      const StageSends& sends, int64_t s, const LayerRange& layers,
                      bool backward_pass) {
