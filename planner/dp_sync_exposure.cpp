@@ -77,6 +77,7 @@ class SyncPricing {
   // The stage whose sync shows most, once per direction (ZeRO-1 and -2 ask twice).
   const Exposed& most_exposed(bool backward_pass);
   Exposed price_most_exposed(bool backward_pass);
+  double overlapped(int64_t s, bool backward_pass) const;
   LinkLoads traffic_of(int64_t stage);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
                                      bool backward_pass, double overlapped);
@@ -143,8 +144,6 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
   Seconds slack;
   for (int64_t s = 0; s < pp_; ++s) {
     const DpSync& own = sync_of(s);
-    const StageTimes& st = stage(s);
-    const Seconds average_pass = (backward_pass ? st.backward : st.forward) / v_;
     const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
     // Chunk k's share of the chain ends (k + 1) T / v into it, and its window is chunk k's own
     // pass after the earlier chunks' passes here or their rounds, whichever is longer. Each
@@ -161,18 +160,26 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
       rounds += round[static_cast<size_t>(k)];
     }
     exposure -= slack;
-    // Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of
-    // its window ((v - 1) p + 1); without interleaving, beside its one pass. A sync shorter
-    // than its pass shares the links for its own length only: taken as sharing the whole
-    // pass, a ZeRO-1 reduce-scatter of 68 ms beside a 184 ms backward over the NICs came out
-    // 13 % over the simulator.
-    const double beside =
-        average_pass.value() > 0 ? std::clamp(sync / average_pass, 0.0, later_chunks_ + 1.0) : 1.0;
-    if (exposure > best.exposure) best = {s, slack, exposure, beside / v_};
+    if (exposure > best.exposure) best = {s, slack, exposure, overlapped(s, backward_pass)};
     // The next stage's window opens after this one's first chunk.
     slack += chunk_pass(s, 0, backward_pass) + hop_after(s);
   }
   return best;
+}
+
+// Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of its
+// window ((v - 1) p + 1); without interleaving, beside its one pass. A sync shorter than its
+// pass shares the links for its own length only: taken as sharing the whole pass, a ZeRO-1
+// reduce-scatter of 68 ms beside a 184 ms backward over the NICs came out 13 % over the
+// simulator. In the stage's passes (v chunk passes each).
+double SyncPricing::overlapped(int64_t s, bool backward_pass) const {
+  const StageTimes& st = stage(s);
+  const Seconds average_pass = (backward_pass ? st.backward : st.forward) / v_;
+  const DpSync& own = sync_of(s);
+  const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
+  const double beside =
+      average_pass.value() > 0 ? std::clamp(sync / average_pass, 0.0, later_chunks_ + 1.0) : 1.0;
+  return beside / v_;
 }
 
 // A stage's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
@@ -276,22 +283,52 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
   // by its share of the traffic this one's link carries (one MoE layer against two and the
   // head over pp = 2, EP across nodes: 11 % under the simulator with the first's stretch
   // counted twice).
-  double stretches = static_cast<double>(pp_);
-  if (stretch.value() > 0 && pp_ > 1) {
-    auto on_sync_link = [&](int64_t s) { return traffic_of(s).on(sync_.crosses_nodes); };
-    const Seconds mine = on_sync_link(e.stage);
-    if (mine.value() > 0) {
-      stretches = 0;
-      for (int64_t s = 0; s < pp_; ++s) stretches += on_sync_link(s) / mine;
-    }
-  }
   // Interleaved, the drain runs one model chunk's backward a stage: the others' stretch only
-  // their last chunk pass (this stage's sync runs beside e.overlapped of its passes, v chunk
+  // their last chunk pass (a stage's sync runs beside `overlapped` of its passes, v chunk
   // passes each). (The whole stretch a stage, OLMoE at pp = 4 and v = 4 on the A800 nodes,
   // EP 2 beside a 201 ms reduce-scatter on PCIe: 7 % over the simulator.)
-  const Seconds chained = e.overlapped > 1.0 ? stretch / (e.overlapped * v_) : stretch;
-  return std::max(Seconds(0), e.exposure + (rs_shared - own.reduce_scatter) - stretch) + stretch +
-         chained * std::max(0.0, stretches - 1.0);
+  auto chained = [&](Seconds one, double overlapped) {
+    return overlapped > 1.0 ? one / (overlapped * v_) : one;
+  };
+  const Seconds tail =
+      std::max(Seconds(0), e.exposure + (rs_shared - own.reduce_scatter) - stretch) + stretch;
+  if (pp_ == 1) return tail;
+  // A stage without a sync of its own (no expert weights on a stage of dense layers) keeps its
+  // backward.
+  auto on_sync_link = [&](int64_t s) {
+    return sync_of(s).reduce_scatter.value() > 0 ? traffic_of(s).on(sync_.crosses_nodes)
+                                                 : Seconds(0);
+  };
+  const Seconds mine = stretch.value() > 0 ? on_sync_link(e.stage) : Seconds(0);
+  if (mine.value() > 0) {
+    double stretches = 0;
+    for (int64_t s = 0; s < pp_; ++s) stretches += on_sync_link(s) / mine;
+    return tail + chained(stretch, e.overlapped) * std::max(0.0, stretches - 1.0);
+  }
+  if (stretch.value() > 0) {
+    return tail + chained(stretch, e.overlapped) * static_cast<double>(pp_ - 1);
+  }
+  // The stage that shows carries nothing on its sync's link (dense layers beside MoE stages
+  // whose EP crosses the NICs): its backward keeps its time, but the others' stretch beside
+  // their own reduce-scatters and delay it down the drain. Priced on the busiest of them, the
+  // rest by their share of its traffic. (Without them, two dense layers ahead of a MoE layer
+  // with EP 128 over GB200 racks: the planner 7.2 % under the simulator, whose MoE backward
+  // ran 5.6 -> 10.1 ms beside its 22 ms reduce-scatter.)
+  int64_t busiest = -1;
+  Seconds most(0);
+  for (int64_t s = 0; s < pp_; ++s) {
+    const Seconds t = on_sync_link(s);
+    if (t > most) most = t, busiest = s;
+  }
+  if (busiest < 0 || busiest == e.stage) return tail;
+  const DpSync& theirs = sync_of(busiest);
+  const double beside = overlapped(busiest, true);
+  const Seconds their_stretch =
+      window(busiest, theirs.reduce_scatter, theirs.reduce_scatter_in_node, true, beside).first -
+      stage(busiest).backward;
+  double stretches = 0;
+  for (int64_t s = 0; s < pp_; ++s) stretches += on_sync_link(s) / most;
+  return tail + chained(their_stretch, beside) * stretches;
 }
 
 // ZeRO 1-2's weight all-gather, once an iteration before the first forward.
