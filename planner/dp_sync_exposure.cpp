@@ -370,25 +370,50 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
     const auto [f, later_gathered] =
         window(s, sy.all_gather * later, sy.all_gather_in_node * later, false, 1.0);
     const Seconds gathered = first + later_gathered;
-    const double rs_share = shared_reduce && sy.reduce_scatter.value() > 0
-                                ? std::min(1.0, sy.all_gather / sy.reduce_scatter)
-                                : 1.0;
+    // The backward's link carries its gathers and its reduce-scatter (`shared_reduce`: the
+    // part of it that shares the link with the gathers, as much as they take; the simulator
+    // starts the two together and the link splits between them), but its last layer's gather
+    // waits only for the gathers and that shared part: the rest of the reduce-scatter runs on
+    // beside the layer. (The whole reduce-scatter ahead of it, one MoE layer a stage whose
+    // gradients take twice its weights' time: 9.7 % over the simulator.)
+    const double rs_share =
+        sy.reduce_scatter.value() > 0 ? std::min(1.0, sy.all_gather / sy.reduce_scatter) : 1.0;
+    const double carried = shared_reduce ? rs_share : 1.0;
+    const Seconds on_link = sy.all_gather + sy.reduce_scatter * carried;
     const auto [b, synced] =
-        window(s, sy.all_gather + sy.reduce_scatter * rs_share,
-               sy.all_gather_in_node + sy.reduce_scatter_in_node * rs_share, true, 1.0);
-    // The host issues the layers while the GPU waits for that first gather: only the GPU's
-    // chain (the pass less what it waited for the host) starts late. A backward that starts
-    // with the output head's (and MTP modules') backward runs it while its chunk's first
-    // gather is under way, and the last layer's share of the pass leaves the head out (one
-    // layer beside a 129K-vocabulary head: 16 % over the simulator, the head counted in both).
-    auto gated = [&](Seconds pass, Seconds host, Seconds syncs, Seconds head) {
-      const Seconds gpu = pass - host;
-      return std::max(
-          {pass, gpu + first - std::min(first / v_, head), syncs + (gpu - head) * layer_share});
+        window(s, on_link, sy.all_gather_in_node + sy.reduce_scatter_in_node * carried, true, 1.0);
+    const Seconds gathers_done =
+        on_link.value() > 0 ? synced * ((sy.all_gather + sy.reduce_scatter * rs_share) / on_link)
+                            : synced;
+    // The host issues a layer once the layer before it has ended (simulator/training_pass.cpp,
+    // host_issue): while the GPU waits for a chunk's first gather, only that first layer's own
+    // wait for the host hides it, not the whole pass's. (With the pass's, a host-bound
+    // forward hid the first gather, whose layer then held up the host issuing the next: ZeRO-3
+    // over GB200 racks, 2.0 ms of a 35 ms forward.) A backward that starts with the output
+    // head's (and MTP modules') backward runs it while its chunk's first gather is under way,
+    // and the last layer's share of the pass leaves the head out (one layer beside a
+    // 129K-vocabulary head: 16 % over the simulator, the head counted in both).
+    auto first_wait = [&](bool backward_pass, Seconds head) {
+      Seconds wait;
+      for (int64_t k = 0; k < *p_.vpp; ++k) {
+        const LayerRange r = chunk_layers(*ctx_.model, p_, s, k);
+        Seconds hidden = k + 1 == *p_.vpp ? head : Seconds(0);
+        if (r.size() > 0) {
+          const StageTimes& layer = pipeline_.kinds->of(
+              ctx_, s, static_cast<size_t>(backward_pass ? r.end - 1 : r.begin));
+          hidden += backward_pass ? layer.host_backward : layer.host_forward;
+        }
+        wait += std::max(Seconds(0), first / v_ - hidden);
+      }
+      return wait;
+    };
+    auto gated = [&](Seconds pass, Seconds host, Seconds syncs, bool backward_pass, Seconds head) {
+      return std::max(pass + first_wait(backward_pass, head),
+                      syncs + (pass - host - head) * layer_share);
     };
     const Seconds head_backward = after_last_layer(ctx_, c_, *pipeline_.kinds, s).backward;
-    pass_forward = gated(f, own.host_forward, gathered, Seconds(0));
-    pass_backward = gated(b, own.host_backward, synced, head_backward);
+    pass_forward = gated(f, own.host_forward, gathered, false, Seconds(0));
+    pass_backward = gated(b, own.host_backward, gathers_done, true, head_backward);
   }
   // Each link is shared by everything that crosses it, however well each transfer hides behind
   // compute alone: a pass takes at least its links' work (a roofline per link and direction of
