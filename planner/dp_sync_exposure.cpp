@@ -410,14 +410,19 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
     // A backward's first gather splits the link with its reduce-scatter too, which starts with
     // it. (Alone, one MoE layer over the A800 nodes with MoNTA O1: its 2.5 ms gather ran 4.9 ms
     // and the planner came out 8.8 % under the simulator.)
-    auto first_wait = [&](bool backward_pass, Seconds head) {
+    // What a pass runs outside its layers: `lead` before the first (a backward's output head
+    // and MTP modules, a forward's embedding), which its chunk's first gather runs beside, and
+    // `trail` after the last (a forward's output head, a backward's embedding gradient), which
+    // waits for the last layer as that waits for its gather.
+    auto first_wait = [&](bool backward_pass, Seconds lead) {
       const Seconds one = first / v_;
       const Seconds gather = one + std::min(one, hop_beside(backward_pass)) +
                              (backward_pass ? std::min(one, sy.reduce_scatter) : Seconds(0));
+      const int64_t lead_chunk = backward_pass ? *p_.vpp - 1 : 0;
       Seconds wait;
       for (int64_t k = 0; k < *p_.vpp; ++k) {
         const LayerRange r = chunk_layers(*ctx_.model, p_, s, k);
-        Seconds hidden = k + 1 == *p_.vpp ? head : Seconds(0);
+        Seconds hidden = k == lead_chunk ? lead : Seconds(0);
         if (r.size() > 0) {
           const StageTimes& layer = pipeline_.kinds->of(
               ctx_, s, static_cast<size_t>(backward_pass ? r.end - 1 : r.begin));
@@ -427,13 +432,16 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
       }
       return wait;
     };
-    auto gated = [&](Seconds pass, Seconds host, Seconds syncs, bool backward_pass, Seconds head) {
-      return std::max(pass + first_wait(backward_pass, head),
-                      syncs + (pass - host - head) * layer_share);
+    const StageTimes before = before_first_layer(ctx_, c_, s);
+    const StageTimes after = after_last_layer(ctx_, c_, *pipeline_.kinds, s);
+    auto gated = [&](Seconds pass, Seconds host, Seconds syncs, bool backward_pass) {
+      const Seconds lead = backward_pass ? after.backward : before.forward;
+      const Seconds trail = backward_pass ? before.backward : after.forward;
+      return std::max(pass + first_wait(backward_pass, lead),
+                      syncs + (pass - host - lead - trail) * layer_share + trail);
     };
-    const Seconds head_backward = after_last_layer(ctx_, c_, *pipeline_.kinds, s).backward;
-    pass_forward = gated(f, own.host_forward, gathered, false, Seconds(0));
-    pass_backward = gated(b, own.host_backward, gathers_done, true, head_backward);
+    pass_forward = gated(f, own.host_forward, gathered, false);
+    pass_backward = gated(b, own.host_backward, gathers_done, true);
   }
   // Each link is shared by everything that crosses it, however well each transfer hides behind
   // compute alone: a pass takes at least its links' work (a roofline per link and direction of

@@ -625,4 +625,24 @@ TEST(TrainingSim, Zero3BackwardsFirstGatherSplitsTheNicWithItsReduceScatter) {
   EXPECT_LT(std::abs(d), 0.05);
 }
 
+TEST(TrainingSim, Zero3ForwardsHeadWaitsForTheLastLayersGather) {
+  // The hunt's seed 1001, index 277: seven dense layers on one stage, ZeRO-3 over the A800
+  // nodes' NICs, one micro-batch, the output head 9.9 ms of the 40 ms forward. Each layer
+  // computes faster than its weights arrive, so the forward runs at the gathers' pace and the
+  // head starts only after the last layer, which waits for the last gather. Priced as a
+  // seventh of the whole pass (head included) after the gathers, the forward came out 45.8 ms
+  // to the simulator's 55.9 and the planner 7.9 % under it.
+  const ModelSpec m = sized_model("hunt-1001-277", 7, 2048, 32000, 4, 1, 64,
+                                  {{"gated", false}, {"dense_size", 4096}}, nullptr);
+  const double d =
+      relative_at(m, "aptmoe-4x-a800-40gb-c1g2", 4096,
+                  "tp=1,pp=1,ep=1,etp=1,dp=8,cp=2,vpp=1,mbs=8,gbs=64", [](PlanChoice& c) {
+                    c.intra_overlap = true;
+                    c.optimizer_offload = 0.5;
+                    c.dp_bf16_compression = true;
+                    c.zero_stage = 3;
+                  });
+  EXPECT_LT(std::abs(d), 0.03);
+}
+
 }  // namespace moe::sim
