@@ -53,6 +53,16 @@ struct ChunkTimes {
   // reduce-scatter). A pass that starts while that rest runs shares the link with it: it takes
   // at least its own link work plus what is left of the rest.
   std::vector<Seconds> forward_link, backward_link, backward_tail;
+  // The share of the NIC and of the node's fabric each chunk's forward and backward keep busy
+  // with their own traffic (empty: none), and whether the stage's sends down the pipeline (to
+  // the next stage) and up it cross nodes. A send that leaves as its stage starts its next pass
+  // shares the link with that pass's traffic.
+  struct LinkBusy {
+    double nic = 0, fabric = 0;
+    double on(bool across) const { return across ? nic : fabric; }
+  };
+  std::vector<LinkBusy> forward_busy, backward_busy;
+  bool down_across = false, up_across = false;
 };
 
 // The time from the first forward to the last backward when stage s runs chunk c's passes in

@@ -1,6 +1,7 @@
 #include "planner/stage_pricing.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 
@@ -308,6 +309,66 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   return st;
 }
 
+namespace {
+
+// Each chunk pass's own traffic on each link over its time (ChunkTimes::forward_busy), and which
+// of the stage's sends cross nodes; left empty where the passes keep no traffic on any link (the
+// search's hot path walks many such pipelines).
+void add_link_busy(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
+                   std::vector<ChunkTimes>& chunks) {
+  const ParallelConfig& p = c.parallel;
+  const int64_t pp = *p.pp;
+  if (pp == 1) return;
+  const GroupsAcross groups(ctx, p);
+  const double passes = traffic_passes(c.recompute);
+  std::array<LinkLoads, LayerKinds::kCount> traffic;
+  auto price = [&](const LayerKinds::Times& times) {
+    bool any = false;
+    for (size_t k = 0; k < times.size(); ++k) {
+      traffic[k] = groups.traffic(times[k]);
+      any = any || traffic[k].nic.value() + traffic[k].fabric.value() > 0;
+    }
+    return any;
+  };
+  // Most plans price every stage's layers alike: their traffic once.
+  const bool alike = kinds.by_stage.empty();
+  if (alike && !price(kinds.times)) return;
+  for (int64_t s = 0; s < pp; ++s) {
+    if (!alike && !price(kinds.at(s))) continue;
+    ChunkTimes& own = chunks[static_cast<size_t>(s)];
+    own.down_across = boundary_crosses_nodes(ctx, p, s, (s + 1) % pp);
+    own.up_across = boundary_crosses_nodes(ctx, p, s, (s + pp - 1) % pp);
+    for (int64_t k = 0; k < *p.vpp; ++k) {
+      const LayerRange layers = chunk_layers(*ctx.model, p, s, k);
+      LinkLoads all;
+      for (int64_t l = layers.begin; l < layers.end; ++l) {
+        const LinkLoads& t = traffic[ctx.layer_kinds[static_cast<size_t>(l)]];
+        all.nic += t.nic;
+        all.fabric += t.fabric;
+      }
+      // The forward's share of each link's traffic, the backward's the rest (recompute's too).
+      auto busy = [&](double share, Seconds pass) {
+        if (!(pass.value() > 0)) return ChunkTimes::LinkBusy{};
+        return ChunkTimes::LinkBusy{std::min(1.0, all.nic * share / pass),
+                                    std::min(1.0, all.fabric * share / pass)};
+      };
+      const auto i = static_cast<size_t>(k);
+      own.forward_busy.push_back(busy(1.0 / passes, own.forward[i]));
+      own.backward_busy.push_back(busy(1.0 - 1.0 / passes, own.backward[i]));
+    }
+    // Where no pass keeps traffic on either send's link (TP and EP in the node, the sends
+    // across it), the walk need not look.
+    bool shared = false;
+    for (const auto* passes_busy : {&own.forward_busy, &own.backward_busy}) {
+      for (const ChunkTimes::LinkBusy& b : *passes_busy)
+        shared = shared || b.on(own.down_across) > 0 || b.on(own.up_across) > 0;
+    }
+    if (!shared) own.forward_busy.clear(), own.backward_busy.clear();
+  }
+}
+
+}  // namespace
+
 std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
                                     const LayerKinds& kinds) {
   std::vector<ChunkTimes> out(static_cast<size_t>(*c.parallel.pp));
@@ -315,6 +376,7 @@ std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
     out[static_cast<size_t>(s)].forward.push_back(forward);
     out[static_cast<size_t>(s)].backward.push_back(backward);
   });
+  add_link_busy(ctx, c, kinds, out);
   return out;
 }
 

@@ -125,3 +125,29 @@ TEST(PipelineSchedule, EachBoundaryTakesItsOwnHop) {
 }
 
 }  // namespace moe
+
+namespace moe {
+
+TEST(PipelineSchedule, ASendBesideTheSendersNextPassSharesItsLink) {
+  // Two stages of 1 + 2 (forward, backward) whose passes keep the NIC 80 % busy, a 0.5 hop over
+  // it. Where the sender goes straight on to its next pass the send runs at half the rate while
+  // that pass's traffic does: 0.5 / (1 - 0.4) long. One micro-batch leaves each sender idle
+  // after it sends (stage 0 waits for the backward, stage 1 has nothing left), so nothing
+  // stretches; nor where the sends take the other link.
+  std::vector<ChunkTimes> stages = equal(2, 1, 1.0, 2.0);
+  const double plain_one = schedule_makespan(stages, 1, Seconds(0.5), false).value();
+  const double plain_four = schedule_makespan(stages, 4, Seconds(0.5), false).value();
+  for (ChunkTimes& s : stages) {
+    s.forward_busy = s.backward_busy = {ChunkTimes::LinkBusy{0.8, 0.0}};
+    s.down_across = s.up_across = true;
+  }
+  EXPECT_DOUBLE_EQ(schedule_makespan(stages, 1, Seconds(0.5), false).value(), plain_one);
+  const double shared = schedule_makespan(stages, 4, Seconds(0.5), false).value();
+  EXPECT_GT(shared, plain_four + 0.5 / 0.6 - 0.5 - 1e-9);
+  // Stage 0's first two forwards run back to back: stage 1's first forward starts a stretched
+  // hop after the first ends.
+  for (ChunkTimes& s : stages) s.down_across = s.up_across = false;
+  EXPECT_DOUBLE_EQ(schedule_makespan(stages, 4, Seconds(0.5), false).value(), plain_four);
+}
+
+}  // namespace moe
