@@ -190,9 +190,11 @@ Seconds send_stretch(const TimeContext& ctx, const PlanChoice& c, const LayerKin
 }
 
 // Model chunk k of stage s, one micro-batch: its forward and backward over the chunk's layers
-// (chunk_layers), the output head and MTP modules on the last stage's last chunk.
+// (chunk_layers), the output head and MTP modules on the last stage's last chunk; `sends` the
+// stage's (stage_sends), priced once for all its chunks.
 std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoice& c,
-                                         const LayerKinds& kinds, int64_t s, int64_t k) {
+                                         const LayerKinds& kinds, const StageSends& sends,
+                                         int64_t s, int64_t k) {
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   const int64_t v = *p.vpp;
@@ -205,7 +207,6 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
     edge_forward = std::max(edge_forward, layer.offload_edge_forward);
     edge_backward = std::max(edge_backward, layer.offload_edge_backward);
   }
-  const StageSends sends = stage_sends(ctx, c, kinds, s);
   forward += edge_forward + send_stretch(ctx, c, kinds, sends, s, layers, false);
   backward += edge_backward + send_stretch(ctx, c, kinds, sends, s, layers, true);
   if (k == 0) backward += before_first_layer(ctx, c, s).backward;
@@ -222,8 +223,9 @@ template <class Visit>
 void for_each_chunk(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds,
                     Visit visit) {
   for (int64_t s = 0; s < *c.parallel.pp; ++s) {
+    const StageSends sends = stage_sends(ctx, c, kinds, s);
     for (int64_t k = 0; k < *c.parallel.vpp; ++k) {
-      const auto [forward, backward] = chunk_passes(ctx, c, kinds, s, k);
+      const auto [forward, backward] = chunk_passes(ctx, c, kinds, sends, s, k);
       visit(s, forward, backward);
     }
   }
