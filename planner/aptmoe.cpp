@@ -66,6 +66,10 @@ ExpertCost expert_cost(int expert, double tokens, double expert_params, double b
   };
   const double call = 2.0 * expert_params * tokens / std::max(rates.calls, 1.0);
   c.cpu = work / (rates.cpu * eff(rates.cpu_efficiency, call));
+  if (!rates.cpu_efficiency && rates.cpu_memory.value() > 0 && tokens > 0) {
+    const double streams = (pass == Pass::kForward ? 1.0 : 3.0) * std::min(rates.calls, tokens);
+    c.cpu = std::max(c.cpu, weights * streams / rates.cpu_memory);
+  }
   c.gpu = work / (rates.gpu * eff(rates.gpu_efficiency, call * rates.gpu_curve_scale));
   c.load = rates.load_time(weights);
   return c;

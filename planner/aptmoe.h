@@ -72,6 +72,12 @@ struct Rates {
   // that a small GEMM keeps the same launch floor at a sixteenth of the peak).
   double calls = 1;
   double gpu_curve_scale = 1;
+  // The CPU's memory bandwidth, its share of the socket's. Without a measured CPU curve an
+  // expert's call on the CPU takes at least the time to stream its weights (three times in
+  // backward: read for the input gradient, the weight gradient read and written): a call of
+  // few tokens is memory-bound (MoE-S-64's 33.5 MB FP32 experts at 102 GB/s: 0.33 ms, as long
+  // as 12 tokens' FLOPs at 600 GFLOP/s). A measured curve has that in it already.
+  BytesPerSec cpu_memory{};
   // A copy of `bytes` over PCIe at the efficiency its size reaches.
   Seconds load_time(Bytes bytes) const {
     if (!(bytes.value() > 0)) return Seconds(0);

@@ -57,8 +57,9 @@ aptmoe::Rates offload_rates(const TimeContext& ctx, const ClusterSpec& c, int64_
   aptmoe::Rates rates;
   rates.pcie = node.host_link_bandwidth() / static_cast<double>(std::max(on_switch, 1));
   rates.pcie_efficiency = &ctx.eff.pcie_h2d;
-  rates.cpu =
-      node.cpus[node.cpu_of_gpu(0)].achievable_flops / static_cast<double>(std::max(on_socket, 1));
+  const CpuSocket& cpu = node.cpus[node.cpu_of_gpu(0)];
+  rates.cpu = cpu.achievable_flops / static_cast<double>(std::max(on_socket, 1));
+  rates.cpu_memory = cpu.memory_bandwidth / static_cast<double>(std::max(on_socket, 1));
   // The GEMM curve by one micro-batch's size: an expert that few tokens of a micro-batch visit
   // runs a small GEMM, far from the peak (MoE-S-64 over 16 GPUs: 8 tokens an expert).
   rates.gpu = peak_of(ctx, precision);

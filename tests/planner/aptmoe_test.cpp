@@ -48,6 +48,24 @@ TEST(AptMoe, ExpertCostIsFlopsOverRate) {
   EXPECT_DOUBLE_EQ(b.cpu.value(), 2 * f.cpu.value());
 }
 
+TEST(AptMoe, AFewTokensCallOnTheCpuStreamsTheExpertsWeights) {
+  // 32 MB of FP32 weights at 100 GB/s: 0.32 ms a call, once a forward, three times a backward
+  // (weights read, the gradient read and written). Four calls of 2 tokens: the floor, not the
+  // 0.128 ms of FLOPs; 4,000 tokens: the FLOPs. A measured CPU curve holds the floor already.
+  Rates rates{FlopsPerSec(1e12), FlopsPerSec(100e12), BytesPerSec(25e9)};
+  rates.cpu_memory = BytesPerSec(100e9);
+  rates.calls = 4;
+  EXPECT_DOUBLE_EQ(expert_cost(0, 8, 8e6, 4, rates, Pass::kForward).cpu.value(), 4 * 32e6 / 100e9);
+  EXPECT_DOUBLE_EQ(expert_cost(0, 8, 8e6, 4, rates, Pass::kBackward).cpu.value(),
+                   3 * 4 * 32e6 / 100e9);
+  // Fewer tokens than calls: only the calls that have one stream the weights.
+  EXPECT_DOUBLE_EQ(expert_cost(0, 2, 8e6, 4, rates, Pass::kForward).cpu.value(), 2 * 32e6 / 100e9);
+  EXPECT_DOUBLE_EQ(expert_cost(0, 4000, 8e6, 4, rates, Pass::kForward).cpu.value(), 0.064);
+  const EfficiencyCurve measured = EfficiencyCurve::constant(1.0);
+  rates.cpu_efficiency = &measured;
+  EXPECT_DOUBLE_EQ(expert_cost(0, 8, 8e6, 4, rates, Pass::kForward).cpu.value(), 1.28e8 / 1e12);
+}
+
 TEST(AptMoe, AnExpertsGemmRunsAtOneMicroBatchsEfficiency) {
   // 1,000 tokens over four micro-batches: four GEMMs of 4e9 FLOPs, each at the curve's
   // efficiency there; an FP32 GEMM read at its BF16-equivalent size (x 16).

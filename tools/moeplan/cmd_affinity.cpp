@@ -149,6 +149,7 @@ void run_affinity(const AffinityOptions& o) {
   aptmoe::Rates rates;
   rates.gpu = c.node.gpu.peak_for(dtype == Dtype::kFp32 ? Dtype::kFp32 : dtype);
   rates.cpu = c.node.cpus[socket].achievable_flops / static_cast<double>(sharing);
+  rates.cpu_memory = c.node.cpus[socket].memory_bandwidth / static_cast<double>(sharing);
   rates.pcie = ClusterGraph::bottleneck(graph.host_path(o.gpu));
 
   // Profiler tables (APTMoE Sec. III-A) from a calibration file, when given.
