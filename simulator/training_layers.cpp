@@ -35,8 +35,11 @@ void Training::plan_layers(int64_t it) {
       L.forward = layer_forward_ops(ctx_, plan_, params, L.moe, L.load, L.chunks);
       L.backward.assign(L.forward.rbegin(), L.forward.rend());
       L.replayed = recompute_ops(ctx_, plan_, L.moe, L.load, L.forward);
-      for (const LayerOp& op : L.forward)
-        (op.kind == OpKind::kCompute ? L.forward_compute : L.forward_comm) += op.time;
+      for (const LayerOp& op : L.forward) {
+        if (op.kind == OpKind::kCompute) L.forward_compute += op.time;
+        if (op.kind == OpKind::kTp) L.forward_tp += op.time;
+        if (op.kind == OpKind::kEp) L.forward_ep += op.time;
+      }
       L.least_forward_compute = L.forward_compute;
       const uint32_t mods = plan_.recompute_modules;
       const Bytes whole =

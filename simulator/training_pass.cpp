@@ -273,13 +273,22 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     remat.clear();
     if (layer < begin || layer >= end) return;  // a chunk may hold no layer (layout=E|...)
     const LayerState& L = layers_.at(static_cast<size_t>(layer));
-    if (plan_.recompute != Recompute::kRematerialize || L.forward_comm.value() <= 0) return;
-    const LayerOp gather{"rematerialized all-gather", OpKind::kEp, L.forward_comm * 0.5};
+    if (plan_.recompute != Recompute::kRematerialize) return;
+    // Half of each group's forward communication, on that group's own link: a dense layer's
+    // replays only its TP gathers, inside the node. (As one EP operator, a dense layer's went
+    // out over the NICs where EP crosses nodes, and took MoNTA's pieces there.)
+    const LayerOp gathers[] = {{"rematerialized all-gather", OpKind::kTp, L.forward_tp * 0.5},
+                               {"rematerialized all-gather", OpKind::kEp, L.forward_ep * 0.5}};
+    if (!(L.forward_tp.value() + L.forward_ep.value() > 0)) return;
     for (int64_t j = 0; j < slices; ++j) {
       const int64_t before = last_comm[static_cast<size_t>(j)];
-      remat.push_back(add_op(
-          g, st, gather, share, 1.0,
-          before < 0 ? after_tail(j) : std::vector<uint32_t>{static_cast<uint32_t>(before)}));
+      std::vector<uint32_t> after =
+          before < 0 ? after_tail(j) : std::vector<uint32_t>{static_cast<uint32_t>(before)};
+      for (const LayerOp& gather : gathers) {
+        if (!(gather.time.value() > 0)) continue;
+        after = {add_op(g, st, gather, share, 1.0, std::move(after))};
+      }
+      remat.push_back(after.front());
     }
   };
   // Activation offloading (Megatron's fine-grained offloading): a layer's offloaded inputs go

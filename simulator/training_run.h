@@ -28,8 +28,8 @@ struct LayerState {
   double load = 1.0;   // busiest EP rank over balanced
   int64_t chunks = 1;  // FCDA
   std::vector<LayerOp> forward;
-  std::vector<LayerOp> backward;          // forward reversed (its compute runs at twice the time)
-  Seconds forward_compute, forward_comm;  // sums of `forward` by kind
+  std::vector<LayerOp> backward;  // forward reversed (its compute runs at twice the time)
+  Seconds forward_compute, forward_tp, forward_ep;  // sums of `forward` by kind
   // The least forward compute any GPU of the layer runs (forward_compute but for a lighter EP
   // rank's share): a host that issues the layer in no more time never holds it up.
   Seconds least_forward_compute;
