@@ -944,6 +944,24 @@ TEST(TrainingSim, AVirtualStageWithoutLayersRematerializesNothing) {
             0.05);
 }
 
+TEST(TrainingSim, AHeavyFirstStageRunsTheLightStagesFillAndDrainBesideItsOwn) {
+  // The hunt's seed 3005, index 187: two host-bound MoE layers on stage 0 (9.5 ms a pass) and
+  // one on stage 1 (5.0), seven micro-batches of 1F1B. Stage 0 never waits: stage 1's passes of
+  // the first and last micro-batches run beside stage 0's own, and the iteration is stage 0's
+  // passes and 1 ms. The closed form added stage 1's pass as fill and drain (10 ms): 5.8 % over
+  // the simulator. Up to 4p micro-batches over stages that far apart, the planner walks.
+  const ModelSpec m = sized_model("hunt-3005-187", 3, 512, 50257, 16, 16, 32, {{"gated", true}},
+                                  {{"routed_experts", 4}, {"expert_size", 14336}, {"top_k", 1}});
+  const double d = relative_at(m, "h100-sxm-8", 4096,
+                               "tp=4,pp=2,ep=2,etp=1,dp=1,cp=1,vpp=1,mbs=1,gbs=7,pp_first=2,"
+                               "pp_last=1",
+                               [](PlanChoice& c) {
+                                 c.dispatcher = megascale::Dispatcher::kAllGather;
+                                 c.optimizer_offload = 0.5;
+                               });
+  EXPECT_LT(std::abs(d), 0.01);
+}
+
 TEST(TrainingSim, FewMicroBatchesOverUnevenStagesAgreeWithThePlanner) {
   // Two micro-batches over a heavy first stage (20 layers) and a light last one (12): the light
   // stage's passes fit inside the heavy one's warm-up, which the closed form, sum of the stages
