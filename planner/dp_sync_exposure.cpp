@@ -299,36 +299,37 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
     return sync_of(s).reduce_scatter.value() > 0 ? traffic_of(s).on(sync_.crosses_nodes)
                                                  : Seconds(0);
   };
-  const Seconds mine = stretch.value() > 0 ? on_sync_link(e.stage) : Seconds(0);
-  if (mine.value() > 0) {
-    double stretches = 0;
-    for (int64_t s = 0; s < pp_; ++s) stretches += on_sync_link(s) / mine;
-    return tail + chained(stretch, e.overlapped) * std::max(0.0, stretches - 1.0);
+  // The others stretch by their share of the traffic on a reference stage's link: this one's
+  // where it stretches. Where the stage that shows carries nothing on its sync's link (dense
+  // layers beside MoE stages whose EP crosses the NICs) its backward keeps its time, but the
+  // others' still stretch beside their own reduce-scatters and delay it down the drain: the
+  // busiest of them is the reference. (Without them, two dense layers ahead of a MoE layer
+  // with EP 128 over GB200 racks: the planner 7.2 % under the simulator, whose MoE backward ran
+  // 5.6 -> 10.1 ms beside its 22 ms reduce-scatter.)
+  int64_t reference = e.stage;
+  Seconds one = stretch, on_link = stretch.value() > 0 ? on_sync_link(e.stage) : Seconds(0);
+  double beside = e.overlapped;
+  if (!(stretch.value() > 0)) {
+    for (int64_t s = 0; s < pp_; ++s) {
+      const Seconds t = on_sync_link(s);
+      if (t > on_link) on_link = t, reference = s;
+    }
+    if (reference == e.stage) return tail;
+    const DpSync& theirs = sync_of(reference);
+    beside = overlapped(reference, true);
+    one = window(reference, theirs.reduce_scatter, theirs.reduce_scatter_in_node, true, beside)
+              .first -
+          stage(reference).backward;
   }
-  if (stretch.value() > 0) {
-    return tail + chained(stretch, e.overlapped) * static_cast<double>(pp_ - 1);
+  // Without traffic to weigh by, every other stage stretches alike. This stage's own stretch is
+  // in the tail where it is the reference.
+  double others = static_cast<double>(pp_ - 1);
+  if (on_link.value() > 0) {
+    others = 0;
+    for (int64_t s = 0; s < pp_; ++s)
+      if (s != e.stage || reference != e.stage) others += on_sync_link(s) / on_link;
   }
-  // The stage that shows carries nothing on its sync's link (dense layers beside MoE stages
-  // whose EP crosses the NICs): its backward keeps its time, but the others' stretch beside
-  // their own reduce-scatters and delay it down the drain. Priced on the busiest of them, the
-  // rest by their share of its traffic. (Without them, two dense layers ahead of a MoE layer
-  // with EP 128 over GB200 racks: the planner 7.2 % under the simulator, whose MoE backward
-  // ran 5.6 -> 10.1 ms beside its 22 ms reduce-scatter.)
-  int64_t busiest = -1;
-  Seconds most(0);
-  for (int64_t s = 0; s < pp_; ++s) {
-    const Seconds t = on_sync_link(s);
-    if (t > most) most = t, busiest = s;
-  }
-  if (busiest < 0 || busiest == e.stage) return tail;
-  const DpSync& theirs = sync_of(busiest);
-  const double beside = overlapped(busiest, true);
-  const Seconds their_stretch =
-      window(busiest, theirs.reduce_scatter, theirs.reduce_scatter_in_node, true, beside).first -
-      stage(busiest).backward;
-  double stretches = 0;
-  for (int64_t s = 0; s < pp_; ++s) stretches += on_sync_link(s) / most;
-  return tail + chained(their_stretch, beside) * stretches;
+  return tail + chained(one, beside) * others;
 }
 
 // ZeRO 1-2's weight all-gather, once an iteration before the first forward.
@@ -385,14 +386,6 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
     const Seconds gathers_done =
         on_link.value() > 0 ? synced * ((sy.all_gather + sy.reduce_scatter * rs_share) / on_link)
                             : synced;
-    // The host issues a layer once the layer before it has ended (simulator/training_pass.cpp,
-    // host_issue): while the GPU waits for a chunk's first gather, only that first layer's own
-    // wait for the host hides it, not the whole pass's. (With the pass's, a host-bound
-    // forward hid the first gather, whose layer then held up the host issuing the next: ZeRO-3
-    // over GB200 racks, 2.0 ms of a 35 ms forward.) A backward that starts with the output
-    // head's (and MTP modules') backward runs it while its chunk's first gather is under way,
-    // and the last layer's share of the pass leaves the head out (one layer beside a
-    // 129K-vocabulary head: 16 % over the simulator, the head counted in both).
     // The pass before this one on the stage sends its output on as this one starts (a
     // backward's to the stage before, ahead of a forward; a forward's to the next, ahead of a
     // backward): where that hop takes the sync's NICs, the first gather splits them with it.
@@ -407,13 +400,15 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
       if (!boundary_crosses_nodes(ctx_, p_, from, to)) return Seconds(0);
       return pipeline_.hops[static_cast<size_t>(to)];
     };
-    // A backward's first gather splits the link with its reduce-scatter too, which starts with
-    // it. (Alone, one MoE layer over the A800 nodes with MoNTA O1: its 2.5 ms gather ran 4.9 ms
-    // and the planner came out 8.8 % under the simulator.)
-    // What a pass runs outside its layers: `lead` before the first (a backward's output head
-    // and MTP modules, a forward's embedding), which its chunk's first gather runs beside, and
-    // `trail` after the last (a forward's output head, a backward's embedding gradient), which
-    // waits for the last layer as that waits for its gather.
+    // What each chunk's first gather holds its pass up by. The host issues a layer once the
+    // layer before it has ended (simulator/training_pass.cpp, host_issue): while the GPU waits
+    // for the gather, only that first layer's own wait for the host hides it, not the whole
+    // pass's. (With the pass's, a host-bound forward hid the first gather, whose layer then held
+    // up the host issuing the next: ZeRO-3 over GB200 racks, 2.0 ms of a 35 ms forward.) What
+    // the pass runs ahead of its layers (`lead`) hides it too. A backward's first gather splits
+    // the link with its reduce-scatter, which starts with it. (Alone, one MoE layer over the
+    // A800 nodes with MoNTA O1: its 2.5 ms gather ran 4.9 ms and the planner came out 8.8 %
+    // under the simulator.)
     auto first_wait = [&](bool backward_pass, Seconds lead) {
       const Seconds one = first / v_;
       const Seconds gather = one + std::min(one, hop_beside(backward_pass)) +
@@ -432,6 +427,12 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
       }
       return wait;
     };
+    // What a pass runs outside its layers: `lead` before the first (a backward's output head
+    // and MTP modules, a forward's embedding), which its chunk's first gather runs beside, and
+    // `trail` after the last (a forward's output head, a backward's embedding gradient), which
+    // waits for the last layer as that waits for its gather. The last layer's share of the
+    // pass leaves both out (one layer beside a 129K-vocabulary head: 16 % over the simulator,
+    // the head counted in both).
     const StageTimes before = before_first_layer(ctx_, c_, s);
     const StageTimes after = after_last_layer(ctx_, c_, *pipeline_.kinds, s);
     auto gated = [&](Seconds pass, Seconds host, Seconds syncs, bool backward_pass) {

@@ -132,14 +132,8 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m,
   auto end_of = [&](const Source& from) {
     return from.from < 0 ? 0.0 : (from.forward ? fwd_end : bwd_end)[from.cell];
   };
-  // When a pass's input is there: its source's end and the hop. A send leaves as its stage ends
-  // the pass that made it; where the stage goes straight on to its next pass (that one's input
-  // is there), the send shares its link with that pass's traffic and goes at half the rate
-  // while the traffic runs: 1 / (1 - busy / 2) as long. (A hop alone, one host-bound layer a
-  // chunk over the A800 nodes at pp 2, vpp 4, EP across nodes: every 1.3 ms send beside the
-  // next chunk's all-to-alls took 2.4 ms in the simulator, on the critical path of two
-  // micro-batches, and the planner came out 8.2 % under it.)
-  // Without traffic beside any send (most walks), each hop as it is.
+  // Without traffic beside any send (most walks), each hop as it is: the rules of `source`
+  // inline, as the search walks millions of passes.
   auto plain_input_at = [&](int64_t s, const SchedulePass& op) -> double {
     if (op.forward) {
       if (s == 0 && op.chunk == 0) return 0.0;
@@ -155,6 +149,13 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m,
   const bool any_busy = std::any_of(stages.begin(), stages.end(),
                                     [](const ChunkTimes& t) { return !t.forward_busy.empty(); });
   if (any_busy) fwd_at.assign(fwd_end.size(), -1), bwd_at = fwd_at;
+  // When a pass's input is there: its source's end and the hop. A send leaves as its stage ends
+  // the pass that made it; where the stage goes straight on to its next pass (that one's input
+  // is there), the send shares its link with that pass's traffic and goes at half the rate
+  // while the traffic runs: 1 / (1 - busy / 2) as long. (A hop alone, one host-bound layer a
+  // chunk over the A800 nodes at pp 2, vpp 4, EP across nodes: every 1.3 ms send beside the
+  // next chunk's all-to-alls took 2.4 ms in the simulator, on the critical path of two
+  // micro-batches, and the planner came out 8.2 % under it.)
   auto input_at = [&](int64_t s, const SchedulePass& op) -> double {
     if (!any_busy) return plain_input_at(s, op);
     const Source from = source(s, op);

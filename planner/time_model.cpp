@@ -631,28 +631,28 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // With fewer than 2p micro-batches the closed form misses how a light stage's passes overlap
   // the heavy one's warm-up (two dense layers then one MoE layer and the head over pp = 2, two
   // micro-batches: 14 % over the simulator); the walk is short there, so take it (GPipe's too).
+  // So it is up to 4p micro-batches of 1F1B over stages more than 1.25x apart with the heaviest
+  // ahead of the last: it runs the light stages' fill and drain beside its own passes, which the
+  // closed form adds instead. (Two host-bound layers on stage 0 and one on stage 1, seven
+  // micro-batches: the closed form's 10 ms of bubble was 1 ms in the simulator, 5.8 % over it.
+  // Where the heaviest stage is the last, the others' fill and drain is the closed form's.)
   const bool few = out.microbatches < 2 * pp;
+  const auto [lightest, heaviest] = std::minmax_element(per_stage.begin(), per_stage.end());
+  const bool stages_apart = *heaviest > *lightest * 1.25;
+  const bool heavy_ahead = heaviest - per_stage.begin() < pp - 1;
+  const bool heavy_first = !c.gpipe && out.microbatches <= 4 * pp && stages_apart && heavy_ahead;
   bool walk_few = pp > 1 && *p.vpp == 1 && few;
   std::vector<ChunkTimes> few_chunks;
   Seconds few_walked;
-  if (walk_few) {
-    few_chunks = chunk_times(ctx, c, kinds);
-    few_walked = schedule_makespan(few_chunks, out.microbatches, hops, c.gpipe);
-    out.bubble = std::max(few_walked - per_mb * mb - out.pp_comm, Seconds(0));
-  }
-  // Up to 4p micro-batches over stages more than 1.25x apart, a heavy stage ahead of light
-  // ones runs their fill and drain beside its own passes, which the closed form adds instead;
-  // the walk is short there too. (Two host-bound layers on stage 0 and one on stage 1, seven
-  // micro-batches: the closed form's 10 ms of bubble was 1 ms in the simulator, 5.8 % over it.)
-  const auto [lightest, heaviest] = std::minmax_element(per_stage.begin(), per_stage.end());
-  const bool stages_apart = *heaviest > *lightest * 1.25;
-  // (Where the heaviest stage is the last, the others' fill and drain is the closed form's.)
-  const bool heavy_ahead = heaviest - per_stage.begin() < pp - 1;
-  if (pp > 1 && *p.vpp == 1 && !few && !c.gpipe && out.microbatches <= 4 * pp && stages_apart &&
-      heavy_ahead) {
-    const Seconds walked =
-        schedule_makespan(chunk_times(ctx, c, kinds), out.microbatches, hops, c.gpipe);
+  if (pp > 1 && *p.vpp == 1 && (few || heavy_first)) {
+    std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
+    const Seconds walked = schedule_makespan(chunks, out.microbatches, hops, c.gpipe);
     out.bubble = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
+    // ZeRO-3's syncs walk the few micro-batches again (dp_sync_exposure.cpp).
+    if (walk_few) {
+      few_chunks = std::move(chunks);
+      few_walked = walked;
+    }
   }
   // A flexible layout can leave stages far apart, where no closed form holds: a heavy stage near
   // the front hides the others' fill and drain. Unless it has the search's shape (equal middle
