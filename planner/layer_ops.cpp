@@ -367,11 +367,10 @@ WeightShape weight_shape(const TimeContext& ctx, const PlanChoice& c) {
 
 }  // namespace
 
-Seconds mtp_extra_time(const TimeContext& ctx, const PlanChoice& c) {
+Seconds mtp_projection_time(const TimeContext& ctx, const PlanChoice& c) {
   const WeightShape weights = weight_shape(ctx, c);
   const double h = static_cast<double>(ctx.model->hidden_size);
-  return gemm_time(ctx, linear_gemm_rate(ctx, c), weights.rows, 2.0 * h, h / weights.split) +
-         output_head_time(ctx, c);
+  return gemm_time(ctx, linear_gemm_rate(ctx, c), weights.rows, 2.0 * h, h / weights.split);
 }
 
 std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice& c,

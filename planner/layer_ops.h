@@ -132,10 +132,10 @@ Bytes cross_entropy_held(CrossEntropy kernel, double element_bytes, double logit
 // frees it. The linear layers' weight gradients go into main_grad inside their GEMMs (gradient
 // accumulation fusion); this one cannot.
 LayerOp embedding_gradient_op(const TimeContext& ctx, const PlanChoice& c);
-// What one multi-token-prediction module (DeepSeek-V3; Megatron's --mtp-num-layers) adds on the
-// last stage beside its transformer layer, which is priced as the model's last layer: the
-// projection of the two normed streams [2h -> h] and its own pass through the shared output
-// head, forward, one micro-batch.
-Seconds mtp_extra_time(const TimeContext& ctx, const PlanChoice& c);
+// What one multi-token-prediction module (DeepSeek-V3; Megatron's --mtp-num-layers) runs ahead
+// of its transformer layer, which is priced as the model's last layer: the projection of the two
+// normed streams [2h -> h], forward, one micro-batch. After the layer it runs its own pass
+// through the shared output head and a loss.
+Seconds mtp_projection_time(const TimeContext& ctx, const PlanChoice& c);
 
 }  // namespace moe

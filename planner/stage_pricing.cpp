@@ -261,7 +261,7 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
   if (m.mtp_layers <= 0) return st;
   const double modules = static_cast<double>(m.mtp_layers);
   add(st, kinds.of(ctx, mtp_stage(c.parallel), static_cast<size_t>(m.num_layers - 1)), modules);
-  add_gemm_block(st, mtp_extra_time(ctx, c) * modules);
+  add_gemm_block(st, (mtp_projection_time(ctx, c) + output_head_time(ctx, c)) * modules);
   add_loss(st, ctx, c, modules);
   add_embedding_gradient(st, ctx, c, modules);
   return st;

@@ -158,20 +158,6 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     append(g, std::move(t));
     std::fill(tail.begin(), tail.end(), static_cast<int64_t>(g.size() - 1));
   };
-  // The MTP modules after the head (or their stage's last layer), one task a pass at the planner's
-  // price (their layers' communication and host time included), holding what the model's last layer
-  // keeps of a micro-batch (its checkpoint under full recompute) from the forward to the backward.
-  auto mtp_task = [&](bool forward) {
-    if (mtp_.forward.value() <= 0) return;
-    head_task(forward ? "MTP modules" : "MTP modules backward",
-              forward ? mtp_.forward : mtp_.backward);
-    const LayerState& L = layers_.back();
-    const Bytes held = ((full ? L.checkpoint : L.sequence_part + L.token_part) + loss_.held) *
-                       static_cast<double>(m_.mtp_layers);
-    const int64_t last = m_.num_layers - 1;
-    g.back().tag = add_action(st, forward ? MemAction{last, id.micro, L.chunks, held, Bytes(0)}
-                                          : MemAction{last, id.micro, L.chunks, Bytes(0), held});
-  };
   // ZeRO-3: each layer's weights are gathered before its first operator, the next layer's
   // gather running while this one computes (FSDP's prefetch of one layer); a pass's compute
   // stalls on the DP stream when the gathers cannot keep up.
@@ -269,9 +255,11 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   };
   // Layer `layer`'s rematerializing gather, per slice, after the last communication of the
   // chain built before it (or the tails, first in a pass).
-  auto rematerialize = [&](int64_t layer) {
+  // (`any_layer`: an MTP module's, priced as the model's last layer wherever that runs.)
+  auto rematerialize = [&](int64_t layer, bool any_layer = false) {
     remat.clear();
-    if (layer < begin || layer >= end) return;  // a chunk may hold no layer (layout=E|...)
+    // A chunk may hold no layer (layout=E|...).
+    if (!any_layer && (layer < begin || layer >= end)) return;
     const LayerState& L = layers_.at(static_cast<size_t>(layer));
     if (plan_.recompute != Recompute::kRematerialize) return;
     // Half of each group's forward communication, on that group's own link: a dense layer's
@@ -311,19 +299,78 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
                                    : MemAction{layer, id.micro, L.chunks, L.offloaded, Bytes(0)});
     return static_cast<int64_t>(append(g, std::move(t)));
   };
+  // Layer l's forward: what it keeps of the micro-batch (its checkpoint under full recompute),
+  // the host issuing it, its operators.
+  auto forward_layer = [&](int64_t l) {
+    const LayerState& L = layers_.at(static_cast<size_t>(l));
+    const int64_t a_first =
+        add_action(st, {l, id.micro, L.chunks, full ? L.checkpoint : L.sequence_part, Bytes(0)});
+    const int64_t a_token =
+        full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
+    const int64_t host = host_issue(l, true);
+    chain(l, false, 1.0, L.token_op, a_first, a_token, 0, host);
+  };
+  // Layer l's backward: what recompute replays first, then its operators, which free what its
+  // forward kept.
+  auto backward_layer = [&](int64_t l) {
+    const LayerState& L = layers_.at(static_cast<size_t>(l));
+    const Bytes held =
+        full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
+    const int64_t host = host_issue(l, false);
+    if (full) {
+      const int64_t a_first = add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
+      const int64_t a_token = add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
+      chain(l, false, 1.0, L.token_op, a_first, a_token, 0, -1);
+    } else if (plan_.recompute == Recompute::kRematerialize) {
+      // Rematerialization redoes the element-wise work (5 % of the forward) and replays the
+      // all-gather half of TP/EP communication (`remat`, issued during the layer above's
+      // backward).
+      const LayerOp redo{"rematerialized element-wise work", OpKind::kCompute,
+                         L.forward_compute * 0.05};
+      for (int64_t j = 0; j < slices; ++j)
+        tail[static_cast<size_t>(j)] = add_op(g, st, redo, share, 1.0, after_tail(j));
+    } else {
+      // Selective recompute replays its modules' ops (the forward's own, so every GPU's
+      // share of them, and the element-wise and MLA up-projection work), in forward order,
+      // once the layer above is through (as full recompute's replay and autograd have it).
+      const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
+      const double replay_scale = compute_scale_beside_ep(
+          ctx_, plan_, L.replayed, [](const ReplayedOp& r) -> const LayerOp& { return r.op; }, 1.0);
+      for (int64_t j = 0; j < slices; ++j) {
+        for (size_t q = 0; q < L.replayed.size(); ++q) {
+          const ReplayedOp& r = L.replayed[q];
+          if (r.forward_index >= 0) ref_ = {static_cast<int32_t>(l), r.forward_index};
+          std::vector<uint32_t> after = q > 0 || barrier < 0
+                                            ? after_tail(j)
+                                            : std::vector<uint32_t>{static_cast<uint32_t>(barrier)};
+          tail[static_cast<size_t>(j)] =
+              add_op(g, st, r.op, share, replay_scale, std::move(after), L.load, false);
+          ref_ = OpRef{};
+        }
+      }
+    }
+    const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
+    chain(l, true, 2.0, -1, 0, 0, a_release, host);
+  };
+  // The MTP modules (DeepSeek-V3) after the head: each projects the two normed streams, runs a
+  // transformer layer (the model's last layer's operators and routing, as the planner prices
+  // it, its communication on the links the layer's takes), then its own pass through the
+  // shared output head and a loss, whose logits it keeps until its backward; a backward also
+  // adds the shifted tokens' embedding gradient. (As one compute task, a module's all-to-alls
+  // left the links to the DP gathers beside them: 6.8 % under the planner.)
+  const int64_t last_layer = m_.num_layers - 1;
+  const Seconds projection = mtp_here ? mtp_projection_time(ctx_, plan_) : Seconds(0);
+  const Seconds head = output_head_time(ctx_, plan_);
+  auto logits = [&](Bytes alloc, Bytes release) {
+    g.back().tag = add_action(st, {last_layer, id.micro, layers_.back().chunks, alloc, release});
+  };
   ++st.pass_serial;
 
   if (id.forward) {
     int64_t copying = -1;  // the previous layer's copy to the host
     for (int64_t l = begin; l < end; ++l) {
-      const LayerState& L = layers_.at(static_cast<size_t>(l));
-      const int64_t a_first =
-          add_action(st, {l, id.micro, L.chunks, full ? L.checkpoint : L.sequence_part, Bytes(0)});
-      const int64_t a_token =
-          full ? 0 : add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
       gate_on(l);
-      const int64_t host = host_issue(l, true);
-      chain(l, false, 1.0, L.token_op, a_first, a_token, 0, host);
+      forward_layer(l);
       int64_t& last = tail[static_cast<size_t>(slices - 1)];
       if (copying >= 0) {
         Task out = compute_task("layer offloaded", kD2hStream, Seconds(0));
@@ -335,66 +382,36 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     }
     if (head_here) {
       // The loss keeps the micro-batch's logits (as its kernel stores them) until its backward.
-      head_task("output head + loss", output_head_time(ctx_, plan_) + loss_.forward.time);
-      g.back().tag = add_action(
-          st, {m_.num_layers - 1, id.micro, layers_.back().chunks, loss_.held, Bytes(0)});
+      head_task("output head + loss", head + loss_.forward.time);
+      logits(loss_.held, Bytes(0));
     }
-    if (mtp_here) mtp_task(true);
+    gate.clear();
+    for (int64_t k = 0; mtp_here && k < m_.mtp_layers; ++k) {
+      head_task("MTP projection", projection);
+      forward_layer(last_layer);
+      head_task("MTP output head + loss", head + loss_.forward.time);
+      logits(loss_.held, Bytes(0));
+    }
   } else {
-    if (mtp_here) mtp_task(false);
+    for (int64_t k = 0; mtp_here && k < m_.mtp_layers; ++k) {
+      head_task("MTP output head + loss backward", head * 2.0 + loss_.backward);
+      logits(Bytes(0), loss_.held);
+      rematerialize(last_layer, true);
+      backward_layer(last_layer);
+      head_task("MTP projection + embedding gradient", projection * 2.0 + embedding_gradient_);
+    }
     if (head_here) {
-      head_task("output head + loss backward",
-                output_head_time(ctx_, plan_) * 2.0 + loss_.backward);
-      g.back().tag = add_action(
-          st, {m_.num_layers - 1, id.micro, layers_.back().chunks, Bytes(0), loss_.held});
+      head_task("output head + loss backward", head * 2.0 + loss_.backward);
+      logits(Bytes(0), loss_.held);
     }
     rematerialize(end - 1);
     // The top layer's inputs come back from the pass's start.
     int64_t reloaded = offloads(end - 1) ? copy_task(end - 1, false, all_tails()) : -1;
     for (int64_t l = end - 1; l >= begin; --l) {
-      const LayerState& L = layers_.at(static_cast<size_t>(l));
-      const Bytes held =
-          full ? L.checkpoint + L.sequence_part + L.token_part : L.sequence_part + L.token_part;
       gate_on(l);
       if (reloaded >= 0) gate.push_back(static_cast<uint32_t>(reloaded));
       reloaded = l > begin && offloads(l - 1) ? copy_task(l - 1, false, all_tails()) : -1;
-      const int64_t host = host_issue(l, false);
-      if (full) {
-        const int64_t a_first = add_action(st, {l, id.micro, L.chunks, L.sequence_part, Bytes(0)});
-        const int64_t a_token =
-            add_action(st, {l, id.micro, L.chunks, L.token_part, Bytes(0), true});
-        chain(l, false, 1.0, L.token_op, a_first, a_token, 0, -1);
-      } else if (plan_.recompute == Recompute::kRematerialize) {
-        // Rematerialization redoes the element-wise work (5 % of the forward) and replays the
-        // all-gather half of TP/EP communication (`remat`, issued during the layer above's
-        // backward).
-        const LayerOp redo{"rematerialized element-wise work", OpKind::kCompute,
-                           L.forward_compute * 0.05};
-        for (int64_t j = 0; j < slices; ++j)
-          tail[static_cast<size_t>(j)] = add_op(g, st, redo, share, 1.0, after_tail(j));
-      } else {
-        // Selective recompute replays its modules' ops (the forward's own, so every GPU's
-        // share of them, and the element-wise and MLA up-projection work), in forward order,
-        // once the layer above is through (as full recompute's replay and autograd have it).
-        const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
-        const double replay_scale = compute_scale_beside_ep(
-            ctx_, plan_, L.replayed, [](const ReplayedOp& r) -> const LayerOp& { return r.op; },
-            1.0);
-        for (int64_t j = 0; j < slices; ++j) {
-          for (size_t q = 0; q < L.replayed.size(); ++q) {
-            const ReplayedOp& r = L.replayed[q];
-            if (r.forward_index >= 0) ref_ = {static_cast<int32_t>(l), r.forward_index};
-            std::vector<uint32_t> after =
-                q > 0 || barrier < 0 ? after_tail(j)
-                                     : std::vector<uint32_t>{static_cast<uint32_t>(barrier)};
-            tail[static_cast<size_t>(j)] =
-                add_op(g, st, r.op, share, replay_scale, std::move(after), L.load, false);
-            ref_ = OpRef{};
-          }
-        }
-      }
-      const int64_t a_release = add_action(st, {l, id.micro, L.chunks, Bytes(0), held, true});
-      chain(l, true, 2.0, -1, 0, 0, a_release, host);
+      backward_layer(l);
       if (l > begin) rematerialize(l - 1);
     }
     // The first stage's backward ends in the embedding, whose dense gradient goes into

@@ -218,7 +218,6 @@ class Training {
   SimTime allocator_retry_;  // the stall of one allocation past alpha x capacity
   MemoryReport memory_;
   memfine::LayerShape shape_;
-  StageTimes mtp_;  // the MTP modules' passes on the last stage (planner's mtp_stage_times)
   // The head's loss (its logits held from a micro-batch's forward to its backward, none under a
   // measured static memory, which holds them already, as the planner's memory model has it) and
   // the first stage's embedding gradient, one micro-batch each (planner/layer_ops.h).

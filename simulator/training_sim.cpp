@@ -48,7 +48,6 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   memory_ = estimate_memory(m_, ctx.params, p_, request);
   shape_ = memory_.moe_shape;  // with the request's FP8 input and score bytes
   settle_mact_chunks(plan_, memory_);
-  mtp_ = mtp_stage_times(ctx, plan_);
   loss_ = cross_entropy_passes(ctx, plan_);
   if (o.static_override) loss_.held = Bytes(0);
   embedding_gradient_ = embedding_gradient_op(ctx, plan_).time;
