@@ -164,7 +164,8 @@ TimeBreakdown estimate_time(const TimeContext& ctx, const PlanChoice& c, TimeCon
 // bubble, pipeline hops and optimizer step already reach it before the DP syncs' exposure, which
 // only adds, is priced. The search's branch and bound: most candidates lose to the best found
 // so far there, and the sync windows (each re-pricing a stage on slowed links) are most of a
-// candidate's cost. `before_syncs`, when given, receives those terms less the optimizer step:
+// candidate's cost. `before_syncs`, when given, receives those terms less the optimizer step
+// (or, where the steady state and hops alone reach the bound, those: a lower bound of them);
 // they do not read the DP gradient precision, so a search that tries both precisions can hold
 // the second to its bound without pricing it.
 std::optional<TimeBreakdown> estimate_time_below(const TimeContext& ctx, const PlanChoice& c,

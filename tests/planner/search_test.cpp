@@ -209,6 +209,12 @@ TEST(Search, TheTimeBoundCutsOnlyCandidatesThatCannotBeatIt) {
           flipped.dp_bf16_compression = !bf16;
           estimate_time_below(s.ctx, flipped, scratch, full.iteration * 2, &other);
           EXPECT_EQ(other.value(), unsynced.value());
+          // A bound the steady state alone reaches cuts the candidate before any schedule walk,
+          // and reports those terms: a lower bound of the rest, which the search may reuse.
+          Seconds steady;
+          EXPECT_FALSE(estimate_time_below(s.ctx, c, scratch, Seconds(1e-9), &steady));
+          EXPECT_GT(steady.value(), 0.0);
+          EXPECT_LE(steady.value(), unsynced.value());
         }
       }
     }
