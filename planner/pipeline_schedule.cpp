@@ -217,4 +217,59 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m,
   return Seconds(makespan);
 }
 
+std::vector<Seconds> first_backward_starts(const std::vector<ChunkTimes>& stages, int64_t m,
+                                           const std::vector<Seconds>& hops, bool gpipe,
+                                           const std::vector<Seconds>& gathers) {
+  const int64_t p = static_cast<int64_t>(stages.size());
+  if (p == 0 || m <= 0) throw std::invalid_argument("a pipeline needs stages and micro-batches");
+  if (hops.size() != stages.size()) throw std::invalid_argument("a pipeline needs one hop a stage");
+  if (!gathers.empty() && gathers.size() != stages.size())
+    throw std::invalid_argument("a pipeline's gathers need one entry a stage");
+  const int64_t v = static_cast<int64_t>(stages.front().forward.size());
+  const std::vector<std::vector<SchedulePass>>& order = stage_orders(p, m, v, gpipe);
+  auto forward = [&](int64_t s, int64_t c) {
+    return stages[static_cast<size_t>(s)].forward[static_cast<size_t>(c)];
+  };
+  // Each stage's forward time before micro-batch 0's forward of each chunk (own[s][c]), and
+  // before its first backward (warm[s]).
+  std::vector<std::vector<Seconds>> own(static_cast<size_t>(p));
+  std::vector<Seconds> warm(static_cast<size_t>(p));
+  for (int64_t s = 0; s < p; ++s) {
+    std::vector<Seconds>& mine = own[static_cast<size_t>(s)];
+    mine.assign(static_cast<size_t>(v), Seconds(0));
+    Seconds ran;
+    for (const SchedulePass& op : order[static_cast<size_t>(s)]) {
+      if (!op.forward) break;
+      if (op.micro == 0) mine[static_cast<size_t>(op.chunk)] = ran;
+      ran += forward(s, op.chunk);
+    }
+    warm[static_cast<size_t>(s)] = ran;
+  }
+  // Micro-batch 0 round the ring once a chunk: each forward once its input is there and its
+  // stage has run the forwards before it.
+  std::vector<Seconds> first_forward(static_cast<size_t>(p));
+  Seconds arrive, end;
+  for (int64_t c = 0; c < v; ++c) {
+    for (int64_t s = 0; s < p; ++s) {
+      const auto i = static_cast<size_t>(s);
+      if (s > 0) arrive = end + hops[i];
+      if (c == 0) first_forward[i] = arrive;
+      const Seconds start = std::max(arrive, first_forward[i] + own[i][static_cast<size_t>(c)]);
+      end = start + forward(s, c);
+      if (!gathers.empty())
+        end = std::max(end, gathers[i] * (static_cast<double>(c + 1) / static_cast<double>(v)));
+    }
+    arrive = end + hops[0];
+  }
+  // Then back down the last chunk.
+  std::vector<Seconds> starts(static_cast<size_t>(p));
+  Seconds ready = end;
+  for (int64_t s = p - 1; s >= 0; --s) {
+    const auto i = static_cast<size_t>(s);
+    starts[i] = std::max(ready, first_forward[i] + warm[i]);
+    ready = starts[i] + stages[i].backward[static_cast<size_t>(v - 1)] + hops[i];
+  }
+  return starts;
+}
+
 }  // namespace moe

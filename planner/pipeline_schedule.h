@@ -76,4 +76,15 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seco
 Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m,
                           const std::vector<Seconds>& hops, bool gpipe);
 
+// When each stage starts its first backward at the earliest: micro-batch 0's trip through every
+// chunk's forward and back down the last chunk, each stage also running the forwards its order
+// puts before each of its passes (its warm-up). Exact where the stages never wait beyond
+// that; a lower bound otherwise. (What ZeRO-2's per-micro-batch reduce-scatters, which start
+// with the backwards, must wait for.) `gathers`, where not empty, holds each stage's weight
+// all-gather ahead of the iteration, one chunk after another: a chunk's first forward ends no
+// earlier than its weights are in.
+std::vector<Seconds> first_backward_starts(const std::vector<ChunkTimes>& stages, int64_t m,
+                                           const std::vector<Seconds>& hops, bool gpipe,
+                                           const std::vector<Seconds>& gathers = {});
+
 }  // namespace moe

@@ -90,6 +90,34 @@ TEST(PipelineSchedule, ABackwardsSyncRestDelaysTheNextPassOnItsLink) {
   EXPECT_THROW(schedule_makespan(stages, 2, Seconds(0), false), std::invalid_argument);
 }
 
+TEST(PipelineSchedule, FirstBackwardsWaitForMicroBatchZerosRoundTripAndTheWarmUp) {
+  // 1F1B over four stages (t_f 1, t_b 2, hops 0.1): the last stage starts its first backward
+  // once micro-batch 0 has gone down the pipeline, each stage before it that much later again.
+  const std::vector<Seconds> hops(4, Seconds(0.1));
+  const std::vector<Seconds> one_f_one_b = first_backward_starts(equal(4, 1, 1, 2), 8, hops, false);
+  for (int s = 0; s < 4; ++s)
+    EXPECT_NEAR(one_f_one_b[static_cast<size_t>(s)].value(), 4.3 + (3 - s) * 2.1, 1e-12) << s;
+  // Interleaved, p = v = 2 (chunks of 1 and 2): stage 1 runs three forwards before its first
+  // backward, stage 0 five; micro-batch 0's trip binds both.
+  const std::vector<Seconds> free(2, Seconds(0));
+  const std::vector<Seconds> interleaved = first_backward_starts(equal(2, 2, 2, 4), 4, free, false);
+  EXPECT_NEAR(interleaved[1].value(), 4.0, 1e-12);
+  EXPECT_NEAR(interleaved[0].value(), 6.0, 1e-12);
+  // GPipe: every forward first, here three on stage 1 after micro-batch 0 reaches it.
+  const std::vector<Seconds> gpipe = first_backward_starts(equal(2, 1, 1, 2), 3, free, true);
+  EXPECT_NEAR(gpipe[1].value(), 4.0, 1e-12);
+  EXPECT_NEAR(gpipe[0].value(), 6.0, 1e-12);
+  // Stage 0's weights take 5 to gather, a chunk's half at a time: its chunks' first forwards
+  // end at 2.5 and 5, and the trip runs that much later.
+  const std::vector<Seconds> gathered =
+      first_backward_starts(equal(2, 2, 2, 4), 4, free, false, {Seconds(5), Seconds(0)});
+  EXPECT_NEAR(gathered[1].value(), 6.0, 1e-12);
+  EXPECT_NEAR(gathered[0].value(), 8.0, 1e-12);
+  EXPECT_THROW(first_backward_starts(equal(2, 1, 1, 2), 3, hops, false), std::invalid_argument);
+  EXPECT_THROW(first_backward_starts(equal(2, 1, 1, 2), 3, free, false, {Seconds(1)}),
+               std::invalid_argument);
+}
+
 TEST(PipelineSchedule, RejectsWhatNoScheduleRuns) {
   EXPECT_THROW(schedule_makespan({}, 4, Seconds(0), false), std::invalid_argument);
   EXPECT_THROW(schedule_makespan(equal(4, 2, 1, 2), 6, Seconds(0), false), std::invalid_argument);
