@@ -80,7 +80,11 @@ class SyncPricing {
   double overlapped(int64_t s, bool backward_pass) const;
   LinkLoads traffic_of(int64_t stage);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
-                                     bool backward_pass, double overlapped);
+                                     bool backward_pass, double overlapped,
+                                     bool from_start = false);
+  std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
+                                              bool backward_pass, const TimeContext& shared,
+                                              const LayerKinds& half);
   Seconds reduce_scatter_once(const Exposed& e);
   Seconds all_gather_once(const Exposed& e);
   Paced paced(int64_t s, bool shared_reduce = false);
@@ -203,7 +207,8 @@ LinkLoads SyncPricing::traffic_of(int64_t s) {
 // One window: the sync's time on each link against the pass's traffic there (forward or
 // backward share) on `stage`; returns the stretched pass and the sync's own stretch.
 std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds in_node,
-                                                bool backward_pass, double overlapped) {
+                                                bool backward_pass, double overlapped,
+                                                bool from_start) {
   const StageTimes& own = stage(s);
   const Seconds unshared = backward_pass ? own.backward : own.forward;
   if (time.value() <= 0) return std::pair{unshared, time};
@@ -258,12 +263,119 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     g.ring = g.ring / fabric_share.slowdown();
     g.alltoall = g.alltoall / fabric_share.slowdown();
   }
-  const StageTimes st = stage_from(shared, c_, layer_kinds(shared, c_), s);
+  const LayerKinds half = layer_kinds(shared, c_);
+  if (from_start && *p_.vpp == 1 && overlapped <= 1.0) {
+    const auto [pass, synced] = from_pass_start(s, on_nic, on_fabric, backward_pass, shared, half);
+    return std::pair{pass, time + synced};
+  }
+  const StageTimes st = stage_from(shared, c_, half, s);
   // The pass at half the link where the sync meets it, for the share it meets.
   const double met = std::max(nic_share.met, fabric_share.met);
   const Seconds stretched =
       unshared + ((backward_pass ? st.backward : st.forward) - unshared) * met;
   return std::pair{unshared + (stretched - unshared) * passes_beside, time + delay};
+}
+
+// A sync that starts with its pass (ZeRO-1's reduce-scatter with the last backward, ZeRO 1-2's
+// all-gather ahead of the first forward) meets the pass's layers in the order they run. On each
+// link it runs its own time plus what it waits for the traffic it meets there, and covers that
+// much of the pass, less what it stretches the covered layers by: each covered layer runs that
+// share of itself at half the link (priced in `half` on `shared`), its GPU work stretching by
+// the share, what the host takes to issue it still its floor. A pass busy on the link is
+// covered for the sync's own time; one waiting for its host, for as long as the sync lasts.
+// Returns the pass and the sync's delay. (Spread evenly over the pass, one MoE layer and an
+// MTP module's gradients ahead of a dense layer met less than the simulator's reduce-scatter,
+// 5.3 % under it; one host-bound layer a stage, a fifth of it beside a 1 ms gather, stretched
+// by a fifth of its whole slowdown where the host hid it all: 5.3 % over.)
+std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_nic,
+                                                         Seconds on_fabric, bool backward_pass,
+                                                         const TimeContext& shared,
+                                                         const LayerKinds& half) {
+  if (c_.intra_overlap && !unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
+  const PlanChoice& traffic_choice = c_.intra_overlap ? unfused_ : c_;
+  const LayerKinds& traffic_kinds = c_.intra_overlap ? *unfused_kinds_ : *pipeline_.kinds;
+  auto pass = [&](const StageTimes& t) { return backward_pass ? t.backward : t.forward; };
+  auto host = [&](const StageTimes& t) { return backward_pass ? t.host_backward : t.host_forward; };
+  // The pass's pieces in the order they run: time, GPU work alone and at half the link, traffic.
+  struct Piece {
+    Seconds time, gpu, slowed_gpu, nic, fabric;
+  };
+  std::vector<Piece> pieces;
+  auto add = [&](const StageTimes& own, const StageTimes& slowed, const StageTimes& traffic) {
+    const Seconds time = pass(own);
+    if (!(time.value() > 0)) return;
+    const LinkLoads loads = link_traffic(ctx_, p_, traffic);
+    auto on_pass = [&](Seconds both) {
+      const Seconds forward_part = both / passes_;
+      return std::min(time, backward_pass ? both - forward_part : forward_part);
+    };
+    pieces.push_back({time, time - host(own), pass(slowed) - host(slowed), on_pass(loads.nic),
+                      on_pass(loads.fabric)});
+  };
+  const LayerRange layers = chunk_layers(*ctx_.model, p_, s, 0);
+  const StageTimes first = before_first_layer(ctx_, c_, s);
+  const StageTimes last = after_last_layer(ctx_, c_, *pipeline_.kinds, s);
+  const StageTimes last_slowed = after_last_layer(shared, c_, half, s);
+  const StageTimes last_traffic = after_last_layer(ctx_, traffic_choice, traffic_kinds, s);
+  auto layer = [&](int64_t l) {
+    const auto i = static_cast<size_t>(l);
+    add(pipeline_.kinds->of(ctx_, s, i), half.of(ctx_, s, i), traffic_kinds.of(ctx_, s, i));
+  };
+  if (backward_pass) {
+    add(last, last_slowed, last_traffic);
+    for (int64_t l = layers.end - 1; l >= layers.begin; --l) layer(l);
+    add(first, first, first);
+  } else {
+    add(first, first, first);
+    for (int64_t l = layers.begin; l < layers.end; ++l) layer(l);
+    add(last, last_slowed, last_traffic);
+  }
+  // The pieces each link's sync covers, as far as `reach` into the pass: what it waits for
+  // there, and what the covered layers stretch by, all of them and those on that link.
+  struct Met {
+    Seconds delay[2], stretch, stretch_on[2];
+  };
+  // A hierarchical sync (MegaScale App. A.1) runs its two steps one after the other on the DP
+  // stream: a reduce-scatter in the node first, then across; an all-gather across first. The
+  // second step covers the pass from where the first's reach ends.
+  const int first_link = backward_pass ? 1 : 0;
+  auto meet = [&](const Seconds(&reach)[2]) {
+    Met out;
+    Seconds from[2];
+    from[1 - first_link] = reach[first_link];
+    Seconds at;
+    for (const Piece& q : pieces) {
+      double share[2];
+      for (int k = 0; k < 2; ++k) {
+        const Seconds begin = std::max(at, from[k]);
+        const Seconds end = std::min(at + q.time, from[k] + reach[k]);
+        share[k] = end > begin ? (end - begin) / q.time : 0.0;
+        out.delay[k] += (k == 0 ? q.nic : q.fabric) * share[k];
+      }
+      at += q.time;
+      const double most = std::max(share[0], share[1]);
+      const Seconds stretch = std::max(Seconds(0), q.gpu + (q.slowed_gpu - q.gpu) * most - q.time);
+      out.stretch += stretch;
+      for (int k = 0; k < 2; ++k)
+        if (most > 0) out.stretch_on[k] += stretch * (share[k] / most);
+    }
+    return out;
+  };
+  // It covers its own time of the pass, and then what it waited for the traffic it met, less
+  // what it stretched the pass by: once more, which is as far as the pieces' order holds (let
+  // run to a fixed point, host-bound layers' traffic taken as spread over their issue time met
+  // more of it than the simulator's, whose attention runs first: 6.0 % over it).
+  const Seconds own[2] = {on_nic, on_fabric};
+  Seconds reach[2] = {on_nic, on_fabric};
+  const Met once = meet(reach);
+  for (int k = 0; k < 2; ++k)
+    reach[k] = own[k].value() > 0
+                   ? std::max(Seconds(0), own[k] + once.delay[k] - once.stretch_on[k])
+                   : Seconds(0);
+  const Met met = meet(reach);
+  // The rest of the pass (its sends' stretch, offload copies at its edges) carries no traffic
+  // of its own.
+  return std::pair{pass(stage(s)) + met.stretch, met.delay[0] + met.delay[1]};
 }
 
 // The all-gather has run alone for the stage's slack before its first forward starts; the
@@ -274,7 +386,7 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
   const DpSync& own = sync_of(e.stage);
   const Seconds unshared = stage(e.stage).backward;
   const auto [backward, rs_shared] =
-      window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true, e.overlapped);
+      window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true, e.overlapped, true);
   const Seconds stretch = backward - unshared;
   // Every stage starts its reduce-scatter with its last backward, and those backwards run one
   // after another down the pipeline's drain, each stretched by its own: the drain grows by
@@ -318,9 +430,10 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
     if (reference == e.stage) return tail;
     const DpSync& theirs = sync_of(reference);
     beside = overlapped(reference, true);
-    one = window(reference, theirs.reduce_scatter, theirs.reduce_scatter_in_node, true, beside)
-              .first -
-          stage(reference).backward;
+    one =
+        window(reference, theirs.reduce_scatter, theirs.reduce_scatter_in_node, true, beside, true)
+            .first -
+        stage(reference).backward;
   }
   // Without traffic to weigh by, every other stage stretches alike. This stage's own stretch is
   // in the tail where it is the reference.
@@ -340,7 +453,7 @@ Seconds SyncPricing::all_gather_once(const Exposed& e) {
   const Seconds left = std::max(Seconds(0), own.all_gather - e.slack);
   const double part = own.all_gather.value() > 0 ? left / own.all_gather : 0.0;
   const auto [forward, ag_shared] =
-      window(e.stage, left, own.all_gather_in_node * part, false, e.overlapped);
+      window(e.stage, left, own.all_gather_in_node * part, false, e.overlapped, true);
   const Seconds stretch = forward - unshared;
   return std::max(Seconds(0), e.exposure + (ag_shared - left) - stretch) + stretch;
 }
