@@ -382,13 +382,15 @@ std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
   return out;
 }
 
-Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
-                               const LayerKinds& kinds) {
-  Seconds lightest(std::numeric_limits<double>::infinity());
-  for_each_chunk(ctx, c, kinds, [&](int64_t, Seconds forward, Seconds) {
-    lightest = std::min(lightest, forward);
+ChunkSpread chunk_spread(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds) {
+  const Seconds none(std::numeric_limits<double>::infinity());
+  ChunkSpread out{none, none, Seconds(0)};
+  for_each_chunk(ctx, c, kinds, [&](int64_t, Seconds forward, Seconds backward) {
+    out.lightest_forward = std::min(out.lightest_forward, forward);
+    out.lightest = std::min(out.lightest, forward + backward);
+    out.heaviest = std::max(out.heaviest, forward + backward);
   });
-  return lightest;
+  return out;
 }
 
 }  // namespace moe

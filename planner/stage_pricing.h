@@ -57,9 +57,12 @@ StageTimes mtp_times(const TimeContext& ctx, const PlanChoice& c, const LayerKin
 // Every chunk of every stage: what the schedule walk (schedule_makespan) takes.
 std::vector<ChunkTimes> chunk_times(const TimeContext& ctx, const PlanChoice& c,
                                     const LayerKinds& kinds);
-// The lightest chunk's forward, without building the chunk lists (most candidates stop here).
-Seconds lightest_chunk_forward(const TimeContext& ctx, const PlanChoice& c,
-                               const LayerKinds& kinds);
+// The lightest chunk's forward, and the lightest and heaviest chunk's forward and backward,
+// without building the chunk lists (most candidates stop here).
+struct ChunkSpread {
+  Seconds lightest_forward, lightest, heaviest;
+};
+ChunkSpread chunk_spread(const TimeContext& ctx, const PlanChoice& c, const LayerKinds& kinds);
 
 // How many forwards' worth of TP/EP/CP traffic a micro-batch puts on the links: forward,
 // backward, and what recompute replays: the whole forward (full) or its all-gather half
