@@ -762,17 +762,18 @@ void SyncPricing::add_to(TimeBreakdown& out) {
 // backward: the simulator's stream ran 715 ms before its first, and the planner came out 6 %
 // under it.)
 Seconds SyncPricing::zero2_stream_end(int64_t microbatches) {
-  std::vector<ChunkTimes> chunks;
+  // Each stage's one pass, or its model chunks' (which the windows may have priced already).
+  std::vector<ChunkTimes> passes;
   if (*p_.vpp > 1) {
     if (pipeline_.chunks.empty()) pipeline_.chunks = chunk_times(ctx_, c_, *pipeline_.kinds);
-    chunks = pipeline_.chunks;
   } else {
-    chunks.resize(static_cast<size_t>(pp_));
+    passes.resize(static_cast<size_t>(pp_));
     for (int64_t s = 0; s < pp_; ++s) {
-      chunks[static_cast<size_t>(s)].forward = {stage(s).forward};
-      chunks[static_cast<size_t>(s)].backward = {stage(s).backward};
+      passes[static_cast<size_t>(s)].forward = {stage(s).forward};
+      passes[static_cast<size_t>(s)].backward = {stage(s).backward};
     }
   }
+  const std::vector<ChunkTimes>& chunks = *p_.vpp > 1 ? pipeline_.chunks : passes;
   const std::vector<Seconds> hops =
       pipeline_.hops.empty() ? std::vector<Seconds>(static_cast<size_t>(pp_)) : pipeline_.hops;
   std::vector<Seconds> gathers(static_cast<size_t>(pp_));
