@@ -79,6 +79,7 @@ class SyncPricing {
   Exposed price_most_exposed(bool backward_pass);
   double overlapped(int64_t s, bool backward_pass) const;
   LinkLoads traffic_of(int64_t stage);
+  LinkLoads pass_traffic(const LinkLoads& both, bool backward_pass) const;
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
                                      bool backward_pass, double overlapped,
                                      bool from_start = false);
@@ -196,6 +197,13 @@ LinkLoads SyncPricing::traffic_of(int64_t s) {
   return link_traffic(ctx_, p_, traffic);
 }
 
+// Of a micro-batch's traffic on each link (forward and backward), one pass's: the forward's
+// share of traffic_passes, the backward the rest (with what recompute replays).
+LinkLoads SyncPricing::pass_traffic(const LinkLoads& both, bool backward_pass) const {
+  const LinkLoads forward{both.nic / passes_, both.fabric / passes_};
+  return backward_pass ? LinkLoads{both.nic - forward.nic, both.fabric - forward.fabric} : forward;
+}
+
 // The all-gather behind the first forward (ZeRO 1-2) and ZeRO-1's reduce-scatter behind the
 // last backward take the links that pass's TP/EP/CP traffic takes: the NICs for what crosses
 // nodes, NVLink for what stays in the node (a hierarchical sync's in-node stage, or all of it
@@ -212,16 +220,12 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   const StageTimes& own = stage(s);
   const Seconds unshared = backward_pass ? own.backward : own.forward;
   if (time.value() <= 0) return std::pair{unshared, time};
-  const auto [nic_comm, fabric_comm] = traffic_of(s);
+  const auto [nic_comm, fabric_comm] = pass_traffic(traffic_of(s), backward_pass);
   const Seconds on_nic = sync_.crosses_nodes ? time - in_node : Seconds(0);
   const Seconds on_fabric = sync_.crosses_nodes ? in_node : time;
   // A sync shorter than its pass meets that share of the pass's traffic (met below) and
   // stretches the one pass; a longer one runs beside `overlapped` passes.
   const double passes_beside = std::max(1.0, overlapped);
-  auto share = [&](Seconds comm) {
-    const Seconds forward_part = comm / passes_;
-    return (backward_pass ? comm - forward_part : forward_part) * passes_beside;
-  };
   // The share of the pass's traffic on a link the sync meets, and what the sync waits for the
   // pass there; the layers it meets run at half the link.
   struct Sharing {
@@ -247,8 +251,8 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     const double met = std::min(1.0, sync_part / std::max(comm, unshared));
     return Sharing{comm * met, met};
   };
-  const Sharing nic_share = sharing(on_nic, share(nic_comm));
-  const Sharing fabric_share = sharing(on_fabric, share(fabric_comm));
+  const Sharing nic_share = sharing(on_nic, nic_comm * passes_beside);
+  const Sharing fabric_share = sharing(on_fabric, fabric_comm * passes_beside);
   const Seconds delay = nic_share.delay + fabric_share.delay;
   // Nothing shared: the pass as it was (most candidates; no second pricing).
   if (delay.value() <= 0) return std::pair{unshared, time};
@@ -304,13 +308,9 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
   auto add = [&](const StageTimes& own, const StageTimes& slowed, const StageTimes& traffic) {
     const Seconds time = pass(own);
     if (!(time.value() > 0)) return;
-    const LinkLoads loads = link_traffic(ctx_, p_, traffic);
-    auto on_pass = [&](Seconds both) {
-      const Seconds forward_part = both / passes_;
-      return std::min(time, backward_pass ? both - forward_part : forward_part);
-    };
-    pieces.push_back({time, time - host(own), pass(slowed) - host(slowed), on_pass(loads.nic),
-                      on_pass(loads.fabric)});
+    const LinkLoads loads = pass_traffic(link_traffic(ctx_, p_, traffic), backward_pass);
+    pieces.push_back({time, time - host(own), pass(slowed) - host(slowed),
+                      std::min(time, loads.nic), std::min(time, loads.fabric)});
   };
   const LayerRange layers = chunk_layers(*ctx_.model, p_, s, 0);
   const StageTimes first = before_first_layer(ctx_, c_, s);
@@ -573,8 +573,8 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
   // sends 2.2 ms a layer over NVLink in a forward of 1.3 ms of compute. The NIC carries groups
   // that leave the node, the node's fabric the rest.
   const LinkLoads traffic = link_traffic(ctx_, p_, own);
-  const LinkLoads own_forward{traffic.nic / passes_, traffic.fabric / passes_};
-  const LinkLoads own_backward{traffic.nic - own_forward.nic, traffic.fabric - own_forward.fabric};
+  const LinkLoads own_forward = pass_traffic(traffic, false);
+  const LinkLoads own_backward = pass_traffic(traffic, true);
   LinkLoads forward_links = own_forward, backward_links = own_backward;
   auto on_link = [&](bool crosses, Seconds forward, Seconds backward) {
     (crosses ? forward_links.nic : forward_links.fabric) += forward;

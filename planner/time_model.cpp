@@ -628,6 +628,12 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // micro-batch in flight and waits only at its ends.
   if (pp > 1 && *p.vpp == 1 && !c.gpipe)
     out.bubble += (one_f_one_b_period(per_stage, hops) - per_mb) * mb;
+  // The walks below only shorten the bubble, which is never negative: a candidate whose steady
+  // state and hops already reach the bound is out before any is taken.
+  if (const Seconds least = per_mb * mb + out.pp_comm; least >= bound) {
+    if (before_syncs) *before_syncs = least;
+    return std::nullopt;
+  }
   // With fewer than 2p micro-batches the closed form misses how a light stage's passes overlap
   // the heavy one's warm-up (two dense layers then one MoE layer and the head over pp = 2, two
   // micro-batches: 14 % over the simulator); the walk is short there, so take it (GPipe's too).
@@ -636,12 +642,6 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   // closed form adds instead. (Two host-bound layers on stage 0 and one on stage 1, seven
   // micro-batches: the closed form's 10 ms of bubble was 1 ms in the simulator, 5.8 % over it.
   // Where the heaviest stage is the last, the others' fill and drain is the closed form's.)
-  // The walks below only shorten the bubble, which is never negative: a candidate whose steady
-  // state and hops already reach the bound is out before any is taken.
-  if (const Seconds least = per_mb * mb + out.pp_comm; least >= bound) {
-    if (before_syncs) *before_syncs = least;
-    return std::nullopt;
-  }
   const bool few = out.microbatches < 2 * pp;
   const auto [lightest, heaviest] = std::minmax_element(per_stage.begin(), per_stage.end());
   const bool stages_apart = *heaviest > *lightest * 1.25;
@@ -681,28 +681,28 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   const bool light_stages_gain = (*heaviest - *lightest) * mb > out.bubble * 0.1;
   const bool uneven_stages = out.microbatches <= 4 * pp && (stages_apart || light_stages_gain);
   // Nor does it hold where one model chunk outweighs another by half: the heavy chunk's
-  // passes stall the steady state (a MTP module over 256 large experts alone on the last
+  // passes stall the steady state (an MTP module over 256 large experts alone on the last
   // virtual stage, beside chunks of four dense layers, 16 micro-batches at pp 2, vpp 4: the
   // closed form was 6.4 % under the simulator). Walked up to 8p micro-batches, where the
   // walk stays short.
-  auto uneven_chunks = [&](const ChunkSpread& spread) {
-    return out.microbatches <= 8 * pp && spread.heaviest > spread.lightest * 1.5;
-  };
+  // The chunks' spread is priced only where the stage-level triggers leave the question open.
   std::optional<ChunkSpread> spread;
   auto spread_of = [&]() -> const ChunkSpread& {
     if (!spread) spread = chunk_spread(ctx, c, kinds);
     return *spread;
   };
+  const bool interleaved = pp > 1 && *p.vpp > 1;
+  // Where one of these holds the walk is taken; a slow hop only adds what the walk finds.
+  const bool walk_taken =
+      interleaved &&
+      (uneven_layout || few || uneven_stages ||
+       (out.microbatches <= 8 * pp && spread_of().heaviest > spread_of().lightest * 1.5));
   std::vector<ChunkTimes> interleaved_chunks;  // the DP syncs' windows reuse them
-  if (pp > 1 && *p.vpp > 1 &&
-      (uneven_layout || few || uneven_stages || slowest_hop > spread_of().lightest_forward * 0.25 ||
-       uneven_chunks(spread_of()))) {
+  if (walk_taken || (interleaved && slowest_hop > spread_of().lightest_forward * 0.25)) {
     interleaved_chunks = chunk_times(ctx, c, kinds);
     const Seconds walked = schedule_makespan(interleaved_chunks, out.microbatches, hops, c.gpipe);
     const Seconds beyond = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
-    out.bubble = uneven_layout || few || uneven_stages || uneven_chunks(spread_of())
-                     ? beyond
-                     : std::max(out.bubble, beyond);
+    out.bubble = walk_taken ? beyond : std::max(out.bubble, beyond);
     // ZeRO-3's gathers stretch the fill and drain's passes too: the syncs walk it again.
     if (few && c.zero_stage >= 3) {
       walk_few = true;

@@ -360,7 +360,7 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   // left the links to the DP gathers beside them: 6.8 % under the planner.)
   const int64_t last_layer = m_.num_layers - 1;
   const Seconds projection = mtp_here ? mtp_projection_time(ctx_, plan_) : Seconds(0);
-  const Seconds head = output_head_time(ctx_, plan_);
+  const Seconds head = head_here || mtp_here ? output_head_time(ctx_, plan_) : Seconds(0);
   auto logits = [&](Bytes alloc, Bytes release) {
     g.back().tag = add_action(st, {last_layer, id.micro, layers_.back().chunks, alloc, release});
   };
