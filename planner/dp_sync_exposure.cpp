@@ -32,12 +32,26 @@ namespace {
 // (Against the stage's whole sync beside one pass, Qwen3-30B-A3B on 240 H800 at pp = 2,
 // vpp = 4 came out 4.8 % over the simulator.)
 
+// What a sync runs beside, in the stage's passes (v chunk passes each): that share of a pass's
+// time, and of its traffic on each link (interleaved, the chunks a sync meets may carry more or
+// less of it than their time's share: dense layers ahead of MoE ones).
+struct Beside {
+  double time = 1, nic = 1, fabric = 1;
+  Beside() = default;
+  explicit Beside(double passes) : time(passes), nic(passes), fabric(passes) {}
+};
+
 // A stage's sync against the window it hides in.
 struct Exposed {
   int64_t stage = 0;
-  Seconds slack;          // how long the stage runs passes before its sync's window opens
-  Seconds exposure;       // what the sync outlasts its window by (negative: it hides)
-  double overlapped = 1;  // the stage's passes (v chunk passes each) the sync runs beside
+  Seconds slack;      // how long the stage runs passes before its sync's window opens
+  Seconds exposure;   // what the sync outlasts its window by (negative: it hides)
+  Beside overlapped;  // the stage's passes the sync runs beside
+  // Interleaved, the share of the stage's sync the chain holds up to the chunk whose sync
+  // shows, (k + 1) / v, and `overlapped` counts the passes beside that much of it; the whole
+  // chain runs beside `chain_overlapped`.
+  double part = 1;
+  Beside chain_overlapped;
 };
 
 // A stage's passes with the syncs of ZeRO-2 and -3 on their links, one micro-batch.
@@ -62,7 +76,6 @@ class SyncPricing {
         sync_(syncs[static_cast<size_t>(pipeline.slowest_stage)]),
         scratch_(scratch),
         v_(static_cast<double>(*c.parallel.vpp)),
-        later_chunks_((v_ - 1.0) * static_cast<double>(pp_)),
         passes_(traffic_passes(c.recompute)) {
     unfused_ = c;
     unfused_.intra_overlap = false;
@@ -76,16 +89,18 @@ class SyncPricing {
   const DpSync& sync_of(int64_t s) const { return syncs_[static_cast<size_t>(s)]; }
   // The stage whose sync shows most, once per direction (ZeRO-1 and -2 ask twice).
   const Exposed& most_exposed(bool backward_pass);
-  Exposed price_most_exposed(bool backward_pass);
+  const std::vector<Exposed>& exposed(bool backward_pass);
+  std::vector<Exposed> price_exposed(bool backward_pass);
   double overlapped(int64_t s, bool backward_pass) const;
   LinkLoads traffic_of(int64_t stage);
   LinkLoads pass_traffic(const LinkLoads& both, bool backward_pass) const;
+  LinkLoads chunk_traffic(int64_t s, int64_t k);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
-                                     bool backward_pass, double overlapped,
-                                     bool from_start = false);
+                                     bool backward_pass, Beside beside, bool from_start = false);
   std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
                                               bool backward_pass, const TimeContext& shared,
                                               const LayerKinds& half);
+  Seconds whole_chain_stretch(const Exposed& e, bool backward_pass, Seconds shown_stretch);
   Seconds reduce_scatter_once(const Exposed& e);
   Seconds all_gather_once(const Exposed& e);
   Paced paced(int64_t s, bool shared_reduce = false);
@@ -101,9 +116,8 @@ class SyncPricing {
   const DpSync& sync_;  // the slowest stage's
   ScratchContext& scratch_;
   const double v_;
-  const double later_chunks_;
   const double passes_;
-  std::optional<Exposed> exposed_[2];  // most_exposed's: forward, backward
+  std::vector<Exposed> exposed_[2];  // each stage's, forward and backward (empty: not priced)
   // Intra-operator overlap's layers priced without it, once, however many windows ask.
   PlanChoice unfused_;
   std::optional<LayerKinds> unfused_kinds_;
@@ -118,14 +132,23 @@ Seconds SyncPricing::chunk_pass(int64_t s, int64_t k, bool backward_pass) {
   return (backward_pass ? own.backward : own.forward)[static_cast<size_t>(k)];
 }
 
-const Exposed& SyncPricing::most_exposed(bool backward_pass) {
-  std::optional<Exposed>& e = exposed_[backward_pass ? 1 : 0];
-  if (!e) e = price_most_exposed(backward_pass);
-  return *e;
+const std::vector<Exposed>& SyncPricing::exposed(bool backward_pass) {
+  std::vector<Exposed>& e = exposed_[backward_pass ? 1 : 0];
+  if (e.empty()) e = price_exposed(backward_pass);
+  return e;
 }
 
-Exposed SyncPricing::price_most_exposed(bool backward_pass) {
-  Exposed best{0, Seconds(0), Seconds(-std::numeric_limits<double>::infinity())};
+// The first stage whose sync shows most.
+const Exposed& SyncPricing::most_exposed(bool backward_pass) {
+  const std::vector<Exposed>& all = exposed(backward_pass);
+  const Exposed* best = &all.front();
+  for (const Exposed& e : all)
+    if (e.exposure > best->exposure) best = &e;
+  return *best;
+}
+
+std::vector<Exposed> SyncPricing::price_exposed(bool backward_pass) {
+  std::vector<Exposed> out;
   // Interleaved, a micro-batch goes round every stage once a chunk: chunk k's first forward
   // (last backward) waits for that round of each chunk before it, as well as for this stage's
   // own p passes of them. The round's hops hide a sync only on another link: where both cross
@@ -148,6 +171,7 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
     }
   }
   Seconds slack;
+  std::vector<std::pair<Seconds, Seconds>> opens_and_pass;  // each chunk's window and pass
   for (int64_t s = 0; s < pp_; ++s) {
     const DpSync& own = sync_of(s);
     const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
@@ -157,20 +181,58 @@ Exposed SyncPricing::price_most_exposed(bool backward_pass) {
     // (E|t|t|L over pp = 2, two micro-batches: with every chunk at the stage's mean, 14 % under
     // the simulator), and a light first chunk here waits for a heavy one on the next stage
     // (Et|tt|tt|L: counting this stage's passes alone, 5.7 % over).
+    // The whole chain runs beside the passes of each chunk that start before it ends: p of
+    // them a chunk, from the chunk's window on. (Taken as beside as many passes as it lasts,
+    // OLMoE at pp 4, vpp 4 over the A800 C1+G4 nodes stretched 13 of stage 0's chunk passes
+    // where the simulator's gathers met 8, the rest waiting for the round trip: 5.9 % over.)
+    // The chunk whose sync shows runs its first pass beside it, after the passes of the
+    // earlier chunks that start before that part of the chain ends.
     Seconds exposure(-std::numeric_limits<double>::infinity()), here, rounds;
+    int64_t shown = 0;
+    opens_and_pass.clear();
     for (int64_t k = 0; k < *p_.vpp; ++k) {
       const Seconds pass = chunk_pass(s, k, backward_pass);
-      exposure = std::max(exposure,
-                          sync * (static_cast<double>(k + 1) / v_) - pass - std::max(here, rounds));
+      const Seconds opens = std::max(here, rounds);
+      const Seconds shows = sync * (static_cast<double>(k + 1) / v_) - pass - opens;
+      if (shows > exposure) exposure = shows, shown = k;
+      opens_and_pass.emplace_back(opens, pass);
       here += pass * static_cast<double>(pp_);
       rounds += round[static_cast<size_t>(k)];
     }
     exposure -= slack;
-    if (exposure > best.exposure) best = {s, slack, exposure, overlapped(s, backward_pass)};
+    {
+      // The passes of chunks before `last` that start before `length` of the chain has run
+      // (and `and_last`, one of chunk `last`'s), as shares of the stage's pass and traffic.
+      auto passes_before = [&](int64_t last, Seconds length, bool and_last) {
+        Seconds time, nic, fabric, all_time, all_nic, all_fabric;
+        for (int64_t k = 0; k < *p_.vpp; ++k) {
+          const auto [opens, pass] = opens_and_pass[static_cast<size_t>(k)];
+          const LinkLoads traffic = chunk_traffic(s, k);
+          double n = 0;
+          if (k < last && pass.value() > 0)
+            n = std::clamp((length - opens) / pass, 0.0, static_cast<double>(pp_));
+          if (k == last && and_last) n = 1;
+          time += pass * n, nic += traffic.nic * n, fabric += traffic.fabric * n;
+          all_time += pass, all_nic += traffic.nic, all_fabric += traffic.fabric;
+        }
+        Beside out;
+        out.time = all_time.value() > 0 ? time / all_time : 0.0;
+        out.nic = all_nic.value() > 0 ? nic / all_nic : out.time;
+        out.fabric = all_fabric.value() > 0 ? fabric / all_fabric : out.time;
+        return out;
+      };
+      const double part = static_cast<double>(shown + 1) / v_;
+      const Beside whole(overlapped(s, backward_pass));
+      Exposed& e = out.emplace_back(Exposed{s, slack, exposure, whole, part, whole});
+      if (*p_.vpp > 1) {
+        e.overlapped = passes_before(shown, sync * part - slack, true);
+        e.chain_overlapped = passes_before(*p_.vpp, sync - slack, false);
+      }
+    }
     // The next stage's window opens after this one's first chunk.
     slack += chunk_pass(s, 0, backward_pass) + hop_after(s);
   }
-  return best;
+  return out;
 }
 
 // Interleaved, the chain runs beside as many chunk passes as it lasts, at most those of its
@@ -183,8 +245,9 @@ double SyncPricing::overlapped(int64_t s, bool backward_pass) const {
   const Seconds average_pass = (backward_pass ? st.backward : st.forward) / v_;
   const DpSync& own = sync_of(s);
   const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
+  const double later_chunks = (v_ - 1.0) * static_cast<double>(pp_);
   const double beside =
-      average_pass.value() > 0 ? std::clamp(sync / average_pass, 0.0, later_chunks_ + 1.0) : 1.0;
+      average_pass.value() > 0 ? std::clamp(sync / average_pass, 0.0, later_chunks + 1.0) : 1.0;
   return beside / v_;
 }
 
@@ -195,6 +258,21 @@ LinkLoads SyncPricing::traffic_of(int64_t s) {
   const StageTimes traffic =
       c_.intra_overlap ? stage_from(ctx_, unfused_, *unfused_kinds_, s) : stage(s);
   return link_traffic(ctx_, p_, traffic);
+}
+
+// Model chunk k's layers' traffic on stage s, as traffic_of prices the stage's (what the output
+// head and embedding add is left out: the chunks' shares weigh the layers).
+LinkLoads SyncPricing::chunk_traffic(int64_t s, int64_t k) {
+  if (c_.intra_overlap && !unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
+  const LayerKinds& kinds = c_.intra_overlap ? *unfused_kinds_ : *pipeline_.kinds;
+  const LayerRange layers = chunk_layers(*ctx_.model, p_, s, k);
+  LinkLoads sum;
+  for (int64_t l = layers.begin; l < layers.end; ++l) {
+    const LinkLoads t = link_traffic(ctx_, p_, kinds.of(ctx_, s, static_cast<size_t>(l)));
+    sum.nic += t.nic;
+    sum.fabric += t.fabric;
+  }
+  return sum;
 }
 
 // Of a micro-batch's traffic on each link (forward and backward), one pass's: the forward's
@@ -215,7 +293,7 @@ LinkLoads SyncPricing::pass_traffic(const LinkLoads& both, bool backward_pass) c
 // One window: the sync's time on each link against the pass's traffic there (forward or
 // backward share) on `stage`; returns the stretched pass and the sync's own stretch.
 std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds in_node,
-                                                bool backward_pass, double overlapped,
+                                                bool backward_pass, Beside beside,
                                                 bool from_start) {
   const StageTimes& own = stage(s);
   const Seconds unshared = backward_pass ? own.backward : own.forward;
@@ -224,13 +302,15 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   const Seconds on_nic = sync_.crosses_nodes ? time - in_node : Seconds(0);
   const Seconds on_fabric = sync_.crosses_nodes ? in_node : time;
   // A sync shorter than its pass meets that share of the pass's traffic (met below) and
-  // stretches the one pass; a longer one runs beside `overlapped` passes.
-  const double passes_beside = std::max(1.0, overlapped);
+  // stretches the one pass; a longer one runs beside `beside` passes. Beside less than one
+  // pass (an interleaved chain's first chunks), it meets at most that share of one.
+  const double within = std::min(1.0, beside.time);
   // The share of the pass's traffic on a link the sync meets, and what the sync waits for the
   // pass there; the layers it meets run at half the link.
   struct Sharing {
     Seconds delay;
     double met = 0;
+    double passes = 0;  // the passes' worth of traffic met, which stretches
     double slowdown() const { return met > 0 ? 2.0 : 1.0; }
   };
   // The sync holds the link for its own time and the pass's traffic is spread over the pass
@@ -246,13 +326,14 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   // beside a host-bound two-layer forward took its first layer from 7.5 to 9.0 ms in the
   // simulator, the planner 10.1 % under it (MoNTA O1 over the 4-GPU A800 nodes; shipped pairs'
   // mean |diff| 0.91 -> 0.88 %, six hunt seeds' 1.09 -> 1.00 %).
-  auto sharing = [&](Seconds sync_part, Seconds comm) {
+  auto sharing = [&](Seconds sync_part, Seconds comm, double passes) {
     if (sync_part.value() <= 0 || comm.value() <= 0) return Sharing{};
-    const double met = std::min(1.0, sync_part / std::max(comm, unshared));
-    return Sharing{comm * met, met};
+    const Seconds traffic = comm * passes;
+    const double met = std::min(1.0, sync_part / std::max(traffic, unshared * within));
+    return Sharing{traffic * met, met, passes * met};
   };
-  const Sharing nic_share = sharing(on_nic, nic_comm * passes_beside);
-  const Sharing fabric_share = sharing(on_fabric, fabric_comm * passes_beside);
+  const Sharing nic_share = sharing(on_nic, nic_comm, beside.nic);
+  const Sharing fabric_share = sharing(on_fabric, fabric_comm, beside.fabric);
   const Seconds delay = nic_share.delay + fabric_share.delay;
   // Nothing shared: the pass as it was (most candidates; no second pricing).
   if (delay.value() <= 0) return std::pair{unshared, time};
@@ -268,16 +349,15 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     g.alltoall = g.alltoall / fabric_share.slowdown();
   }
   const LayerKinds half = layer_kinds(shared, c_);
-  if (from_start && *p_.vpp == 1 && overlapped <= 1.0) {
+  if (from_start && *p_.vpp == 1 && beside.time <= 1.0) {
     const auto [pass, synced] = from_pass_start(s, on_nic, on_fabric, backward_pass, shared, half);
     return std::pair{pass, time + synced};
   }
   const StageTimes st = stage_from(shared, c_, half, s);
-  // The pass at half the link where the sync meets it, for the share it meets.
-  const double met = std::max(nic_share.met, fabric_share.met);
-  const Seconds stretched =
-      unshared + ((backward_pass ? st.backward : st.forward) - unshared) * met;
-  return std::pair{unshared + (stretched - unshared) * passes_beside, time + delay};
+  // The pass at half the link where the sync meets it, for the passes' worth it meets.
+  const double met = std::max(nic_share.passes, fabric_share.passes);
+  return std::pair{unshared + ((backward_pass ? st.backward : st.forward) - unshared) * met,
+                   time + delay};
 }
 
 // A sync that starts with its pass (ZeRO-1's reduce-scatter with the last backward, ZeRO 1-2's
@@ -378,6 +458,27 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
   return std::pair{pass(stage(s)) + met.stretch, met.delay[0] + met.delay[1]};
 }
 
+// Interleaved, the chunk whose sync shows waits for the chain up to it, and only what that
+// part met on the links delays it; but every chunk's sync stretches the passes it runs beside,
+// the stage's first forwards or last backwards, which the pipeline waits for. `shown_stretch`
+// is what the shown part stretched. (The whole chain's delay ahead of chunk 0's gather and
+// reduce-scatter: Qwen3-30B-A3B at pp 4, vpp 4 over the A800 C1+G4 nodes priced 195 and 168 ms
+// where the simulator's showed 94 and 72: 4.1 % over it.)
+Seconds SyncPricing::whole_chain_stretch(const Exposed& e, bool backward_pass,
+                                         Seconds shown_stretch) {
+  if (e.part >= 1.0) return shown_stretch;
+  const DpSync& own = sync_of(e.stage);
+  const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
+  const Seconds in_node = backward_pass ? own.reduce_scatter_in_node : own.all_gather_in_node;
+  // The gather has run alone for the slack before the first forward.
+  const Seconds left = backward_pass ? sync : std::max(Seconds(0), sync - e.slack);
+  const double part = sync.value() > 0 ? left / sync : 0.0;
+  const StageTimes& st = stage(e.stage);
+  const Seconds pass =
+      window(e.stage, left, in_node * part, backward_pass, e.chain_overlapped).first;
+  return std::max(shown_stretch, pass - (backward_pass ? st.backward : st.forward));
+}
+
 // The all-gather has run alone for the stage's slack before its first forward starts; the
 // reduce-scatter shares the last backward, then runs alone for the slack. A pass the sync
 // stretches delays every stage after it in the pipeline, so the stretch shows in full.
@@ -385,9 +486,11 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
 Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
   const DpSync& own = sync_of(e.stage);
   const Seconds unshared = stage(e.stage).backward;
+  const Seconds upto = own.reduce_scatter * e.part;
   const auto [backward, rs_shared] =
-      window(e.stage, own.reduce_scatter, own.reduce_scatter_in_node, true, e.overlapped, true);
-  const Seconds stretch = backward - unshared;
+      window(e.stage, upto, own.reduce_scatter_in_node * e.part, true, e.overlapped, true);
+  const Seconds shown_stretch = backward - unshared;
+  const Seconds stretch = whole_chain_stretch(e, true, shown_stretch);
   // Every stage starts its reduce-scatter with its last backward, and those backwards run one
   // after another down the pipeline's drain, each stretched by its own: the drain grows by
   // them all, pp of this stage's where the stages are alike. (Counting one, GLM-4.5 on 240
@@ -404,7 +507,7 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
     return overlapped > 1.0 ? one / (overlapped * v_) : one;
   };
   const Seconds tail =
-      std::max(Seconds(0), e.exposure + (rs_shared - own.reduce_scatter) - stretch) + stretch;
+      std::max(Seconds(0), e.exposure + (rs_shared - upto) - shown_stretch) + stretch;
   if (pp_ == 1) return tail;
   // A stage without a sync of its own (no expert weights on a stage of dense layers) keeps its
   // backward.
@@ -421,7 +524,7 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
   // 5.6 -> 10.1 ms beside its 22 ms reduce-scatter.)
   int64_t reference = e.stage;
   Seconds one = stretch, on_link = stretch.value() > 0 ? on_sync_link(e.stage) : Seconds(0);
-  double beside = e.overlapped;
+  Beside beside = e.chain_overlapped;
   if (!(stretch.value() > 0)) {
     for (int64_t s = 0; s < pp_; ++s) {
       const Seconds t = on_sync_link(s);
@@ -429,7 +532,7 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
     }
     if (reference == e.stage) return tail;
     const DpSync& theirs = sync_of(reference);
-    beside = overlapped(reference, true);
+    beside = Beside(overlapped(reference, true));
     one =
         window(reference, theirs.reduce_scatter, theirs.reduce_scatter_in_node, true, beside, true)
             .first -
@@ -451,19 +554,20 @@ Seconds SyncPricing::reduce_scatter_once(const Exposed& e) {
       others += on_sync_link(s) / on_link * met;
     }
   }
-  return tail + chained(one, beside) * others;
+  return tail + chained(one, beside.time) * others;
 }
 
 // ZeRO 1-2's weight all-gather, once an iteration before the first forward.
 Seconds SyncPricing::all_gather_once(const Exposed& e) {
   const DpSync& own = sync_of(e.stage);
   const Seconds unshared = stage(e.stage).forward;
-  const Seconds left = std::max(Seconds(0), own.all_gather - e.slack);
+  const Seconds left = std::max(Seconds(0), own.all_gather * e.part - e.slack);
   const double part = own.all_gather.value() > 0 ? left / own.all_gather : 0.0;
   const auto [forward, ag_shared] =
       window(e.stage, left, own.all_gather_in_node * part, false, e.overlapped, true);
-  const Seconds stretch = forward - unshared;
-  return std::max(Seconds(0), e.exposure + (ag_shared - left) - stretch) + stretch;
+  const Seconds shown_stretch = forward - unshared;
+  const Seconds stretch = whole_chain_stretch(e, false, shown_stretch);
+  return std::max(Seconds(0), e.exposure + (ag_shared - left) - shown_stretch) + stretch;
 }
 
 // `shared_reduce`: the backward carries only the part of its gradient reduce-scatter that
@@ -491,7 +595,7 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
     const Seconds first = sy.all_gather * layer_share;
     const double later = 1.0 - layer_share;
     const auto [f, later_gathered] =
-        window(s, sy.all_gather * later, sy.all_gather_in_node * later, false, 1.0);
+        window(s, sy.all_gather * later, sy.all_gather_in_node * later, false, Beside(1.0));
     const Seconds gathered = first + later_gathered;
     // The backward's link carries its gathers and its reduce-scatter (`shared_reduce`: the
     // part of it that shares the link with the gathers, as much as they take; the simulator
@@ -503,8 +607,8 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
         sy.reduce_scatter.value() > 0 ? std::min(1.0, sy.all_gather / sy.reduce_scatter) : 1.0;
     const double carried = shared_reduce ? rs_share : 1.0;
     const Seconds on_link = sy.all_gather + sy.reduce_scatter * carried;
-    const auto [b, synced] =
-        window(s, on_link, sy.all_gather_in_node + sy.reduce_scatter_in_node * carried, true, 1.0);
+    const auto [b, synced] = window(
+        s, on_link, sy.all_gather_in_node + sy.reduce_scatter_in_node * carried, true, Beside(1.0));
     const Seconds gathers_done =
         on_link.value() > 0 ? synced * ((sy.all_gather + sy.reduce_scatter * rs_share) / on_link)
                             : synced;
@@ -677,10 +781,21 @@ void SyncPricing::add_to(TimeBreakdown& out) {
     out.dp_comm += reduce_scatter_once(e);
   }
   if (c_.zero_stage <= 2) {
-    const Exposed e = most_exposed(false);
-    out.dp_gather_stage = e.stage;
-    out.dp_all_gather = sync_of(e.stage).all_gather;
-    out.dp_comm += all_gather_once(e);
+    // The stage whose gather costs most: the one that shows most, or one whose gather, longer
+    // than its slack, stretches the first forwards it runs beside, which the stages after it
+    // wait for. (Stage 0's alone, MemFine's Model I at pp 3, vpp 2 over 240 H800, whose second
+    // stage's 166 ms gathers took its MoE forwards from 35 to 65 ms: 3.9 % under the simulator.)
+    const Exposed& shown = most_exposed(false);
+    Seconds gather = all_gather_once(shown);
+    int64_t stage = shown.stage;
+    for (const Exposed& e : exposed(false)) {
+      if (e.stage == shown.stage || sync_of(e.stage).all_gather <= e.slack) continue;
+      const Seconds t = all_gather_once(e);
+      if (t > gather) gather = t, stage = e.stage;
+    }
+    out.dp_gather_stage = stage;
+    out.dp_all_gather = sync_of(stage).all_gather;
+    out.dp_comm += gather;
   }
   const Paced worst = pacing_stage();
   // ZeRO-3 gathers every pass's weights, fill and drain included: with few micro-batches each
