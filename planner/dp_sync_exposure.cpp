@@ -96,7 +96,8 @@ class SyncPricing {
   LinkLoads pass_traffic(const LinkLoads& both, bool backward_pass) const;
   LinkLoads chunk_traffic(int64_t s, int64_t k);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
-                                     bool backward_pass, Beside beside, bool from_start = false);
+                                     bool backward_pass, Beside beside, bool from_start = false,
+                                     int syncs = 1);
   std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
                                               bool backward_pass, const TimeContext& shared,
                                               const LayerKinds& half);
@@ -295,8 +296,8 @@ LinkLoads SyncPricing::pass_traffic(const LinkLoads& both, bool backward_pass) c
 // One window: the sync's time on each link against the pass's traffic there (forward or
 // backward share) on `stage`; returns the stretched pass and the sync's own stretch.
 std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds in_node,
-                                                bool backward_pass, Beside beside,
-                                                bool from_start) {
+                                                bool backward_pass, Beside beside, bool from_start,
+                                                int syncs) {
   const StageTimes& own = stage(s);
   const Seconds unshared = backward_pass ? own.backward : own.forward;
   if (time.value() <= 0) return std::pair{unshared, time};
@@ -313,7 +314,8 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     Seconds delay;
     double met = 0;
     double passes = 0;  // the passes' worth of traffic met, which stretches
-    double slowdown() const { return met > 0 ? 2.0 : 1.0; }
+    int flows = 1;      // the syncs running at once beside the pass's traffic
+    double slowdown() const { return met > 0 ? 1.0 + flows : 1.0; }
   };
   // The sync holds the link for its own time and the pass's traffic is spread over the pass
   // (or fills it, where the pass is link-bound), so the two meet for that share of the traffic:
@@ -334,7 +336,7 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     const Seconds room = std::max(traffic, unshared * within);
     if (room.value() <= 0) return Sharing{};
     const double met = std::min(1.0, sync_part / room);
-    return Sharing{traffic * met, met, passes * met};
+    return Sharing{traffic * met, met, passes * met, syncs};
   };
   const Sharing nic_share = sharing(on_nic, nic_comm, beside.nic);
   const Sharing fabric_share = sharing(on_fabric, fabric_comm, beside.fabric);
@@ -358,10 +360,14 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     return std::pair{pass, time + synced};
   }
   const StageTimes st = stage_from(shared, c_, half, s);
-  // The pass at half the link where the sync meets it, for the passes' worth it meets.
+  // The pass at half the link where the sync meets it, for the passes' worth it meets. The
+  // syncs take no more of the links than their own time, however many share them: a pass
+  // whose traffic fills its link stretches by that much. (Two syncs at once with each pass at a
+  // third of the link and no cap, MoE-L-8's ZeRO-3 backward over the A800 nodes, 137 ms
+  // beside 85 ms of gathers and reduce-scatter, came out 303 ms; the simulator's 221.)
   const double met = std::max(nic_share.passes, fabric_share.passes);
-  return std::pair{unshared + ((backward_pass ? st.backward : st.forward) - unshared) * met,
-                   time + delay};
+  const Seconds stretch = ((backward_pass ? st.backward : st.forward) - unshared) * met;
+  return std::pair{unshared + std::min(stretch, time), time + delay};
 }
 
 // A sync that starts with its pass (ZeRO-1's reduce-scatter with the last backward, ZeRO 1-2's
@@ -632,6 +638,8 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
   const StageTimes& own = stage(s);
   const DpSync& sy = sync_of(s);
   Seconds pass_forward = own.forward, pass_backward = own.backward;
+  // Of each pass's fill, the share that runs with no sync beside it.
+  double fill_forward = 1.0, fill_backward = 1.0;
   if (c_.zero_stage >= 3) {
     // Every pass gathers its weights, and every backward reduce-scatters its gradients, on the
     // links its own traffic takes (one after another on the DP stream): each pass shares them
@@ -670,9 +678,14 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
     // A reduce-scatter no longer than the gathers ends with them, and the backward's last layer
     // has the links to itself as the forward's does.
     const bool reduced_with_gathers = sy.reduce_scatter <= sy.all_gather;
+    // The reduce-scatter runs beside the gathers, not after them: the pass's traffic gets a
+    // third of the link while both do. (At half, 16 MoE layers over four A800s with ZeRO-3 in
+    // the node: the simulator's backward layers ran 117 ms beside the two where the planner
+    // priced 99, 3.4 % under it.)
+    const bool both = sy.all_gather.value() > 0 && sy.reduce_scatter.value() > 0;
     const auto [b, synced] =
         window(s, on_link, sy.all_gather_in_node + sy.reduce_scatter_in_node * carried, true,
-               Beside(reduced_with_gathers ? later : 1.0));
+               Beside(reduced_with_gathers ? later : 1.0), false, both ? 2 : 1);
     const Seconds gathers_done =
         on_link.value() > 0 ? synced * ((sy.all_gather + sy.reduce_scatter * rs_share) / on_link)
                             : synced;
@@ -732,6 +745,14 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
     // the head counted in both).
     const StageTimes before = before_first_layer(ctx_, c_, s);
     const StageTimes after = after_last_layer(ctx_, c_, *pipeline_.kinds, s);
+    // After the last gather: each chunk's last layer and what the pass runs after its layers.
+    auto after_gathers = [&](Seconds pass, Seconds lead, Seconds trail) {
+      return pass.value() > 0
+                 ? std::clamp(((pass - lead - trail) * layer_share + trail) / pass, 0.0, 1.0)
+                 : 1.0;
+    };
+    fill_forward = after_gathers(own.forward, before.forward, after.forward);
+    fill_backward = after_gathers(own.backward, after.backward, before.backward);
     // The last layer runs after its gather at its own pass's pace (`last_pass`).
     auto gated = [&](Seconds pass, Seconds last_pass, Seconds host, Seconds syncs,
                      bool backward_pass) {
@@ -790,20 +811,25 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
   // the pass keeps what it took beyond that (a pipelined layer's fill, or the compute a serial
   // chain waits for): ZeRO-3 gathers on a link-bound pass add their whole time.
   // (The fill is the ungated pass's: ZeRO-3's wait for its gathers is what the link adds.)
+  // ZeRO-3's gathers run beside every layer but each chunk's last, which keeps its share of the
+  // fill with what the pass runs after its layers (the whole fill, seven layers over 16 A800s
+  // with 113 ms gathers a layer across the NICs: 61 ms where the simulator's last layer added
+  // 41 after the gathers, 4.2 % over it).
   auto held_to = [](Seconds pass, Seconds ungated, Seconds compute, const LinkLoads& unloaded,
-                    const LinkLoads& loaded) {
+                    const LinkLoads& loaded, double fill_share) {
     const Seconds fill =
-        std::max(Seconds(0), ungated - std::max({compute, unloaded.nic, unloaded.fabric}));
+        std::max(Seconds(0), ungated - std::max({compute, unloaded.nic, unloaded.fabric})) *
+        fill_share;
     return std::max(pass, std::max(loaded.nic, loaded.fabric) + fill);
   };
   // (The fill is the GPU's: the host issues the pass while its links are busy. The backward's
   // compute holds what recompute replays: counted as fill, a ZeRO-3 layout with full
   // recompute over the NICs came out 15 % over the simulator.)
   const Seconds forward = held_to(pass_forward, own.forward - own.host_forward, own.compute / 3.0,
-                                  own_forward, forward_links);
-  const Seconds backward =
-      held_to(pass_backward, own.backward - own.host_backward,
-              own.compute * (2.0 / 3.0) + own.recompute, own_backward, backward_links);
+                                  own_forward, forward_links, fill_forward);
+  const Seconds backward = held_to(pass_backward, own.backward - own.host_backward,
+                                   own.compute * (2.0 / 3.0) + own.recompute, own_backward,
+                                   backward_links, fill_backward);
   // The rest of the reduce-scatter takes the link time the backward leaves idle on it, and
   // only what does not fit runs on behind. (All of it behind, the first stage's 1.8 ms rest
   // beside a backward that kept its NIC busy 6.5 ms of 8.0: 7.2 % over the simulator.)
