@@ -96,8 +96,7 @@ class SyncPricing {
   LinkLoads pass_traffic(const LinkLoads& both, bool backward_pass) const;
   LinkLoads chunk_traffic(int64_t s, int64_t k);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
-                                     bool backward_pass, Beside beside, bool from_start = false,
-                                     int syncs = 1);
+                                     bool backward_pass, Beside beside, bool from_start = false);
   std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
                                               bool backward_pass, const TimeContext& shared,
                                               const LayerKinds& half);
@@ -296,8 +295,8 @@ LinkLoads SyncPricing::pass_traffic(const LinkLoads& both, bool backward_pass) c
 // One window: the sync's time on each link against the pass's traffic there (forward or
 // backward share) on `stage`; returns the stretched pass and the sync's own stretch.
 std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds in_node,
-                                                bool backward_pass, Beside beside, bool from_start,
-                                                int syncs) {
+                                                bool backward_pass, Beside beside,
+                                                bool from_start) {
   const StageTimes& own = stage(s);
   const Seconds unshared = backward_pass ? own.backward : own.forward;
   if (time.value() <= 0) return std::pair{unshared, time};
@@ -314,8 +313,7 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     Seconds delay;
     double met = 0;
     double passes = 0;  // the passes' worth of traffic met, which stretches
-    int flows = 1;      // the syncs running at once beside the pass's traffic
-    double slowdown() const { return met > 0 ? 1.0 + flows : 1.0; }
+    double slowdown() const { return met > 0 ? 2.0 : 1.0; }
   };
   // The sync holds the link for its own time and the pass's traffic is spread over the pass
   // (or fills it, where the pass is link-bound), so the two meet for that share of the traffic:
@@ -336,7 +334,7 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     const Seconds room = std::max(traffic, unshared * within);
     if (room.value() <= 0) return Sharing{};
     const double met = std::min(1.0, sync_part / room);
-    return Sharing{traffic * met, met, passes * met, syncs};
+    return Sharing{traffic * met, met, passes * met};
   };
   const Sharing nic_share = sharing(on_nic, nic_comm, beside.nic);
   const Sharing fabric_share = sharing(on_fabric, fabric_comm, beside.fabric);
@@ -360,14 +358,10 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     return std::pair{pass, time + synced};
   }
   const StageTimes st = stage_from(shared, c_, half, s);
-  // The pass at half the link where the sync meets it, for the passes' worth it meets. The
-  // syncs take no more of the links than their own time, however many share them: a pass
-  // whose traffic fills its link stretches by that much. (Two syncs at once with each pass at a
-  // third of the link and no cap, MoE-L-8's ZeRO-3 backward over the A800 nodes, 137 ms
-  // beside 85 ms of gathers and reduce-scatter, came out 303 ms; the simulator's 221.)
+  // The pass at half the link where the sync meets it, for the passes' worth it meets.
   const double met = std::max(nic_share.passes, fabric_share.passes);
-  const Seconds stretch = ((backward_pass ? st.backward : st.forward) - unshared) * met;
-  return std::pair{unshared + std::min(stretch, time), time + delay};
+  return std::pair{unshared + ((backward_pass ? st.backward : st.forward) - unshared) * met,
+                   time + delay};
 }
 
 // A sync that starts with its pass (ZeRO-1's reduce-scatter with the last backward, ZeRO 1-2's
@@ -678,14 +672,9 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
     // A reduce-scatter no longer than the gathers ends with them, and the backward's last layer
     // has the links to itself as the forward's does.
     const bool reduced_with_gathers = sy.reduce_scatter <= sy.all_gather;
-    // The reduce-scatter runs beside the gathers, not after them: the pass's traffic gets a
-    // third of the link while both do. (At half, 16 MoE layers over four A800s with ZeRO-3 in
-    // the node: the simulator's backward layers ran 117 ms beside the two where the planner
-    // priced 99, 3.4 % under it.)
-    const bool both = sy.all_gather.value() > 0 && sy.reduce_scatter.value() > 0;
     const auto [b, synced] =
         window(s, on_link, sy.all_gather_in_node + sy.reduce_scatter_in_node * carried, true,
-               Beside(reduced_with_gathers ? later : 1.0), false, both ? 2 : 1);
+               Beside(reduced_with_gathers ? later : 1.0));
     const Seconds gathers_done =
         on_link.value() > 0 ? synced * ((sy.all_gather + sy.reduce_scatter * rs_share) / on_link)
                             : synced;
