@@ -84,6 +84,7 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.offload_backward += from.offload_backward * times;
   to.offload_edge_forward = std::max(to.offload_edge_forward, from.offload_edge_forward);
   to.offload_edge_backward = std::max(to.offload_edge_backward, from.offload_edge_backward);
+  to.remat_edge = std::max(to.remat_edge, from.remat_edge);
   to.send_stretch += from.send_stretch * times;
 }
 
@@ -110,12 +111,13 @@ void add_loss(StageTimes& st, const TimeContext& ctx, const PlanChoice& c, doubl
   st.compute += (loss.forward.time + loss.backward) * heads;
 }
 
-// Activation offloading's copy at each edge of `passes` passes (StageTimes).
+// Activation offloading's copy at each edge of `passes` passes, and each backward's top-layer
+// rematerializing gather (StageTimes).
 void add_offload_edges(StageTimes& st, double passes) {
   st.offload_forward += st.offload_edge_forward * passes;
   st.offload_backward += st.offload_edge_backward * passes;
   st.forward += st.offload_edge_forward * passes;
-  st.backward += st.offload_edge_backward * passes;
+  st.backward += (st.offload_edge_backward + st.remat_edge) * passes;
 }
 
 // What stage s's chunk passes need for it, once a stage: each kind's traffic by link, and the
@@ -198,7 +200,7 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
   const ModelSpec& m = *ctx.model;
   const ParallelConfig& p = c.parallel;
   const int64_t v = *p.vpp;
-  Seconds forward, backward, edge_forward, edge_backward;
+  Seconds forward, backward, edge_forward, edge_backward, remat_edge;
   const LayerRange layers = chunk_layers(m, p, s, k);
   for (int64_t l = layers.begin; l < layers.end; ++l) {
     const StageTimes& layer = kinds.of(ctx, s, static_cast<size_t>(l));
@@ -206,7 +208,9 @@ std::pair<Seconds, Seconds> chunk_passes(const TimeContext& ctx, const PlanChoic
     backward += layer.backward;
     edge_forward = std::max(edge_forward, layer.offload_edge_forward);
     edge_backward = std::max(edge_backward, layer.offload_edge_backward);
+    remat_edge = std::max(remat_edge, layer.remat_edge);
   }
+  backward += remat_edge;
   forward += edge_forward + send_stretch(ctx, c, kinds, sends, s, layers, false);
   backward += edge_backward + send_stretch(ctx, c, kinds, sends, s, layers, true);
   if (k == 0) backward += before_first_layer(ctx, c, s).backward;

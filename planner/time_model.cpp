@@ -33,6 +33,9 @@ struct Pass {
   // rematerializing gather issued behind the layer above's last collective runs beside before
   // this layer's first compute that needs communicated data (the simulator's order).
   Seconds edge_compute;
+  // Of that, what runs after the last communication: all a chunk's top layer has to hide its
+  // rematerializing gather behind in backward, with no layer above it in the pass.
+  Seconds edge_after;
   // What the EP stream and link hold of `ep` (MoNTA's pieces: its all-to-all; all of it
   // otherwise, less its latency on the link), and what MoNTA's in-node pieces add to the TP
   // stream and the node's links.
@@ -298,7 +301,10 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
   const auto first = std::find_if(ops.begin(), ops.end(), is_comm);
   const auto last = std::find_if(ops.rbegin(), ops.rend(), is_comm);
   for (auto it = ops.begin(); it != first; ++it) out.edge_compute += it->time;
-  for (auto it = ops.rbegin(); it != last && first != ops.end(); ++it) out.edge_compute += it->time;
+  for (auto it = ops.rbegin(); it != last && first != ops.end(); ++it) {
+    out.edge_compute += it->time;
+    out.edge_after += it->time;
+  }
   return out;
 }
 
@@ -358,9 +364,10 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   // backward, overlapped with the gradient computation it can run beside: the layer above's
   // after its last collective and this layer's before its first (twice their forward), as
   // the simulator issues it.
+  const Seconds remat_comm = (f.tp + f.ep) * 0.5;
   const Seconds redo_comm =
       full    ? forward - f.compute
-      : remat ? exposed((f.tp + f.ep) * 0.5, f.edge_compute * 2.0, true)
+      : remat ? exposed(remat_comm, f.edge_compute * 2.0, true)
               : pipelined_over(beside_ep(f.redo_compute, f.redo_ep), f.redo_tp + f.redo_ep,
                                replayed, std::max(f.redo_tp, f.redo_ep)) -
                     f.redo_compute;
@@ -404,6 +411,13 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   }
   st.compute = f.compute * 3.0;
   st.recompute = redo;
+  // A model chunk's top layer runs first in its backward: no layer above it to hide its
+  // gather behind, only its own compute after its last collective (StageTimes::remat_edge).
+  // With inter-operator overlap the layer runs as slices, and each slice's gather hides behind
+  // the others' work.
+  if (remat && !c.overlap)
+    st.remat_edge = exposed(remat_comm, f.edge_after * 2.0, true) -
+                    exposed(remat_comm, f.edge_compute * 2.0, true);
   st.tp = f.tp * passes + f.redo_tp;
   st.ep = f.ep * passes + f.redo_ep;
   st.cp = f.cp * passes;
