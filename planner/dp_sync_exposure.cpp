@@ -173,7 +173,12 @@ std::vector<Exposed> SyncPricing::price_exposed(bool backward_pass) {
     }
   }
   Seconds slack;
-  std::vector<std::pair<Seconds, Seconds>> opens_and_pass;  // each chunk's window and pass
+  // Each chunk's window opening, pass and traffic on the links (interleaved only).
+  struct Chunk {
+    Seconds opens, pass;
+    LinkLoads traffic;
+  };
+  std::vector<Chunk> chunks;
   for (int64_t s = 0; s < pp_; ++s) {
     const DpSync& own = sync_of(s);
     const Seconds sync = backward_pass ? own.reduce_scatter : own.all_gather;
@@ -191,45 +196,42 @@ std::vector<Exposed> SyncPricing::price_exposed(bool backward_pass) {
     // earlier chunks that start before that part of the chain ends.
     Seconds exposure(-std::numeric_limits<double>::infinity()), here, rounds;
     int64_t shown = 0;
-    opens_and_pass.clear();
+    chunks.clear();
     for (int64_t k = 0; k < *p_.vpp; ++k) {
       const Seconds pass = chunk_pass(s, k, backward_pass);
       const Seconds opens = std::max(here, rounds);
       const Seconds shows = sync * (static_cast<double>(k + 1) / v_) - pass - opens;
       if (shows > exposure) exposure = shows, shown = k;
-      opens_and_pass.emplace_back(opens, pass);
+      if (*p_.vpp > 1) chunks.push_back({opens, pass, chunk_traffic(s, k)});
       here += pass * static_cast<double>(pp_);
       rounds += round[static_cast<size_t>(k)];
     }
     exposure -= slack;
-    {
-      // The passes of chunks before `last` that start before `length` of the chain has run
-      // (and `and_last`, one of chunk `last`'s), as shares of the stage's pass and traffic.
-      auto passes_before = [&](int64_t last, Seconds length, bool and_last) {
-        Seconds time, nic, fabric, all_time, all_nic, all_fabric;
-        for (int64_t k = 0; k < *p_.vpp; ++k) {
-          const auto [opens, pass] = opens_and_pass[static_cast<size_t>(k)];
-          const LinkLoads traffic = chunk_traffic(s, k);
-          double n = 0;
-          if (k < last && pass.value() > 0)
-            n = std::clamp((length - opens) / pass, 0.0, static_cast<double>(pp_));
-          if (k == last && and_last) n = 1;
-          time += pass * n, nic += traffic.nic * n, fabric += traffic.fabric * n;
-          all_time += pass, all_nic += traffic.nic, all_fabric += traffic.fabric;
-        }
-        Beside out;
-        out.time = all_time.value() > 0 ? time / all_time : 0.0;
-        out.nic = all_nic.value() > 0 ? nic / all_nic : out.time;
-        out.fabric = all_fabric.value() > 0 ? fabric / all_fabric : out.time;
-        return out;
-      };
-      const double part = static_cast<double>(shown + 1) / v_;
-      const Beside whole(overlapped(s, backward_pass));
-      Exposed& e = out.emplace_back(Exposed{s, slack, exposure, whole, part, whole});
-      if (*p_.vpp > 1) {
-        e.overlapped = passes_before(shown, sync * part - slack, true);
-        e.chain_overlapped = passes_before(*p_.vpp, sync - slack, false);
+    // The passes of chunks before `last` that start before `length` of the chain has run (and
+    // `and_last`, one of chunk `last`'s), as shares of the stage's pass and traffic.
+    auto passes_before = [&](size_t last, Seconds length, bool and_last) {
+      Seconds time, nic, fabric, all_time, all_nic, all_fabric;
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        const Chunk& ch = chunks[k];
+        double n = 0;
+        if (k < last && ch.pass.value() > 0)
+          n = std::clamp((length - ch.opens) / ch.pass, 0.0, static_cast<double>(pp_));
+        if (k == last && and_last) n = 1;
+        time += ch.pass * n, nic += ch.traffic.nic * n, fabric += ch.traffic.fabric * n;
+        all_time += ch.pass, all_nic += ch.traffic.nic, all_fabric += ch.traffic.fabric;
       }
+      Beside b;
+      b.time = all_time.value() > 0 ? time / all_time : 0.0;
+      b.nic = all_nic.value() > 0 ? nic / all_nic : b.time;
+      b.fabric = all_fabric.value() > 0 ? fabric / all_fabric : b.time;
+      return b;
+    };
+    const double part = static_cast<double>(shown + 1) / v_;
+    const Beside whole(overlapped(s, backward_pass));
+    Exposed& e = out.emplace_back(Exposed{s, slack, exposure, whole, part, whole});
+    if (!chunks.empty()) {
+      e.overlapped = passes_before(static_cast<size_t>(shown), sync * part - slack, true);
+      e.chain_overlapped = passes_before(chunks.size(), sync - slack, false);
     }
     // The next stage's window opens after this one's first chunk.
     slack += chunk_pass(s, 0, backward_pass) + hop_after(s);
