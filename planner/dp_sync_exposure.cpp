@@ -1,6 +1,7 @@
 #include "planner/dp_sync_exposure.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 
@@ -87,11 +88,16 @@ class SyncPricing {
   const StageTimes& stage(int64_t s) const { return pipeline_.stages[static_cast<size_t>(s)]; }
   Seconds chunk_pass(int64_t s, int64_t k, bool backward_pass);
   const DpSync& sync_of(int64_t s) const { return syncs_[static_cast<size_t>(s)]; }
-  // The stage whose sync shows most, once per direction (ZeRO-1 and -2 ask twice).
-  const Exposed& most_exposed(bool backward_pass);
+  // Each stage's sync against its window, priced once per direction (ZeRO-1 and -2 ask
+  // twice), and the stage whose sync shows most.
   const std::vector<Exposed>& exposed(bool backward_pass);
+  const Exposed& most_exposed(bool backward_pass);
   std::vector<Exposed> price_exposed(bool backward_pass);
   double overlapped(int64_t s, bool backward_pass) const;
+  // The plan whose layers carry the links' traffic, and its layers by kind: intra-operator
+  // overlap's fused communication counts as the same bytes unfused.
+  const PlanChoice& traffic_choice() const { return c_.intra_overlap ? unfused_ : c_; }
+  const LayerKinds& traffic_kinds();
   LinkLoads traffic_of(int64_t stage);
   LinkLoads pass_traffic(const LinkLoads& both, bool backward_pass) const;
   LinkLoads chunk_traffic(int64_t s, int64_t k);
@@ -227,9 +233,10 @@ std::vector<Exposed> SyncPricing::price_exposed(bool backward_pass) {
       return b;
     };
     const double part = static_cast<double>(shown + 1) / v_;
-    const Beside whole(overlapped(s, backward_pass));
-    Exposed& e = out.emplace_back(Exposed{s, slack, exposure, whole, part, whole});
-    if (!chunks.empty()) {
+    Exposed& e = out.emplace_back(Exposed{s, slack, exposure, Beside(), part, Beside()});
+    if (chunks.empty()) {
+      e.overlapped = e.chain_overlapped = Beside(overlapped(s, backward_pass));
+    } else {
       e.overlapped = passes_before(static_cast<size_t>(shown), sync * part - slack, true);
       e.chain_overlapped = passes_before(chunks.size(), sync - slack, false);
     }
@@ -257,24 +264,33 @@ double SyncPricing::overlapped(int64_t s, bool backward_pass) const {
 
 // A stage's traffic by link, fused into GEMMs or not (unfused, the same bytes show as TP/EP);
 // only priced when there is a sync to share with (the search scores most candidates before).
+const LayerKinds& SyncPricing::traffic_kinds() {
+  if (!c_.intra_overlap) return *pipeline_.kinds;
+  if (!unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
+  return *unfused_kinds_;
+}
+
 LinkLoads SyncPricing::traffic_of(int64_t s) {
-  if (c_.intra_overlap && !unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
   const StageTimes traffic =
-      c_.intra_overlap ? stage_from(ctx_, unfused_, *unfused_kinds_, s) : stage(s);
+      c_.intra_overlap ? stage_from(ctx_, unfused_, traffic_kinds(), s) : stage(s);
   return link_traffic(ctx_, p_, traffic);
 }
 
 // Model chunk k's layers' traffic on stage s, as traffic_of prices the stage's (what the output
 // head and embedding add is left out: the chunks' shares weigh the layers).
+// The layers are counted by kind, then each kind's traffic priced once (as stage_from does).
 LinkLoads SyncPricing::chunk_traffic(int64_t s, int64_t k) {
-  if (c_.intra_overlap && !unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
-  const LayerKinds& kinds = c_.intra_overlap ? *unfused_kinds_ : *pipeline_.kinds;
   const LayerRange layers = chunk_layers(*ctx_.model, p_, s, k);
+  std::array<int64_t, LayerKinds::kCount> count{};
+  for (int64_t l = layers.begin; l < layers.end; ++l)
+    ++count[ctx_.layer_kinds[static_cast<size_t>(l)]];
+  const LayerKinds::Times& kinds = traffic_kinds().at(s);
   LinkLoads sum;
-  for (int64_t l = layers.begin; l < layers.end; ++l) {
-    const LinkLoads t = link_traffic(ctx_, p_, kinds.of(ctx_, s, static_cast<size_t>(l)));
-    sum.nic += t.nic;
-    sum.fabric += t.fabric;
+  for (size_t kind = 0; kind < LayerKinds::kCount; ++kind) {
+    if (count[kind] == 0) continue;
+    const LinkLoads t = link_traffic(ctx_, p_, kinds[kind]);
+    sum.nic += t.nic * static_cast<double>(count[kind]);
+    sum.fabric += t.fabric * static_cast<double>(count[kind]);
   }
   return sum;
 }
@@ -381,9 +397,6 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
                                                          Seconds on_fabric, bool backward_pass,
                                                          const TimeContext& shared,
                                                          const LayerKinds& half) {
-  if (c_.intra_overlap && !unfused_kinds_) unfused_kinds_ = layer_kinds(ctx_, unfused_);
-  const PlanChoice& traffic_choice = c_.intra_overlap ? unfused_ : c_;
-  const LayerKinds& traffic_kinds = c_.intra_overlap ? *unfused_kinds_ : *pipeline_.kinds;
   auto pass = [&](const StageTimes& t) { return backward_pass ? t.backward : t.forward; };
   auto host = [&](const StageTimes& t) { return backward_pass ? t.host_backward : t.host_forward; };
   // The pass's pieces in the order they run: time, GPU work alone and at half the link, traffic.
@@ -402,10 +415,10 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
   const StageTimes first = before_first_layer(ctx_, c_, s);
   const StageTimes last = after_last_layer(ctx_, c_, *pipeline_.kinds, s);
   const StageTimes last_slowed = after_last_layer(shared, c_, half, s);
-  const StageTimes last_traffic = after_last_layer(ctx_, traffic_choice, traffic_kinds, s);
+  const StageTimes last_traffic = after_last_layer(ctx_, traffic_choice(), traffic_kinds(), s);
   auto layer = [&](int64_t l) {
     const auto i = static_cast<size_t>(l);
-    add(pipeline_.kinds->of(ctx_, s, i), half.of(ctx_, s, i), traffic_kinds.of(ctx_, s, i));
+    add(pipeline_.kinds->of(ctx_, s, i), half.of(ctx_, s, i), traffic_kinds().of(ctx_, s, i));
   };
   if (backward_pass) {
     add(last, last_slowed, last_traffic);

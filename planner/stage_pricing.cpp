@@ -111,9 +111,9 @@ void add_loss(StageTimes& st, const TimeContext& ctx, const PlanChoice& c, doubl
   st.compute += (loss.forward.time + loss.backward) * heads;
 }
 
-// Activation offloading's copy at each edge of `passes` passes, and each backward's top-layer
-// rematerializing gather (StageTimes).
-void add_offload_edges(StageTimes& st, double passes) {
+// What `passes` passes add once each, not per layer: activation offloading's copy at each edge,
+// and each backward's top-layer rematerializing gather (StageTimes).
+void add_pass_edges(StageTimes& st, double passes) {
   st.offload_forward += st.offload_edge_forward * passes;
   st.offload_backward += st.offload_edge_backward * passes;
   st.forward += st.offload_edge_forward * passes;
@@ -302,7 +302,7 @@ StageTimes stage_from(const TimeContext& ctx, const PlanChoice& c, const LayerKi
   }
   add(st, before_first_layer(ctx, c, stage), 1.0);
   add(st, after_last_layer(ctx, c, kinds, stage), 1.0);
-  add_offload_edges(st, static_cast<double>(*p.vpp));
+  add_pass_edges(st, static_cast<double>(*p.vpp));
   const StageSends sends = stage_sends(ctx, c, kinds, stage);
   for (int64_t k = 0; k < *p.vpp && sends.shared; ++k) {
     const LayerRange chunk = chunk_layers(m, p, stage, k);
