@@ -426,15 +426,23 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   // A GEMM and the communication MegaScale fuses into it, tile by tile: while communication
   // runs it holds a few SMs and the GEMM goes at the rest's pace, then at full speed; the slower
   // side sets the time, plus one tile wave of the shorter to fill the pipeline.
-  auto fused = [&](const OpWork& gemm, const OpWork& comm) {
+  // The op keeps both sides (LayerOp::Fused) for the simulator, which runs them apart.
+  auto add_fused = [&](const char* name, const OpWork& gemm, const OpWork& comm, OpKind comm_kind,
+                       CommPattern pattern, bool receives_tokens = false,
+                       Seconds pxn_saving = Seconds(0)) {
     const double f =
         ctx.eff.intra_overlap_comm_sms / static_cast<double>(ctx.gpu.sms > 0 ? ctx.gpu.sms : 132);
     const Seconds shared = std::min(comm.time, gemm.time / (1.0 - f));
+    const Seconds wave = std::min(gemm.time, comm.time) / ctx.eff.intra_overlap_tiles;
     OpWork out = gemm;
     out.bytes = comm.bytes;
-    out.time = std::max(comm.time, gemm.time + shared * f) +
-               std::min(gemm.time, comm.time) / ctx.eff.intra_overlap_tiles;
-    return out;
+    out.time = std::max(comm.time, gemm.time + shared * f) + wave;
+    const size_t before = ops.size();
+    add(name, OpKind::kCompute, out, receives_tokens);
+    if (ops.size() == before) return;
+    LayerOp::Fused& side = ops.back().fused;
+    side = {comm_kind,           pattern,   gemm.time + shared * f + wave, comm.time + wave,
+            comm.latency + wave, pxn_saving};
   };
 
   // Attention: the projections as one GEMM of their total width, then the fused core; with
@@ -471,9 +479,12 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     attention_comm = alltoall_sent(ctx, buffer * (nn / (nn - 1)), t, 1);
   }
   const bool fuse_attention = c.intra_overlap && attention_comm.time.value() > 0;
-  add(fuse_attention ? "attention projections (fused TP/SP communication)"
-                     : "attention projections",
-      OpKind::kCompute, fuse_attention ? fused(projections, attention_comm) : projections);
+  if (fuse_attention) {
+    add_fused("attention projections (fused TP/SP communication)", projections, attention_comm,
+              OpKind::kTp, ulysses ? CommPattern::kAllToAll : CommPattern::kRing);
+  } else {
+    add("attention projections", OpKind::kCompute, projections);
+  }
   const OpWork core_work = core_attention(ctx, c, lp.linear);
   const Seconds core = core_work.time;
   add("core attention", OpKind::kCompute, core_work);
@@ -519,7 +530,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
   auto add_ffn = [&](const char* name, const char* comm_name, const OpWork& gemm) {
     const OpWork comm = t > 1 && !ulysses ? tp_pair() : OpWork{};
     if (c.intra_overlap && comm.time.value() > 0) {
-      add(name, OpKind::kCompute, fused(gemm, comm));
+      add_fused(name, gemm, comm, OpKind::kTp, CommPattern::kRing);
       return;
     }
     add(name, OpKind::kCompute, gemm);
@@ -638,7 +649,8 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
     OpWork combine = combine_pair * 0.5;
     combine.time = combine.time - combine_relief;
     if (fuse_experts) {
-      add(kFusedExpertsOp, OpKind::kCompute, fused(experts, dispatch_pair * 0.5 + combine), true);
+      add_fused(kFusedExpertsOp, experts, dispatch_pair * 0.5 + combine, OpKind::kEp, ep_pattern,
+                true, combine_relief);
     } else {
       add("routed experts", OpKind::kCompute, experts, true);
       add("combine", OpKind::kEp, combine, false, ep_pattern, combine_relief);

@@ -6,6 +6,7 @@
 // compute, the same communication again).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -57,6 +58,20 @@ struct LayerOp {
   // the all-gather on the node's links. `time` is their pipelined whole; these are what each
   // stream and the node's links hold. Zero for every other op.
   Seconds monta_alltoall{}, monta_in_node{}, monta_in_node_link{};
+  // MegaScale's intra-operator overlap: the communication fused into this GEMM (kind kTp or
+  // kEp; kCompute for every other op), which the simulator runs beside the GEMM as a flow on
+  // that group's link, so that it shares the link with the syncs as the unfused collective
+  // would. `compute` is what the SMs take (the GEMM at the SMs communication leaves it, plus
+  // the first tile wave); `time` and `latency` the communication's, the wave being latency
+  // (no byte moves before the first tile is ready). The op's `time` is the slower of the two.
+  struct Fused {
+    OpKind kind = OpKind::kCompute;
+    CommPattern pattern = CommPattern::kRing;
+    Seconds compute, time, latency, pxn_saving;
+    // Backward, the GEMM side computes twice and the communication moves the same bytes once
+    // (the gradients' reduce-scatter for the inputs' all-gather), as for unfused operators.
+    Seconds backward() const { return std::max(compute * 2.0, time); }
+  } fused{};
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP

@@ -23,6 +23,9 @@ namespace {
 
 struct Pass {
   Seconds compute, tp, ep, cp;  // communication before overlap
+  // The backward's compute: twice the forward's, but a fused GEMM's communication once
+  // (LayerOp::Fused::backward).
+  Seconds compute_backward;
   // What selective recompute replays before the backward: compute, and the TP and EP
   // collectives of the modules it replays (mlp, moe).
   Seconds redo_compute, redo_tp, redo_ep;
@@ -273,6 +276,8 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
     switch (op.kind) {
       case OpKind::kCompute:
         out.compute += op.time;
+        out.compute_backward +=
+            op.fused.kind != OpKind::kCompute ? op.fused.backward() : op.time * 2.0;
         break;
       case OpKind::kTp:
         out.tp += op.time;
@@ -351,7 +356,7 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   };
   const Seconds forward = pipelined(f.compute);
   // Backward: twice the compute, the same communication again.
-  const Seconds backward = pipelined(f.compute * 2.0);
+  const Seconds backward = pipelined(f.compute_backward);
   // Full recompute replays the forward, communication included; selective replays what its
   // modules cover (layer_ops.h: recompute_ops), pipelined as a forward is; rematerialization
   // redoes element-wise work, ~5 % of a layer's forward.
@@ -409,7 +414,7 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
       st.backward += st.offload_backward;
     }
   }
-  st.compute = f.compute * 3.0;
+  st.compute = f.compute + f.compute_backward;
   st.recompute = redo;
   // A model chunk's top layer runs first in its backward: no layer above it to hide its
   // gather behind, only its own compute after its last collective (StageTimes::remat_edge).

@@ -5,6 +5,11 @@
 
 namespace moe::sim {
 
+namespace {
+// TaskPending::waiting of a task that has finished (a started one's is 0).
+constexpr uint32_t kFinished = ~uint32_t{0};
+}  // namespace
+
 GpuStreams::GpuStreams(EventQueue& queue, FlowNetwork& net, int streams, StreamHooks hooks)
     : queue_(queue), net_(net), hooks_(std::move(hooks)), streams_(static_cast<size_t>(streams)) {
   if (hooks_.caller_started.size() > 32)
@@ -20,6 +25,12 @@ TaskGraph::TaskGraph(std::vector<Task> tasks) : tasks_(std::move(tasks)) {
   for (uint32_t i = 0; i < n; ++i) {
     min_stream_ = std::min(min_stream_, tasks_[i].stream);
     max_stream_ = std::max(max_stream_, tasks_[i].stream);
+    const int64_t carried = tasks_[i].carries;
+    if (carried >= 0) {
+      if (carried <= static_cast<int64_t>(i) || carried >= static_cast<int64_t>(n))
+        throw std::invalid_argument("task carries one outside its graph or before it");
+      ++waiting_[static_cast<size_t>(carried)];  // its carrier's start
+    }
     for (uint32_t d : tasks_[i].after) {
       if (d >= i) throw std::invalid_argument("task depends on a later one");
       ++first_dependent_[d + 1];
@@ -61,8 +72,10 @@ void GpuStreams::run(std::shared_ptr<const TaskGraph> graph, std::function<void(
     finish();
     return;
   }
+  // By the graph's own counts: a task the loop has made ready already (carried by one it
+  // started) is not readied twice.
   for (uint32_t i = 0; i < graph_->size(); ++i) {
-    if (pending(i).waiting == 0) ready(i);
+    if (graph_->waiting_[i] == 0) ready(i);
   }
 }
 
@@ -124,9 +137,15 @@ void GpuStreams::launch(uint32_t id) {
 
 void GpuStreams::execute(uint32_t id) {
   const Task& t = graph_->tasks_[id];
+  if (t.carries >= 0) {
+    const auto carried = static_cast<uint32_t>(t.carries);
+    TaskPending& d = pending(carried);
+    d.released_by = t.stream;
+    if (--d.waiting == 0) ready(carried);
+  }
   if (t.links.empty()) {
     const SimTime duration = hooks_.duration ? hooks_.duration(id, t) : t.duration;
-    queue_.after(duration, [this, id] { finished(id); });
+    queue_.after(duration, [this, id] { elapsed(id); });
   } else if (hooks_.communicate) {
     hooks_.communicate(id, t, [this, id] { finished(id); });
   } else {
@@ -135,7 +154,17 @@ void GpuStreams::execute(uint32_t id) {
   }
 }
 
+void GpuStreams::elapsed(uint32_t id) {
+  const int64_t carried = graph_->tasks_[id].carries;
+  if (carried >= 0 && pending(static_cast<uint32_t>(carried)).waiting != kFinished) {
+    held_.emplace_back(static_cast<uint32_t>(carried), id);
+    return;
+  }
+  finished(id);
+}
+
 void GpuStreams::finished(uint32_t id) {
+  pending(id).waiting = kFinished;
   const Task& t = graph_->tasks_[id];
   Stream& s = streams_[static_cast<size_t>(t.stream)];
   const SimTime now = queue_.now();
@@ -152,6 +181,16 @@ void GpuStreams::finished(uint32_t id) {
   if (!streams_[0].running && !idle_) {
     idle_ = true;
     idle_since_ = now;
+  }
+  // What waited for this task ends with it (a handful at most are held at a time).
+  for (size_t k = 0; k < held_.size();) {
+    if (held_[k].first != id) {
+      ++k;
+      continue;
+    }
+    const uint32_t holder = held_[k].second;
+    held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(k));
+    finished(holder);
   }
   if (--left_ == 0) {
     idle_ = false;

@@ -43,10 +43,12 @@ int stream_of(OpKind k) {
 // The exchange a layer op's collective runs: a ring, or an all-to-all whose heavy side is the
 // receiver for the dispatch's forward and the combine's backward (tokens and their gradients
 // go to the hot experts' rank), the sender otherwise.
+Exchange exchange_of(CommPattern pattern, bool receives_tokens, bool backward) {
+  if (pattern == CommPattern::kRing) return Exchange::kRing;
+  return receives_tokens != backward ? Exchange::kAllToAllIntoHeavy : Exchange::kAllToAllFromHeavy;
+}
 Exchange exchange_of(const LayerOp& op, bool backward) {
-  if (op.pattern == CommPattern::kRing) return Exchange::kRing;
-  return op.receives_tokens != backward ? Exchange::kAllToAllIntoHeavy
-                                        : Exchange::kAllToAllFromHeavy;
+  return exchange_of(op.pattern, op.receives_tokens, backward);
 }
 
 }  // namespace
@@ -95,6 +97,23 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
   if (op.kind == OpKind::kEp && *p_.etp > 1 && *p_.ep > 1 &&
       plan_.alltoall != monta::Strategy::kBaseline) {
     return add_monta(g, st, op, scale, load, backward, std::move(after));
+  }
+  if (op.fused.kind != OpKind::kCompute) {
+    // MegaScale's fused GEMM and communication: the kernel carries its communication, which
+    // holds the group's link beside the GEMM from the kernel's start (LayerOp::Fused), and
+    // holds the SMs until it has landed (a communication-bound kernel's GEMM tiles wait for
+    // their rows), so a sync that shares the link stretches the op as it would the collective
+    // unfused.
+    const LayerOp::Fused& f = op.fused;
+    Task gemm = compute_task(op.name, kCompute, f.compute * (scale * compute_scale));
+    gemm.after = std::move(after);
+    gemm.carries = static_cast<int64_t>(g.size() + 1);
+    const uint32_t computed = append(g, std::move(gemm));
+    append(g, comm_task(st, op.name, stream_of(f.kind),
+                        (every_gpu() ? f.time + f.pxn_saving : f.time) * scale,
+                        crosses_nodes(ctx_, p_, f.kind),
+                        exchange_of(f.pattern, op.receives_tokens, backward), f.latency * scale));
+    return computed;
   }
   Task t = op.kind == OpKind::kCompute
                ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
@@ -233,11 +252,14 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
         }
         const size_t forward_index = reversed ? ops.size() - 1 - q : q;
         ref_ = {static_cast<int32_t>(layer), static_cast<int32_t>(forward_index)};
+        // An op of several tasks allocates as its first starts and releases as its last ends.
+        const size_t first = g.size();
         const uint32_t i =
             add_op(g, st, ops[q], share, compute_scale, std::move(after), L.load, reversed);
         ref_ = OpRef{};
-        if (j == 0 && q == 0 && alloc_first) g[i].tag = alloc_first;
-        if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token) g[i].tag = alloc_token;
+        if (j == 0 && q == 0 && alloc_first) g[first].tag = alloc_first;
+        if (j == 0 && static_cast<int64_t>(q) == token_op && alloc_token)
+          g[first].tag = alloc_token;
         if (j == slices - 1 && q + 1 == ops.size() && release) g[i].tag = release;
         if (ops[q].kind != OpKind::kCompute) last_comm[static_cast<size_t>(j)] = i;
         tail[static_cast<size_t>(j)] = i;

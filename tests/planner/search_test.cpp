@@ -14,6 +14,7 @@
 #include "planner/layer_ops.h"
 #include "planner/offload.h"
 #include "planner/planner_inputs.h"
+#include "planner/stage_pricing.h"
 #include "test_models.h"
 
 namespace moe {
@@ -823,6 +824,39 @@ TEST(TimeModel, IntraOperatorOverlapFusesCommunicationIntoGemms) {
       fused_fewer = op.time;
   ASSERT_GT(experts, moved);
   EXPECT_GT(fused_fewer, fused);
+}
+
+TEST(TimeModel, AFusedPairsBackwardComputesTwiceAndCommunicatesOnce) {
+  // DeepSeekMoE-16B's SP attention on one 8 x H800 node: the all-to-alls outlast the
+  // projections, so the fused op is communication-bound. Its backward computes the GEMM side
+  // twice and moves the same bytes once, as unfused operators' backward does: the layer's
+  // backward is less than twice its forward (which it was, the all-to-alls sent twice).
+  const Inputs s("deepseekmoe-16b.json", "megascale-h800-240.json");
+  PlanChoice c;
+  c.parallel = resolve(parse_parallel("tp=8,etp=1,ep=8,dp=1,pp=1,mbs=1,gbs=32"));
+  c.attention = AttentionMode::kUlysses;
+  c.intra_overlap = true;
+  c.overlap = false;
+  c.cuda_graph = CudaGraph::kFullIteration;
+  const LayerParams& lp = s.ctx.params.layers[1];
+  Seconds forward, backward;
+  bool bound = false;
+  for (const LayerOp& op : layer_forward_ops(s.ctx, c, lp, true, 1.0, 1)) {
+    ASSERT_EQ(op.kind, OpKind::kCompute) << op.name;
+    forward += op.time;
+    if (op.fused.kind == OpKind::kCompute) {
+      backward += op.time * 2.0;
+      continue;
+    }
+    EXPECT_NEAR(std::max(op.fused.compute, op.fused.time).value(), op.time.value(), 1e-15);
+    bound = bound || op.fused.time > op.fused.compute;
+    backward += std::max(op.fused.compute * 2.0, op.fused.time);
+  }
+  ASSERT_TRUE(bound);
+  const StageTimes st = one_layer_times(s.ctx, c, lp, true);
+  EXPECT_NEAR(st.forward.value(), forward.value(), 1e-9);
+  EXPECT_NEAR(st.backward.value(), backward.value(), 1e-9);
+  EXPECT_LT(st.backward.value(), st.forward.value() * 1.9);
 }
 
 TEST(Search, OutOfMemorySkewCountsTheChunks) {

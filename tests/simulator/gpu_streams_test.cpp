@@ -129,6 +129,57 @@ TEST(GpuStreams, ALatencyHoldsNoLinkWhileItRuns) {
   EXPECT_EQ(ends.at(1), ms(2));
 }
 
+// A fused kernel carries its communication: the flow starts with the kernel, not when the
+// kernel's own dependencies are through, and the kernel holds its stream until the flow has
+// landed, or for its own time where that is longer.
+TEST(GpuStreams, AKernelHoldsItsStreamUntilTheCommunicationItCarriesHasLanded) {
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(BytesPerSec(1e9));
+  std::map<std::string, std::pair<SimTime, SimTime>> spans;
+  StreamHooks hooks;
+  hooks.on_end = [&](const Task& t, SimTime start, SimTime end) { spans[t.name] = {start, end}; };
+  GpuStreams gpu(q, net, 2, hooks);
+  // 2 ms of compute first; then a 1 ms kernel carrying 3 MB (3 ms) that also waits for it.
+  Task first = compute(2), kernel = compute(1, {0}), carried = comm(link, 3e6);
+  first.name = "first";
+  kernel.name = "kernel";
+  kernel.carries = 2;
+  carried.name = "carried";
+  SimTime end;
+  gpu.run({first, kernel, carried}, [&] { end = q.now(); });
+  q.run();
+  EXPECT_EQ(spans.at("carried").first, ms(2));  // with its kernel, not at the graph's start
+  EXPECT_EQ(spans.at("carried").second, ms(5));
+  EXPECT_EQ(spans.at("kernel").second, ms(5));
+  EXPECT_EQ(end, ms(5));
+  EXPECT_EQ(gpu.busy(0), ms(5));  // the kernel's SMs are held while its data moves
+
+  // The kernel longer than its flow keeps its own time; a carrier ready at the graph's start
+  // starts its flow once.
+  GpuStreams longer(q, net, 2, hooks);
+  Task slow = compute(4);
+  slow.name = "slow";
+  slow.carries = 1;
+  const SimTime start = q.now();
+  longer.run({slow, comm(link, 1e6)}, [&] { end = q.now(); });
+  q.run();
+  EXPECT_EQ(end - start, ms(4));
+  EXPECT_EQ(spans.at("comm").second - start, ms(1));
+}
+
+TEST(GpuStreams, RejectsACarriedTaskBeforeItsCarrier) {
+  EventQueue q;
+  FlowNetwork net(q);
+  const int link = net.add_link(BytesPerSec(1e9));
+  GpuStreams gpu(q, net, 2, {});
+  Task kernel = compute(1);
+  kernel.carries = 0;
+  EXPECT_THROW(gpu.run({comm(link, 1e6), kernel}, [] {}), std::invalid_argument);
+  kernel.carries = 5;
+  EXPECT_THROW(gpu.run({kernel, comm(link, 1e6)}, [] {}), std::invalid_argument);
+}
+
 TEST(GpuStreams, RejectsForwardDependencies) {
   EventQueue q;
   FlowNetwork net(q);
