@@ -251,7 +251,7 @@ StreamHooks Training::stream_hooks(int64_t g) {
       join(g, {x.stage, st.pass_serial, id, t.stream, 0}, t, ratio(x, id), std::move(done));
     };
     h.caller_started.assign(kStreams, false);
-    for (int k : {kTpStream, kEpStream, kCpStream, kDpStream}) h.caller_started[k] = true;
+    for (int k : kGroupStreams) h.caller_started[k] = true;
     h.on_ready = [this, g](uint32_t id, const Task& t) {
       auto& ready = gpus_[static_cast<size_t>(g)].ready_collectives[t.stream];
       const std::pair<int, uint32_t> key{t.rank, id};

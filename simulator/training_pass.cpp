@@ -100,16 +100,17 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
   }
   if (op.fused.kind != OpKind::kCompute) {
     // MegaScale's fused GEMM and communication: the kernel carries its communication, which
-    // holds the group's link beside the GEMM from the kernel's start (LayerOp::Fused), and
-    // holds the SMs until it has landed (a communication-bound kernel's GEMM tiles wait for
-    // their rows), so a sync that shares the link stretches the op as it would the collective
-    // unfused.
+    // holds the group's link beside the GEMM from the kernel's start (LayerOp::Fused; on a
+    // stream of its own, as it moves inside the kernel rather than behind the group's NCCL
+    // collectives), and holds the SMs until it has landed (a communication-bound kernel's GEMM
+    // tiles wait for their rows), so a sync that shares the link stretches the op as it would
+    // the collective unfused.
     const LayerOp::Fused& f = op.fused;
     Task gemm = compute_task(op.name, kCompute, f.compute * (scale * compute_scale));
     gemm.after = std::move(after);
     gemm.carries = static_cast<int64_t>(g.size() + 1);
     const uint32_t computed = append(g, std::move(gemm));
-    append(g, comm_task(st, op.name, stream_of(f.kind),
+    append(g, comm_task(st, op.name, f.kind == OpKind::kEp ? kFusedEpStream : kFusedTpStream,
                         (every_gpu() ? f.time + f.pxn_saving : f.time) * scale,
                         crosses_nodes(ctx_, p_, f.kind),
                         exchange_of(f.pattern, op.receives_tokens, backward), f.latency * scale));

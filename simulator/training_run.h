@@ -56,6 +56,10 @@ struct OpRef {
   int32_t op = 0;
 };
 
+// The streams whose collectives a whole group runs together (every-GPU mode joins them).
+inline constexpr int kGroupStreams[] = {kTpStream, kEpStream,      kCpStream,
+                                        kDpStream, kFusedTpStream, kFusedEpStream};
+
 struct DpCollective {
   const char* name = "";
   Seconds time;
@@ -90,8 +94,8 @@ struct GpuState {
   std::vector<std::pair<int, uint32_t>> ready_collectives[kStreams];
   // The peer that kept its last collective from starting, asked first next time: members
   // arrive one by one, so scanning the group from its start would cost O(n^2) a collective.
-  static_assert(kStreams == 9);
-  int64_t held_by[kStreams] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+  static_assert(kStreams == 11);
+  int64_t held_by[kStreams] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   Bytes current, peak;
   int active_nvlink = 0, active_nic = 0;
   SimTime nvlink_since, nic_since;

@@ -28,6 +28,10 @@ const char* stream_name(int stream) {
       return "h2d";
     case kHostStream:
       return "host";
+    case kFusedTpStream:
+      return "tp (fused)";
+    case kFusedEpStream:
+      return "ep (fused)";
   }
   return "?";
 }
@@ -59,7 +63,8 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   // peers local (local_peers = n).
   for (const auto& [stream, kind] :
        {std::pair{kTpStream, GroupKind::kTp}, std::pair{kEpStream, GroupKind::kEp},
-        std::pair{kCpStream, GroupKind::kCp}, std::pair{kDpStream, GroupKind::kDp}}) {
+        std::pair{kCpStream, GroupKind::kCp}, std::pair{kDpStream, GroupKind::kDp},
+        std::pair{kFusedTpStream, GroupKind::kTp}, std::pair{kFusedEpStream, GroupKind::kEp}}) {
     const GroupShape g = group_shape(p_, kind);
     group_size_[stream] = g.n;
     remote_peers_[stream] = static_cast<double>(g.n - ctx_.links.local_peers(g.n, g.stride));
@@ -129,8 +134,9 @@ void Training::place_gpus(PipelineHooks& hooks) {
       x.group[kEpStream] = *p_.ep > 1 ? k - x.ep_rank * *p_.etp : k / *p_.etp;
       x.group[kCpStream] = k - ((k / *p_.tp) % *p_.cp) * *p_.tp;
       x.group[kDpStream] = k % *p_.tp;
-      for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
-        st.groups[k2][x.group[k2]].push_back(g);
+      x.group[kFusedTpStream] = x.group[kTpStream];
+      x.group[kFusedEpStream] = x.group[kEpStream];
+      for (int k2 : kGroupStreams) st.groups[k2][x.group[k2]].push_back(g);
       x.nvlink_out = net_->add_link(ctx_.links.intra);
       x.nvlink_in = net_->add_link(ctx_.links.intra);
       x.nic_out = net_->add_link(ctx_.links.inter);
@@ -144,8 +150,7 @@ void Training::place_gpus(PipelineHooks& hooks) {
     }
     for (int64_t g = st.first_gpu; g < st.first_gpu + st.num_gpus; ++g) {
       GpuState& x = gpus_[static_cast<size_t>(g)];
-      for (int k2 : {kTpStream, kEpStream, kCpStream, kDpStream})
-        x.peers[k2] = &st.groups[k2].at(x.group[k2]);
+      for (int k2 : kGroupStreams) x.peers[k2] = &st.groups[k2].at(x.group[k2]);
     }
     // A boundary leaves the node where the next stage's GPUs (the one before's, backward)
     // begin on another node, as boundary_hops prices it: where stages tile a node, only every
