@@ -40,7 +40,7 @@ SWITCHES = [["--precision", "fp8"], ["--megatron-only"], ["--objective", "memory
 
 # What a bounds-checked lookup or a failed allocation says: moeplan's own errors name a file,
 # field or option instead.
-LIBRARY_ERROR = re.compile(r"_M_range_check|vector::|basic_string|bad_alloc|bad_optional")
+LIBRARY_ERROR = re.compile(r"_M_range_check|vector::|map::at|basic_string|bad_alloc|bad_optional")
 
 
 def random_model(rng, index):

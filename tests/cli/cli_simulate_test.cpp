@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -76,6 +77,32 @@ TEST(Cli, SimulateAgreesWithThePlannerAndWritesATrace) {
 }
 
 namespace moe {
+
+TEST(Cli, SimulateTracesAFusedKernelsCommunicationOnItsOwnLane) {
+  // MegaScale's intra-operator overlap on one 8 x H800 node: the fused kernels' all-to-alls
+  // show beside them on lanes of their own.
+  const std::string plan = temp_path("moeplan_sim_fused_plan.json");
+  const std::string trace = temp_path("moeplan_sim_fused_trace.json");
+  const std::string pair =
+      "--model models/mixtral-8x7b.json --cluster topologies/megascale-h800-240.json";
+  ASSERT_EQ(run("plan " + pair +
+                " --gpus 8 --global-batch 32 --attention ulysses --intra-overlap on "
+                "--parallel tp=8,ep=8,pp=1,mbs=1 --save " +
+                plan)
+                .code,
+            0);
+  const Result r = run("simulate " + pair + " --plan " + plan + " --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto t = nlohmann::json::parse(read_file(trace));
+  std::map<int64_t, std::string> lanes;
+  for (const auto& e : t["traceEvents"])
+    if (e["name"] == "thread_name" && e["pid"] == 0) lanes[e["tid"]] = e["args"]["name"];
+  std::set<std::string> used;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X" && e["pid"] == 0) used.insert(lanes.at(e["tid"].get<int64_t>()));
+  EXPECT_TRUE(used.count("tp (fused)")) << r.out;
+  EXPECT_TRUE(used.count("ep (fused)")) << r.out;
+}
 
 TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {
   const std::string plan = temp_path("moeplan_offload_plan.json");

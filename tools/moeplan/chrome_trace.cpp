@@ -60,9 +60,9 @@ nlohmann::json chrome_trace(const sim::OffloadReport& r) {
 }
 
 nlohmann::json chrome_trace(const sim::TrainingReport& r) {
-  const Lanes lanes = {{"passes", 0}, {"compute", 1}, {"tp", 2},      {"ep", 3},
-                       {"cp", 4},     {"dp", 5},      {"pp send", 6}, {"copy", 7},
-                       {"d2h", 8},    {"h2d", 9},     {"host", 10}};
+  // A thread per GPU stream (sim::stream_name), with the passes and the pipeline's sends.
+  Lanes lanes = {{"passes", 0}, {"pp send", sim::kStreams + 1}};
+  for (int k = 0; k < sim::kStreams; ++k) lanes[sim::stream_name(k)] = k + 1;
   nlohmann::json events = span_events(r.stages.size(), "stage {} GPU", lanes, r.spans);
   for (const sim::MemorySample& m : r.memory) {
     events.push_back({{"ph", "C"},
