@@ -72,6 +72,10 @@ struct LayerOp {
     // (the gradients' reduce-scatter for the inputs' all-gather), as for unfused operators.
     Seconds backward() const { return std::max(compute * 2.0, time); }
   } fused{};
+  // What a compute op takes in backward: twice its time, a fused pair's Fused::backward.
+  Seconds backward_compute() const {
+    return fused.kind != OpKind::kCompute ? fused.backward() : time * 2.0;
+  }
 };
 
 // Forward ops of one layer for one micro-batch on one GPU. `expert_load` is the busiest EP

@@ -276,8 +276,7 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
     switch (op.kind) {
       case OpKind::kCompute:
         out.compute += op.time;
-        out.compute_backward +=
-            op.fused.kind != OpKind::kCompute ? op.fused.backward() : op.time * 2.0;
+        out.compute_backward += op.backward_compute();
         break;
       case OpKind::kTp:
         out.tp += op.time;

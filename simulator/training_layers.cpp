@@ -35,12 +35,15 @@ void Training::plan_layers(int64_t it) {
       L.forward = layer_forward_ops(ctx_, plan_, params, L.moe, L.load, L.chunks);
       L.backward.assign(L.forward.rbegin(), L.forward.rend());
       L.replayed = recompute_ops(ctx_, plan_, L.moe, L.load, L.forward);
+      Seconds backward_compute;
       for (const LayerOp& op : L.forward) {
         if (op.kind == OpKind::kCompute) L.forward_compute += op.time;
+        if (op.kind == OpKind::kCompute) backward_compute += op.backward_compute();
         if (op.kind == OpKind::kTp) L.forward_tp += op.time;
         if (op.kind == OpKind::kEp) L.forward_ep += op.time;
       }
       L.least_forward_compute = L.forward_compute;
+      L.least_backward_compute = backward_compute;
       const uint32_t mods = plan_.recompute_modules;
       const Bytes whole =
           layer_activation_bytes(m_, p_, shape_, L.moe, received, L.chunks, rc, mods);
@@ -73,10 +76,14 @@ void Training::plan_layers(int64_t it) {
             const Seconds busiest = comm ? L.forward[q].port_time() : L.forward[q].time;
             if (busiest.value() > 0) ratio[q] = (comm ? own[q].port_time() : own[q].time) / busiest;
           }
-          Seconds compute;
-          for (size_t q = 0; q < L.forward.size(); ++q)
-            if (L.forward[q].kind == OpKind::kCompute) compute += L.forward[q].time * ratio[q];
+          Seconds compute, backward;
+          for (size_t q = 0; q < L.forward.size(); ++q) {
+            if (L.forward[q].kind != OpKind::kCompute) continue;
+            compute += L.forward[q].time * ratio[q];
+            backward += L.forward[q].backward_compute() * ratio[q];
+          }
           L.least_forward_compute = std::min(L.least_forward_compute, compute);
+          L.least_backward_compute = std::min(L.least_backward_compute, backward);
           L.rank_ratio.push_back(std::move(ratio));
           const double own_received =
               static_cast<double>(ctx_.seq_len) * static_cast<double>(m_.top_k) * load;

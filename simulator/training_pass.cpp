@@ -214,9 +214,8 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
     const LayerState& L = layers_.at(static_cast<size_t>(layer));
     const LayerHostTime h = layer_host_time(ctx_, plan_, L.moe);
     const Seconds time = forward ? h.forward : h.backward + h.recompute;
-    // A layer whose compute stream alone outlasts the host on every GPU needs no host task
-    // (backward computes twice the forward).
-    if (time <= L.least_forward_compute * (forward ? 1.0 : 2.0)) return -1;
+    // A layer whose compute stream alone outlasts the host on every GPU needs no host task.
+    if (time <= (forward ? L.least_forward_compute : L.least_backward_compute)) return -1;
     Task t = compute_task("host issues the layer", kHostStream, time);
     const int64_t barrier = tail[static_cast<size_t>(slices - 1)];
     if (barrier >= 0) t.after = {static_cast<uint32_t>(barrier)};

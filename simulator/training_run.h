@@ -33,10 +33,11 @@ struct LayerState {
   // The least forward compute any GPU of the layer runs (forward_compute but for a lighter EP
   // rank's share): a host that issues the layer in no more time never holds it up.
   Seconds least_forward_compute;
-  Bytes sequence_part;    // allocated at the layer's first operator
-  Bytes token_part;       // allocated at dispatch (one chunk of s'')
-  Bytes checkpoint;       // full recompute: the layer input kept from forward
-  int64_t token_op = -1;  // index in `forward` where the token part is allocated
+  Seconds least_backward_compute;  // the same for its backward (LayerOp::backward_compute)
+  Bytes sequence_part;             // allocated at the layer's first operator
+  Bytes token_part;                // allocated at dispatch (one chunk of s'')
+  Bytes checkpoint;                // full recompute: the layer input kept from forward
+  int64_t token_op = -1;           // index in `forward` where the token part is allocated
   // Activation offloading: what one micro-batch's pass sends to the host after the layer's
   // forward and brings back before its backward (the busiest rank's), and how long each copy
   // takes on the GPU's host link.
