@@ -1,6 +1,7 @@
 #include "planner/pipeline_schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 
 namespace moe {
@@ -63,20 +64,25 @@ Seconds schedule_makespan(const std::vector<ChunkTimes>& stages, int64_t m, Seco
 namespace {
 
 // Every stage's order, kept for the next walk of the same shape: the search walks thousands of
-// candidates a shape, and building the orders took a fifth of its walking time.
+// candidates a shape, and building the orders took a fifth of its walking time. A few shapes
+// are kept, as a long schedule's line is walked at two lengths (time_model.cpp).
 const std::vector<std::vector<SchedulePass>>& stage_orders(int64_t p, int64_t m, int64_t v,
                                                            bool gpipe) {
-  thread_local struct {
+  struct Kept {
     int64_t p = -1, m = -1, v = -1;
     bool gpipe = false;
     std::vector<std::vector<SchedulePass>> order;
-  } kept;
-  if (kept.p != p || kept.m != m || kept.v != v || kept.gpipe != gpipe) {
-    kept.order.clear();
-    for (int64_t s = 0; s < p; ++s) kept.order.push_back(schedule_order(s, p, m, v, gpipe));
-    kept.p = p, kept.m = m, kept.v = v, kept.gpipe = gpipe;
-  }
-  return kept.order;
+  };
+  thread_local std::array<Kept, 4> kept;
+  thread_local size_t next = 0;
+  for (const Kept& k : kept)
+    if (k.p == p && k.m == m && k.v == v && k.gpipe == gpipe) return k.order;
+  Kept& k = kept[next];
+  next = (next + 1) % kept.size();
+  k.order.clear();
+  for (int64_t s = 0; s < p; ++s) k.order.push_back(schedule_order(s, p, m, v, gpipe));
+  k.p = p, k.m = m, k.v = v, k.gpipe = gpipe;
+  return k.order;
 }
 
 }  // namespace

@@ -73,6 +73,27 @@ TEST(PipelineSchedule, AHeavyLastChunkSetsThePaceOfItsPhase) {
   EXPECT_GT(schedule_makespan(stages, 32, Seconds(0), false).value(), last_stage_work);
 }
 
+TEST(PipelineSchedule, AHeavyChunksStallsRepeatEveryPMicroBatches) {
+  // Stages 1 and 2 of four run a heavy second chunk (2.25 ms passes) beside 0.75 ms ones, v = 2:
+  // past the warm-up the interleaved schedule repeats every p micro-batches, so the walks of 4p
+  // and 8p give the line longer schedules lie on (time_model.cpp walks only those two).
+  auto stages = equal(4, 2, 1.5, 1.5);
+  for (size_t s : {1, 2}) stages[s].forward[1] = stages[s].backward[1] = Seconds(2.25e-3);
+  for (ChunkTimes& c : stages) {
+    c.forward[0] = c.backward[0] = Seconds(0.75e-3);
+    if (c.forward[1] > Seconds(1e-3)) continue;
+    c.forward[1] = c.backward[1] = Seconds(0.75e-3);
+  }
+  const double a = schedule_makespan(stages, 16, Seconds(2e-5), false).value();
+  const double b = schedule_makespan(stages, 32, Seconds(2e-5), false).value();
+  const double busiest = 2 * (0.75e-3 + 2.25e-3);  // stages 1 and 2, a micro-batch
+  EXPECT_GT((b - a) / 16, busiest * 1.02);         // the stalls, beyond the busiest stage's work
+  for (int64_t m : {64, 128, 256}) {
+    const double walked = schedule_makespan(stages, m, Seconds(2e-5), false).value();
+    EXPECT_NEAR(walked, b + (b - a) * static_cast<double>(m - 32) / 16, 1e-9 * walked) << m;
+  }
+}
+
 TEST(PipelineSchedule, ABackwardsSyncRestDelaysTheNextPassOnItsLink) {
   // One stage, two micro-batches: F0 B0 F1 B1, each pass 1 s. B0 leaves 5 s of reduce-scatter on
   // the link, and F1's own gathers there take 1 s: F1 takes 1 + 5 s. B1 starts with the link
