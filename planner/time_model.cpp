@@ -665,10 +665,15 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   const bool stages_apart = *heaviest > *lightest * 1.25;
   const bool heavy_ahead = heaviest - per_stage.begin() < pp - 1;
   const bool heavy_first = !c.gpipe && out.microbatches <= 4 * pp && stages_apart && heavy_ahead;
-  bool walk_few = pp > 1 && *p.vpp == 1 && few;
+  // ZeRO-3's gathers stretch the fill and drain's passes as well as the steady state's, which
+  // the closed form prices alone: walked up to 4p micro-batches. (Four micro-batches over pp 2,
+  // each pass of 4 layers waiting for 35 ms gathers of 256 experts' weights: the closed form
+  // was 17 % under the simulator.)
+  const bool gathers_walked = c.zero_stage >= 3 && out.microbatches <= 4 * pp;
+  bool walk_few = pp > 1 && *p.vpp == 1 && (few || gathers_walked);
   std::vector<ChunkTimes> few_chunks;
   Seconds few_walked;
-  if (pp > 1 && *p.vpp == 1 && (few || heavy_first)) {
+  if (pp > 1 && *p.vpp == 1 && (few || heavy_first || gathers_walked)) {
     std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
     const Seconds walked = schedule_makespan(chunks, out.microbatches, hops, c.gpipe);
     out.bubble = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
@@ -717,7 +722,8 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
   const bool chunks_apart = interleaved && spread_of().heaviest > spread_of().lightest * 1.5;
   const bool extended = chunks_apart && out.microbatches > 8 * pp && !c.gpipe;
   // Where one of these holds the walk is taken; a slow hop only adds what the walk finds.
-  const bool walk_taken = interleaved && (uneven_layout || few || uneven_stages || chunks_apart);
+  const bool walk_taken =
+      interleaved && (uneven_layout || few || uneven_stages || chunks_apart || gathers_walked);
   std::vector<ChunkTimes> interleaved_chunks;  // the DP syncs' windows reuse them
   if (walk_taken || (interleaved && slowest_hop > spread_of().lightest_forward * 0.25)) {
     interleaved_chunks = chunk_times(ctx, c, kinds);
@@ -734,7 +740,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     const Seconds beyond = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
     out.bubble = walk_taken ? beyond : std::max(out.bubble, beyond);
     // ZeRO-3's gathers stretch the fill and drain's passes too: the syncs walk it again.
-    if (few && c.zero_stage >= 3) {
+    if (gathers_walked) {
       walk_few = true;
       few_chunks = interleaved_chunks;
       few_walked = walked;
