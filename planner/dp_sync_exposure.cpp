@@ -103,9 +103,17 @@ class SyncPricing {
   LinkLoads chunk_traffic(int64_t s, int64_t k);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
                                      bool backward_pass, Beside beside, bool from_start = false);
+  // The stage's layers and its last layer's extras with links slowed: both that the sync
+  // shares, or one of them (the same where it shares one).
+  struct Slowed {
+    const LayerKinds* kinds = nullptr;
+    StageTimes last;
+  };
+  struct SlowedLinks {
+    Slowed both, nic, fabric;
+  };
   std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
-                                              bool backward_pass, const TimeContext& shared,
-                                              const LayerKinds& half);
+                                              bool backward_pass, const SlowedLinks& slowed);
   Seconds whole_chain_stretch(const Exposed& e, bool backward_pass, Seconds shown_stretch);
   Seconds hops_beside_syncs(bool backward_pass);
   Seconds reduce_scatter_once(const Exposed& e);
@@ -360,19 +368,39 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   // Nothing shared: the pass as it was (most candidates; no second pricing).
   if (delay.value() <= 0) return std::pair{unshared, time};
   TimeContext& shared = scratch_.get();
-  shared.links = ctx_.links;
-  shared.links.inter = shared.links.inter / nic_share.slowdown();
-  shared.links.intra = shared.links.intra / fabric_share.slowdown();
-  // PCIe nodes price a group's in-node collectives at the rate its switches leave it, which the
-  // sync slows alike (a TP pair under one switch kept its own rate, and its backward beside
-  // the expert gradients' all-reduce no stretch: 12.9 % under the simulator).
-  for (GroupRate& g : shared.links.shared_groups) {
-    g.ring = g.ring / fabric_share.slowdown();
-    g.alltoall = g.alltoall / fabric_share.slowdown();
-  }
+  auto slow_links = [&](double nic, double fabric) {
+    shared.links = ctx_.links;
+    shared.links.inter = shared.links.inter / nic;
+    shared.links.intra = shared.links.intra / fabric;
+    // PCIe nodes price a group's in-node collectives at the rate its switches leave it, which
+    // the sync slows alike (a TP pair under one switch kept its own rate, and its backward
+    // beside the expert gradients' all-reduce no stretch: 12.9 % under the simulator).
+    for (GroupRate& g : shared.links.shared_groups) {
+      g.ring = g.ring / fabric;
+      g.alltoall = g.alltoall / fabric;
+    }
+  };
+  slow_links(nic_share.slowdown(), fabric_share.slowdown());
   const LayerKinds half = layer_kinds(shared, c_);
   if (from_start && *p_.vpp == 1 && beside.time <= 1.0) {
-    const auto [pass, synced] = from_pass_start(s, on_nic, on_fabric, backward_pass, shared, half);
+    SlowedLinks slowed;
+    slowed.both = {&half, after_last_layer(shared, c_, half, s)};
+    slowed.nic = slowed.fabric = slowed.both;
+    // Sharing both links, a hierarchical sync takes them one after the other, and the layers
+    // each step covers run with that link slowed alone. (Both slowed wherever either step ran,
+    // a MoE layer's backward beside the in-node step of its reduce-scatter over PCIe priced its
+    // expert all-to-alls at half the NIC the step across had not reached: 5.2 % over the
+    // simulator.)
+    std::optional<LayerKinds> nic_only, fabric_only;
+    if (nic_share.met > 0 && fabric_share.met > 0) {
+      slow_links(2.0, 1.0);
+      nic_only = layer_kinds(shared, c_);
+      slowed.nic = {&*nic_only, after_last_layer(shared, c_, *nic_only, s)};
+      slow_links(1.0, 2.0);
+      fabric_only = layer_kinds(shared, c_);
+      slowed.fabric = {&*fabric_only, after_last_layer(shared, c_, *fabric_only, s)};
+    }
+    const auto [pass, synced] = from_pass_start(s, on_nic, on_fabric, backward_pass, slowed);
     return std::pair{pass, time + synced};
   }
   const StageTimes st = stage_from(shared, c_, half, s);
@@ -395,39 +423,45 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
 // by a fifth of its whole slowdown where the host hid it all: 5.3 % over.)
 std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_nic,
                                                          Seconds on_fabric, bool backward_pass,
-                                                         const TimeContext& shared,
-                                                         const LayerKinds& half) {
+                                                         const SlowedLinks& slowed) {
   auto pass = [&](const StageTimes& t) { return backward_pass ? t.backward : t.forward; };
   auto host = [&](const StageTimes& t) { return backward_pass ? t.host_backward : t.host_forward; };
-  // The pass's pieces in the order they run: time, GPU work alone and at half the link, traffic.
+  // The pass's pieces in the order they run: time, GPU work alone and with both links, the
+  // NIC or the fabric at half, traffic.
   struct Piece {
-    Seconds time, gpu, slowed_gpu, nic, fabric;
+    Seconds time, gpu, slowed_gpu, nic_slowed_gpu, fabric_slowed_gpu, nic, fabric;
   };
   std::vector<Piece> pieces;
-  auto add = [&](const StageTimes& own, const StageTimes& slowed, const StageTimes& traffic) {
+  auto gpu = [&](const StageTimes& t) { return pass(t) - host(t); };
+  auto add = [&](const StageTimes& own, const StageTimes& both, const StageTimes& nic_slowed,
+                 const StageTimes& fabric_slowed, const StageTimes& traffic) {
     const Seconds time = pass(own);
     if (!(time.value() > 0)) return;
     const LinkLoads loads = pass_traffic(link_traffic(ctx_, p_, traffic), backward_pass);
-    pieces.push_back({time, time - host(own), pass(slowed) - host(slowed),
+    pieces.push_back({time, gpu(own), gpu(both), gpu(nic_slowed), gpu(fabric_slowed),
                       std::min(time, loads.nic), std::min(time, loads.fabric)});
   };
   const LayerRange layers = chunk_layers(*ctx_.model, p_, s, 0);
   const StageTimes first = before_first_layer(ctx_, c_, s);
   const StageTimes last = after_last_layer(ctx_, c_, *pipeline_.kinds, s);
-  const StageTimes last_slowed = after_last_layer(shared, c_, half, s);
   const StageTimes last_traffic = after_last_layer(ctx_, traffic_choice(), traffic_kinds(), s);
   auto layer = [&](int64_t l) {
     const auto i = static_cast<size_t>(l);
-    add(pipeline_.kinds->of(ctx_, s, i), half.of(ctx_, s, i), traffic_kinds().of(ctx_, s, i));
+    add(pipeline_.kinds->of(ctx_, s, i), slowed.both.kinds->of(ctx_, s, i),
+        slowed.nic.kinds->of(ctx_, s, i), slowed.fabric.kinds->of(ctx_, s, i),
+        traffic_kinds().of(ctx_, s, i));
+  };
+  auto add_last = [&] {
+    add(last, slowed.both.last, slowed.nic.last, slowed.fabric.last, last_traffic);
   };
   if (backward_pass) {
-    add(last, last_slowed, last_traffic);
+    add_last();
     for (int64_t l = layers.end - 1; l >= layers.begin; --l) layer(l);
-    add(first, first, first);
+    add(first, first, first, first, first);
   } else {
-    add(first, first, first);
+    add(first, first, first, first, first);
     for (int64_t l = layers.begin; l < layers.end; ++l) layer(l);
-    add(last, last_slowed, last_traffic);
+    add_last();
   }
   // The pieces each link's sync covers, as far as `reach` into the pass: what it waits for
   // there, and what the covered layers stretch by, all of them and those on that link.
@@ -452,8 +486,14 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
         out.delay[k] += (k == 0 ? q.nic : q.fabric) * share[k];
       }
       at += q.time;
+      // Where both steps cover the piece it runs with both links slowed, elsewhere with the
+      // one link its step holds.
       const double most = std::max(share[0], share[1]);
-      const Seconds stretch = std::max(Seconds(0), q.gpu + (q.slowed_gpu - q.gpu) * most - q.time);
+      const double together = std::min(share[0], share[1]);
+      const Seconds slowed_gpu = q.gpu + (q.slowed_gpu - q.gpu) * together +
+                                 (q.nic_slowed_gpu - q.gpu) * (share[0] - together) +
+                                 (q.fabric_slowed_gpu - q.gpu) * (share[1] - together);
+      const Seconds stretch = std::max(Seconds(0), slowed_gpu - q.time);
       out.stretch += stretch;
       for (int k = 0; k < 2; ++k)
         if (most > 0) out.stretch_on[k] += stretch * (share[k] / most);
