@@ -29,6 +29,8 @@ TaskGraph::TaskGraph(std::vector<Task> tasks) : tasks_(std::move(tasks)) {
     if (carried >= 0) {
       if (carried <= static_cast<int64_t>(i) || carried >= static_cast<int64_t>(n))
         throw std::invalid_argument("task carries one outside its graph or before it");
+      if (!tasks_[i].links.empty())
+        throw std::invalid_argument("only a compute task carries another");
       ++waiting_[static_cast<size_t>(carried)];  // its carrier's start
     }
     for (uint32_t d : tasks_[i].after) {

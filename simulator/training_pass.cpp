@@ -105,15 +105,21 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
     // collectives), and holds the SMs until it has landed (a communication-bound kernel's GEMM
     // tiles wait for their rows), so a sync that shares the link stretches the op as it would
     // the collective unfused.
+    // With every GPU simulated the communication is a collective its group joins, and a
+    // kernel that held its SMs for it could wait on a peer whose SMs wait on another such
+    // collective: there the kernel takes the op's time and the flow runs beside it unheld.
     const LayerOp::Fused& f = op.fused;
-    Task gemm = compute_task(op.name, kCompute, f.compute * (scale * compute_scale));
-    gemm.after = std::move(after);
-    gemm.carries = static_cast<int64_t>(g.size() + 1);
+    Task gemm = compute_task(op.name, kCompute,
+                             (every_gpu() ? op.time : f.compute) * (scale * compute_scale));
+    gemm.after = after;
+    if (!every_gpu()) gemm.carries = static_cast<int64_t>(g.size() + 1);
     const uint32_t computed = append(g, std::move(gemm));
-    append(g, comm_task(st, op.name, f.kind == OpKind::kEp ? kFusedEpStream : kFusedTpStream,
-                        (every_gpu() ? f.time + f.pxn_saving : f.time) * scale,
-                        crosses_nodes(ctx_, p_, f.kind),
-                        exchange_of(f.pattern, op.receives_tokens, backward), f.latency * scale));
+    Task comm = comm_task(st, op.name, f.kind == OpKind::kEp ? kFusedEpStream : kFusedTpStream,
+                          (every_gpu() ? f.time + f.pxn_saving : f.time) * scale,
+                          crosses_nodes(ctx_, p_, f.kind),
+                          exchange_of(f.pattern, op.receives_tokens, backward), f.latency * scale);
+    if (every_gpu()) comm.after = std::move(after);
+    append(g, std::move(comm));
     return computed;
   }
   Task t = op.kind == OpKind::kCompute

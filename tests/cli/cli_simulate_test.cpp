@@ -102,6 +102,12 @@ TEST(Cli, SimulateTracesAFusedKernelsCommunicationOnItsOwnLane) {
     if (e["ph"] == "X" && e["pid"] == 0) used.insert(lanes.at(e["tid"].get<int64_t>()));
   EXPECT_TRUE(used.count("tp (fused)")) << r.out;
   EXPECT_TRUE(used.count("ep (fused)")) << r.out;
+  // With every GPU simulated the fused collectives join their groups (kernels not held for
+  // them, so no two GPUs can wait on each other's), skewed routing included.
+  const auto every = nlohmann::json::parse(
+      run("simulate " + pair + " --plan " + plan + " --every-gpu --skew G=0.5 --json").out);
+  EXPECT_EQ(every["gpus_simulated"].get<int64_t>(), 8);
+  EXPECT_LT(std::abs(every["relative_difference"].get<double>()), 0.05);
 }
 
 TEST(Cli, SimulateRunsOffloadPlansBesideTheBaselines) {

@@ -178,6 +178,9 @@ TEST(GpuStreams, RejectsACarriedTaskBeforeItsCarrier) {
   EXPECT_THROW(gpu.run({comm(link, 1e6), kernel}, [] {}), std::invalid_argument);
   kernel.carries = 5;
   EXPECT_THROW(gpu.run({kernel, comm(link, 1e6)}, [] {}), std::invalid_argument);
+  Task flow = comm(link, 1e6);  // a flow ends when its bytes land: it holds nothing for another
+  flow.carries = 1;
+  EXPECT_THROW(gpu.run({flow, comm(link, 1e6)}, [] {}), std::invalid_argument);
 }
 
 TEST(GpuStreams, RejectsForwardDependencies) {
