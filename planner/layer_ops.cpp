@@ -16,16 +16,20 @@ struct OpWork {
   Seconds time;
   double flops = 0, peak = 0, bytes = 0;
   Seconds latency{};
+  Seconds in_node{};  // LayerOp::in_node
   OpWork& operator+=(const OpWork& o) {
     time += o.time;
     flops += o.flops;
     bytes += o.bytes;
     latency += o.latency;
+    in_node += o.in_node;
     if (peak == 0) peak = o.peak;
     return *this;
   }
   friend OpWork operator+(OpWork a, const OpWork& b) { return a += b; }
-  OpWork operator*(double f) const { return {time * f, flops * f, peak, bytes * f, latency * f}; }
+  OpWork operator*(double f) const {
+    return {time * f, flops * f, peak, bytes * f, latency * f, in_node * f};
+  }
 };
 
 OpWork gemm(const TimeContext& ctx, const GemmRate& rate, double m, double k, double n,
@@ -51,8 +55,10 @@ OpWork ring_sent(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
   return sent(ring_time(ctx, total, n, span), total, ring_latency(ctx, total, n, span));
 }
 OpWork alltoall_sent(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
-  return sent(alltoall_time(ctx, per_rank, n, stride), per_rank,
-              alltoall_latency(ctx, per_rank, n, stride));
+  OpWork out = sent(alltoall_time(ctx, per_rank, n, stride), per_rank,
+                    alltoall_latency(ctx, per_rank, n, stride));
+  out.in_node = alltoall_in_node_time(ctx, per_rank, n, stride);
+  return out;
 }
 
 // An operator of `kind` priced by `work`, with what it prices.
@@ -61,7 +67,7 @@ LayerOp layer_op(const char* name, OpKind kind, const OpWork& work) {
   op.flops = work.flops;
   op.peak = work.peak;
   op.bytes = work.bytes;
-  if (kind != OpKind::kCompute) op.latency = work.latency;
+  if (kind != OpKind::kCompute) op.latency = work.latency, op.in_node = work.in_node;
   return op;
 }
 

@@ -58,6 +58,11 @@ struct LayerOp {
   // the all-gather on the node's links. `time` is their pipelined whole; these are what each
   // stream and the node's links hold. Zero for every other op.
   Seconds monta_alltoall{}, monta_in_node{}, monta_in_node_link{};
+  // An all-to-all that leaves the node: what its peers inside the node take on the node's links
+  // alone (`time` is the slower of that and the NIC's share, plus latency). The simulator sends
+  // it beside the NIC's bytes, so an in-node sync that slows the node's links can make it the
+  // slower. Zero for every other op.
+  Seconds in_node{};
   // MegaScale's intra-operator overlap: the communication fused into this GEMM (kind kTp or
   // kEp; kCompute for every other op), which the simulator runs beside the GEMM as a flow on
   // that group's link, so that it shares the link with the syncs as the unfused collective

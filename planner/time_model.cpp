@@ -153,11 +153,17 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
   }
   // Peers inside the node go over NVLink while the rest leave through the NIC, concurrently.
   const double local = static_cast<double>(ctx.links.local_peers(n, stride));
-  const Seconds intra =
-      per_rank * ((local - 1) / nn) / (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank));
   const Seconds inter =
       per_rank * ((nn - local) / nn) / (ctx.links.inter * ctx.eff.alltoall_inter.at(per_rank));
-  return std::max(intra, inter) + alltoall_latency(ctx, per_rank, n, stride);
+  return std::max(alltoall_in_node_time(ctx, per_rank, n, stride), inter) +
+         alltoall_latency(ctx, per_rank, n, stride);
+}
+
+Seconds alltoall_in_node_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  if (n <= 1 || !(per_rank.value() > 0) || !ctx.links.crosses_nodes(n * stride)) return Seconds(0);
+  const double local = static_cast<double>(ctx.links.local_peers(n, stride));
+  return per_rank * ((local - 1) / static_cast<double>(n)) /
+         (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank));
 }
 
 Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
@@ -273,6 +279,8 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
       (r.op.kind == OpKind::kEp ? out.redo_ep_latency : out.redo_tp_latency) += r.op.latency;
   }
   for (const LayerOp& op : ops) {
+    // A node-crossing all-to-all's local peers load the node's links too.
+    out.fabric_extra += op.in_node;
     switch (op.kind) {
       case OpKind::kCompute:
         out.compute += op.time;

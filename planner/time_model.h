@@ -215,6 +215,10 @@ double gemm_shape_factor(double m, double k, double n);
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
 // All-to-all where each rank scatters `per_rank` bytes over n ranks at stride `stride`.
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
+// Of an all-to-all that leaves the node, what its peers inside the node take on the node's
+// links alone (alltoall_time is the slower of that and the NIC's share, plus latency); zero
+// inside a node.
+Seconds alltoall_in_node_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
 // The part of ring_time and alltoall_time (deepep_time too) that is per-message latency: the
 // ring's n - 1 steps, the all-to-all's one. It holds no link, so a link's other flows do not
 // stretch it (the simulator waits it out before the bytes start).

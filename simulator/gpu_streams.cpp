@@ -29,8 +29,6 @@ TaskGraph::TaskGraph(std::vector<Task> tasks) : tasks_(std::move(tasks)) {
     if (carried >= 0) {
       if (carried <= static_cast<int64_t>(i) || carried >= static_cast<int64_t>(n))
         throw std::invalid_argument("task carries one outside its graph or before it");
-      if (!tasks_[i].links.empty())
-        throw std::invalid_argument("only a compute task carries another");
       ++waiting_[static_cast<size_t>(carried)];  // its carrier's start
     }
     for (uint32_t d : tasks_[i].after) {
@@ -149,10 +147,10 @@ void GpuStreams::execute(uint32_t id) {
     const SimTime duration = hooks_.duration ? hooks_.duration(id, t) : t.duration;
     queue_.after(duration, [this, id] { elapsed(id); });
   } else if (hooks_.communicate) {
-    hooks_.communicate(id, t, [this, id] { finished(id); });
+    hooks_.communicate(id, t, [this, id] { elapsed(id); });
   } else {
     net_.send(
-        t.links, t.bytes, t.latency, [this, id](SimTime) { finished(id); }, t.priority);
+        t.links, t.bytes, t.latency, [this, id](SimTime) { elapsed(id); }, t.priority);
   }
 }
 

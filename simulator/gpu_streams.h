@@ -36,10 +36,11 @@ struct Task {
   int rank = 0;                         // among a stream's ready tasks, lower goes first (APTMoE's
                                         // on-demand loads before prefetches)
   std::vector<uint32_t> after;          // indices of earlier tasks this one waits for
-  // A compute task that carries communication task `carries` (a later one of the graph, which
-  // waits for nothing else): that task starts when this one does, and this one does not end
-  // before it has. A fused kernel moves its data as it computes, and holds its SMs until the
-  // data has landed, however long the links take. -1: none.
+  // A task that carries task `carries` (a later one of the graph, which waits for nothing
+  // else): that task starts when this one does, and this one does not end before it has. A
+  // fused kernel moves its data as it computes, and holds its SMs until the data has landed,
+  // however long the links take; an all-to-all that leaves the node sends its local peers'
+  // bytes beside the NIC's. -1: none.
   int64_t carries = -1;
   int64_t tag = 0;  // the caller's, passed back to the hooks
 };
@@ -129,7 +130,7 @@ class GpuStreams {
   bool caller_started(int stream) const {
     return stream < 32 && (caller_started_ >> stream & 1u) != 0;
   }
-  void elapsed(uint32_t task);  // a compute task's duration is up
+  void elapsed(uint32_t task);  // a task's own time is up, or its flow has landed
   void finished(uint32_t task);
   bool hooked(const Task& t) const { return hooks_.every_task || t.tag != 0 || !t.links.empty(); }
 
@@ -152,7 +153,7 @@ class GpuStreams {
   };
   std::vector<Stream> streams_;
   size_t left_ = 0;
-  // Compute tasks whose time is up, each waiting for the task it carries: (carried, task).
+  // Tasks whose own time is up, each waiting for the task it carries: (carried, task).
   std::vector<std::pair<uint32_t, uint32_t>> held_;
   bool idle_ = false;
   SimTime idle_since_;

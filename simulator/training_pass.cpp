@@ -122,6 +122,21 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
     append(g, std::move(comm));
     return computed;
   }
+  const bool across = op.kind != OpKind::kCompute && crosses_nodes(ctx_, p_, op.kind);
+  if (across && op.in_node.value() > 0 && !every_gpu()) {
+    // An all-to-all that leaves the node: its local peers' bytes go over the GPU's node port
+    // beside the NIC's (LayerOp::in_node), on the group's second stream, and the collective has
+    // landed when both have. (Every GPU simulated, the ports' loads spread it: port_loads.h.)
+    Task nic = comm_task(st, op.name, stream_of(op.kind), op.time * scale, true,
+                         exchange_of(op, backward), op.latency * scale);
+    nic.after = std::move(after);
+    nic.carries = static_cast<int64_t>(g.size() + 1);
+    const uint32_t id = append(g, std::move(nic));
+    append(g, comm_task(st, op.name, op.kind == OpKind::kEp ? kFusedEpStream : kFusedTpStream,
+                        (op.in_node + op.latency) * scale, false, exchange_of(op, backward),
+                        op.latency * scale));
+    return id;
+  }
   Task t = op.kind == OpKind::kCompute
                ? compute_task(op.name, kCompute, op.time * (scale * compute_scale))
                : comm_task(st, op.name, stream_of(op.kind),

@@ -427,8 +427,8 @@ TEST(TrainingSim, EachStepOfAHierarchicalSyncSlowsItsOwnLink) {
   // backward, meets the step in the node, and the dense layer after it the step across, which
   // finds none of its traffic on the NIC. With both links slowed wherever either step ran, the
   // MoE layer's expert all-to-alls went at half the NIC and the planner was 5.2 % over the
-  // simulator. (The 4.0 % left: the planner puts the in-node share of EP 8's all-to-all on the
-  // PCIe fabric, which the in-node step slows; one GPU a stage sends it all over the NIC.)
+  // simulator; with EP 8's local peers' bytes (the slower share over PCIe) sent over the NIC,
+  // where the in-node step does not slow them, 4.0 %.
   const ModelSpec m = sized_model("hierarchical", 3, 2048, 1000, 40, 40, 80,
                                   {{"gated", true}, {"dense_size", 18432}},
                                   {{"routed_experts", 64},
@@ -446,7 +446,7 @@ TEST(TrainingSim, EachStepOfAHierarchicalSyncSlowsItsOwnLink) {
                                    c.gpipe = true;
                                    c.optimizer_offload = 0.5;
                                  })),
-            0.045);
+            0.037);
 }
 
 TEST(TrainingSim, Zero3HeadBackwardRunsBesideTheFirstGather) {

@@ -178,9 +178,26 @@ TEST(GpuStreams, RejectsACarriedTaskBeforeItsCarrier) {
   EXPECT_THROW(gpu.run({comm(link, 1e6), kernel}, [] {}), std::invalid_argument);
   kernel.carries = 5;
   EXPECT_THROW(gpu.run({kernel, comm(link, 1e6)}, [] {}), std::invalid_argument);
-  Task flow = comm(link, 1e6);  // a flow ends when its bytes land: it holds nothing for another
-  flow.carries = 1;
-  EXPECT_THROW(gpu.run({flow, comm(link, 1e6)}, [] {}), std::invalid_argument);
+}
+
+// An all-to-all that leaves the node sends its local peers' bytes beside the NIC's: the flow on
+// the NIC carries the one on the node's port, and the collective lands with the later.
+TEST(GpuStreams, AFlowEndsWithTheFlowItCarries) {
+  EventQueue q;
+  FlowNetwork net(q);
+  const int nic = net.add_link(BytesPerSec(1e9)), port = net.add_link(BytesPerSec(1e9));
+  std::map<int, SimTime> ends;
+  StreamHooks hooks;
+  hooks.on_end = [&](const Task& t, SimTime, SimTime end) { ends[t.stream] = end; };
+  GpuStreams gpu(q, net, 3, hooks);
+  Task out = comm(nic, 1e6), local = comm(port, 1e6), sync = comm(port, 1e6);
+  out.carries = 1;
+  local.stream = 2;
+  sync.stream = 0;  // another stream's flow on the node's port: the local bytes share it
+  gpu.run({out, local, sync}, [] {});
+  q.run();
+  EXPECT_EQ(ends.at(2), ms(2));
+  EXPECT_EQ(ends.at(1), ms(2));  // its own bytes were in at 1 ms
 }
 
 TEST(GpuStreams, RejectsForwardDependencies) {
