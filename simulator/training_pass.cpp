@@ -114,7 +114,7 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
     gemm.after = after;
     if (!every_gpu()) gemm.carries = static_cast<int64_t>(g.size() + 1);
     const uint32_t computed = append(g, std::move(gemm));
-    Task comm = comm_task(st, op.name, f.kind == OpKind::kEp ? kFusedEpStream : kFusedTpStream,
+    Task comm = comm_task(st, op.name, f.kind == OpKind::kEp ? kCarriedEpStream : kCarriedTpStream,
                           (every_gpu() ? f.time + f.pxn_saving : f.time) * scale,
                           crosses_nodes(ctx_, p_, f.kind),
                           exchange_of(f.pattern, op.receives_tokens, backward), f.latency * scale);
@@ -132,7 +132,7 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
     nic.after = std::move(after);
     nic.carries = static_cast<int64_t>(g.size() + 1);
     const uint32_t id = append(g, std::move(nic));
-    append(g, comm_task(st, op.name, op.kind == OpKind::kEp ? kFusedEpStream : kFusedTpStream,
+    append(g, comm_task(st, op.name, op.kind == OpKind::kEp ? kCarriedEpStream : kCarriedTpStream,
                         (op.in_node + op.latency) * scale, false, exchange_of(op, backward),
                         op.latency * scale));
     return id;

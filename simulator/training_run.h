@@ -59,7 +59,7 @@ struct OpRef {
 
 // The streams whose collectives a whole group runs together (every-GPU mode joins them).
 inline constexpr int kGroupStreams[] = {kTpStream, kEpStream,      kCpStream,
-                                        kDpStream, kFusedTpStream, kFusedEpStream};
+                                        kDpStream, kCarriedTpStream, kCarriedEpStream};
 
 struct DpCollective {
   const char* name = "";

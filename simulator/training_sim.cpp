@@ -28,10 +28,10 @@ const char* stream_name(int stream) {
       return "h2d";
     case kHostStream:
       return "host";
-    case kFusedTpStream:
-      return "tp (fused)";
-    case kFusedEpStream:
-      return "ep (fused)";
+    case kCarriedTpStream:
+      return "tp (carried)";
+    case kCarriedEpStream:
+      return "ep (carried)";
   }
   return "?";
 }
@@ -64,7 +64,7 @@ Training::Training(const TimeContext& ctx, const ClusterSpec& cluster, const Pla
   for (const auto& [stream, kind] :
        {std::pair{kTpStream, GroupKind::kTp}, std::pair{kEpStream, GroupKind::kEp},
         std::pair{kCpStream, GroupKind::kCp}, std::pair{kDpStream, GroupKind::kDp},
-        std::pair{kFusedTpStream, GroupKind::kTp}, std::pair{kFusedEpStream, GroupKind::kEp}}) {
+        std::pair{kCarriedTpStream, GroupKind::kTp}, std::pair{kCarriedEpStream, GroupKind::kEp}}) {
     const GroupShape g = group_shape(p_, kind);
     group_size_[stream] = g.n;
     remote_peers_[stream] = static_cast<double>(g.n - ctx_.links.local_peers(g.n, g.stride));
@@ -134,8 +134,8 @@ void Training::place_gpus(PipelineHooks& hooks) {
       x.group[kEpStream] = *p_.ep > 1 ? k - x.ep_rank * *p_.etp : k / *p_.etp;
       x.group[kCpStream] = k - ((k / *p_.tp) % *p_.cp) * *p_.tp;
       x.group[kDpStream] = k % *p_.tp;
-      x.group[kFusedTpStream] = x.group[kTpStream];
-      x.group[kFusedEpStream] = x.group[kEpStream];
+      x.group[kCarriedTpStream] = x.group[kTpStream];
+      x.group[kCarriedEpStream] = x.group[kEpStream];
       for (int k2 : kGroupStreams) st.groups[k2][x.group[k2]].push_back(g);
       x.nvlink_out = net_->add_link(ctx_.links.intra);
       x.nvlink_in = net_->add_link(ctx_.links.intra);

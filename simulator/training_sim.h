@@ -96,9 +96,10 @@ struct OomEvent {
 // kH2dStream: activation offloading's copies to and from the host, on the two streams
 // Megatron's PipelineOffloadManager keeps apart from any other (and from each other: PCIe is
 // full duplex). kHostStream: the framework's CPU thread issuing each layer's kernels
-// (planner/host_time.h). kFusedTpStream and kFusedEpStream: the communication a fused GEMM
-// carries (MegaScale's intra-operator overlap) in the TP or EP group, which moves with its
-// kernel rather than queued behind the group's collectives.
+// (planner/host_time.h). kCarriedTpStream and kCarriedEpStream: flows another task carries in
+// the TP or EP group (Task::carries): a fused GEMM's communication (MegaScale's
+// intra-operator overlap), which moves with its kernel rather than queued behind the group's
+// collectives, and the local peers' share of an all-to-all that leaves the node.
 enum Stream {
   kCompute = 0,
   kTpStream,
@@ -109,8 +110,8 @@ enum Stream {
   kD2hStream,
   kH2dStream,
   kHostStream,
-  kFusedTpStream,
-  kFusedEpStream,
+  kCarriedTpStream,
+  kCarriedEpStream,
   kStreams
 };
 const char* stream_name(int stream);

@@ -100,8 +100,8 @@ TEST(Cli, SimulateTracesAFusedKernelsCommunicationOnItsOwnLane) {
   std::set<std::string> used;
   for (const auto& e : t["traceEvents"])
     if (e["ph"] == "X" && e["pid"] == 0) used.insert(lanes.at(e["tid"].get<int64_t>()));
-  EXPECT_TRUE(used.count("tp (fused)")) << r.out;
-  EXPECT_TRUE(used.count("ep (fused)")) << r.out;
+  EXPECT_TRUE(used.count("tp (carried)")) << r.out;
+  EXPECT_TRUE(used.count("ep (carried)")) << r.out;
   // With every GPU simulated the fused collectives join their groups (kernels not held for
   // them, so no two GPUs can wait on each other's), skewed routing included.
   const auto every = nlohmann::json::parse(
