@@ -58,7 +58,7 @@ struct OpRef {
 };
 
 // The streams whose collectives a whole group runs together (every-GPU mode joins them).
-inline constexpr int kGroupStreams[] = {kTpStream, kEpStream,      kCpStream,
+inline constexpr int kGroupStreams[] = {kTpStream, kEpStream,        kCpStream,
                                         kDpStream, kCarriedTpStream, kCarriedEpStream};
 
 struct DpCollective {
