@@ -55,9 +55,9 @@ OpWork ring_sent(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
   return sent(ring_time(ctx, total, n, span), total, ring_latency(ctx, total, n, span));
 }
 OpWork alltoall_sent(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
-  OpWork out = sent(alltoall_time(ctx, per_rank, n, stride), per_rank,
-                    alltoall_latency(ctx, per_rank, n, stride));
-  out.in_node = alltoall_in_node_time(ctx, per_rank, n, stride);
+  const AllToAllTimes times = alltoall_times(ctx, per_rank, n, stride);
+  OpWork out = sent(times.time, per_rank, alltoall_latency(ctx, per_rank, n, stride));
+  out.in_node = times.in_node;
   return out;
 }
 

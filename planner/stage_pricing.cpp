@@ -33,7 +33,7 @@ struct GroupsAcross {
   LinkLoads traffic(const StageTimes& st) const {
     LinkLoads out =
         loads(st.tp - st.tp_latency, st.ep - st.ep_latency - st.ep_off_link, st.cp - st.cp_latency);
-    out.fabric += st.ep_in_node_link;
+    out.fabric += st.in_node_link;
     return out;
   }
 };
@@ -76,7 +76,7 @@ void add(StageTimes& to, const StageTimes& from, double times) {
   to.ep_latency += from.ep_latency * times;
   to.cp_latency += from.cp_latency * times;
   to.ep_off_link += from.ep_off_link * times;
-  to.ep_in_node_link += from.ep_in_node_link * times;
+  to.in_node_link += from.in_node_link * times;
   to.ep_held_sms += from.ep_held_sms * times;
   to.host_forward += from.host_forward * times;
   to.host_backward += from.host_backward * times;

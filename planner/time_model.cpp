@@ -40,8 +40,8 @@ struct Pass {
   // rematerializing gather behind in backward, with no layer above it in the pass.
   Seconds edge_after;
   // What the EP stream and link hold of `ep` (MoNTA's pieces: its all-to-all; all of it
-  // otherwise, less its latency on the link), and what MoNTA's in-node pieces add to the TP
-  // stream and the node's links.
+  // otherwise, less its latency on the link), what MoNTA's in-node pieces add to the TP stream,
+  // and what they and node-crossing all-to-alls' in-node shares add to the node's links.
   Seconds ep_stream, ep_link, tp_stream_extra, fabric_extra;
 };
 
@@ -142,28 +142,27 @@ Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) 
   return per_step * steps / (link * curve.at(total)) + ring_latency(ctx, total, n, span);
 }
 
-Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
-  if (n <= 1 || !(per_rank.value() > 0)) return Seconds(0);
+AllToAllTimes alltoall_times(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  if (n <= 1 || !(per_rank.value() > 0)) return {};
   const int64_t span = n * stride;
   const double nn = static_cast<double>(n);
   if (!ctx.links.crosses_nodes(span)) {
-    return per_rank * ((nn - 1) / nn) /
-               (ctx.links.alltoall_bandwidth(n, stride) * ctx.eff.alltoall_intra.at(per_rank)) +
-           alltoall_latency(ctx, per_rank, n, stride);
+    const Seconds within =
+        per_rank * ((nn - 1) / nn) /
+        (ctx.links.alltoall_bandwidth(n, stride) * ctx.eff.alltoall_intra.at(per_rank));
+    return {within + alltoall_latency(ctx, per_rank, n, stride), Seconds(0)};
   }
   // Peers inside the node go over NVLink while the rest leave through the NIC, concurrently.
   const double local = static_cast<double>(ctx.links.local_peers(n, stride));
+  const Seconds intra =
+      per_rank * ((local - 1) / nn) / (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank));
   const Seconds inter =
       per_rank * ((nn - local) / nn) / (ctx.links.inter * ctx.eff.alltoall_inter.at(per_rank));
-  return std::max(alltoall_in_node_time(ctx, per_rank, n, stride), inter) +
-         alltoall_latency(ctx, per_rank, n, stride);
+  return {std::max(intra, inter) + alltoall_latency(ctx, per_rank, n, stride), intra};
 }
 
-Seconds alltoall_in_node_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
-  if (n <= 1 || !(per_rank.value() > 0) || !ctx.links.crosses_nodes(n * stride)) return Seconds(0);
-  const double local = static_cast<double>(ctx.links.local_peers(n, stride));
-  return per_rank * ((local - 1) / static_cast<double>(n)) /
-         (ctx.links.intra * ctx.eff.alltoall_intra.at(per_rank));
+Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  return alltoall_times(ctx, per_rank, n, stride).time;
 }
 
 Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
@@ -437,7 +436,7 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   st.ep_latency = f.ep_latency * passes + f.redo_ep_latency;
   st.cp_latency = f.cp_latency * passes;
   st.ep_off_link = std::max(Seconds(0), f.ep - f.ep_latency - f.ep_link) * passes;
-  st.ep_in_node_link = f.fabric_extra * passes;
+  st.in_node_link = f.fabric_extra * passes;
   st.ep_held_sms = held_sms;
   return st;
 }

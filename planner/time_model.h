@@ -93,9 +93,10 @@ struct StageTimes {
   Seconds compute, recompute, tp, ep, cp;  // forward + backward parts, per micro-batch
   // Of tp, ep and cp, what holds no link (LayerOp::latency): link_traffic leaves it out.
   Seconds tp_latency, ep_latency, cp_latency;
-  // Of ep, what MoNTA's in-node pieces take off the EP link, and what they put on the node's
-  // links instead (LayerOp::monta_in_node_link).
-  Seconds ep_off_link, ep_in_node_link;
+  // Of ep, what MoNTA's in-node pieces take off the EP link; and what the node's links carry
+  // beside tp, ep and cp's own: those pieces (LayerOp::monta_in_node_link) and the in-node
+  // share of all-to-alls that leave the node (LayerOp::in_node).
+  Seconds ep_off_link, in_node_link;
   // Compute time the SMs of overlapped EP communication took (overlap_compute_stretch): in
   // forward and backward, not in compute; the breakdown counts it as EP communication.
   Seconds ep_held_sms;
@@ -215,10 +216,13 @@ double gemm_shape_factor(double m, double k, double n);
 Seconds ring_time(const TimeContext& ctx, Bytes total, int64_t n, int64_t span);
 // All-to-all where each rank scatters `per_rank` bytes over n ranks at stride `stride`.
 Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
-// Of an all-to-all that leaves the node, what its peers inside the node take on the node's
-// links alone (alltoall_time is the slower of that and the NIC's share, plus latency); zero
-// inside a node.
-Seconds alltoall_in_node_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
+// The same, with what the peers inside the node of an all-to-all that leaves it take on the
+// node's links alone (`time` is the slower of that and the NIC's share, plus latency; zero
+// inside a node).
+struct AllToAllTimes {
+  Seconds time, in_node;
+};
+AllToAllTimes alltoall_times(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
 // The part of ring_time and alltoall_time (deepep_time too) that is per-message latency: the
 // ring's n - 1 steps, the all-to-all's one. It holds no link, so a link's other flows do not
 // stretch it (the simulator waits it out before the bytes start).

@@ -37,8 +37,10 @@ void Training::plan_layers(int64_t it) {
       L.replayed = recompute_ops(ctx_, plan_, L.moe, L.load, L.forward);
       Seconds backward_compute;
       for (const LayerOp& op : L.forward) {
-        if (op.kind == OpKind::kCompute) L.forward_compute += op.time;
-        if (op.kind == OpKind::kCompute) backward_compute += op.backward_compute();
+        if (op.kind == OpKind::kCompute) {
+          L.forward_compute += op.time;
+          backward_compute += op.backward_compute();
+        }
         if (op.kind == OpKind::kTp) L.forward_tp += op.time;
         if (op.kind == OpKind::kEp) L.forward_ep += op.time;
       }

@@ -40,6 +40,11 @@ int stream_of(OpKind k) {
   return kCompute;
 }
 
+// The stream a flow carried by another task runs on, in the TP or EP group (Task::carries).
+int carried_stream_of(OpKind k) {
+  return k == OpKind::kEp ? kCarriedEpStream : kCarriedTpStream;
+}
+
 // The exchange a layer op's collective runs: a ring, or an all-to-all whose heavy side is the
 // receiver for the dispatch's forward and the combine's backward (tokens and their gradients
 // go to the hot experts' rank), the sender otherwise.
@@ -114,7 +119,7 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
     gemm.after = after;
     if (!every_gpu()) gemm.carries = static_cast<int64_t>(g.size() + 1);
     const uint32_t computed = append(g, std::move(gemm));
-    Task comm = comm_task(st, op.name, f.kind == OpKind::kEp ? kCarriedEpStream : kCarriedTpStream,
+    Task comm = comm_task(st, op.name, carried_stream_of(f.kind),
                           (every_gpu() ? f.time + f.pxn_saving : f.time) * scale,
                           crosses_nodes(ctx_, p_, f.kind),
                           exchange_of(f.pattern, op.receives_tokens, backward), f.latency * scale);
@@ -132,9 +137,8 @@ uint32_t Training::add_op(std::vector<Task>& g, const StageState& st, const Laye
     nic.after = std::move(after);
     nic.carries = static_cast<int64_t>(g.size() + 1);
     const uint32_t id = append(g, std::move(nic));
-    append(g, comm_task(st, op.name, op.kind == OpKind::kEp ? kCarriedEpStream : kCarriedTpStream,
-                        (op.in_node + op.latency) * scale, false, exchange_of(op, backward),
-                        op.latency * scale));
+    append(g, comm_task(st, op.name, carried_stream_of(op.kind), (op.in_node + op.latency) * scale,
+                        false, exchange_of(op, backward), op.latency * scale));
     return id;
   }
   Task t = op.kind == OpKind::kCompute
