@@ -54,11 +54,15 @@ OpWork sent(Seconds time, Bytes size, Seconds latency = {}) {
 OpWork ring_sent(const TimeContext& ctx, Bytes total, int64_t n, int64_t span) {
   return sent(ring_time(ctx, total, n, span), total, ring_latency(ctx, total, n, span));
 }
-OpWork alltoall_sent(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
-  const AllToAllTimes times = alltoall_times(ctx, per_rank, n, stride);
-  OpWork out = sent(times.time, per_rank, alltoall_latency(ctx, per_rank, n, stride));
+// An all-to-all (NCCL's or DeepEP's) with the share that rides the node's links beside the NIC's.
+OpWork sent(const AllToAllTimes& times, Bytes size, Seconds latency) {
+  OpWork out = sent(times.time, size, latency);
   out.in_node = times.in_node;
   return out;
+}
+OpWork alltoall_sent(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride) {
+  return sent(alltoall_times(ctx, per_rank, n, stride), per_rank,
+              alltoall_latency(ctx, per_rank, n, stride));
 }
 
 // An operator of `kind` priced by `work`, with what it prices.
@@ -578,7 +582,7 @@ std::vector<LayerOp> layer_forward_ops(const TimeContext& ctx, const PlanChoice&
         } else if (c.dispatcher == megascale::Dispatcher::kDeepEp) {
           const Bytes rows(tokens * h * kActivationBytes * expert_load * wire);
           pair =
-              sent(deepep_time(ctx, rows, ep), per_rank, alltoall_latency(ctx, rows, ep, 1)) * 2.0;
+              sent(deepep_times(ctx, rows, ep), per_rank, alltoall_latency(ctx, rows, ep, 1)) * 2.0;
         } else if (c.dispatcher == megascale::Dispatcher::kAllGather) {
           // MegaScale Sec. 3.2: all-gather the EP group's tokens, reduce-scatter the outputs.
           const Bytes total(static_cast<double>(ep) * tokens * h * kActivationBytes * wire);

@@ -165,16 +165,17 @@ Seconds alltoall_time(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t
   return alltoall_times(ctx, per_rank, n, stride).time;
 }
 
-Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
-  if (n <= 1 || !(rows.value() > 0)) return Seconds(0);
+AllToAllTimes deepep_times(const TimeContext& ctx, Bytes rows, int64_t n) {
+  if (n <= 1 || !(rows.value() > 0)) return {};
   const ModelSpec& m = *ctx.model;
   const Bytes message = rows * static_cast<double>(m.top_k);
   const int64_t per_node = ctx.links.local_peers(n, 1);
   const DispatchFanout f = dispatch_fanout(m, n, per_node);
   if (!ctx.links.crosses_nodes(n)) {
-    return rows * f.ranks /
-               (ctx.links.alltoall_bandwidth(n, 1) * ctx.eff.alltoall_intra.at(message)) +
-           alltoall_latency(ctx, rows, n, 1);
+    return {
+        rows * f.ranks / (ctx.links.alltoall_bandwidth(n, 1) * ctx.eff.alltoall_intra.at(message)) +
+            alltoall_latency(ctx, rows, n, 1),
+        Seconds(0)};
   }
   // A token reaches each other node once, over the NIC, and the GPU there with the sender's
   // local index forwards it to the ranks that hold its experts; the sender's own node gets it
@@ -183,7 +184,7 @@ Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n) {
   const Seconds nvlink = rows * (f.ranks * (local - 1.0) / local) /
                          (ctx.links.intra * ctx.eff.alltoall_intra.at(message));
   const Seconds nic = rows * f.nodes / (ctx.links.inter * ctx.eff.alltoall_inter.at(message));
-  return std::max(nvlink, nic) + alltoall_latency(ctx, rows, n, 1);
+  return {std::max(nvlink, nic) + alltoall_latency(ctx, rows, n, 1), nvlink};
 }
 
 Seconds alltoall_from_heavy_time(const TimeContext& ctx, Bytes balanced, double load, int64_t n,

@@ -223,7 +223,7 @@ struct AllToAllTimes {
   Seconds time, in_node;
 };
 AllToAllTimes alltoall_times(const TimeContext& ctx, Bytes per_rank, int64_t n, int64_t stride);
-// The part of ring_time and alltoall_time (deepep_time too) that is per-message latency: the
+// The part of ring_time and alltoall_time (deepep_times too) that is per-message latency: the
 // ring's n - 1 steps, the all-to-all's one. It holds no link, so a link's other flows do not
 // stretch it (the simulator waits it out before the bytes start).
 // (Inline: the search prices them millions of times.)
@@ -239,8 +239,9 @@ inline Seconds alltoall_latency(const TimeContext& ctx, Bytes per_rank, int64_t 
 // bytes per element, skew included), over n EP ranks of whole experts (etp = 1): each token
 // once per other rank that holds one of its experts, across nodes once per other node over the
 // NIC and then on over NVLink (planner/dispatch_fanout.h). Efficiency from the all-to-all curves
-// at the all-to-all's message size, `rows` x top-k.
-Seconds deepep_time(const TimeContext& ctx, Bytes rows, int64_t n);
+// at the all-to-all's message size, `rows` x top-k. Across nodes, `in_node` is what rides NVLink
+// beside the NIC's share (the sender's node's ranks and the forwarding), as for alltoall_times.
+AllToAllTimes deepep_times(const TimeContext& ctx, Bytes rows, int64_t n);
 // All-to-all whose busiest rank sends `load` times the `balanced` bytes and the others share
 // what is left (the combine's forward under skew: the hot experts' outputs go back to every
 // rank). Across nodes it goes as NCCL's PXN (on by default) sends it: see the definition.

@@ -39,7 +39,7 @@ TEST(LayerWork, GemmFlopsAddUpToTheLayersCount) {
                              "tp=4,ep=8,etp=2,cp=2,mbs=1", "tp=8,ep=1,etp=8,cp=1,mbs=1"}) {
     const PlanChoice c = choice(layout);
     double flops = 0;
-    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[0], true, 1.0, 1))
+    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[1], true, 1.0, 1))
       if (op.kind == OpKind::kCompute) flops += op.flops;
     EXPECT_NEAR(flops / expected_layer_flops(s.ctx, c, 0), 1.0, 1e-9) << layout;
   }
@@ -151,6 +151,29 @@ TEST(LayerWork, CommunicationRecordsTheLatencyThatHoldsNoLink) {
                "context-parallel K/V ring");
   EXPECT_GT(kv.latency.value(), 0.0);
   EXPECT_LE(kv.latency.value(), 15 * ctx.links.latency(16).value() * (1 + 1e-12));
+}
+
+TEST(LayerWork, ANodeCrossingAllToAllKeepsWhatRidesTheNodesLinks) {
+  // An all-to-all that leaves the node sends its local peers' bytes over NVLink beside the NIC's
+  // (LayerOp::in_node, which the planner puts on the node's links and the simulator sends as a
+  // second flow): NCCL's and DeepEP's alike. DeepEP's had none, so an in-node sync beside it
+  // slowed nothing in either.
+  const Inputs s("deepseekmoe-16b.json", "h100-256.json");
+  auto dispatch = [&](const char* layout, megascale::Dispatcher d) {
+    PlanChoice c = choice(layout);
+    c.dispatcher = d;
+    for (const LayerOp& op : layer_forward_ops(s.ctx, c, s.ctx.params.layers[1], true, 1.0, 1))
+      if (std::string(op.name) == "dispatch") return op;
+    ADD_FAILURE() << "no dispatch";
+    return LayerOp{};
+  };
+  for (const megascale::Dispatcher d :
+       {megascale::Dispatcher::kAllToAll, megascale::Dispatcher::kDeepEp}) {
+    const LayerOp across = dispatch("tp=1,ep=16,etp=1,cp=1,mbs=1", d);
+    EXPECT_GT(across.in_node.value(), 0.0) << megascale::dispatcher_name(d);
+    EXPECT_LE((across.in_node + across.latency).value(), across.time.value() * (1 + 1e-12));
+    EXPECT_EQ(dispatch("tp=1,ep=8,etp=1,cp=1,mbs=1", d).in_node.value(), 0.0);
+  }
 }
 
 TEST(LayerWork, TpCommOverlapRunsTheShardedGemmsInPieces) {
