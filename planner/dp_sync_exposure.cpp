@@ -114,6 +114,8 @@ class SyncPricing {
   };
   std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
                                               bool backward_pass, const SlowedLinks& slowed);
+  // The scratch context with the NICs `nic` times and the node's links `fabric` times slower.
+  TimeContext& slowed_links(double nic, double fabric);
   Seconds whole_chain_stretch(const Exposed& e, bool backward_pass, Seconds shown_stretch);
   Seconds hops_beside_syncs(bool backward_pass);
   Seconds reduce_scatter_once(const Exposed& e);
@@ -367,20 +369,7 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   const Seconds delay = nic_share.delay + fabric_share.delay;
   // Nothing shared: the pass as it was (most candidates; no second pricing).
   if (delay.value() <= 0) return std::pair{unshared, time};
-  TimeContext& shared = scratch_.get();
-  auto slow_links = [&](double nic, double fabric) {
-    shared.links = ctx_.links;
-    shared.links.inter = shared.links.inter / nic;
-    shared.links.intra = shared.links.intra / fabric;
-    // PCIe nodes price a group's in-node collectives at the rate its switches leave it, which
-    // the sync slows alike (a TP pair under one switch kept its own rate, and its backward
-    // beside the expert gradients' all-reduce no stretch: 12.9 % under the simulator).
-    for (GroupRate& g : shared.links.shared_groups) {
-      g.ring = g.ring / fabric;
-      g.alltoall = g.alltoall / fabric;
-    }
-  };
-  slow_links(nic_share.slowdown(), fabric_share.slowdown());
+  const TimeContext& shared = slowed_links(nic_share.slowdown(), fabric_share.slowdown());
   const LayerKinds half = layer_kinds(shared, c_);
   if (from_start && *p_.vpp == 1 && beside.time <= 1.0) {
     SlowedLinks slowed;
@@ -400,12 +389,12 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     if (!(fabric_share.met > 0)) slowed.fabric = own_pace;
     std::optional<LayerKinds> nic_only, fabric_only;
     if (nic_share.met > 0 && fabric_share.met > 0) {
-      slow_links(2.0, 1.0);
-      nic_only = layer_kinds(shared, c_);
-      slowed.nic = {&*nic_only, after_last_layer(shared, c_, *nic_only, s)};
-      slow_links(1.0, 2.0);
-      fabric_only = layer_kinds(shared, c_);
-      slowed.fabric = {&*fabric_only, after_last_layer(shared, c_, *fabric_only, s)};
+      const TimeContext& nic_slowed = slowed_links(2.0, 1.0);
+      nic_only = layer_kinds(nic_slowed, c_);
+      slowed.nic = {&*nic_only, after_last_layer(nic_slowed, c_, *nic_only, s)};
+      const TimeContext& fabric_slowed = slowed_links(1.0, 2.0);
+      fabric_only = layer_kinds(fabric_slowed, c_);
+      slowed.fabric = {&*fabric_only, after_last_layer(fabric_slowed, c_, *fabric_only, s)};
     }
     const auto [pass, synced] = from_pass_start(s, on_nic, on_fabric, backward_pass, slowed);
     return std::pair{pass, time + synced};
@@ -415,6 +404,21 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   const double met = std::max(nic_share.passes, fabric_share.passes);
   return std::pair{unshared + ((backward_pass ? st.backward : st.forward) - unshared) * met,
                    time + delay};
+}
+
+TimeContext& SyncPricing::slowed_links(double nic, double fabric) {
+  TimeContext& shared = scratch_.get();
+  shared.links = ctx_.links;
+  shared.links.inter = shared.links.inter / nic;
+  shared.links.intra = shared.links.intra / fabric;
+  // PCIe nodes price a group's in-node collectives at the rate its switches leave it, which
+  // the sync slows alike (a TP pair under one switch kept its own rate, and its backward
+  // beside the expert gradients' all-reduce no stretch: 12.9 % under the simulator).
+  for (GroupRate& g : shared.links.shared_groups) {
+    g.ring = g.ring / fabric;
+    g.alltoall = g.alltoall / fabric;
+  }
+  return shared;
 }
 
 // A sync that starts with its pass (ZeRO-1's reduce-scatter with the last backward, ZeRO 1-2's
@@ -437,6 +441,7 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
   // NIC or the fabric at half, traffic.
   struct Piece {
     Seconds time, gpu, slowed_gpu, nic_slowed_gpu, fabric_slowed_gpu, nic, fabric;
+    int64_t layer = -1;  // the model's layer, or -1 for what runs before or after the layers
   };
   std::vector<Piece> pieces;
   auto gpu = [&](const StageTimes& t) { return pass(t) - host(t); };
@@ -457,6 +462,7 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
     add(pipeline_.kinds->of(ctx_, s, i), slowed.both.kinds->of(ctx_, s, i),
         slowed.nic.kinds->of(ctx_, s, i), slowed.fabric.kinds->of(ctx_, s, i),
         traffic_kinds().of(ctx_, s, i));
+    if (!pieces.empty() && pieces.back().layer < 0) pieces.back().layer = l;
   };
   auto add_last = [&] {
     add(last, slowed.both.last, slowed.nic.last, slowed.fabric.last, last_traffic);
@@ -497,9 +503,18 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
       // one link its step holds.
       const double most = std::max(share[0], share[1]);
       const double together = std::min(share[0], share[1]);
-      const Seconds slowed_gpu = q.gpu + (q.slowed_gpu - q.gpu) * together +
-                                 (q.nic_slowed_gpu - q.gpu) * (share[0] - together) +
-                                 (q.fabric_slowed_gpu - q.gpu) * (share[1] - together);
+      auto partly = [](double x) { return x > 0 && x < 1; };
+      // A layer the sync covers in part carries the sync's bytes on that share of its link
+      // time: priced with the link that much slower, a layer with room on the link (its
+      // compute the longer) absorbs them where a share of its stretch at half the link would
+      // not. (That share, a 20 ms reduce-scatter beside a compute-bound MoE backward whose
+      // NIC had 10 ms to spare: 4.7 % over the simulator.)
+      const Seconds slowed_gpu =
+          q.layer >= 0 && (partly(share[0]) || partly(share[1]))
+              ? gpu(layer_pass_times(slowed_links(1.0 + share[0], 1.0 + share[1]), c_, q.layer))
+              : q.gpu + (q.slowed_gpu - q.gpu) * together +
+                    (q.nic_slowed_gpu - q.gpu) * (share[0] - together) +
+                    (q.fabric_slowed_gpu - q.gpu) * (share[1] - together);
       const Seconds stretch = std::max(Seconds(0), slowed_gpu - q.time);
       out.stretch += stretch;
       for (int k = 0; k < 2; ++k)
