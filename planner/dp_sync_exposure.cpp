@@ -459,10 +459,11 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
   const StageTimes last_traffic = after_last_layer(ctx_, traffic_choice(), traffic_kinds(), s);
   auto layer = [&](int64_t l) {
     const auto i = static_cast<size_t>(l);
+    const size_t before = pieces.size();
     add(pipeline_.kinds->of(ctx_, s, i), slowed.both.kinds->of(ctx_, s, i),
         slowed.nic.kinds->of(ctx_, s, i), slowed.fabric.kinds->of(ctx_, s, i),
         traffic_kinds().of(ctx_, s, i));
-    if (!pieces.empty() && pieces.back().layer < 0) pieces.back().layer = l;
+    if (pieces.size() > before) pieces.back().layer = l;
   };
   auto add_last = [&] {
     add(last, slowed.both.last, slowed.nic.last, slowed.fabric.last, last_traffic);
@@ -485,6 +486,7 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
   // stream: a reduce-scatter in the node first, then across; an all-gather across first. The
   // second step covers the pass from where the first's reach ends.
   const int first_link = backward_pass ? 1 : 0;
+  auto partly = [](double share) { return share > 0 && share < 1; };
   auto meet = [&](const Seconds(&reach)[2]) {
     Met out;
     Seconds from[2];
@@ -503,7 +505,6 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
       // one link its step holds.
       const double most = std::max(share[0], share[1]);
       const double together = std::min(share[0], share[1]);
-      auto partly = [](double x) { return x > 0 && x < 1; };
       // A layer the sync covers in part carries the sync's bytes on that share of its link
       // time: priced with the link that much slower, a layer with room on the link (its
       // compute the longer) absorbs them where a share of its stretch at half the link would
