@@ -43,6 +43,9 @@ struct Pass {
   // otherwise, less its latency on the link), what MoNTA's in-node pieces add to the TP stream,
   // and what they and node-crossing all-to-alls' in-node shares add to the node's links.
   Seconds ep_stream, ep_link, tp_stream_extra, fabric_extra;
+  // What fused GEMMs' communication (MegaScale's intra-operator overlap) holds of the TP and EP
+  // groups' links, less its latency: the kernel is compute, but its bytes share the link.
+  Seconds fused_tp_link, fused_ep_link;
 };
 
 Seconds exposed(Seconds comm, Seconds compute, bool overlap) {
@@ -285,6 +288,9 @@ Pass layer_forward(const TimeContext& ctx, const PlanChoice& c, const LayerParam
       case OpKind::kCompute:
         out.compute += op.time;
         out.compute_backward += op.backward_compute();
+        if (op.fused.kind != OpKind::kCompute)
+          (op.fused.kind == OpKind::kEp ? out.fused_ep_link : out.fused_tp_link) +=
+              std::max(Seconds(0), op.fused.time - op.fused.latency);
         break;
       case OpKind::kTp:
         out.tp += op.time;
@@ -331,8 +337,8 @@ StageTimes one_layer_times(const TimeContext& ctx, const PlanChoice& c, const La
   // stage and only for the stage with the most compute, Kimi-Linear-48B on the A800 C1+G4
   // cluster, tp = 2 and ep = 8 on PCIe, came out 19 % under the simulator: the head's stage
   // had the compute, the others the link.)
-  LinkLoads links =
-      link_loads(ctx, c.parallel, f.tp - f.tp_latency, f.ep_link, f.cp - f.cp_latency);
+  LinkLoads links = link_loads(ctx, c.parallel, f.tp - f.tp_latency + f.fused_tp_link,
+                               f.ep_link + f.fused_ep_link, f.cp - f.cp_latency);
   links.fabric += f.fabric_extra;
   // Without overlap a layer's operators run one after another. With it (MegaScale's
   // inter-operator overlap) the layer runs as 1 / kOverlapResidual slices that pipeline over
