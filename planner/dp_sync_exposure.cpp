@@ -103,14 +103,14 @@ class SyncPricing {
   LinkLoads chunk_traffic(int64_t s, int64_t k);
   std::pair<Seconds, Seconds> window(int64_t stage, Seconds time, Seconds in_node,
                                      bool backward_pass, Beside beside, bool from_start = false);
-  // The stage's layers and its last layer's extras with links slowed: both that the sync
-  // shares, or one of them (the same where it shares one).
+  // The stage's layers and its last layer's extras at their own pace, and with links slowed:
+  // both that the sync shares, or one of them (the same where it shares one).
   struct Slowed {
     const LayerKinds* kinds = nullptr;
     StageTimes last;
   };
   struct SlowedLinks {
-    Slowed both, nic, fabric;
+    Slowed own, both, nic, fabric;
   };
   std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
                                               bool backward_pass, const SlowedLinks& slowed);
@@ -373,6 +373,7 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
   const LayerKinds half = layer_kinds(shared, c_);
   if (from_start && *p_.vpp == 1 && beside.time <= 1.0) {
     SlowedLinks slowed;
+    slowed.own = {pipeline_.kinds, after_last_layer(ctx_, c_, *pipeline_.kinds, s)};
     slowed.both = {&half, after_last_layer(shared, c_, half, s)};
     slowed.nic = slowed.fabric = slowed.both;
     // Sharing both links, a hierarchical sync takes them one after the other, and the layers
@@ -384,9 +385,8 @@ std::pair<Seconds, Seconds> SyncPricing::window(int64_t s, Seconds time, Seconds
     // at their own pace. (Taken as slowed on the met link too, the step across of a
     // hierarchical reduce-scatter, which met no NIC traffic, stretched the whole backward as if
     // its in-node step ran all along: 2.5 % over the simulator.)
-    const Slowed own_pace = {pipeline_.kinds, after_last_layer(ctx_, c_, *pipeline_.kinds, s)};
-    if (!(nic_share.met > 0)) slowed.nic = own_pace;
-    if (!(fabric_share.met > 0)) slowed.fabric = own_pace;
+    if (!(nic_share.met > 0)) slowed.nic = slowed.own;
+    if (!(fabric_share.met > 0)) slowed.fabric = slowed.own;
     std::optional<LayerKinds> nic_only, fabric_only;
     if (nic_share.met > 0 && fabric_share.met > 0) {
       const TimeContext& nic_slowed = slowed_links(2.0, 1.0);
@@ -455,12 +455,12 @@ std::pair<Seconds, Seconds> SyncPricing::from_pass_start(int64_t s, Seconds on_n
   };
   const LayerRange layers = chunk_layers(*ctx_.model, p_, s, 0);
   const StageTimes first = before_first_layer(ctx_, c_, s);
-  const StageTimes last = after_last_layer(ctx_, c_, *pipeline_.kinds, s);
+  const StageTimes& last = slowed.own.last;
   const StageTimes last_traffic = after_last_layer(ctx_, traffic_choice(), traffic_kinds(), s);
   auto layer = [&](int64_t l) {
     const auto i = static_cast<size_t>(l);
     const size_t before = pieces.size();
-    add(pipeline_.kinds->of(ctx_, s, i), slowed.both.kinds->of(ctx_, s, i),
+    add(slowed.own.kinds->of(ctx_, s, i), slowed.both.kinds->of(ctx_, s, i),
         slowed.nic.kinds->of(ctx_, s, i), slowed.fabric.kinds->of(ctx_, s, i),
         traffic_kinds().of(ctx_, s, i));
     if (pieces.size() > before) pieces.back().layer = l;
