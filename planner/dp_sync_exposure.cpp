@@ -61,6 +61,7 @@ struct Paced {
   // On the DP link: each pass's work there, and what the backward's reduce-scatter leaves
   // running after it (with `shared_reduce`).
   Seconds forward_link, backward_link, backward_tail;
+  int64_t stage = 0;
   Seconds pass() const { return forward + backward; }
 };
 
@@ -122,7 +123,7 @@ class SyncPricing {
   Seconds all_gather_once(const Exposed& e);
   Paced paced(int64_t s, bool shared_reduce = false);
   Paced pacing_stage();
-  Seconds zero2_stream_end(int64_t microbatches);
+  Seconds reduce_stream_end(int64_t microbatches, const Paced& paced);
 
   const TimeContext& ctx_;
   const PlanChoice& c_;
@@ -911,7 +912,8 @@ Paced SyncPricing::paced(int64_t s, bool shared_reduce) {
                fabric,
                forward_links.on(sy.crosses_nodes),
                backward_links.on(sy.crosses_nodes),
-               tail};
+               tail,
+               s};
 }
 
 // ZeRO-2 and -3 sync every micro-batch on the links the pass's own traffic takes: the stage
@@ -1030,25 +1032,36 @@ void SyncPricing::add_to(TimeBreakdown& out) {
   const Seconds on_dp_link = (sync_.crosses_nodes ? worst.nic : worst.fabric) * mb + once;
   const Seconds idle = *p_.vpp == 1 ? out.bubble + out.pp_comm : Seconds(0);
   out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + idle + out.dp_comm));
-  if (c_.zero_stage == 2) {
-    const Seconds streamed = zero2_stream_end(out.microbatches);
+  if (c_.zero_stage >= 2) {
+    const Seconds streamed = reduce_stream_end(out.microbatches, worst);
     out.dp_comm +=
         std::max(Seconds(0), streamed - (per_mb * mb + out.bubble + out.pp_comm + out.dp_comm));
   }
 }
 
-// ZeRO-2's reduce-scatters run one after another on the DP stream, each from the start of its
-// backward, after the weights' gather: none before the stage's first backward, however idle
-// the link is in the warm-up. Where they outlast the passes, the stream ends the iteration at
-// the first backward plus every micro-batch's. (Counting the warm-up as link time, GPT-145B
-// over 240 H800 at pp 10, vpp 4 with 34.6 ms of reduce-scatter beside each 22.3 ms chunk
-// backward: the simulator's stream ran 715 ms before its first, and the planner came out 6 %
-// under it.)
-Seconds SyncPricing::zero2_stream_end(int64_t microbatches) {
+// ZeRO-2 and -3 reduce-scatter every micro-batch's gradients one after another on the DP
+// stream, each from the start of its backward (ZeRO-2's after the weights' gather): none
+// before the stage's first backward, however idle the link is in the warm-up. Where they
+// outlast the passes, the stream ends the iteration at the first backward plus every
+// micro-batch's. (Counting the warm-up as link time, GPT-145B over 240 H800 at pp 10, vpp 4
+// with 34.6 ms of reduce-scatter beside each 22.3 ms chunk backward: the simulator's stream
+// ran 715 ms before its first, and the planner came out 6 % under it.)
+// ZeRO-3's passes gather their weights meanwhile, the pacing stage's forwards as priced, the others
+// no shorter than their gathers, and a stream that outlasts the passes has every gather and every
+// byte of TP/EP/CP traffic the passes send after its start beside it: each takes its link from the
+// step of the reduce-scatter that runs there for that step's share of the stream (a hierarchical
+// one's in-node step on NVLink, its step across on the NIC). (Without them, ZeRO-3 over GB200 racks
+// with SP over 64 GPUs, each backward's 14 ms in-node step beside 7 ms of in-node gathers: the
+// planner 8.3 % under the simulator; without the traffic, GPT-39B over 240 H800 with SP over
+// the node's 8 GPUs and ZeRO-3, one micro-batch whose in-node step met TP's all-to-alls: 7.9 %
+// under.)
+Seconds SyncPricing::reduce_stream_end(int64_t microbatches, const Paced& paced) {
+  const bool zero3 = c_.zero_stage >= 3;
   // Each stage's one pass, or its model chunks' (which the windows may have priced already).
   std::vector<ChunkTimes> passes;
   if (*p_.vpp > 1) {
     if (pipeline_.chunks.empty()) pipeline_.chunks = chunk_times(ctx_, c_, *pipeline_.kinds);
+    if (zero3) passes = pipeline_.chunks;
   } else {
     passes.resize(static_cast<size_t>(pp_));
     for (int64_t s = 0; s < pp_; ++s) {
@@ -1056,18 +1069,54 @@ Seconds SyncPricing::zero2_stream_end(int64_t microbatches) {
       passes[static_cast<size_t>(s)].backward = {stage(s).backward};
     }
   }
-  const std::vector<ChunkTimes>& chunks = *p_.vpp > 1 ? pipeline_.chunks : passes;
+  if (zero3) {
+    for (int64_t s = 0; s < pp_; ++s) {
+      const Seconds own = stage(s).forward;
+      const Seconds gathered =
+          s == paced.stage ? paced.forward : std::max(own, sync_of(s).all_gather);
+      for (Seconds& f : passes[static_cast<size_t>(s)].forward)
+        f = own.value() > 0 ? f * (gathered / own) : gathered / v_;
+    }
+  }
+  const std::vector<ChunkTimes>& chunks = *p_.vpp > 1 && !zero3 ? pipeline_.chunks : passes;
   const std::vector<Seconds> hops =
       pipeline_.hops.empty() ? std::vector<Seconds>(static_cast<size_t>(pp_)) : pipeline_.hops;
   std::vector<Seconds> gathers(static_cast<size_t>(pp_));
-  for (int64_t s = 0; s < pp_; ++s) gathers[static_cast<size_t>(s)] = sync_of(s).all_gather;
+  if (!zero3) {
+    for (int64_t s = 0; s < pp_; ++s) gathers[static_cast<size_t>(s)] = sync_of(s).all_gather;
+  }
   const std::vector<Seconds> first =
       first_backward_starts(chunks, microbatches, hops, c_.gpipe, gathers);
   Seconds end;
   for (int64_t s = 0; s < pp_; ++s) {
     const DpSync& own = sync_of(s);
-    end = std::max(end, std::max(first[static_cast<size_t>(s)], own.all_gather) +
-                            own.reduce_scatter * static_cast<double>(microbatches));
+    const double mb = static_cast<double>(microbatches);
+    Seconds streamed = own.reduce_scatter * mb;
+    if (zero3 && own.reduce_scatter.value() > 0) {
+      // Every backward, and 1F1B's forwards after the warm-up's, with their gathers and their
+      // own traffic on each link.
+      const int64_t warm = std::min(microbatches, pp_ - s);
+      const double forwards = c_.gpipe ? 0.0 : static_cast<double>(microbatches - warm);
+      const LinkLoads traffic = traffic_of(s);
+      const LinkLoads forward = pass_traffic(traffic, false),
+                      backward = pass_traffic(traffic, true);
+      const Seconds ag_in = own.crosses_nodes ? own.all_gather_in_node : Seconds(0);
+      const Seconds on_fabric =
+          (ag_in + backward.fabric) * mb + (ag_in + forward.fabric) * forwards;
+      const Seconds on_nic = own.crosses_nodes
+                                 ? (own.all_gather - ag_in + backward.nic) * mb +
+                                       (own.all_gather - ag_in + forward.nic) * forwards
+                                 : Seconds(0);
+      // Without crossing nodes, the one step runs on the fabric beside everything there.
+      const double in_share =
+          own.crosses_nodes ? own.reduce_scatter_in_node / own.reduce_scatter : 1.0;
+      const Seconds on_fabric_all =
+          own.crosses_nodes ? on_fabric : on_fabric + own.all_gather * (mb + forwards);
+      streamed += on_fabric_all * in_share + on_nic * (1.0 - in_share);
+    }
+    const Seconds start =
+        std::max(first[static_cast<size_t>(s)], zero3 ? Seconds(0) : own.all_gather);
+    end = std::max(end, start + streamed);
   }
   return end;
 }

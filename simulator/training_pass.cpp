@@ -210,12 +210,20 @@ void Training::run_pass(const PassId& id, std::function<void()> done) {
   std::vector<uint32_t> gate;      // what the next chain's first operators also wait for
   if (plan_.zero_stage >= 3 && st.sync.all_gather.value() > 0 && end > begin) {
     gather_of.assign(static_cast<size_t>(end - begin), -1);
-    const Seconds per_layer =
-        st.sync.all_gather * (1.0 / static_cast<double>(v)) / static_cast<double>(end - begin);
+    const double per_layer = 1.0 / static_cast<double>(v) / static_cast<double>(end - begin);
+    // Hierarchical (the weights Ulysses SP replicates, App. A.1): across the nodes, then in the
+    // node on NVLink, as the once-per-iteration gather runs (training_sim.cpp). (The whole
+    // gather on the NIC, ZeRO-3 over GB200 racks with SP over 64 GPUs kept the NIC busy
+    // through every pass with the 80 % that rides NVLink: 6.1 % under the planner.)
+    const Seconds in_node = st.sync.crosses_nodes ? st.sync.all_gather_in_node : Seconds(0);
     for (int64_t k = 0; k < end - begin; ++k) {
       const int64_t l = id.forward ? begin + k : end - 1 - k;
-      append(g, comm_task(st, "ZeRO-3 parameter all-gather", kDpStream, per_layer,
-                          st.sync.crosses_nodes));
+      append(g, comm_task(st, "ZeRO-3 parameter all-gather", kDpStream,
+                          (st.sync.all_gather - in_node) * per_layer, st.sync.crosses_nodes));
+      if (in_node.value() > 0) {
+        append(g, comm_task(st, "ZeRO-3 parameter all-gather (in node)", kDpStream,
+                            in_node * per_layer, false));
+      }
       gather_of[static_cast<size_t>(l - begin)] = static_cast<int64_t>(g.size() - 1);
     }
   }
