@@ -691,7 +691,7 @@ std::optional<TimeBreakdown> estimate_time_with(const TimeContext& ctx, const Pl
     std::vector<ChunkTimes> chunks = chunk_times(ctx, c, kinds);
     const Seconds walked = schedule_makespan(chunks, out.microbatches, hops, c.gpipe);
     out.bubble = std::max(walked - per_mb * mb - out.pp_comm, Seconds(0));
-    // ZeRO-3's syncs walk the few micro-batches again (dp_sync_exposure.cpp).
+    // ZeRO-3's syncs walk the few micro-batches again (dp_sync_pacing.cpp).
     if (walk_few) {
       few_chunks = std::move(chunks);
       few_walked = walked;
