@@ -571,6 +571,28 @@ TEST(TrainingSim, Zero3sFirstBackwardAfterTheWarmUpHasNoHopBesideItsGather) {
             0.025);
 }
 
+TEST(TrainingSim, Zero3sLastReduceScatterRunsOnBesideTheDrain) {
+  // The hunt's seed 12012, index 240: one micro-batch of GPipe over four stages across the
+  // H100 nodes, ZeRO-3 over the NICs. The last stage's 22 ms reduce-scatter outlasts its 19 ms
+  // backward, and its rest runs on beside the backwards of the three stages before it. Holding
+  // that backward for the whole of it, as the closed form does every micro-batch's, the
+  // planner was 3.9 % over the simulator.
+  const ModelSpec m = sized_model(
+      "hunt-12012-240", 16, 2048, 1000, 8, 8, 80, {{"gated", true}, {"dense_size", 4096}},
+      {{"routed_experts", 64}, {"expert_size", 1408}, {"top_k", 8}, {"first_dense_layers", 11}});
+  const ClusterSpec cl = cluster("h100-256");
+  const TimeContext ctx = make_time_context(m, cl, efficiencies(), RoutingSkew{}, 32768);
+  PlanChoice c = choice(m, "tp=2,pp=4,ep=8,etp=1,dp=2,cp=16,vpp=1,mbs=1,gbs=2");
+  c.seq_len = 32768;
+  c.recompute = Recompute::kNone;
+  c.dispatcher = megascale::Dispatcher::kAllGather;
+  c.adam = adam_states_for(StateDtype::kBf16);
+  c.gpipe = true;
+  c.zero_stage = 3;
+  c.overlap = false;
+  EXPECT_LT(std::abs(relative(ctx, cl, c)), 0.01);
+}
+
 TEST(TrainingSim, ASyncCoveringPartOfALayerFillsTheRoomOnItsLink) {
   // The hunt's seed 4004, index 118: ZeRO-1's 20 ms reduce-scatter over the NICs of the A800
   // PCIe nodes from the backward's start covers a fifth of the MoE layer's backward, which is
