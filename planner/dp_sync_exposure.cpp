@@ -335,7 +335,7 @@ void SyncPricing::add_to(TimeBreakdown& out) {
     const Exposed e = most_exposed(true);
     out.dp_reduce_stage = e.stage;
     out.dp_reduce_scatter = sync_of(e.stage).reduce_scatter;
-    out.dp_comm += reduce_scatter_once(e) + hops_beside_syncs(true);
+    out.dp_once += reduce_scatter_once(e) + hops_beside_syncs(true);
   }
   if (c_.zero_stage <= 2) {
     // The stage whose gather costs most: the one that shows most, or one whose gather, longer
@@ -352,9 +352,13 @@ void SyncPricing::add_to(TimeBreakdown& out) {
     }
     out.dp_gather_stage = stage;
     out.dp_all_gather = sync_of(stage).all_gather;
-    out.dp_comm += gather + hops_beside_syncs(false);
+    out.dp_once += gather + hops_beside_syncs(false);
   }
+  out.dp_comm += out.dp_once;
   const Paced worst = pacing_stage();
+  out.dp_paced_stage = worst.stage;
+  if (c_.zero_stage >= 2) out.dp_paced_reduce_scatter = sync_of(worst.stage).reduce_scatter;
+  if (c_.zero_stage >= 3) out.dp_paced_all_gather = sync_of(worst.stage).all_gather;
   // ZeRO-3 gathers every pass's weights, fill and drain included: with few micro-batches each
   // stage's wait shows, not just the pacing one's (one micro-batch over four stages: the
   // planner was 41 % under the simulator), so walk the schedule again with each stage's passes
@@ -405,18 +409,19 @@ void SyncPricing::add_to(TimeBreakdown& out) {
       const Seconds held = worst.backward - worst_shared.backward;
       closed -= std::clamp(held, Seconds(0), drain);
     }
-    out.dp_comm += std::max({Seconds(0), gathered - pipeline_.few_walked, closed});
+    out.dp_paced = std::max({Seconds(0), gathered - pipeline_.few_walked, closed});
   } else {
-    out.dp_comm += (worst.pass() - per_mb) * mb;
+    out.dp_paced = (worst.pass() - per_mb) * mb;
     // ZeRO-2's pacing puts each backward's reduce-scatter rest into the next forward; the last
     // micro-batch has none, and its rest runs on behind the drain, as ZeRO-1's single one does
     // (one micro-batch over two stages, FP32 gradients over the NICs: 15 % over the simulator).
     // What the pacing counted for that last micro-batch is in the tail already.
     if (c_.zero_stage == 2) {
       const Exposed e = most_exposed(true);
-      out.dp_comm += std::max(Seconds(0), e.exposure - (worst.pass() - per_mb));
+      out.dp_paced += std::max(Seconds(0), e.exposure - (worst.pass() - per_mb));
     }
   }
+  out.dp_comm += out.dp_paced;
   // The once-per-iteration gradient reduce-scatter and weight gather share their link with every
   // micro-batch's traffic too: the link must carry it all within the iteration, and without
   // interleaving the bubble too, where the stage's link is idle (the gather runs on while the
@@ -432,11 +437,13 @@ void SyncPricing::add_to(TimeBreakdown& out) {
   }
   const Seconds on_dp_link = (sync_.crosses_nodes ? worst.nic : worst.fabric) * mb + once;
   const Seconds idle = *p_.vpp == 1 ? out.bubble + out.pp_comm : Seconds(0);
-  out.dp_comm += std::max(Seconds(0), on_dp_link - (per_mb * mb + idle + out.dp_comm));
+  out.dp_link = std::max(Seconds(0), on_dp_link - (per_mb * mb + idle + out.dp_comm));
+  out.dp_comm += out.dp_link;
   if (c_.zero_stage >= 2) {
     const Seconds streamed = reduce_stream_end(out.microbatches, worst);
-    out.dp_comm +=
+    out.dp_stream =
         std::max(Seconds(0), streamed - (per_mb * mb + out.bubble + out.pp_comm + out.dp_comm));
+    out.dp_comm += out.dp_stream;
   }
 }
 

@@ -225,6 +225,15 @@ struct TimeBreakdown {
   // parameter all-gather (ZeRO 0-2) show most, and how long each takes; -1 when none runs.
   int64_t dp_reduce_stage = -1, dp_gather_stage = -1;
   Seconds dp_reduce_scatter, dp_all_gather;
+  // What dp_comm sums, for --explain (SyncPricing::add_to): the once-per-iteration syncs beyond
+  // their windows, with the pipeline hops they slow; the passes of the stage that paces the
+  // pipeline (dp_paced_stage) stretched by the syncs sharing their links, every micro-batch
+  // (ZeRO-2 and -3's own syncs among them); the DP link's load beyond the rest of the
+  // iteration; and ZeRO-2/3's reduce-scatters queued on the DP stream running past all that.
+  Seconds dp_once, dp_paced, dp_link, dp_stream;
+  int64_t dp_paced_stage = -1;
+  // That stage's own syncs a micro-batch under ZeRO-2 (reduce-scatter) and -3 (and gathers).
+  Seconds dp_paced_reduce_scatter, dp_paced_all_gather;
   Seconds bubble;              // pipeline bubble
   Seconds optimizer;           // Adam step (on the CPU when offloading)
   Seconds pcie_load;           // offload: PCIe loading not hidden behind compute

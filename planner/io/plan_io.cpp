@@ -207,6 +207,17 @@ nlohmann::json plan_to_json(const Plan& plan, const ModelSpec& m, const ClusterS
     out["predicted"]["dp_sync"]["all_gather"] = {{"stage", t.dp_gather_stage},
                                                  {"seconds", t.dp_all_gather.value()}};
   }
+  // What the exposed DP time sums (TimeBreakdown::dp_once ... dp_stream).
+  if (t.dp_comm.value() > 0) {
+    out["predicted"]["dp_sync"]["exposed_s"] = {
+        {"once_per_iteration", t.dp_once.value()},
+        {"paced_passes", t.dp_paced.value()},
+        {"paced_stage", t.dp_paced_stage},
+        {"paced_reduce_scatter", t.dp_paced_reduce_scatter.value()},
+        {"paced_all_gather", t.dp_paced_all_gather.value()},
+        {"dp_link", t.dp_link.value()},
+        {"dp_stream", t.dp_stream.value()}};
+  }
   // What Megatron-LM's log line would print (an APTMoE offload plan does not run there).
   if (!ch.offload) {
     out["predicted"]["megatron_log"] = {

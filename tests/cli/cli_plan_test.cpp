@@ -38,6 +38,30 @@ TEST(Cli, PlanPrintsRankedPlansAndLaunchArguments) {
       << block;
 }
 
+TEST(Cli, PlanTracesItsExposedDpTimeToItsParts) {
+  // ZeRO-3 has no once-per-iteration sync to name: the text says which stage's passes its
+  // per-micro-batch gathers and reduce-scatter stretch, and the JSON's parts sum to dp_comm.
+  const std::string cmd =
+      "plan --model models/gpt-39b.json --cluster topologies/megascale-h800-240.json "
+      "--global-batch 240 --parallel tp=8,pp=1,ep=1,dp=30,mbs=8 --attention ulysses --zero 3 "
+      "--recompute none";
+  const Result r = run(cmd);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("stage 0's passes (which pace the pipeline) stretched by the syncs on "
+                       "their links, ZeRO-3's "),
+            std::string::npos)
+      << r.out;
+  const nlohmann::json p = run_json(cmd + " --json")["plans"][0]["predicted"];
+  const nlohmann::json& parts = p["dp_sync"]["exposed_s"];
+  const double sum = parts["once_per_iteration"].get<double>() +
+                     parts["paced_passes"].get<double>() + parts["dp_link"].get<double>() +
+                     parts["dp_stream"].get<double>();
+  EXPECT_GT(sum, 0);
+  EXPECT_NEAR(sum, p["breakdown_s"]["dp_comm"].get<double>(), 1e-12);
+  EXPECT_GT(parts["paced_all_gather"].get<double>(), 0);
+  EXPECT_EQ(parts["paced_stage"], 0);
+}
+
 TEST(Cli, PlanNamesTheStageWhoseDpSyncShows) {
   // Qwen3-Next over ten stages with DP across nodes: stage 0 (the embedding, and no backward
   // pass left below it) is the one whose sync shows, not the slowest stage; the text and the

@@ -507,17 +507,23 @@ static void rack_sp_zero3(PlanChoice& c) {
   c.cuda_graph = CudaGraph::kFullIteration;
 }
 static constexpr const char* kRackSpLayout = "tp=64,pp=1,ep=1,etp=1,dp=4,cp=1,mbs=1,gbs=64";
+// Its cluster, time context at 2,048 tokens and plan, built in place.
+struct RackSpCase {
+  ClusterSpec cl = cluster("gb200-nvl72-4x64");
+  TimeContext ctx = make_time_context(rack_sp_model(), cl, efficiencies(), RoutingSkew{}, 2048);
+  PlanChoice c = [] {
+    PlanChoice c = choice(rack_sp_model(), kRackSpLayout);
+    c.seq_len = 2048;
+    rack_sp_zero3(c);
+    return c;
+  }();
+};
 
 TEST(TrainingSim, Zero3sHierarchicalGathersKeepTheirInNodeStepOffTheNic) {
   // The simulator sent each layer's whole gather over the NIC, which it kept busy 74 % of the
   // iteration; across the racks go 20 % of the gathers and the reduce-scatters' step across.
-  const ClusterSpec cl = cluster("gb200-nvl72-4x64");
-  const TimeContext ctx =
-      make_time_context(rack_sp_model(), cl, efficiencies(), RoutingSkew{}, 2048);
-  PlanChoice c = choice(rack_sp_model(), kRackSpLayout);
-  c.seq_len = 2048;
-  rack_sp_zero3(c);
-  const TrainingReport r = simulate_training(ctx, cl, c, {});
+  RackSpCase k;
+  const TrainingReport r = simulate_training(k.ctx, k.cl, k.c, {});
   EXPECT_LT(r.stages[0].nic_busy / r.mean_iteration, 0.3);
   EXPECT_GT(r.stages[0].nvlink_busy / r.mean_iteration, 0.8);
 }
@@ -530,6 +536,27 @@ TEST(TrainingSim, Zero3sReduceScatterStreamOutlastsThePassesWithTheGathersBeside
   EXPECT_LT(std::abs(relative_at(rack_sp_model(), "gb200-nvl72-4x64", 2048, kRackSpLayout,
                                  rack_sp_zero3)),
             0.02);
+}
+
+TEST(TrainingSim, Zero3sExposedDpTimeSumsItsParts) {
+  // What --explain prints of the exposed DP time: its parts sum to it, and for the rack case
+  // above the reduce-scatter stream that outlasts the passes is one of them.
+  RackSpCase k;
+  for (int zero : {1, 2, 3}) {
+    k.c.zero_stage = zero;
+    const TimeBreakdown t = estimate_time(k.ctx, k.c);
+    EXPECT_GT(t.dp_comm.value(), 0) << zero;
+    EXPECT_NEAR((t.dp_once + t.dp_paced + t.dp_link + t.dp_stream) / t.dp_comm, 1.0, 1e-12) << zero;
+    EXPECT_EQ(t.dp_paced_stage, 0) << zero;
+    EXPECT_EQ(t.dp_paced_reduce_scatter.value() > 0, zero >= 2) << zero;
+    EXPECT_EQ(t.dp_paced_all_gather.value() > 0, zero >= 3) << zero;
+    if (zero == 3) {
+      EXPECT_GT(t.dp_stream, t.dp_comm * 0.05);
+      EXPECT_EQ(t.dp_once.value(), 0);
+    } else {
+      EXPECT_GT(t.dp_once.value(), 0) << zero;
+    }
+  }
 }
 
 TEST(TrainingSim, Zero3sReduceScatterStreamMeetsThePassesOwnTrafficOnItsLinks) {

@@ -386,9 +386,33 @@ void print_best_plan_time(const PlanReport& report) {
                                   b.dp_gather_stage, as_ms(b.dp_all_gather, 1)));
     fmt::print(
         "DP comm: {} show most; link sharing and ZeRO-2/3's per-micro-batch syncs add the "
-        "rest\n\n",
+        "rest\n",
         fmt::join(parts, " and "));
   }
+  // What the exposed DP time sums (TimeBreakdown::dp_once ... dp_stream).
+  if (b.dp_comm.value() > 0) {
+    std::vector<std::string> parts;
+    auto part = [&](Seconds t, std::string what) {
+      if (t.value() > 0) parts.push_back(fmt::format("{} {}", as_ms(t, 1), what));
+    };
+    part(b.dp_once, "once-per-iteration syncs beyond their windows");
+    std::string own;
+    if (b.dp_paced_all_gather.value() > 0)
+      own =
+          fmt::format(", ZeRO-3's {} of gathers and {} of reduce-scatter a micro-batch among them",
+                      as_ms(b.dp_paced_all_gather, 1), as_ms(b.dp_paced_reduce_scatter, 1));
+    else if (b.dp_paced_reduce_scatter.value() > 0)
+      own = fmt::format(", ZeRO-2's {} of reduce-scatter a micro-batch among them",
+                        as_ms(b.dp_paced_reduce_scatter, 1));
+    part(b.dp_paced,
+         fmt::format("stage {}'s passes (which pace the pipeline) stretched by the syncs on their "
+                     "links{}",
+                     b.dp_paced_stage, own));
+    part(b.dp_link, "the DP link's load beyond the rest of the iteration");
+    part(b.dp_stream, "the reduce-scatters queued on the DP stream running past the passes");
+    fmt::print("DP comm {} = {}\n", as_ms(b.dp_comm, 1), fmt::join(parts, " + "));
+  }
+  if (b.dp_comm.value() > 0) fmt::print("\n");
   if (b.ep_held_sms.value() > 0)
     fmt::print(
         "EP comm: {} of it is compute slowed beside the overlapped dispatch and combine, whose "
