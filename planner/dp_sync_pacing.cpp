@@ -318,19 +318,16 @@ Seconds SyncPricing::reduce_stream_end(int64_t microbatches, const Paced& paced)
       const LinkLoads traffic = traffic_of(s);
       const LinkLoads forward = pass_traffic(traffic, false),
                       backward = pass_traffic(traffic, true);
-      const Seconds ag_in = own.crosses_nodes ? own.all_gather_in_node : Seconds(0);
-      const Seconds on_fabric =
-          (ag_in + backward.fabric) * mb + (ag_in + forward.fabric) * forwards;
-      const Seconds on_nic = own.crosses_nodes
-                                 ? (own.all_gather - ag_in + backward.nic) * mb +
-                                       (own.all_gather - ag_in + forward.nic) * forwards
-                                 : Seconds(0);
-      // Without crossing nodes, the one step runs on the fabric beside everything there.
+      // What rides the node's fabric: a hierarchical sync's in-node steps, or the whole sync
+      // where DP stays in the node.
+      const Seconds ag_fabric = own.crosses_nodes ? own.all_gather_in_node : own.all_gather;
+      const Seconds ag_nic = own.all_gather - ag_fabric;
       const double in_share =
           own.crosses_nodes ? own.reduce_scatter_in_node / own.reduce_scatter : 1.0;
-      const Seconds on_fabric_all =
-          own.crosses_nodes ? on_fabric : on_fabric + own.all_gather * (mb + forwards);
-      streamed += on_fabric_all * in_share + on_nic * (1.0 - in_share);
+      const Seconds on_fabric =
+          (ag_fabric + backward.fabric) * mb + (ag_fabric + forward.fabric) * forwards;
+      const Seconds on_nic = (ag_nic + backward.nic) * mb + (ag_nic + forward.nic) * forwards;
+      streamed += on_fabric * in_share + on_nic * (1.0 - in_share);
     }
     const Seconds start =
         std::max(first[static_cast<size_t>(s)], zero3 ? Seconds(0) : own.all_gather);

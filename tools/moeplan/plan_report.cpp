@@ -410,9 +410,8 @@ void print_best_plan_time(const PlanReport& report) {
                      b.dp_paced_stage, own));
     part(b.dp_link, "the DP link's load beyond the rest of the iteration");
     part(b.dp_stream, "the reduce-scatters queued on the DP stream running past the passes");
-    fmt::print("DP comm {} = {}\n", as_ms(b.dp_comm, 1), fmt::join(parts, " + "));
+    fmt::print("DP comm {} = {}\n\n", as_ms(b.dp_comm, 1), fmt::join(parts, " + "));
   }
-  if (b.dp_comm.value() > 0) fmt::print("\n");
   if (b.ep_held_sms.value() > 0)
     fmt::print(
         "EP comm: {} of it is compute slowed beside the overlapped dispatch and combine, whose "
