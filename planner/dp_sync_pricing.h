@@ -95,6 +95,8 @@ class SyncPricing {
   std::pair<Seconds, Seconds> from_pass_start(int64_t stage, Seconds on_nic, Seconds on_fabric,
                                               bool backward_pass, const SlowedLinks& slowed);
   // The scratch context with the NICs `nic` times and the node's links `fabric` times slower.
+  // There is one: each call overwrites the rates the last one returned, so price what needs
+  // them before asking for other rates.
   TimeContext& slowed_links(double nic, double fabric);
   Seconds whole_chain_stretch(const Exposed& e, bool backward_pass, Seconds shown_stretch);
   Seconds hops_beside_syncs(bool backward_pass);
